@@ -1,0 +1,138 @@
+//! Plain data types returned by and passed to the [`crate::Store`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{invalid, StoreError};
+
+/// Role of a console/REST user; decides what the user may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// May change everything, including users.
+    Admin,
+    /// May operate the gateway (trust list, settings) but not manage users.
+    Operator,
+    /// Read-only access.
+    Viewer,
+}
+
+impl Role {
+    /// The stable lowercase name stored in the database and used on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Operator => "operator",
+            Role::Viewer => "viewer",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Role {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "admin" => Ok(Role::Admin),
+            "operator" => Ok(Role::Operator),
+            "viewer" => Ok(Role::Viewer),
+            other => Err(invalid(
+                "role",
+                format!("unknown role {other:?} (expected admin, operator or viewer)"),
+            )),
+        }
+    }
+}
+
+/// Which list of the trust store a certificate is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CertKind {
+    /// Trusted application instance certificate (peer may connect).
+    Trusted,
+    /// Issuer (CA) certificate used to build/verify chains.
+    Issuer,
+    /// Certificate presented by a peer and rejected; kept for review.
+    Rejected,
+}
+
+impl CertKind {
+    /// The stable lowercase name stored in the database and used on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CertKind::Trusted => "trusted",
+            CertKind::Issuer => "issuer",
+            CertKind::Rejected => "rejected",
+        }
+    }
+}
+
+impl fmt::Display for CertKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for CertKind {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "trusted" => Ok(CertKind::Trusted),
+            "issuer" => Ok(CertKind::Issuer),
+            "rejected" => Ok(CertKind::Rejected),
+            other => Err(invalid(
+                "kind",
+                format!(
+                    "unknown certificate kind {other:?} (expected trusted, issuer or rejected)"
+                ),
+            )),
+        }
+    }
+}
+
+/// A certificate in the trust store, with the fields the console shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CertInfo {
+    /// SHA-1 of the DER encoding, lowercase hex (the OPC UA thumbprint).
+    pub thumbprint: String,
+    /// Which list it is on.
+    pub kind: CertKind,
+    /// Subject distinguished name (RFC 4514 string).
+    pub subject: String,
+    /// First URI in the subjectAltName extension, the OPC UA application URI.
+    pub application_uri: Option<String>,
+    /// Start of validity, RFC 3339 UTC.
+    pub not_before: String,
+    /// End of validity, RFC 3339 UTC.
+    pub not_after: String,
+    /// The certificate itself, DER.
+    pub der: Vec<u8>,
+    /// When the store first saw this certificate, RFC 3339 UTC.
+    pub first_seen: String,
+}
+
+/// One entry of the append-only change log that the standby replicates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeLogEntry {
+    /// Strictly increasing sequence number, never reused.
+    pub seq: i64,
+    /// Replication epoch in force when the change was made.
+    pub epoch: i64,
+    /// Who made the change (user name, or `"engine"` for automatic changes).
+    pub actor: String,
+    /// When, RFC 3339 UTC with milliseconds.
+    pub at: String,
+    /// What kind of change, e.g. `"user.add"`, `"trust.add"`, `"setting.set"`.
+    pub kind: String,
+    /// JSON object describing the change; never contains secrets.
+    pub payload: String,
+}

@@ -1,0 +1,580 @@
+//! Integration tests of the store against real SQLite files in temp dirs.
+#![allow(clippy::unwrap_used)] // unwrap is fine in tests
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    date_time_ymd, BasicConstraints, CertificateParams, CertificateRevocationListParams, DnType,
+    IsCa, KeyIdMethod, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use tempfile::TempDir;
+use uagate_store::{CertKind, Role, Store, StoreError, REJECTED_CAP};
+
+const PW: &str = "Correct-Horse-42";
+
+async fn open_temp() -> (TempDir, PathBuf, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.db");
+    let store = Store::open(&path).await.unwrap();
+    (dir, path, store)
+}
+
+async fn log_len(store: &Store) -> usize {
+    store.change_log_since(0, 10_000).await.unwrap().len()
+}
+
+/// Self-signed leaf certificate with an application URI, DER.
+fn make_cert(cn: &str, uri: &str) -> Vec<u8> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params
+        .subject_alt_names
+        .push(SanType::URI(uri.try_into().unwrap()));
+    params.not_before = date_time_ymd(2024, 1, 1);
+    params.not_after = date_time_ymd(2034, 1, 1);
+    let key = KeyPair::generate().unwrap();
+    params.self_signed(&key).unwrap().der().to_vec()
+}
+
+fn make_ca() -> (rcgen::Certificate, KeyPair) {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "Test CA");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let key = KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    (cert, key)
+}
+
+fn make_crl(ca: &rcgen::Certificate, key: &KeyPair, day: u8) -> rcgen::CertificateRevocationList {
+    CertificateRevocationListParams {
+        this_update: date_time_ymd(2024, 1, day),
+        next_update: date_time_ymd(2024, 2, day),
+        crl_number: SerialNumber::from(u64::from(day)),
+        issuing_distribution_point: None,
+        revoked_certs: vec![],
+        key_identifier_method: KeyIdMethod::Sha256,
+    }
+    .signed_by(ca, key)
+    .unwrap()
+}
+
+/// Raw bytes of the database file plus its WAL, for "no clear text" checks.
+fn raw_db_bytes(path: &Path) -> Vec<u8> {
+    let mut all = std::fs::read(path).unwrap();
+    for suffix in ["-wal", "-shm"] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        if let Ok(b) = std::fs::read(PathBuf::from(p)) {
+            all.extend(b);
+        }
+    }
+    all
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[tokio::test]
+async fn opens_in_wal_mode_with_epoch_one() {
+    let (_dir, path, store) = open_temp().await;
+    assert_eq!(store.journal_mode().await.unwrap(), "wal");
+    assert_eq!(store.epoch().await.unwrap(), 1);
+    assert_eq!(store.last_seq().await.unwrap(), 0);
+
+    // An independent connection sees WAL too (it is persistent in the file).
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(SqliteConnectOptions::new().filename(&path))
+        .await
+        .unwrap();
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+    pool.close().await;
+}
+
+#[tokio::test]
+async fn each_change_logs_exactly_once_and_failures_log_nothing() {
+    let (_dir, _path, store) = open_temp().await;
+
+    store
+        .add_user("root", "alice", PW, Role::Admin)
+        .await
+        .unwrap();
+    assert_eq!(log_len(&store).await, 1);
+
+    // Duplicate user: error, no log entry.
+    let err = store.add_user("root", "alice", PW, Role::Viewer).await;
+    assert!(matches!(err, Err(StoreError::UserExists(ref n)) if n == "alice"));
+    assert_eq!(log_len(&store).await, 1);
+
+    // Invalid input: error, no log entry.
+    for (name, pw) in [("", PW), ("bob", "short"), ("bad name", PW)] {
+        let err = store.add_user("root", name, pw, Role::Viewer).await;
+        assert!(matches!(err, Err(StoreError::Invalid { .. })), "{name:?}");
+    }
+    assert_eq!(log_len(&store).await, 1);
+
+    store
+        .add_user("alice", "bob", PW, Role::Viewer)
+        .await
+        .unwrap();
+    store
+        .set_role("alice", "bob", Role::Operator)
+        .await
+        .unwrap();
+    store
+        .set_password("alice", "bob", "another-password")
+        .await
+        .unwrap();
+    store
+        .set_setting("alice", "opcua.port", "4840")
+        .await
+        .unwrap();
+    store
+        .set_setting("alice", "opcua.port", "4841")
+        .await
+        .unwrap();
+    store.delete_user("alice", "bob").await.unwrap();
+    let epoch = store.bump_epoch("pair").await.unwrap();
+    assert_eq!(epoch, 2);
+
+    // Failing changes on missing things / last admin: no log entries.
+    assert!(matches!(
+        store.delete_user("alice", "bob").await,
+        Err(StoreError::UnknownUser(_))
+    ));
+    assert!(matches!(
+        store.set_password("alice", "nobody", PW).await,
+        Err(StoreError::UnknownUser(_))
+    ));
+    assert!(matches!(
+        store.set_role("alice", "alice", Role::Viewer).await,
+        Err(StoreError::Invalid { .. })
+    ));
+    assert!(matches!(
+        store.delete_user("alice", "alice").await,
+        Err(StoreError::Invalid { .. })
+    ));
+    assert!(matches!(
+        store.set_setting("alice", "Bad Key", "x").await,
+        Err(StoreError::Invalid { .. })
+    ));
+    assert!(matches!(
+        store.trust_remove("alice", &"0".repeat(40)).await,
+        Err(StoreError::UnknownCert(_))
+    ));
+
+    let log = store.change_log_since(0, 100).await.unwrap();
+    let kinds: Vec<&str> = log.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "user.add",
+            "user.add",
+            "user.role",
+            "user.password",
+            "setting.set",
+            "setting.set",
+            "user.delete",
+            "epoch.bump"
+        ]
+    );
+    // Strictly increasing seq, epoch stamped, RFC 3339 UTC timestamps, JSON payloads.
+    for w in log.windows(2) {
+        assert!(w[0].seq < w[1].seq);
+    }
+    assert!(log[..7].iter().all(|e| e.epoch == 1));
+    assert_eq!(log[7].epoch, 2);
+    for e in &log {
+        assert!(e.at.ends_with('Z'), "{}", e.at);
+        chrono::DateTime::parse_from_rfc3339(&e.at).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&e.payload).unwrap();
+        assert!(v.is_object());
+    }
+    assert_eq!(log[1].actor, "alice");
+    assert_eq!(
+        store.setting("opcua.port").await.unwrap().as_deref(),
+        Some("4841")
+    );
+    assert_eq!(store.setting("missing").await.unwrap(), None);
+
+    // Paging.
+    let page = store.change_log_since(log[2].seq, 2).await.unwrap();
+    assert_eq!(page.len(), 2);
+    assert_eq!(page[0].seq, log[3].seq);
+    assert_eq!(store.last_seq().await.unwrap(), log[7].seq);
+}
+
+#[tokio::test]
+async fn verify_user_right_wrong_unknown() {
+    let (_dir, _path, store) = open_temp().await;
+    store
+        .add_user("setup", "alice", PW, Role::Operator)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.verify_user("alice", PW).await.unwrap(),
+        Some(Role::Operator)
+    );
+    assert_eq!(
+        store.verify_user("alice", "wrong-password").await.unwrap(),
+        None
+    );
+    assert_eq!(store.verify_user("mallory", PW).await.unwrap(), None);
+    assert_eq!(store.verify_user("alice", "").await.unwrap(), None);
+
+    store
+        .set_password("setup", "alice", "brand-new-secret")
+        .await
+        .unwrap();
+    assert_eq!(store.verify_user("alice", PW).await.unwrap(), None);
+    assert_eq!(
+        store
+            .verify_user("alice", "brand-new-secret")
+            .await
+            .unwrap(),
+        Some(Role::Operator)
+    );
+    assert_eq!(
+        store.list_users().await.unwrap(),
+        vec![("alice".to_owned(), Role::Operator)]
+    );
+}
+
+#[tokio::test]
+async fn passwords_never_stored_or_logged_in_clear() {
+    let (_dir, path, store) = open_temp().await;
+    let secret1 = "Sup3r-Secret-Pa55word";
+    let secret2 = "Other-Secret-Pa55word";
+    store
+        .add_user("setup", "alice", secret1, Role::Admin)
+        .await
+        .unwrap();
+    store.set_password("setup", "alice", secret2).await.unwrap();
+
+    // Hash is argon2id and appears nowhere in the log.
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(SqliteConnectOptions::new().filename(&path))
+        .await
+        .unwrap();
+    let hash: String = sqlx::query_scalar("SELECT password_hash FROM users WHERE name = 'alice'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+
+    for entry in store.change_log_since(0, 100).await.unwrap() {
+        for needle in [secret1, secret2, hash.as_str(), "argon2"] {
+            assert!(!entry.payload.contains(needle), "{}", entry.payload);
+        }
+    }
+    let raw = raw_db_bytes(&path);
+    assert!(contains(&raw, b"alice"), "sanity: raw scan sees data");
+    assert!(!contains(&raw, secret1.as_bytes()));
+    assert!(!contains(&raw, secret2.as_bytes()));
+}
+
+#[tokio::test]
+async fn trust_add_then_status_and_pem() {
+    let (_dir, _path, store) = open_temp().await;
+    let der = make_cert("Peer A", "urn:test:peer-a");
+    assert_eq!(store.cert_status(&der).await.unwrap(), None);
+
+    let info = store
+        .trust_add("alice", &der, CertKind::Trusted)
+        .await
+        .unwrap();
+    assert_eq!(info.kind, CertKind::Trusted);
+    assert_eq!(info.application_uri.as_deref(), Some("urn:test:peer-a"));
+    assert!(info.subject.contains("CN=Peer A"), "{}", info.subject);
+    assert_eq!(info.not_before, "2024-01-01T00:00:00Z");
+    assert_eq!(info.not_after, "2034-01-01T00:00:00Z");
+    assert_eq!(info.thumbprint.len(), 40);
+    assert!(info
+        .thumbprint
+        .chars()
+        .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    assert_eq!(info.der, der);
+    assert_eq!(
+        store.cert_status(&der).await.unwrap(),
+        Some(CertKind::Trusted)
+    );
+
+    let listed = store.certs(CertKind::Trusted).await.unwrap();
+    assert_eq!(listed, vec![info.clone()]);
+    assert!(store.certs(CertKind::Issuer).await.unwrap().is_empty());
+
+    let log = store.change_log_since(0, 10).await.unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].kind, "trust.add");
+    let payload: serde_json::Value = serde_json::from_str(&log[0].payload).unwrap();
+    assert_eq!(payload["thumbprint"], info.thumbprint.as_str());
+    assert_eq!(payload["der"].as_str().unwrap(), hex::encode(&der));
+
+    // PEM of another cert, as an issuer.
+    let (ca, _key) = make_ca();
+    let ca_info = store
+        .trust_add_pem_or_der("alice", ca.pem().as_bytes(), CertKind::Issuer)
+        .await
+        .unwrap();
+    assert_eq!(ca_info.der, ca.der().to_vec());
+    assert_eq!(
+        store.cert_status(ca.der()).await.unwrap(),
+        Some(CertKind::Issuer)
+    );
+    // DER through the same entry point.
+    let der_b = make_cert("Peer B", "urn:test:peer-b");
+    store
+        .trust_add_pem_or_der("alice", &der_b, CertKind::Trusted)
+        .await
+        .unwrap();
+    assert_eq!(store.certs(CertKind::Trusted).await.unwrap().len(), 2);
+
+    // Remove by upper-case, colon-separated thumbprint.
+    let pretty = info
+        .thumbprint
+        .to_uppercase()
+        .as_bytes()
+        .chunks(2)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect::<Vec<_>>()
+        .join(":");
+    store.trust_remove("alice", &pretty).await.unwrap();
+    assert_eq!(store.cert_status(&der).await.unwrap(), None);
+    assert_eq!(log_len(&store).await, 4);
+}
+
+#[tokio::test]
+async fn garbage_certificates_refused_without_log() {
+    let (_dir, _path, store) = open_temp().await;
+    let good = make_cert("Peer", "urn:test:peer");
+    let mut truncated = good.clone();
+    truncated.truncate(good.len() / 2);
+    let mut trailing = good.clone();
+    trailing.push(0);
+    let garbage: [&[u8]; 5] = [
+        b"",
+        b"not a certificate",
+        &truncated,
+        &trailing,
+        b"\x30\x00",
+    ];
+    for bad in garbage {
+        assert!(matches!(
+            store.trust_add("alice", bad, CertKind::Trusted).await,
+            Err(StoreError::Invalid { .. })
+        ));
+        assert!(matches!(
+            store
+                .trust_add_pem_or_der("alice", bad, CertKind::Trusted)
+                .await,
+            Err(StoreError::Invalid { .. })
+        ));
+        assert!(matches!(
+            store.record_rejected(bad).await,
+            Err(StoreError::Invalid { .. })
+        ));
+    }
+    assert!(matches!(
+        store.trust_add("alice", &good, CertKind::Rejected).await,
+        Err(StoreError::Invalid { .. })
+    ));
+    assert!(matches!(
+        store.add_crl("alice", b"garbage").await,
+        Err(StoreError::Invalid { .. })
+    ));
+    assert_eq!(log_len(&store).await, 0);
+    assert!(store.certs(CertKind::Trusted).await.unwrap().is_empty());
+    assert!(store.certs(CertKind::Rejected).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn rejected_dedupes_and_trust_add_moves_it() {
+    let (_dir, _path, store) = open_temp().await;
+    let der = make_cert("Stranger", "urn:test:stranger");
+
+    store.record_rejected(&der).await.unwrap();
+    store.record_rejected(&der).await.unwrap();
+    let rejected = store.certs(CertKind::Rejected).await.unwrap();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(
+        store.cert_status(&der).await.unwrap(),
+        Some(CertKind::Rejected)
+    );
+    let log = store.change_log_since(0, 10).await.unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].kind, "trust.reject");
+    assert_eq!(log[0].actor, "engine");
+
+    let info = store
+        .trust_add("alice", &der, CertKind::Trusted)
+        .await
+        .unwrap();
+    assert_eq!(info.first_seen, rejected[0].first_seen);
+    assert!(store.certs(CertKind::Rejected).await.unwrap().is_empty());
+    assert_eq!(
+        store.cert_status(&der).await.unwrap(),
+        Some(CertKind::Trusted)
+    );
+    let log = store.change_log_since(0, 10).await.unwrap();
+    assert_eq!(log.len(), 2);
+    let payload: serde_json::Value = serde_json::from_str(&log[1].payload).unwrap();
+    assert_eq!(payload["previous_kind"], "rejected");
+
+    // Rejecting an already trusted cert changes nothing.
+    store.record_rejected(&der).await.unwrap();
+    assert_eq!(
+        store.cert_status(&der).await.unwrap(),
+        Some(CertKind::Trusted)
+    );
+    assert_eq!(log_len(&store).await, 2);
+}
+
+#[tokio::test]
+async fn rejected_list_is_capped() {
+    let (_dir, _path, store) = open_temp().await;
+    let first = make_cert("Flood 0", "urn:test:flood:0");
+    store.record_rejected(&first).await.unwrap();
+    let mut last = Vec::new();
+    for i in 1..=REJECTED_CAP {
+        last = make_cert(&format!("Flood {i}"), &format!("urn:test:flood:{i}"));
+        store.record_rejected(&last).await.unwrap();
+    }
+    let rejected = store.certs(CertKind::Rejected).await.unwrap();
+    assert_eq!(rejected.len() as i64, REJECTED_CAP);
+    // The oldest was dropped, the newest kept.
+    assert_eq!(store.cert_status(&first).await.unwrap(), None);
+    assert_eq!(
+        store.cert_status(&last).await.unwrap(),
+        Some(CertKind::Rejected)
+    );
+}
+
+#[tokio::test]
+async fn crls_added_replaced_and_refused_when_older() {
+    let (_dir, _path, store) = open_temp().await;
+    let (ca, key) = make_ca();
+    let crl5 = make_crl(&ca, &key, 5);
+    store.add_crl("alice", crl5.der()).await.unwrap();
+    assert_eq!(store.crls().await.unwrap(), vec![crl5.der().to_vec()]);
+
+    // Newer one via PEM replaces it.
+    let crl9 = make_crl(&ca, &key, 9);
+    store
+        .add_crl("alice", crl9.pem().unwrap().as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(store.crls().await.unwrap(), vec![crl9.der().to_vec()]);
+
+    // Older one is refused.
+    assert!(matches!(
+        store.add_crl("alice", crl5.der()).await,
+        Err(StoreError::Invalid { .. })
+    ));
+    let kinds: Vec<String> = store
+        .change_log_since(0, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, ["crl.add", "crl.add"]);
+}
+
+#[tokio::test]
+async fn reopen_keeps_data() {
+    let (_dir, path, store) = open_temp().await;
+    let der = make_cert("Peer", "urn:test:peer");
+    store
+        .add_user("setup", "alice", PW, Role::Admin)
+        .await
+        .unwrap();
+    store
+        .trust_add("alice", &der, CertKind::Trusted)
+        .await
+        .unwrap();
+    store
+        .set_setting("alice", "site.name", "Hall 3")
+        .await
+        .unwrap();
+    store.bump_epoch("pair").await.unwrap();
+    let log_before = store.change_log_since(0, 100).await.unwrap();
+    store.close().await;
+    drop(store);
+
+    let store = Store::open(&path).await.unwrap();
+    assert_eq!(
+        store.verify_user("alice", PW).await.unwrap(),
+        Some(Role::Admin)
+    );
+    assert_eq!(
+        store.cert_status(&der).await.unwrap(),
+        Some(CertKind::Trusted)
+    );
+    assert_eq!(
+        store.setting("site.name").await.unwrap().as_deref(),
+        Some("Hall 3")
+    );
+    assert_eq!(store.epoch().await.unwrap(), 2);
+    assert_eq!(store.change_log_since(0, 100).await.unwrap(), log_before);
+
+    // Sequence continues after reopen.
+    store
+        .set_setting("alice", "site.name", "Hall 4")
+        .await
+        .unwrap();
+    let log = store.change_log_since(0, 100).await.unwrap();
+    assert_eq!(log.len(), log_before.len() + 1);
+    assert!(log[log.len() - 1].seq > log_before[log_before.len() - 1].seq);
+}
+
+#[tokio::test]
+async fn change_log_is_append_only_at_the_sql_level() {
+    let (_dir, path, store) = open_temp().await;
+    store.set_setting("alice", "a", "1").await.unwrap();
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(SqliteConnectOptions::new().filename(&path))
+        .await
+        .unwrap();
+    assert!(sqlx::query("UPDATE change_log SET actor = 'x'")
+        .execute(&pool)
+        .await
+        .is_err());
+    assert!(sqlx::query("DELETE FROM change_log")
+        .execute(&pool)
+        .await
+        .is_err());
+    pool.close().await;
+    assert_eq!(log_len(&store).await, 1);
+}
+
+#[tokio::test]
+async fn concurrent_writers_all_succeed() {
+    let (_dir, _path, store) = open_temp().await;
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let s = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..10 {
+                s.set_setting("alice", &format!("k{t}"), &i.to_string())
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(log_len(&store).await, 80);
+}
