@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Installs the interop test peers; idempotent and quick when nothing changed.
+#   - .venv (python3 -m venv) with tests/interop/python/requirements.txt (asyncua, pytest, ...)
+#   - tests/interop/node/node_modules from package-lock.json (node-opcua)
+# Each part is skipped while its stamp (hash of its inputs and the interpreter version) matches.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+log() { printf 'test-setup: %s\n' "$*"; }
+need() { command -v "$1" >/dev/null 2>&1 || { log "missing required tool: $1"; exit 1; }; }
+hash_of() { cat "$@" | sha256sum | cut -d' ' -f1; }
+
+need python3
+need node
+need npm
+node_major="$(node -p 'process.versions.node.split(".")[0]')"
+if [ "$node_major" -lt 20 ]; then
+  log "node >= 20 required (found $(node --version))"
+  exit 1
+fi
+
+# --- Python: .venv -------------------------------------------------------------------
+VENV="$ROOT/.venv"
+REQ="tests/interop/python/requirements.txt"
+PY_STAMP="$VENV/.uagate-requirements.sha256"
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+  log "creating $VENV"
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+fi
+py_want="$( { cat "$REQ"; "$VENV/bin/python" --version; } | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$PY_STAMP" 2>/dev/null || true)" = "$py_want" ]; then
+  log "python requirements up to date"
+else
+  log "installing python requirements ($REQ)"
+  "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input -q -r "$REQ"
+  printf '%s\n' "$py_want" >"$PY_STAMP"
+fi
+
+# --- Node: tests/interop/node/node_modules --------------------------------------------
+NODE_DIR="tests/interop/node"
+NODE_STAMP="$NODE_DIR/node_modules/.uagate-stamp"
+node_inputs() {
+  local f
+  for f in "$NODE_DIR/package.json" "$NODE_DIR/package-lock.json"; do
+    [ -f "$f" ] && cat "$f"
+  done
+  node --version
+}
+node_want="$(node_inputs | sha256sum | cut -d' ' -f1)"
+if [ -d "$NODE_DIR/node_modules" ] && [ "$(cat "$NODE_STAMP" 2>/dev/null || true)" = "$node_want" ]; then
+  log "node modules up to date"
+else
+  if [ -f "$NODE_DIR/package-lock.json" ]; then
+    log "npm ci in $NODE_DIR"
+    (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error)
+  else
+    log "npm install in $NODE_DIR (no package-lock.json yet)"
+    (cd "$NODE_DIR" && npm install --no-audit --no-fund --loglevel=error)
+  fi
+  node_inputs | sha256sum | cut -d' ' -f1 >"$NODE_STAMP"
+fi
+log "done"

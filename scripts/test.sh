@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The one test command: set-up, build, Rust tests, then the interop suites (Python asyncua,
+# node-opcua) against the freshly built uagate binary. Every step is bounded in time.
+# Exit status is non-zero if any step failed; the last line summarises the steps.
+#
+# Environment:
+#   UAGATE_BIN             binary the interop suites start (default: <target>/debug/uagate)
+#   UAGATE_INTEROP_TARGET  uagate (default) | asyncua-server (harness self-check)
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+export UAGATE_BIN="${UAGATE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/uagate}"
+export UAGATE_INTEROP_TARGET="${UAGATE_INTEROP_TARGET:-uagate}"
+
+results=()
+failed=0
+
+# step NAME MAX_DURATION CMD...: runs CMD under `timeout`, records ok/FAILED.
+step() {
+  local name="$1" limit="$2"
+  shift 2
+  printf '\n=== %s: %s\n' "$name" "$*"
+  local start=$SECONDS rc=0
+  timeout --kill-after=30s "$limit" "$@" || rc=$?
+  local took=$((SECONDS - start))
+  if [ "$rc" -eq 0 ]; then
+    results+=("$name ok (${took}s)")
+  else
+    [ "$rc" -eq 124 ] && printf '=== %s: timed out after %s\n' "$name" "$limit"
+    results+=("$name FAILED rc=$rc (${took}s)")
+    failed=$((failed + 1))
+  fi
+  return "$rc"
+}
+
+summary() {
+  local IFS=';'
+  printf '\n=== test.sh summary: %s\n' "${results[*]}"
+  if [ "$failed" -eq 0 ]; then
+    echo "test.sh: ALL STEPS PASSED"
+  else
+    echo "test.sh: $failed STEP(S) FAILED"
+  fi
+}
+
+# Set-up and build: nothing after them makes sense if they fail.
+if ! step setup 20m bash scripts/test-setup.sh || ! step build 45m cargo build --workspace; then
+  summary
+  exit 1
+fi
+
+if command -v cargo-nextest >/dev/null 2>&1; then
+  step rust 30m cargo nextest run --workspace --no-tests=warn
+else
+  step rust 30m cargo test --workspace
+fi
+
+if [ "$UAGATE_INTEROP_TARGET" = "uagate" ] && [ ! -x "$UAGATE_BIN" ]; then
+  echo "note: $UAGATE_BIN does not exist after the build; the interop suites will fail"
+fi
+step interop-python 20m .venv/bin/python -m pytest tests/interop/python
+step interop-node 20m node --test tests/interop/node/
+
+summary
+[ "$failed" -eq 0 ]

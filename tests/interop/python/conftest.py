@@ -1,0 +1,273 @@
+"""Fixtures for the Python (asyncua) interop suite.
+
+Every test gets its own temporary data directory and its own server process, started
+from here and stopped at teardown. The server under test is chosen with
+UAGATE_INTEROP_TARGET:
+
+- `uagate` (default): the binary at $UAGATE_BIN (default target/debug/uagate of this
+  repository). The tests never build it; scripts/test.sh does.
+- `asyncua-server`: the asyncua package's example server (selfcheck_server.py), used to
+  check the harness itself. Tests marked `uagate_only` are skipped in this mode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parents[2]
+
+TARGET = os.environ.get("UAGATE_INTEROP_TARGET", "uagate")
+TARGETS = ("uagate", "asyncua-server")
+SELF_CHECK = TARGET == "asyncua-server"
+UAGATE_BIN = Path(os.environ.get("UAGATE_BIN", str(REPO_ROOT / "target" / "debug" / "uagate")))
+
+READY_TIMEOUT_S = 60.0
+CLI_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+READY_RE = re.compile(r"^READY opc\.tcp=(opc\.tcp://127\.0\.0\.1:(\d+)/)$")
+
+MINIMAL_CONFIG = """\
+[listen]
+opc_tcp = "127.0.0.1:0"
+[server]
+application_name = "uagate-test"
+"""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if TARGET not in TARGETS:
+        raise pytest.UsageError(f"UAGATE_INTEROP_TARGET={TARGET!r}; expected one of {', '.join(TARGETS)}")
+    config.addinivalue_line("markers", "uagate_only: needs the uagate CLI (trust/user); skipped in self-check mode")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    where = UAGATE_BIN if TARGET == "uagate" else "asyncua example server"
+    return f"interop target: {TARGET} ({where})"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not SELF_CHECK:
+        return
+    skip = pytest.mark.skip(reason="uagate-only test (UAGATE_INTEROP_TARGET=asyncua-server)")
+    for item in items:
+        if "uagate_only" in item.keywords:
+            item.add_marker(skip)
+
+
+@dataclass(frozen=True)
+class TrustEntry:
+    """One line of `uagate trust list` / `uagate trust rejected`."""
+
+    thumbprint: str
+    subject: str
+    application_uri: str | None
+
+
+def sha1_thumbprint(der: bytes) -> str:
+    """The certificate thumbprint as uagate prints it: SHA-1 of the DER bytes, lower-case hex."""
+    return hashlib.sha1(der).hexdigest()
+
+
+def parse_trust_lines(text: str) -> list[TrustEntry]:
+    """Parse `<sha1-hex> <subject> <application-uri-or-->` lines (the subject may contain spaces)."""
+    entries = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        thumb, _, rest = line.partition(" ")
+        subject, _, uri = rest.rpartition(" ")
+        assert re.fullmatch(r"[0-9a-fA-F]{40}", thumb), f"bad thumbprint in trust line {line!r}"
+        entries.append(TrustEntry(thumb.lower(), subject, None if uri == "-" else uri))
+    return entries
+
+
+class ServerTarget:
+    """One server under test: a data directory plus (after `start`) a running process.
+
+    The uagate CLI helpers (`user_add`, `trust_*`) work before and after `start`.
+    `trust_client` and `user_add` are no-ops for the asyncua example server, which
+    accepts every client certificate and every user name.
+    """
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.kind = TARGET
+        self.tmp = tmp_path
+        self.data_dir = tmp_path / "data"
+        self.data_dir.mkdir()
+        self.log_path = tmp_path / "server.log"
+        self.proc: subprocess.Popen[str] | None = None
+        self.url: str | None = None
+        self._stdout_lines: queue.Queue[str | None] = queue.Queue()
+        if self.kind == "uagate":
+            if not UAGATE_BIN.is_file():
+                pytest.fail(f"uagate binary not found at {UAGATE_BIN} (build it with `cargo build` or set UAGATE_BIN)")
+            config = tmp_path / "uagate.toml"
+            config.write_text(MINIMAL_CONFIG)
+            self.cli("config", "import", str(config))
+
+    # -- uagate CLI ---------------------------------------------------------------------
+    def cli(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run `uagate --data DIR ARGS...` with a bounded wait; fail the test on non-zero exit."""
+        assert self.kind == "uagate", "the uagate CLI only exists for the uagate target"
+        cmd = [str(UAGATE_BIN), "--data", str(self.data_dir), *args]
+        done = subprocess.run(
+            cmd,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_S,
+            stdin=None if stdin is not None else subprocess.DEVNULL,
+        )
+        if check and done.returncode != 0:
+            pytest.fail(f"{' '.join(cmd)} exited {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}")
+        return done
+
+    def user_add(self, name: str, role: str, password: str) -> None:
+        if self.kind == "uagate":
+            self.cli("user", "add", name, "--role", role, stdin=password + "\n")
+
+    def trust_add(self, cert_file: Path) -> None:
+        self.cli("trust", "add", str(cert_file))
+
+    def trust_list(self) -> list[TrustEntry]:
+        return parse_trust_lines(self.cli("trust", "list").stdout)
+
+    def trust_rejected(self) -> list[TrustEntry]:
+        return parse_trust_lines(self.cli("trust", "rejected").stdout)
+
+    def trust_client(self, cert_file: Path) -> None:
+        """Make the server accept this client certificate (uagate: `trust add`)."""
+        if self.kind == "uagate":
+            self.trust_add(cert_file)
+
+    # -- process ------------------------------------------------------------------------
+    def start(self) -> str:
+        """Start the server, wait (bounded) for its READY line and return the endpoint URL."""
+        assert self.proc is None, "already started"
+        if self.kind == "uagate":
+            cmd = [str(UAGATE_BIN), "--data", str(self.data_dir), "run"]
+        else:
+            cmd = [sys.executable, str(HERE / "selfcheck_server.py"), "--dir", str(self.data_dir)]
+        log = self.log_path.open("w")
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**os.environ, "RUST_BACKTRACE": "1"},
+        )
+        log.close()
+        threading.Thread(target=self._pump_stdout, daemon=True).start()
+        try:
+            line = self._stdout_lines.get(timeout=READY_TIMEOUT_S)
+        except queue.Empty:
+            self.stop()
+            pytest.fail(f"no READY line within {READY_TIMEOUT_S}s from {' '.join(cmd)}\n{self.log_tail()}")
+        if line is None:
+            self.stop()
+            pytest.fail(f"server exited before READY: {' '.join(cmd)}\n{self.log_tail()}")
+        match = READY_RE.match(line)
+        if not match:
+            self.stop()
+            pytest.fail(f"first stdout line is not a READY line: {line!r}\n{self.log_tail()}")
+        self.url = match.group(1)
+        return self.url
+
+    def _pump_stdout(self) -> None:
+        # Keeps draining stdout after READY so the server never blocks on a full pipe.
+        assert self.proc is not None and self.proc.stdout is not None
+        first = True
+        for raw in self.proc.stdout:
+            if first:
+                self._stdout_lines.put(raw.rstrip("\r\n"))
+                first = False
+        if first:
+            self._stdout_lines.put(None)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; idempotent."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=STOP_TIMEOUT_S)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no server log)"
+        return "server log (tail):\n" + "\n".join(text.splitlines()[-lines:])
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Iterator[ServerTarget]:
+    """A prepared but not yet started server (own data dir); stopped at teardown."""
+    t = ServerTarget(tmp_path)
+    try:
+        yield t
+    finally:
+        t.stop()
+
+
+@pytest.fixture
+def server(target: ServerTarget) -> ServerTarget:
+    """A started server; `server.url` is its opc.tcp endpoint URL."""
+    target.start()
+    return target
+
+
+@dataclass(frozen=True)
+class ClientCert:
+    """A client application instance certificate generated for one test."""
+
+    app_uri: str
+    cert_der: Path
+    key_pem: Path
+
+    @property
+    def thumbprint(self) -> str:
+        return sha1_thumbprint(self.cert_der.read_bytes())
+
+
+CLIENT_APP_URI = "urn:uagate-interop:python-client"
+
+
+@pytest.fixture
+async def client_cert(tmp_path: Path) -> ClientCert:
+    """Self-signed RSA-2048 client certificate whose URI SAN is the client's ApplicationUri."""
+    from asyncua.crypto.cert_gen import setup_self_signed_certificate
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    pki = tmp_path / "client-pki"
+    pki.mkdir()
+    cert = pki / "client-cert.der"
+    key = pki / "client-key.pem"
+    await setup_self_signed_certificate(
+        key,
+        cert,
+        CLIENT_APP_URI,
+        "localhost",
+        [ExtendedKeyUsageOID.CLIENT_AUTH],
+        {"commonName": "uagate-interop-python", "organizationName": "uagate tests"},
+    )
+    return ClientCert(CLIENT_APP_URI, cert, key)
