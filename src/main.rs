@@ -1,1 +1,283 @@
-fn main() {}
+#![forbid(unsafe_code)]
+//! The `uagate` binary: command-line parsing only; every command calls into
+//! the gateway crates.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use uagate_config::Config;
+use uagate_store::{CertKind, Role, Store};
+
+/// uagate: OPC UA edge gateway.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Data directory (SQLite database, PKI).
+    #[arg(
+        long,
+        env = "UAGATE_DATA",
+        default_value = "./uagate-data",
+        global = true
+    )]
+    data: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway with the stored configuration (defaults when none was imported).
+    Run,
+    /// Run the gateway and a simulated field server with an embedded demo configuration.
+    Demo,
+    /// Run a standalone simulated field server.
+    Sim {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:4841")]
+        listen: std::net::SocketAddr,
+        /// PKI directory of the simulator.
+        #[arg(long, default_value = "./uagate-sim-pki")]
+        pki: PathBuf,
+    },
+    /// Manage console and OPC UA users.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+    /// Manage the certificate trust list.
+    Trust {
+        #[command(subcommand)]
+        command: TrustCommand,
+    },
+    /// Import or export the configuration document.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Add a user; the password is read from standard input (first line).
+    Add {
+        /// Login name.
+        name: String,
+        /// Role of the user.
+        #[arg(long, value_enum)]
+        role: RoleArg,
+    },
+    /// List users and their roles.
+    List,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum RoleArg {
+    Admin,
+    Operator,
+    Viewer,
+}
+
+#[derive(Subcommand)]
+enum TrustCommand {
+    /// Trust a certificate file (PEM or DER); takes effect without restart.
+    Add {
+        /// Certificate file.
+        file: PathBuf,
+        /// Add as an issuer (CA) certificate instead of an application certificate.
+        #[arg(long)]
+        issuer: bool,
+    },
+    /// List trusted certificates: `<thumbprint> <subject> <application-uri>`.
+    List,
+    /// List rejected certificates awaiting a decision, same format.
+    Rejected,
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a TOML configuration document and store it (used at the next start).
+    Import {
+        /// The TOML file.
+        file: PathBuf,
+    },
+    /// Print the stored configuration document.
+    Export,
+}
+
+/// The settings key under which the imported configuration document lives.
+const CONFIG_KEY: &str = "config.document";
+/// The actor recorded in the change log for CLI changes.
+const CLI_ACTOR: &str = "cli";
+
+/// The demo configuration compiled into the binary.
+const DEMO_CONFIG: &str = r#"
+[listen]
+opc_tcp = "127.0.0.1:4840"
+
+[server]
+application_name = "uagate-demo"
+"#;
+
+async fn open_store(data: &Path) -> Result<Store> {
+    std::fs::create_dir_all(data)
+        .with_context(|| format!("cannot create data directory {}", data.display()))?;
+    Ok(Store::open(&data.join("uagate.db")).await?)
+}
+
+async fn load_config(store: &Store) -> Result<Config> {
+    match store.setting(CONFIG_KEY).await? {
+        Some(text) => Ok(Config::from_toml(&text).context("stored configuration is invalid")?),
+        None => Ok(Config::default()),
+    }
+}
+
+async fn wait_for_stop() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
+    let gateway = uagate_server::start(config, store, data).await?;
+    println!("READY opc.tcp={}", gateway.endpoint_url);
+    wait_for_stop().await;
+    gateway.shutdown().await;
+    Ok(())
+}
+
+fn print_certs(certs: &[uagate_store::CertInfo]) {
+    for c in certs {
+        println!(
+            "{} {} {}",
+            c.thumbprint,
+            c.subject,
+            c.application_uri.as_deref().unwrap_or("-")
+        );
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run => {
+            let store = open_store(&cli.data).await?;
+            let config = load_config(&store).await?;
+            serve(&cli.data, config, store).await
+        }
+        Command::Demo => {
+            let store = open_store(&cli.data).await?;
+            let config = Config::from_toml(DEMO_CONFIG)?;
+            let sim = uagate_sim::start(uagate_sim::SimConfig {
+                listen: ([127, 0, 0, 1], 0).into(),
+                pki_dir: cli.data.join("sim-pki"),
+                ..Default::default()
+            })
+            .await?;
+            println!("simulated field server at {}", sim.endpoint_url);
+            let r = serve(&cli.data, config, store).await;
+            sim.cancel();
+            r
+        }
+        Command::Sim { listen, pki } => {
+            let sim = uagate_sim::start(uagate_sim::SimConfig {
+                listen,
+                pki_dir: pki,
+                ..Default::default()
+            })
+            .await?;
+            println!("READY opc.tcp={}", sim.endpoint_url);
+            wait_for_stop().await;
+            sim.cancel();
+            sim.stopped().await;
+            Ok(())
+        }
+        Command::User { command } => {
+            let store = open_store(&cli.data).await?;
+            match command {
+                UserCommand::Add { name, role } => {
+                    let mut password = String::new();
+                    std::io::stdin()
+                        .read_to_string(&mut password)
+                        .context("cannot read the password from standard input")?;
+                    let password = password.lines().next().unwrap_or_default();
+                    let role = match role {
+                        RoleArg::Admin => Role::Admin,
+                        RoleArg::Operator => Role::Operator,
+                        RoleArg::Viewer => Role::Viewer,
+                    };
+                    store.add_user(CLI_ACTOR, &name, password, role).await?;
+                    println!("user {name} added as {role}");
+                }
+                UserCommand::List => {
+                    for (name, role) in store.list_users().await? {
+                        println!("{name} {role}");
+                    }
+                }
+            }
+            Ok(())
+        }
+        Command::Trust { command } => {
+            let store = open_store(&cli.data).await?;
+            match command {
+                TrustCommand::Add { file, issuer } => {
+                    let bytes = std::fs::read(&file)
+                        .with_context(|| format!("cannot read {}", file.display()))?;
+                    let kind = if issuer {
+                        CertKind::Issuer
+                    } else {
+                        CertKind::Trusted
+                    };
+                    let info = store.trust_add_pem_or_der(CLI_ACTOR, &bytes, kind).await?;
+                    println!("trusted {} {}", info.thumbprint, info.subject);
+                }
+                TrustCommand::List => {
+                    print_certs(&store.certs(CertKind::Trusted).await?);
+                    print_certs(&store.certs(CertKind::Issuer).await?);
+                }
+                TrustCommand::Rejected => print_certs(&store.certs(CertKind::Rejected).await?),
+            }
+            Ok(())
+        }
+        Command::Config { command } => {
+            let store = open_store(&cli.data).await?;
+            match command {
+                ConfigCommand::Import { file } => {
+                    let text = std::fs::read_to_string(&file)
+                        .with_context(|| format!("cannot read {}", file.display()))?;
+                    let config = match Config::from_toml(&text) {
+                        Ok(c) => c,
+                        Err(e) => bail!("{e}"),
+                    };
+                    store
+                        .set_setting(CLI_ACTOR, CONFIG_KEY, &config.to_toml())
+                        .await?;
+                    println!("configuration imported");
+                }
+                ConfigCommand::Export => print!("{}", load_config(&store).await?.to_toml()),
+            }
+            Ok(())
+        }
+    }
+}

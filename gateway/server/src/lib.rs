@@ -1,1 +1,237 @@
 #![forbid(unsafe_code)]
+//! The northbound OPC UA server engine: opc.tcp listener and connection
+//! drivers around the sans-IO protocol core, sessions, and the services on
+//! the local address space.
+
+pub mod endpoints;
+pub mod error;
+pub mod pki;
+mod services;
+pub mod session;
+pub mod tcp;
+pub mod throttle;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicUsize};
+use std::sync::Arc;
+use std::time::Duration;
+
+use opcua_crypto::{SecurityPolicy, X509};
+use opcua_types::{ApplicationDescription, ByteString, MessageSecurityMode};
+use parking_lot::{Mutex, RwLock};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uagate_config::{Config, UserToken};
+use uagate_space::{BuildInfo, LocalSpace, SpaceLimits};
+use uagate_store::Store;
+
+pub use error::{ServiceError, StartError};
+
+/// What the engine knows about an open secure channel; built when the
+/// channel opens and passed to every service call on it.
+#[derive(Debug, Clone)]
+pub struct ChannelInfo {
+    /// Server-assigned channel id.
+    pub channel_id: u32,
+    /// Channel security policy.
+    pub policy: SecurityPolicy,
+    /// Channel security mode.
+    pub mode: MessageSecurityMode,
+    /// Client certificate (DER) from the OpenSecureChannel; null on None.
+    pub client_certificate: ByteString,
+    /// The parsed client certificate.
+    pub client_cert: Option<X509>,
+    /// Identity tokens the matching endpoint offers.
+    pub tokens: Vec<UserToken>,
+}
+
+/// Shared state of the running server.
+pub struct Engine {
+    config: Config,
+    store: Store,
+    identity: pki::Identity,
+    application: ApplicationDescription,
+    offered: Vec<endpoints::Offered>,
+    space: RwLock<LocalSpace>,
+    sessions: Mutex<session::Sessions>,
+    throttle: throttle::Throttle,
+    next_channel_id: AtomicU32,
+    channels: AtomicUsize,
+}
+
+/// A running gateway; dropping it does not stop it, call [`Gateway::shutdown`].
+pub struct Gateway {
+    /// Where opc.tcp actually listens (the port is resolved when 0 was configured).
+    pub opc_tcp_addr: SocketAddr,
+    /// The opc.tcp endpoint URL advertised to clients.
+    pub endpoint_url: String,
+    /// The engine, for in-process inspection (tests, console).
+    pub engine: Arc<Engine>,
+    cancel: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Gateway {
+    /// Stops accepting, closes every connection and waits for the tasks.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+
+    /// A token cancelled when the gateway shuts down.
+    pub fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+}
+
+impl Engine {
+    /// The store the engine reads users and the trust list from.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Number of sessions (created and active).
+    pub fn session_count(&self) -> usize {
+        self.sessions.lock().len()
+    }
+
+    /// The offered endpoints.
+    pub fn endpoints(&self) -> &[endpoints::Offered] {
+        &self.offered
+    }
+
+    /// Removes timed-out sessions; run every second by the housekeeping task.
+    fn expire_sessions(&self) {
+        let mut sessions = self.sessions.lock();
+        for id in sessions.expire(std::time::Instant::now()) {
+            tracing::info!(session = %id, "session timed out");
+        }
+        self.space
+            .write()
+            .set_current_session_count(sessions.len() as u32);
+    }
+}
+
+fn host_name() -> String {
+    opcua_crypto::hostname().unwrap_or_else(|_| "localhost".into())
+}
+
+/// Starts the gateway: binds the listeners, loads or creates the instance
+/// certificate in `data_dir`, and spawns the accept loop and housekeeping.
+pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gateway, StartError> {
+    let listener = tokio::net::TcpListener::bind(config.listen.opc_tcp)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: config.listen.opc_tcp,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: config.listen.opc_tcp,
+        source,
+    })?;
+    let hostname = host_name();
+    let host = match &config.listen.public_host {
+        Some(h) => h.clone(),
+        None if addr.ip().is_unspecified() => hostname.clone(),
+        None => addr.ip().to_string(),
+    };
+    let endpoint_url = format!("opc.tcp://{host}:{}/", addr.port());
+    let application_uri = config
+        .server
+        .application_uri
+        .clone()
+        .unwrap_or_else(|| format!("urn:uagate:{hostname}"));
+    let mut hosts = vec![
+        hostname.clone(),
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+    ];
+    if !addr.ip().is_unspecified() && !hosts.contains(&addr.ip().to_string()) {
+        hosts.push(addr.ip().to_string());
+    }
+    if !hosts.contains(&host) {
+        hosts.push(host.clone());
+    }
+    let identity = pki::load_or_create(
+        data_dir,
+        &config.server.application_name,
+        &application_uri,
+        &hosts,
+    )?;
+    let application = endpoints::application(
+        &config.server.application_name,
+        &application_uri,
+        &endpoint_url,
+    );
+    let offered = endpoints::build(
+        &endpoint_url,
+        &application,
+        &identity.cert.as_byte_string(),
+        &config.effective_endpoints(),
+    );
+    let s = &config.server;
+    let limits = SpaceLimits {
+        max_nodes_per_read: s.max_nodes_per_read,
+        max_nodes_per_browse: s.max_nodes_per_browse,
+        max_nodes_per_translate: s.max_nodes_per_translate,
+        max_nodes_per_register: s.max_nodes_per_register,
+        max_references_per_node: s.max_references_per_node,
+        max_browse_continuation_points: s.max_browse_continuation_points,
+        max_sessions: s.max_session_count,
+        max_byte_string_length: s.max_message_size,
+        ..SpaceLimits::default()
+    };
+    let build = BuildInfo {
+        product_uri: "urn:uagate".into(),
+        manufacturer_name: "uagate".into(),
+        product_name: "uagate OPC UA gateway".into(),
+        software_version: env!("CARGO_PKG_VERSION").into(),
+        build_number: env!("CARGO_PKG_VERSION").into(),
+        build_date: opcua_types::DateTime::now(),
+    };
+    let mut space = LocalSpace::new(
+        &application_uri,
+        build,
+        &limits,
+        opcua_types::DateTime::now(),
+    );
+    space.set_hostname(&hostname);
+    let engine = Arc::new(Engine {
+        sessions: Mutex::new(session::Sessions::new(s.max_session_count as usize)),
+        config,
+        store,
+        identity,
+        application,
+        offered,
+        space: RwLock::new(space),
+        throttle: throttle::Throttle::default(),
+        next_channel_id: AtomicU32::new(1),
+        channels: AtomicUsize::new(0),
+    });
+    let cancel = CancellationToken::new();
+    let accept = tokio::spawn(tcp::accept_loop(engine.clone(), listener, cancel.clone()));
+    let housekeeping = {
+        let engine = engine.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tick.tick() => engine.expire_sessions(),
+                }
+            }
+        })
+    };
+    tracing::info!(%endpoint_url, "opc.tcp listening");
+    Ok(Gateway {
+        opc_tcp_addr: addr,
+        endpoint_url,
+        engine,
+        cancel,
+        tasks: vec![accept, housekeeping],
+    })
+}

@@ -841,3 +841,10 @@ impl Store {
         Ok(epoch)
     }
 }
+
+/// The application URI (the URI subjectAltName) of a DER certificate, or
+/// `None` when it has none. The engine compares it with the ApplicationUri a
+/// client claims in CreateSession.
+pub fn certificate_application_uri(der: &[u8]) -> Result<Option<String>, StoreError> {
+    Ok(x509::parse_certificate(der)?.application_uri)
+}

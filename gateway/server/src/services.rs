@@ -1,0 +1,516 @@
+//! Service dispatch: one decoded request in, one response out. Called by
+//! the connection driver for every [`uagate_proto::Event::Request`].
+
+use std::time::{Duration, Instant};
+
+use opcua_core::{RequestMessage, ResponseMessage};
+use opcua_crypto::{
+    legacy_decrypt_secret, random, verify_x509_identity_token, SecurityPolicy, X509,
+};
+use opcua_types::{
+    ActivateSessionRequest, ActivateSessionResponse, AnonymousIdentityToken, BrowseNextRequest,
+    BrowseNextResponse, BrowseRequest, BrowseResponse, ByteString, CancelRequest, CancelResponse,
+    CloseSessionRequest, CloseSessionResponse, CreateSessionRequest, CreateSessionResponse,
+    FindServersRequest, FindServersResponse, GetEndpointsRequest, GetEndpointsResponse,
+    MessageSecurityMode, NodeId, ReadRequest, ReadResponse, RegisterNodesRequest,
+    RegisterNodesResponse, RequestHeader, ResponseHeader, ServiceFault, SignatureData, StatusCode,
+    TimestampsToReturn, TranslateBrowsePathsToNodeIdsRequest,
+    TranslateBrowsePathsToNodeIdsResponse, UnregisterNodesRequest, UnregisterNodesResponse,
+    UserNameIdentityToken, X509IdentityToken,
+};
+use uagate_config::UserToken;
+use uagate_store::CertKind;
+
+use crate::endpoints::{policy_id, TCP_PROFILE};
+use crate::error::ServiceError;
+use crate::session::{Active, Created, Phase, Session, UserIdentity};
+use crate::{ChannelInfo, Engine};
+
+/// Nonce length required of clients on secured channels (Part 4).
+const MIN_NONCE_LEN: usize = 32;
+
+type Result<T> = std::result::Result<T, ServiceError>;
+
+fn fault(header: &RequestHeader, err: &ServiceError) -> ResponseMessage {
+    ServiceFault::new(header, err.status()).into()
+}
+
+/// Checks an operation count against a limit (BadNothingToDo / BadTooManyOperations).
+fn check_count(n: usize, limit: u32) -> Result<()> {
+    if n == 0 {
+        return Err(ServiceError::NothingToDo);
+    }
+    if n > limit as usize {
+        return Err(ServiceError::TooManyOperations { got: n, limit });
+    }
+    Ok(())
+}
+
+impl Engine {
+    /// Handles one request of channel `chan` and returns its response.
+    pub async fn handle_request(
+        &self,
+        chan: &ChannelInfo,
+        request: RequestMessage,
+    ) -> ResponseMessage {
+        let header = request.request_header().clone();
+        let result = match request {
+            RequestMessage::GetEndpoints(r) => Ok(self.get_endpoints(&r)),
+            RequestMessage::FindServers(r) => Ok(self.find_servers(&r)),
+            RequestMessage::CreateSession(r) => self.create_session(chan, &r),
+            RequestMessage::ActivateSession(r) => self.activate_session(chan, &r).await,
+            RequestMessage::CloseSession(r) => self.close_session(chan, &r),
+            RequestMessage::Cancel(r) => self.cancel(chan, &r),
+            RequestMessage::Browse(r) => self.browse(chan, &r),
+            RequestMessage::BrowseNext(r) => self.browse_next(chan, &r),
+            RequestMessage::TranslateBrowsePathsToNodeIds(r) => self.translate(chan, &r),
+            RequestMessage::RegisterNodes(r) => self.register_nodes(chan, &r),
+            RequestMessage::UnregisterNodes(r) => self.unregister_nodes(chan, &r),
+            RequestMessage::Read(r) => self.read(chan, &r),
+            _ => Err(ServiceError::Unsupported),
+        };
+        result.unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "service fault");
+            fault(&header, &e)
+        })
+    }
+
+    /// Runs `f` on the active session of this request, refreshing its activity time.
+    fn with_session<T>(
+        &self,
+        chan: &ChannelInfo,
+        header: &RequestHeader,
+        f: impl FnOnce(&mut Session) -> Result<T>,
+    ) -> Result<T> {
+        let mut sessions = self.sessions.lock();
+        let session = sessions.get_mut(&header.authentication_token)?;
+        if session.channel_id != chan.channel_id {
+            return Err(ServiceError::WrongChannel);
+        }
+        if !session.is_active() {
+            return Err(ServiceError::SessionNotActivated);
+        }
+        session.last_activity = Instant::now();
+        f(session)
+    }
+
+    fn get_endpoints(&self, r: &GetEndpointsRequest) -> ResponseMessage {
+        let wanted = r.profile_uris.as_deref().unwrap_or(&[]);
+        let endpoints = if wanted.is_empty() || wanted.iter().any(|p| p.as_ref() == TCP_PROFILE) {
+            self.offered.iter().map(|o| o.description.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        GetEndpointsResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            endpoints: Some(endpoints),
+        }
+        .into()
+    }
+
+    fn find_servers(&self, r: &FindServersRequest) -> ResponseMessage {
+        let uris = r.server_uris.as_deref().unwrap_or(&[]);
+        let servers = if uris.is_empty()
+            || uris
+                .iter()
+                .any(|u| u.as_ref() == self.application.application_uri.as_ref())
+        {
+            vec![self.application.clone()]
+        } else {
+            Vec::new()
+        };
+        FindServersResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            servers: Some(servers),
+        }
+        .into()
+    }
+
+    fn create_session(
+        &self,
+        chan: &ChannelInfo,
+        r: &CreateSessionRequest,
+    ) -> Result<ResponseMessage> {
+        let secure = chan.policy != SecurityPolicy::None;
+        if secure {
+            if r.client_nonce.as_ref().len() < MIN_NONCE_LEN {
+                return Err(ServiceError::NonceInvalid);
+            }
+            // Over UA-TCP the session certificate must be the channel's.
+            if r.client_certificate.as_ref() != chan.client_certificate.as_ref() {
+                return Err(ServiceError::CertificateInvalid);
+            }
+            let uri = uagate_store::certificate_application_uri(chan.client_certificate.as_ref())
+                .map_err(|_| ServiceError::CertificateInvalid)?;
+            if uri.as_deref() != Some(r.client_description.application_uri.as_ref()) {
+                return Err(ServiceError::CertificateUriInvalid);
+            }
+        }
+        let limits = &self.config.server;
+        let requested = Duration::from_secs_f64((r.requested_session_timeout.max(0.0)) / 1000.0);
+        let timeout = requested.clamp(limits.min_session_timeout, limits.max_session_timeout);
+        let server_nonce = random::byte_string(MIN_NONCE_LEN);
+        let server_signature = if secure {
+            opcua_crypto::create_signature_data(
+                &self.identity.key,
+                chan.policy,
+                &r.client_certificate,
+                &r.client_nonce,
+            )
+            .map_err(|e| ServiceError::Internal(e.to_string()))?
+        } else {
+            SignatureData::default()
+        };
+        let session = Session {
+            id: NodeId::new(1, random::byte_string(16)),
+            auth_token: NodeId::new(0, random::byte_string(32)),
+            name: r.session_name.to_string(),
+            channel_id: chan.channel_id,
+            client_certificate: r.client_certificate.clone(),
+            timeout,
+            last_activity: Instant::now(),
+            server_nonce: server_nonce.clone(),
+            phase: Phase::Created(Created),
+            continuation_points: uagate_space::ContinuationPoints::new(
+                limits.max_browse_continuation_points,
+            ),
+        };
+        let (id, token) = (session.id.clone(), session.auth_token.clone());
+        {
+            let mut sessions = self.sessions.lock();
+            sessions.insert(session)?;
+            self.space
+                .write()
+                .set_current_session_count(sessions.len() as u32);
+        }
+        tracing::info!(channel = chan.channel_id, session = %id, "session created");
+        Ok(CreateSessionResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            session_id: id,
+            authentication_token: token,
+            revised_session_timeout: timeout.as_secs_f64() * 1000.0,
+            server_nonce,
+            server_certificate: self.identity.cert.as_byte_string(),
+            server_endpoints: Some(self.offered.iter().map(|o| o.description.clone()).collect()),
+            server_software_certificates: None,
+            server_signature,
+            max_request_message_size: limits.max_message_size,
+        }
+        .into())
+    }
+
+    async fn activate_session(
+        &self,
+        chan: &ChannelInfo,
+        r: &ActivateSessionRequest,
+    ) -> Result<ResponseMessage> {
+        // Phase 1 (under the lock): find the session, check channel binding and signature.
+        let (server_nonce, previous_identity) = {
+            let mut sessions = self.sessions.lock();
+            let session = sessions.get_mut(&r.request_header.authentication_token)?;
+            if session.channel_id != chan.channel_id {
+                // Transfer to a new channel: only an activated session, and only
+                // from the same client certificate.
+                if !session.is_active() || session.client_certificate != chan.client_certificate {
+                    return Err(ServiceError::WrongChannel);
+                }
+            }
+            if chan.policy != SecurityPolicy::None {
+                let client_cert = chan
+                    .client_cert
+                    .as_ref()
+                    .ok_or(ServiceError::CertificateInvalid)?;
+                opcua_crypto::verify_signature_data(
+                    &r.client_signature,
+                    chan.policy,
+                    client_cert,
+                    &self.identity.cert,
+                    session.server_nonce.as_ref(),
+                )
+                .map_err(|_| ServiceError::ApplicationSignatureInvalid)?;
+            }
+            (session.server_nonce.clone(), session.identity().cloned())
+        };
+        // Phase 2 (may await the store): the user identity.
+        let identity = self.authenticate(chan, r, &server_nonce).await?;
+        if let Some(previous) = previous_identity {
+            let token = r.request_header.authentication_token.clone();
+            let transferring = self
+                .sessions
+                .lock()
+                .get_mut(&token)
+                .map(|s| s.channel_id != chan.channel_id)?;
+            if transferring && previous != identity {
+                return Err(ServiceError::IdentityChangeNotSupported);
+            }
+        }
+        // Phase 3: commit; the nonce is replaced so it is used once only.
+        let new_nonce = random::byte_string(MIN_NONCE_LEN);
+        {
+            let mut sessions = self.sessions.lock();
+            let session = sessions.get_mut(&r.request_header.authentication_token)?;
+            if session.server_nonce != server_nonce {
+                // Another activation used this nonce meanwhile.
+                return Err(ServiceError::NonceInvalid);
+            }
+            session.server_nonce = new_nonce.clone();
+            session.channel_id = chan.channel_id;
+            session.last_activity = Instant::now();
+            session.phase = Phase::Active(Active { identity });
+        }
+        Ok(ActivateSessionResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            server_nonce: new_nonce,
+            results: None,
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    /// Validates the identity token of an ActivateSession against the
+    /// endpoint's offered token policies and the store.
+    async fn authenticate(
+        &self,
+        chan: &ChannelInfo,
+        r: &ActivateSessionRequest,
+        server_nonce: &ByteString,
+    ) -> Result<UserIdentity> {
+        let offered = &chan.tokens;
+        let token = &r.user_identity_token;
+        let allowed = |t: UserToken, policy: &str| offered.contains(&t) && policy == policy_id(t);
+        if token.is_null() || token.inner_is::<AnonymousIdentityToken>() {
+            let policy = token
+                .inner_as::<AnonymousIdentityToken>()
+                .map(|t| t.policy_id.to_string())
+                .unwrap_or_else(|| policy_id(UserToken::Anonymous).to_string());
+            if !allowed(UserToken::Anonymous, &policy) {
+                return Err(ServiceError::IdentityTokenInvalid("anonymous not offered"));
+            }
+            return Ok(UserIdentity::Anonymous);
+        }
+        if let Some(t) = token.inner_as::<UserNameIdentityToken>() {
+            if !allowed(UserToken::Username, t.policy_id.as_ref()) {
+                return Err(ServiceError::IdentityTokenInvalid("username not offered"));
+            }
+            let name = t.user_name.as_ref().to_string();
+            let password = if t.encryption_algorithm.is_null() || t.encryption_algorithm.is_empty()
+            {
+                // A clear-text password is only acceptable inside an encrypted channel.
+                if chan.mode != MessageSecurityMode::SignAndEncrypt {
+                    return Err(ServiceError::IdentityTokenInvalid(
+                        "unencrypted password on an unencrypted channel",
+                    ));
+                }
+                t.password.clone()
+            } else {
+                legacy_decrypt_secret(t, server_nonce.as_ref(), &self.identity.key)
+                    .map_err(|_| ServiceError::IdentityTokenInvalid("password decryption failed"))?
+            };
+            let password = String::from_utf8(password.as_ref().to_vec())
+                .map_err(|_| ServiceError::UserAccessDenied)?;
+            self.throttle.wait(&name).await;
+            let verdict = self
+                .store
+                .verify_user(&name, &password)
+                .await
+                .map_err(|e| ServiceError::Internal(e.to_string()))?;
+            return match verdict {
+                Some(role) => {
+                    self.throttle.success(&name);
+                    Ok(UserIdentity::User { name, role })
+                }
+                None => {
+                    self.throttle.failure(&name);
+                    tracing::warn!(user = %name, "user authentication failed");
+                    Err(ServiceError::UserAccessDenied)
+                }
+            };
+        }
+        if let Some(t) = token.inner_as::<X509IdentityToken>() {
+            if !allowed(UserToken::X509, t.policy_id.as_ref()) {
+                return Err(ServiceError::IdentityTokenInvalid("x509 not offered"));
+            }
+            let policy = if chan.policy == SecurityPolicy::None {
+                SecurityPolicy::Basic256Sha256
+            } else {
+                chan.policy
+            };
+            verify_x509_identity_token(
+                t,
+                &r.user_token_signature,
+                policy,
+                &self.identity.cert,
+                server_nonce.as_ref(),
+            )
+            .map_err(|_| ServiceError::UserSignatureInvalid)?;
+            let der = t.certificate_data.as_ref();
+            let status = self
+                .store
+                .cert_status(der)
+                .await
+                .map_err(|e| ServiceError::Internal(e.to_string()))?;
+            if status != Some(CertKind::Trusted) {
+                let _ = self.store.record_rejected(der).await;
+                return Err(ServiceError::IdentityTokenRejected);
+            }
+            let cert = X509::from_der(der).map_err(|_| ServiceError::IdentityTokenRejected)?;
+            return Ok(UserIdentity::Certificate {
+                thumbprint: cert.thumbprint().as_hex_string(),
+            });
+        }
+        Err(ServiceError::IdentityTokenInvalid(
+            "unsupported identity token",
+        ))
+    }
+
+    fn close_session(
+        &self,
+        chan: &ChannelInfo,
+        r: &CloseSessionRequest,
+    ) -> Result<ResponseMessage> {
+        let mut sessions = self.sessions.lock();
+        let session = sessions.get_mut(&r.request_header.authentication_token)?;
+        if session.channel_id != chan.channel_id {
+            return Err(ServiceError::WrongChannel);
+        }
+        // Subscriptions arrive with a later issue; there is nothing to delete yet
+        // whatever `delete_subscriptions` says.
+        if let Some(s) = sessions.remove(&r.request_header.authentication_token) {
+            tracing::info!(session = %s.id, "session closed");
+        }
+        self.space
+            .write()
+            .set_current_session_count(sessions.len() as u32);
+        Ok(CloseSessionResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+        }
+        .into())
+    }
+
+    fn cancel(&self, chan: &ChannelInfo, r: &CancelRequest) -> Result<ResponseMessage> {
+        // Requests of a channel run to completion in arrival order, so when
+        // Cancel is processed there is no earlier request left to cancel.
+        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        Ok(CancelResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            cancel_count: 0,
+        }
+        .into())
+    }
+
+    fn browse(&self, chan: &ChannelInfo, r: &BrowseRequest) -> Result<ResponseMessage> {
+        let nodes = r.nodes_to_browse.as_deref().unwrap_or(&[]);
+        let space = self.space.read();
+        check_count(nodes.len(), space.limits().max_nodes_per_browse)?;
+        space.check_view(&r.view).map_err(ServiceError::Status)?;
+        let max = if r.requested_max_references_per_node == 0 {
+            self.config.server.max_references_per_node
+        } else {
+            r.requested_max_references_per_node
+                .min(self.config.server.max_references_per_node)
+        };
+        let results = self.with_session(chan, &r.request_header, |s| {
+            Ok(space.browse(&r.view, max, nodes, &mut s.continuation_points))
+        })?;
+        Ok(BrowseResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(results),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    fn browse_next(&self, chan: &ChannelInfo, r: &BrowseNextRequest) -> Result<ResponseMessage> {
+        let cps = r.continuation_points.as_deref().unwrap_or(&[]);
+        let space = self.space.read();
+        check_count(cps.len(), space.limits().max_nodes_per_browse)?;
+        let results = self.with_session(chan, &r.request_header, |s| {
+            Ok(space.browse_next(
+                r.release_continuation_points,
+                cps,
+                &mut s.continuation_points,
+            ))
+        })?;
+        Ok(BrowseNextResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(results),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    fn translate(
+        &self,
+        chan: &ChannelInfo,
+        r: &TranslateBrowsePathsToNodeIdsRequest,
+    ) -> Result<ResponseMessage> {
+        let paths = r.browse_paths.as_deref().unwrap_or(&[]);
+        let space = self.space.read();
+        check_count(paths.len(), space.limits().max_nodes_per_translate)?;
+        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        Ok(TranslateBrowsePathsToNodeIdsResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(space.translate(paths)),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    fn register_nodes(
+        &self,
+        chan: &ChannelInfo,
+        r: &RegisterNodesRequest,
+    ) -> Result<ResponseMessage> {
+        let nodes = r.nodes_to_register.as_deref().unwrap_or(&[]);
+        let space = self.space.read();
+        check_count(nodes.len(), space.limits().max_nodes_per_register)?;
+        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        Ok(RegisterNodesResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            registered_node_ids: Some(space.register(nodes)),
+        }
+        .into())
+    }
+
+    fn unregister_nodes(
+        &self,
+        chan: &ChannelInfo,
+        r: &UnregisterNodesRequest,
+    ) -> Result<ResponseMessage> {
+        let nodes = r.nodes_to_unregister.as_deref().unwrap_or(&[]);
+        let space = self.space.read();
+        check_count(nodes.len(), space.limits().max_nodes_per_register)?;
+        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        space.unregister(nodes);
+        Ok(UnregisterNodesResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+        }
+        .into())
+    }
+
+    fn read(&self, chan: &ChannelInfo, r: &ReadRequest) -> Result<ResponseMessage> {
+        let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
+        let space = self.space.read();
+        check_count(nodes.len(), space.limits().max_nodes_per_read)?;
+        if r.max_age < 0.0 || r.max_age.is_nan() {
+            return Err(ServiceError::Status(StatusCode::BadMaxAgeInvalid));
+        }
+        if r.timestamps_to_return == TimestampsToReturn::Invalid {
+            return Err(ServiceError::Status(
+                StatusCode::BadTimestampsToReturnInvalid,
+            ));
+        }
+        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        let now = opcua_types::DateTime::now();
+        let results = nodes
+            .iter()
+            .map(|n| space.read(now, n, r.timestamps_to_return, r.max_age))
+            .collect();
+        Ok(ReadResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(results),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+}

@@ -1,0 +1,199 @@
+//! Session bookkeeping: the table of sessions, their phases and timeouts.
+//! Pure data with `now` passed in; the engine holds it behind a mutex.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use opcua_types::{ByteString, NodeId};
+use uagate_space::ContinuationPoints;
+use uagate_store::Role;
+
+use crate::error::ServiceError;
+
+/// Who an activated session acts for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UserIdentity {
+    /// No user.
+    Anonymous,
+    /// A user from the store.
+    User {
+        /// Login name.
+        name: String,
+        /// Role from the store.
+        role: Role,
+    },
+    /// A user authenticated by a trusted certificate.
+    Certificate {
+        /// SHA-1 thumbprint (hex) of the user certificate.
+        thumbprint: String,
+    },
+}
+
+/// A created session that has not been activated yet.
+#[derive(Debug)]
+pub struct Created;
+
+/// An activated session and its user.
+#[derive(Debug)]
+pub struct Active {
+    /// The identity from the last successful ActivateSession.
+    pub identity: UserIdentity,
+}
+
+/// The phase of a session: created sessions accept only ActivateSession
+/// and CloseSession.
+#[derive(Debug)]
+pub enum Phase {
+    /// Awaiting ActivateSession.
+    Created(Created),
+    /// Usable.
+    Active(Active),
+}
+
+/// One session.
+#[derive(Debug)]
+pub struct Session {
+    /// Public SessionId.
+    pub id: NodeId,
+    /// Secret token the client puts in every request header.
+    pub auth_token: NodeId,
+    /// Client-supplied name (diagnostics only).
+    pub name: String,
+    /// Secure channel the session is bound to.
+    pub channel_id: u32,
+    /// The client's application certificate from CreateSession (null on None).
+    pub client_certificate: ByteString,
+    /// Revised session timeout.
+    pub timeout: Duration,
+    /// Last request seen for this session.
+    pub last_activity: Instant,
+    /// The nonce the next ActivateSession must sign; replaced after every use.
+    pub server_nonce: ByteString,
+    /// Created or active.
+    pub phase: Phase,
+    /// Browse continuation points owned by this session.
+    pub continuation_points: ContinuationPoints,
+}
+
+impl Session {
+    /// Whether the session has been activated.
+    pub fn is_active(&self) -> bool {
+        matches!(self.phase, Phase::Active(_))
+    }
+
+    /// The identity of an active session.
+    pub fn identity(&self) -> Option<&UserIdentity> {
+        match &self.phase {
+            Phase::Active(a) => Some(&a.identity),
+            Phase::Created(_) => None,
+        }
+    }
+}
+
+/// All sessions of the server, keyed by authentication token.
+#[derive(Debug)]
+pub struct Sessions {
+    by_token: HashMap<NodeId, Session>,
+    max: usize,
+}
+
+impl Sessions {
+    /// An empty table admitting at most `max` sessions.
+    pub fn new(max: usize) -> Self {
+        Sessions {
+            by_token: HashMap::new(),
+            max,
+        }
+    }
+
+    /// Number of sessions (created and active).
+    pub fn len(&self) -> usize {
+        self.by_token.len()
+    }
+
+    /// Whether there are no sessions.
+    pub fn is_empty(&self) -> bool {
+        self.by_token.is_empty()
+    }
+
+    /// Adds a new session; BadTooManySessions when full.
+    pub fn insert(&mut self, session: Session) -> Result<(), ServiceError> {
+        if self.by_token.len() >= self.max {
+            return Err(ServiceError::TooManySessions);
+        }
+        self.by_token.insert(session.auth_token.clone(), session);
+        Ok(())
+    }
+
+    /// The session for a request's authentication token.
+    pub fn get_mut(&mut self, token: &NodeId) -> Result<&mut Session, ServiceError> {
+        self.by_token
+            .get_mut(token)
+            .ok_or(ServiceError::SessionIdInvalid)
+    }
+
+    /// Removes and returns a session.
+    pub fn remove(&mut self, token: &NodeId) -> Option<Session> {
+        self.by_token.remove(token)
+    }
+
+    /// Removes every session whose timeout elapsed without a request; called
+    /// periodically by the engine. Returns the ids of the removed sessions.
+    pub fn expire(&mut self, now: Instant) -> Vec<NodeId> {
+        let expired: Vec<NodeId> = self
+            .by_token
+            .iter()
+            .filter(|(_, s)| now.saturating_duration_since(s.last_activity) > s.timeout)
+            .map(|(t, _)| t.clone())
+            .collect();
+        expired
+            .into_iter()
+            .filter_map(|t| self.by_token.remove(&t).map(|s| s.id))
+            .collect()
+    }
+
+    /// Drops unactivated sessions of a closed channel (an activated session
+    /// outlives its channel until its timeout, so it can be transferred).
+    pub fn channel_closed(&mut self, channel_id: u32) {
+        self.by_token
+            .retain(|_, s| s.channel_id != channel_id || s.is_active());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(token: u32, now: Instant, timeout_s: u64) -> Session {
+        Session {
+            id: NodeId::new(1, token + 1000),
+            auth_token: NodeId::new(1, token),
+            name: String::new(),
+            channel_id: 1,
+            client_certificate: ByteString::null(),
+            timeout: Duration::from_secs(timeout_s),
+            last_activity: now,
+            server_nonce: ByteString::null(),
+            phase: Phase::Created(Created),
+            continuation_points: ContinuationPoints::new(2),
+        }
+    }
+
+    #[test]
+    fn max_sessions_and_expiry_on_simulated_time() {
+        let t0 = Instant::now();
+        let mut s = Sessions::new(2);
+        s.insert(session(1, t0, 10)).unwrap();
+        s.insert(session(2, t0, 60)).unwrap();
+        assert_eq!(
+            s.insert(session(3, t0, 10)).unwrap_err().status(),
+            opcua_types::StatusCode::BadTooManySessions
+        );
+        assert!(s.expire(t0 + Duration::from_secs(10)).is_empty());
+        let gone = s.expire(t0 + Duration::from_secs(11));
+        assert_eq!(gone, vec![NodeId::new(1, 1001u32)]);
+        assert_eq!(s.len(), 1);
+        s.channel_closed(1);
+        assert!(s.is_empty(), "unactivated sessions die with their channel");
+    }
+}

@@ -1,0 +1,199 @@
+//! The opc.tcp transport adapter: accepts sockets and drives one
+//! [`ServerConnection`] per socket. I/O only; all protocol decisions are in
+//! `uagate-proto` and the services.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use opcua_core::comms::secure_channel::{Role, SecureChannel};
+use opcua_crypto::{SecurityPolicy, X509};
+use opcua_types::{ByteString, ContextOwned, StatusCode};
+use parking_lot::RwLock;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use uagate_proto::{Event, Limits, OpenRequest, ServerConnection};
+use uagate_store::CertKind;
+
+use crate::{ChannelInfo, Engine};
+
+/// Accepts connections until `cancel`; one task per connection.
+pub async fn accept_loop(engine: Arc<Engine>, listener: TcpListener, cancel: CancellationToken) {
+    loop {
+        let accepted = tokio::select! {
+            _ = cancel.cancelled() => break,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                let engine = engine.clone();
+                let cancel = cancel.clone();
+                tokio::spawn(async move {
+                    tracing::debug!(%peer, "connection accepted");
+                    drive(engine, stream, cancel).await;
+                    tracing::debug!(%peer, "connection closed");
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Limits for a new connection from the configuration.
+    fn connection_limits(&self) -> Limits {
+        let s = &self.config.server;
+        let max_chunk_count = s.max_message_size.div_ceil(s.max_buffer_size.max(1) - 1024) + 1;
+        Limits {
+            receive_buffer_size: s.max_buffer_size,
+            send_buffer_size: s.max_buffer_size,
+            max_message_size: s.max_message_size,
+            max_chunk_count,
+            handshake_timeout: self.config.isolation.handshake_timeout,
+            max_token_lifetime: s.max_token_lifetime,
+            ..Limits::default()
+        }
+    }
+
+    /// Decides an OpenSecureChannel: the policy and mode must be offered and,
+    /// when secured, the client certificate valid and in the trust list. An
+    /// unknown certificate is recorded as rejected for the operator.
+    async fn decide_open(&self, req: &OpenRequest) -> Result<ChannelInfo, StatusCode> {
+        let offered = self
+            .offered
+            .iter()
+            .find(|o| o.policy == req.policy && o.mode == req.mode)
+            .ok_or(StatusCode::BadSecurityPolicyRejected)?;
+        let mut info = ChannelInfo {
+            channel_id: self.next_channel_id.fetch_add(1, Ordering::Relaxed),
+            policy: req.policy,
+            mode: req.mode,
+            client_certificate: ByteString::null(),
+            client_cert: None,
+            tokens: offered.tokens.clone(),
+        };
+        if req.policy == SecurityPolicy::None {
+            return Ok(info);
+        }
+        let der = req
+            .client_certificate
+            .clone()
+            .ok_or(StatusCode::BadCertificateInvalid)?;
+        let cert = X509::from_byte_string(&der).map_err(|_| StatusCode::BadCertificateInvalid)?;
+        let status = self.store.cert_status(der.as_ref()).await.map_err(|e| {
+            tracing::error!(error = %e, "trust list lookup failed");
+            StatusCode::BadInternalError
+        })?;
+        if status != Some(CertKind::Trusted) {
+            if let Err(e) = self.store.record_rejected(der.as_ref()).await {
+                tracing::warn!(error = %e, "could not record rejected certificate");
+            }
+            tracing::warn!(
+                thumbprint = %cert.thumbprint().as_hex_string(),
+                subject = %cert.subject_name(),
+                "untrusted client certificate rejected"
+            );
+            return Err(StatusCode::BadCertificateUntrusted);
+        }
+        if cert.is_time_valid(&chrono::Utc::now()).is_err() {
+            return Err(StatusCode::BadCertificateTimeInvalid);
+        }
+        info.client_certificate = der;
+        info.client_cert = Some(cert);
+        Ok(info)
+    }
+}
+
+/// Releases the channel slot when the connection task ends, however it ends.
+struct ChannelSlot(Arc<Engine>);
+
+impl Drop for ChannelSlot {
+    fn drop(&mut self) {
+        self.0.channels.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Drives one connection until it closes or the server stops.
+async fn drive(engine: Arc<Engine>, mut stream: TcpStream, cancel: CancellationToken) {
+    let _slot = {
+        engine.channels.fetch_add(1, Ordering::Relaxed);
+        ChannelSlot(engine.clone())
+    };
+    let channel = SecureChannel::new(
+        engine.identity.store.clone(),
+        Role::Server,
+        Arc::new(RwLock::new(ContextOwned::default())),
+    );
+    let mut conn = ServerConnection::new(engine.connection_limits(), channel, Instant::now());
+    if engine.channels.load(Ordering::Relaxed) > engine.config.server.max_channel_count as usize {
+        conn.close(StatusCode::BadTcpNotEnoughResources);
+    }
+    let mut info: Option<ChannelInfo> = None;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        // Flush what the protocol wants to send, then act on its events.
+        while let Some(bytes) = conn.poll_transmit() {
+            if stream.write_all(&bytes).await.is_err() {
+                return finish(&engine, info);
+            }
+        }
+        if let Some(event) = conn.poll_event() {
+            match event {
+                Event::OpenRequested(req) => match engine.decide_open(&req).await {
+                    Ok(i) => {
+                        let id = i.channel_id;
+                        info = Some(i);
+                        conn.accept_open(id, Instant::now());
+                        tracing::debug!(channel = id, policy = ?req.policy, mode = ?req.mode, "secure channel open");
+                    }
+                    Err(status) => conn.reject_open(status),
+                },
+                Event::Request {
+                    request_id,
+                    request,
+                } => {
+                    if let Some(chan) = &info {
+                        let response = engine.handle_request(chan, *request).await;
+                        conn.send_response(request_id, response);
+                    }
+                }
+                Event::Renewed { .. } => {}
+                Event::Closed(reason) => {
+                    tracing::debug!(?reason, "connection finished");
+                }
+            }
+            continue;
+        }
+        if conn.is_closed() {
+            let _ = stream.shutdown().await;
+            return finish(&engine, info);
+        }
+        let deadline = conn.poll_timeout();
+        tokio::select! {
+            _ = cancel.cancelled() => conn.close(StatusCode::BadServerHalted),
+            r = stream.read(&mut buf) => match r {
+                Ok(0) | Err(_) => return finish(&engine, info),
+                Ok(n) => conn.handle_input(&buf[..n], Instant::now()),
+            },
+            _ = sleep_until(deadline) => conn.handle_timeout(Instant::now()),
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn finish(engine: &Engine, info: Option<ChannelInfo>) {
+    if let Some(i) = info {
+        engine.sessions.lock().channel_closed(i.channel_id);
+    }
+}
