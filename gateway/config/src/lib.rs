@@ -291,8 +291,13 @@ impl Config {
                 "must be above zero and at most 2m",
             ));
         }
-        if !["shared_only", "fair_share", "balanced", "trusted_reservations"]
-            .contains(&i.mode.as_str())
+        if ![
+            "shared_only",
+            "fair_share",
+            "balanced",
+            "trusted_reservations",
+        ]
+        .contains(&i.mode.as_str())
         {
             return Err(invalid(
                 "isolation.mode",
@@ -315,7 +320,10 @@ impl Config {
                 ));
             }
             if e.user_tokens.is_empty() {
-                return Err(invalid(&at("user_tokens"), "must list at least one token type"));
+                return Err(invalid(
+                    &at("user_tokens"),
+                    "must list at least one token type",
+                ));
             }
         }
         Ok(())
