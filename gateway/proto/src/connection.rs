@@ -26,7 +26,7 @@ use opcua_types::{
 };
 
 use crate::error::ProtoError;
-use crate::frame::{read_u32_at, ChunkType, Frame, FrameKind, FrameReader};
+use crate::frame::{read_u32_at, ChunkType, Frame, FrameKind, FrameReader, HEADER_LEN};
 
 /// Part 6: no transport buffer may be smaller than this.
 pub const MIN_BUFFER_SIZE: u32 = 8192;
@@ -368,8 +368,7 @@ impl ServerConnection {
         if hello.protocol_version > 0 {
             return Err(ProtoError::ProtocolVersion(hello.protocol_version));
         }
-        if hello.receive_buffer_size < MIN_BUFFER_SIZE || hello.send_buffer_size < MIN_BUFFER_SIZE
-        {
+        if hello.receive_buffer_size < MIN_BUFFER_SIZE || hello.send_buffer_size < MIN_BUFFER_SIZE {
             return Err(ProtoError::InvalidBufferSizes);
         }
         match hello.endpoint_url.value() {
@@ -437,13 +436,9 @@ impl ServerConnection {
 
     fn on_open_issue(&mut self, frame: Frame) -> Result<(), ProtoError> {
         let (request_id, request, sender_certificate) = self.decode_open(frame)?;
-        let State::AwaitingOpen(AwaitingOpen {
-            deadline,
-            negotiated,
-        }) = std::mem::replace(&mut self.state, State::Closed)
-        else {
+        let State::AwaitingOpen(AwaitingOpen { negotiated, .. }) = &self.state else {
             return Err(ProtoError::Unexpected {
-                state: "closed",
+                state: self.state.name(),
                 expected: "OpenSecureChannel",
                 got: "OpenSecureChannel",
             });
@@ -468,11 +463,23 @@ impl ServerConnection {
         if !consistent {
             return Err(ProtoError::ModeRejected);
         }
+        // Only now leave AwaitingOpen: the checks above must fail while the
+        // state is still open, or `fail` would skip the Error message.
+        let State::AwaitingOpen(AwaitingOpen {
+            deadline,
+            negotiated,
+        }) = std::mem::replace(&mut self.state, State::Closed)
+        else {
+            return Err(ProtoError::Unexpected {
+                state: "closed",
+                expected: "OpenSecureChannel",
+                got: "OpenSecureChannel",
+            });
+        };
         self.events.push_back(Event::OpenRequested(OpenRequest {
             policy,
             mode,
-            client_certificate: (!sender_certificate.is_null())
-                .then(|| sender_certificate.clone()),
+            client_certificate: (!sender_certificate.is_null()).then(|| sender_certificate.clone()),
         }));
         self.state = State::OpenPending(OpenPending {
             deadline,
@@ -487,11 +494,15 @@ impl ServerConnection {
     /// The engine accepts the pending OpenSecureChannel: the channel gets
     /// `channel_id`, keys are derived and the response is queued.
     pub fn accept_open(&mut self, channel_id: u32, now: Instant) {
+        if !matches!(self.state, State::OpenPending(_)) {
+            return;
+        }
         let State::OpenPending(pending) = std::mem::replace(&mut self.state, State::Closed) else {
             return;
         };
         self.channel.set_secure_channel_id(channel_id);
-        self.channel.set_security_mode(pending.request.security_mode);
+        self.channel
+            .set_security_mode(pending.request.security_mode);
         let result = self
             .channel
             .set_remote_cert_from_byte_string(&pending.sender_certificate)
@@ -515,7 +526,7 @@ impl ServerConnection {
                 });
                 self.process_frames(now);
             }
-            Err(e) => self.fail(e),
+            Err(e) => self.fail_now(e),
         }
     }
 
@@ -538,7 +549,10 @@ impl ServerConnection {
         now: Instant,
     ) -> Result<Instant, ProtoError> {
         let lifetime_ms = Duration::from_millis(u64::from(request.requested_lifetime))
-            .clamp(self.limits.min_token_lifetime, self.limits.max_token_lifetime)
+            .clamp(
+                self.limits.min_token_lifetime,
+                self.limits.max_token_lifetime,
+            )
             .as_millis() as u32;
         self.channel
             .validate_secure_channel_nonce_length(&request.client_nonce)?;
@@ -616,6 +630,22 @@ impl ServerConnection {
         let id = read_u32_at(&frame.bytes, 8).ok_or(ProtoError::FrameTooSmall(8))?;
         if id != self.channel.secure_channel_id() {
             return Err(ProtoError::ChannelIdInvalid(id));
+        }
+        // opcua-core 0.19 subtracts the signature size from the frame size
+        // unchecked when removing symmetric security (a panic on a short
+        // frame), so a secured frame must hold at least message header,
+        // token id, sequence header and signature.
+        if self.channel.security_policy() != SecurityPolicy::None
+            && self.channel.security_mode() != MessageSecurityMode::None
+        {
+            let min =
+                HEADER_LEN + 4 + 4 + 8 + self.channel.security_policy().symmetric_signature_size();
+            if frame.bytes.len() < min {
+                return Err(ProtoError::Decoding(format!(
+                    "secured frame of {} bytes is shorter than {min}",
+                    frame.bytes.len()
+                )));
+            }
         }
         Ok(())
     }
@@ -741,8 +771,7 @@ impl ServerConnection {
             &mut chunks,
         )
         .map_err(|e| ProtoError::Encoding(e.status()))?;
-        if negotiated.peer_max_chunk_count > 0 && count > negotiated.peer_max_chunk_count as usize
-        {
+        if negotiated.peer_max_chunk_count > 0 && count > negotiated.peer_max_chunk_count as usize {
             return Err(ProtoError::Encoding(StatusCode::BadResponseTooLarge));
         }
         self.seq_out.increment(count as u32);
@@ -772,10 +801,17 @@ impl ServerConnection {
         if self.is_closed() {
             return;
         }
+        self.fail_now(err);
+    }
+
+    /// Like [`ServerConnection::fail`], for callers that already moved the
+    /// state out (and so left `Closed` behind) before the error happened.
+    fn fail_now(&mut self, err: ProtoError) {
         tracing::debug!(error = %err, "closing connection");
         let status = err.status();
         self.send_error(status, &status.to_string());
         self.state = State::Closed;
-        self.events.push_back(Event::Closed(CloseReason::Error(err)));
+        self.events
+            .push_back(Event::Closed(CloseReason::Error(err)));
     }
 }

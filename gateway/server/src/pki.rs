@@ -32,6 +32,11 @@ pub fn load_or_create(
     let pki = data_dir.join("pki");
     let store = CertificateStore::new(&pki);
     store.ensure_pki_path().map_err(StartError::DataDir)?;
+    // The private directory is closed before any key is written into it.
+    let private_dir = pki.join("private");
+    std::fs::create_dir_all(&private_dir)
+        .map_err(|e| StartError::DataDir(format!("{}: {e}", private_dir.display())))?;
+    restrict(&private_dir, 0o700)?;
     let cert_path = store.own_certificate_path();
     let key_path = store.own_private_key_path();
     if !cert_path.exists() || !key_path.exists() {
@@ -52,7 +57,7 @@ pub fn load_or_create(
             .map_err(StartError::DataDir)?;
         tracing::info!(path = %cert_path.display(), "created application instance certificate");
     }
-    restrict_key_file(&key_path)?;
+    restrict(&key_path, 0o600)?;
     let cert = store.read_own_cert().map_err(StartError::DataDir)?;
     let key = store.read_own_pkey().map_err(StartError::DataDir)?;
     Ok(Identity {
@@ -62,14 +67,15 @@ pub fn load_or_create(
     })
 }
 
+/// Sets the Unix permission bits of a key file or directory.
 #[cfg(unix)]
-fn restrict_key_file(path: &Path) -> Result<(), StartError> {
+fn restrict(path: &Path, mode: u32) -> Result<(), StartError> {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(|e| StartError::DataDir(format!("{}: {e}", path.display())))
 }
 
 #[cfg(not(unix))]
-fn restrict_key_file(_path: &Path) -> Result<(), StartError> {
+fn restrict(_path: &Path, _mode: u32) -> Result<(), StartError> {
     Ok(())
 }

@@ -1,0 +1,121 @@
+//! End-to-end tests of the `uagate` command line: the contracts scripts use.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn uagate(data: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_uagate"));
+    c.arg("--data").arg(data).env("RUST_LOG", "warn");
+    c
+}
+
+#[test]
+fn help_documents_every_command() {
+    let out = Command::new(env!("CARGO_BIN_EXE_uagate"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for cmd in ["run", "demo", "sim", "user", "trust", "config", "--data"] {
+        assert!(text.contains(cmd), "--help lacks {cmd}:\n{text}");
+    }
+}
+
+#[test]
+fn config_import_refuses_unknown_keys_and_names_bad_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    std::fs::write(&file, "[server]\nmax_sesions = 5\n").unwrap();
+    let out = uagate(&dir.path().join("d")).args(["config", "import"]).arg(&file).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("max_sesions"));
+
+    std::fs::write(&file, "[isolation]\nhandshake_timeout = \"10m\"\n").unwrap();
+    let out = uagate(&dir.path().join("d")).args(["config", "import"]).arg(&file).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("isolation.handshake_timeout"));
+
+    // Nothing was stored by the refused imports: export shows the defaults.
+    let out = uagate(&dir.path().join("d")).args(["config", "export"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("handshake_timeout = \"2m\""));
+
+    std::fs::write(&file, "[server]\nmax_session_count = 7\n").unwrap();
+    let out = uagate(&dir.path().join("d")).args(["config", "import"]).arg(&file).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = uagate(&dir.path().join("d")).args(["config", "export"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("max_session_count = 7"));
+}
+
+#[test]
+fn user_add_reads_password_from_stdin_and_refuses_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    for expect_ok in [true, false] {
+        let mut child = uagate(dir.path())
+            .args(["user", "add", "alice", "--role", "operator"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"correct horse\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.success(), expect_ok);
+    }
+    let out = uagate(dir.path()).args(["user", "list"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "alice operator");
+}
+
+#[test]
+fn run_on_empty_data_dir_creates_database_and_key_and_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("fresh");
+    let file = dir.path().join("c.toml");
+    std::fs::write(&file, "[listen]\nopc_tcp = \"127.0.0.1:0\"\n").unwrap();
+    assert!(uagate(&data).args(["config", "import"]).arg(&file).status().unwrap().success());
+    let mut child = uagate(&data)
+        .arg("run")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let line = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(line.starts_with("READY opc.tcp=opc.tcp://127.0.0.1:"), "{line}");
+    let port: u16 = line
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // It accepts a TCP connection on the advertised port.
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(data.join("uagate.db").exists());
+    assert!(data.join("pki/own/cert.der").exists());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(data.join("pki/private/private.pem"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let dmode = std::fs::metadata(data.join("pki/private")).unwrap().permissions().mode();
+        assert_eq!(dmode & 0o077, 0, "private dir must not be group/world accessible");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
