@@ -419,7 +419,7 @@ impl ServerConnection {
         }
         self.seq_in
             .validate_and_increment(info.sequence_header.sequence_number)?;
-        let request: RequestMessage = Chunker::decode(&[chunk], &self.channel, None)?;
+        let request = crate::decode::decode_request(&[chunk], &self.channel)?;
         let RequestMessage::OpenSecureChannel(request) = request else {
             return Err(ProtoError::Unexpected {
                 state: self.state.name(),
@@ -695,7 +695,7 @@ impl ServerConnection {
         let chunks = std::mem::take(&mut open.pending);
         open.pending_bytes = 0;
         let request_id = info.sequence_header.request_id;
-        match Chunker::decode::<RequestMessage>(&chunks, &self.channel, None) {
+        match crate::decode::decode_request(&chunks, &self.channel) {
             Ok(request) => {
                 self.events.push_back(Event::Request {
                     request_id,
@@ -703,17 +703,8 @@ impl ServerConnection {
                 });
                 Ok(())
             }
-            Err(e) => match e.full_context() {
-                // The header decoded, so the client can be told which request failed.
-                Some((_, handle)) => {
-                    let fault = ServiceFault {
-                        response_header: ResponseHeader::new_service_result(handle, e.status()),
-                    };
-                    self.send_response(request_id, ResponseMessage::ServiceFault(Box::new(fault)));
-                    Ok(())
-                }
-                None => Err(ProtoError::from(e)),
-            },
+            // The decoder reports no request handle, so a bad body closes the channel.
+            Err(e) => Err(e),
         }
     }
 

@@ -4,6 +4,7 @@
 //! to send and the next deadline come out. No sockets, no clocks, no tokio.
 
 pub mod connection;
+pub mod decode;
 pub mod error;
 pub mod frame;
 

@@ -319,9 +319,6 @@ fn engine_calls_in_the_wrong_state_are_ignored() {
     ));
     // send_response before open / after close does nothing.
     let mut fresh = server(Limits::default(), dir.path(), now);
-    fresh.send_response(
-        1,
-        ResponseMessage::ServiceFault(Box::new(opcua_types::ServiceFault::default())),
-    );
+    fresh.send_response(1, ResponseMessage::ServiceFault(Box::default()));
     assert!(fresh.poll_transmit().is_none());
 }
