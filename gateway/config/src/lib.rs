@@ -415,3 +415,16 @@ handshake_timeout = "30s"
         }
     }
 }
+
+#[cfg(test)]
+mod doc_example {
+    /// The full example in docs/config.md must stay valid.
+    #[test]
+    fn docs_example_parses() {
+        let doc = include_str!("../../../docs/config.md");
+        let start = doc.find("```toml\n").expect("example present") + 8;
+        let end = start + doc[start..].find("```").expect("example closed");
+        let cfg = super::Config::from_toml(&doc[start..end]).expect("docs example is valid");
+        assert_eq!(cfg.effective_endpoints().len(), 2);
+    }
+}
