@@ -103,15 +103,23 @@ impl Engine {
         &self.offered
     }
 
+    /// Shows the session count in the address space. Lock order: the space
+    /// lock may be taken before the sessions lock (services do), so the
+    /// sessions lock is always released before this is called.
+    fn publish_session_count(&self, count: usize) {
+        self.space.write().set_current_session_count(count as u32);
+    }
+
     /// Removes timed-out sessions; run every second by the housekeeping task.
     fn expire_sessions(&self) {
-        let mut sessions = self.sessions.lock();
-        for id in sessions.expire(std::time::Instant::now()) {
-            tracing::info!(session = %id, "session timed out");
-        }
-        self.space
-            .write()
-            .set_current_session_count(sessions.len() as u32);
+        let count = {
+            let mut sessions = self.sessions.lock();
+            for id in sessions.expire(std::time::Instant::now()) {
+                tracing::info!(session = %id, "session timed out");
+            }
+            sessions.len()
+        };
+        self.publish_session_count(count);
     }
 }
 

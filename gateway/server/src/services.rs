@@ -166,7 +166,9 @@ impl Engine {
             auth_token: NodeId::new(0, random::byte_string(32)),
             name: r.session_name.to_string(),
             channel_id: chan.channel_id,
-            client_certificate: r.client_certificate.clone(),
+            // Null on None: there the CreateSession certificate proves nothing,
+            // and a transfer compares it with the new channel's (null) one.
+            client_certificate: chan.client_certificate.clone(),
             timeout,
             last_activity: Instant::now(),
             server_nonce: server_nonce.clone(),
@@ -176,13 +178,12 @@ impl Engine {
             ),
         };
         let (id, token) = (session.id.clone(), session.auth_token.clone());
-        {
+        let count = {
             let mut sessions = self.sessions.lock();
             sessions.insert(session)?;
-            self.space
-                .write()
-                .set_current_session_count(sessions.len() as u32);
-        }
+            sessions.len()
+        };
+        self.publish_session_count(count);
         tracing::info!(channel = chan.channel_id, session = %id, "session created");
         Ok(CreateSessionResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
@@ -368,19 +369,20 @@ impl Engine {
         chan: &ChannelInfo,
         r: &CloseSessionRequest,
     ) -> Result<ResponseMessage> {
-        let mut sessions = self.sessions.lock();
-        let session = sessions.get_mut(&r.request_header.authentication_token)?;
-        if session.channel_id != chan.channel_id {
-            return Err(ServiceError::WrongChannel);
-        }
-        // Subscriptions arrive with a later issue; there is nothing to delete yet
-        // whatever `delete_subscriptions` says.
-        if let Some(s) = sessions.remove(&r.request_header.authentication_token) {
-            tracing::info!(session = %s.id, "session closed");
-        }
-        self.space
-            .write()
-            .set_current_session_count(sessions.len() as u32);
+        let count = {
+            let mut sessions = self.sessions.lock();
+            let session = sessions.get_mut(&r.request_header.authentication_token)?;
+            if session.channel_id != chan.channel_id {
+                return Err(ServiceError::WrongChannel);
+            }
+            // Subscriptions arrive with a later issue; there is nothing to delete yet
+            // whatever `delete_subscriptions` says.
+            if let Some(s) = sessions.remove(&r.request_header.authentication_token) {
+                tracing::info!(session = %s.id, "session closed");
+            }
+            sessions.len()
+        };
+        self.publish_session_count(count);
         Ok(CloseSessionResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
         }
