@@ -1,0 +1,400 @@
+//! Shared setup for the engine's integration tests: an in-process gateway
+//! on an ephemeral loopback port with a real SQLite store in a temp dir,
+//! async-opcua clients and raw-socket helpers. Every wait is bounded.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use opcua_client::services::{ActivateSession, CreateSession};
+use opcua_client::transport::{ConnectorBuilder, TransportPollResult};
+use opcua_client::{AsyncSecureChannel, Client, ClientBuilder, IdentityToken, UARequest};
+use opcua_core::comms::tcp_types::{ErrorMessage, HelloMessage};
+use opcua_core::sync::RwLock;
+use opcua_core::{RequestMessage, ResponseMessage};
+use opcua_crypto::{CertificateStore, SecurityPolicy};
+use opcua_types::{
+    ActivateSessionResponse, ApplicationDescription, ApplicationType, CreateSessionResponse,
+    DateTime, DecodingOptions, EndpointDescription, LocalizedText, MessageSecurityMode, NodeId,
+    ReadRequest, ReadValueId, RequestHeader, SimpleBinaryDecodable, SimpleBinaryEncodable,
+    StatusCode, TimestampsToReturn,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use uagate_server::Gateway;
+use uagate_store::Store;
+
+/// Upper bound for any single step of a test.
+pub const STEP: Duration = Duration::from_secs(20);
+
+/// Runs `fut` with a timeout so a hung server fails the test instead of hanging it.
+pub async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(STEP, fut)
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+/// A running gateway with its temp dir and store.
+pub struct TestGateway {
+    /// The running gateway (taken by [`TestGateway::stop`]).
+    pub gw: Option<Gateway>,
+    /// The same store the engine uses.
+    pub store: Store,
+    /// Data dir, SQLite file and client PKI dirs live here.
+    pub tmp: tempfile::TempDir,
+    /// Advertised endpoint URL.
+    pub url: String,
+    /// Listening address.
+    pub addr: SocketAddr,
+}
+
+impl TestGateway {
+    /// Starts a gateway on 127.0.0.1:0; `extra` is appended to the TOML config.
+    pub async fn start(extra: &str) -> TestGateway {
+        let tmp = tempfile::tempdir().unwrap();
+        let text = format!("[listen]\nopc_tcp = \"127.0.0.1:0\"\n\n{extra}\n");
+        let config = uagate_config::Config::from_toml(&text).expect("valid test config");
+        let store = bounded("store open", Store::open(&tmp.path().join("uagate.db")))
+            .await
+            .expect("store opens");
+        let data = tmp.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let gw = bounded(
+            "gateway start",
+            uagate_server::start(config, store.clone(), &data),
+        )
+        .await
+        .expect("gateway starts");
+        assert_ne!(gw.opc_tcp_addr.port(), 0);
+        TestGateway {
+            url: gw.endpoint_url.clone(),
+            addr: gw.opc_tcp_addr,
+            gw: Some(gw),
+            store,
+            tmp,
+        }
+    }
+
+    /// The engine's offered endpoint for `policy` and `mode`.
+    pub fn endpoint(
+        &self,
+        policy: SecurityPolicy,
+        mode: MessageSecurityMode,
+    ) -> EndpointDescription {
+        self.gw
+            .as_ref()
+            .unwrap()
+            .engine
+            .endpoints()
+            .iter()
+            .find(|o| o.policy == policy && o.mode == mode)
+            .map(|o| o.description.clone())
+            .expect("endpoint offered")
+    }
+
+    /// Number of sessions the engine holds.
+    pub fn session_count(&self) -> usize {
+        self.gw.as_ref().unwrap().engine.session_count()
+    }
+
+    /// A client with its own PKI dir `name` under the temp dir.
+    pub fn client(&self, name: &str) -> Client {
+        client_in(&self.tmp.path().join("clients").join(name), name)
+    }
+
+    /// Opens a raw secure channel with a fresh client named `name`.
+    pub async fn chan(
+        &self,
+        name: &str,
+        policy: SecurityPolicy,
+        mode: MessageSecurityMode,
+    ) -> Chan {
+        let client = self.client(name);
+        Chan::open(&client, self.endpoint(policy, mode))
+            .await
+            .expect("secure channel opens")
+    }
+
+    /// Opens a None channel with an activated anonymous session.
+    pub async fn anon_session(&self, name: &str) -> (Chan, NodeId) {
+        let chan = self
+            .chan(name, SecurityPolicy::None, MessageSecurityMode::None)
+            .await;
+        let token = chan.session(IdentityToken::Anonymous).await;
+        (chan, token)
+    }
+
+    /// Stops the gateway.
+    pub async fn stop(mut self) {
+        if let Some(gw) = self.gw.take() {
+            bounded("gateway shutdown", gw.shutdown()).await;
+        }
+    }
+}
+
+/// An async-opcua client config rooted at `pki` (sample key pair created there).
+pub fn client_in(pki: &Path, name: &str) -> Client {
+    ClientBuilder::new()
+        .application_name(format!("uagate test {name}"))
+        .application_uri(format!("urn:uagate:test:{name}"))
+        .product_uri("urn:uagate:test")
+        .pki_dir(pki)
+        .create_sample_keypair(true)
+        .trust_server_certs(true)
+        .session_retry_limit(1)
+        .request_timeout(Duration::from_secs(10))
+        .client()
+        .expect("client config")
+}
+
+/// A client-side secure channel driven by a background task, for sending
+/// hand-made service requests with full control over the session token.
+pub struct Chan {
+    /// The channel.
+    pub channel: Arc<AsyncSecureChannel>,
+    /// The endpoint it was opened to.
+    pub endpoint: EndpointDescription,
+    /// The client's certificate store.
+    pub certs: Arc<RwLock<CertificateStore>>,
+    /// Client application URI (matches its certificate).
+    pub application_uri: String,
+    task: JoinHandle<StatusCode>,
+    handle: AtomicU32,
+}
+
+impl Chan {
+    /// Opens a channel to `endpoint` without retries.
+    pub async fn open(
+        client: &Client,
+        endpoint: EndpointDescription,
+    ) -> Result<Chan, opcua_types::Error> {
+        let application_uri = client_application_uri(client);
+        let certs = client.certificate_store().clone();
+        let channel = client
+            .session_builder()
+            .connect_to_endpoint_directly(endpoint.clone())?
+            .build_channel(certs.clone())?;
+        let connector = endpoint.endpoint_url.as_ref().to_string().build()?;
+        let mut event_loop = bounded("open channel", channel.connect_no_retry(&connector)).await?;
+        let task = tokio::spawn(async move {
+            loop {
+                if let TransportPollResult::Closed(s) = event_loop.poll().await {
+                    return s;
+                }
+            }
+        });
+        Ok(Chan {
+            channel: Arc::new(channel),
+            endpoint,
+            certs,
+            application_uri,
+            task,
+            handle: AtomicU32::new(1000),
+        })
+    }
+
+    /// A request header with `token` and a fresh handle.
+    pub fn header(&self, token: &NodeId) -> RequestHeader {
+        RequestHeader::new(
+            token,
+            &DateTime::now(),
+            self.handle.fetch_add(1, Ordering::Relaxed),
+        )
+    }
+
+    /// Sends a request and waits for its response (ServiceFaults included).
+    pub async fn send(
+        &self,
+        req: impl Into<RequestMessage>,
+    ) -> Result<ResponseMessage, opcua_types::Error> {
+        bounded("request", self.channel.send(req, Duration::from_secs(10))).await
+    }
+
+    /// Sends a request that must be answered; returns the service result.
+    pub async fn status(&self, req: impl Into<RequestMessage>) -> StatusCode {
+        let resp = self.send(req).await.expect("response received");
+        resp.response_header().service_result
+    }
+
+    /// CreateSession with `timeout_ms` as requested session timeout.
+    pub async fn create_session(
+        &self,
+        timeout_ms: f64,
+    ) -> Result<CreateSessionResponse, opcua_types::Error> {
+        let req = CreateSession::new_manual(
+            &self.certs,
+            &self.endpoint,
+            1,
+            Duration::from_secs(10),
+            NodeId::null(),
+            self.handle.fetch_add(1, Ordering::Relaxed),
+        )
+        .client_description(ApplicationDescription {
+            application_uri: self.application_uri.as_str().into(),
+            product_uri: "urn:uagate:test".into(),
+            application_name: LocalizedText::new("en", "uagate test"),
+            application_type: ApplicationType::Client,
+            ..Default::default()
+        })
+        .endpoint_url(self.endpoint.endpoint_url.clone())
+        .session_name("test session")
+        .client_cert_from_store(&self.certs)
+        .session_timeout(timeout_ms);
+        bounded("create session", req.send(&self.channel)).await
+    }
+
+    /// ActivateSession of `token` with `identity`.
+    pub async fn activate(
+        &self,
+        token: &NodeId,
+        identity: IdentityToken,
+    ) -> Result<ActivateSessionResponse, opcua_types::Error> {
+        let key = self.certs.read().read_own_pkey().ok();
+        let mut req = ActivateSession::new_manual(
+            self.endpoint.clone(),
+            1,
+            Duration::from_secs(10),
+            token.clone(),
+            self.handle.fetch_add(1, Ordering::Relaxed),
+        )
+        .identity_token(identity);
+        if let Some(key) = key {
+            req = req.private_key(key);
+        }
+        bounded("activate session", req.send(&self.channel)).await
+    }
+
+    /// Creates and activates a session; returns its authentication token.
+    pub async fn session(&self, identity: IdentityToken) -> NodeId {
+        let created = self.create_session(60_000.0).await.expect("CreateSession");
+        self.activate(&created.authentication_token, identity)
+            .await
+            .expect("ActivateSession");
+        created.authentication_token
+    }
+
+    /// Reads `nodes` with `token`.
+    pub async fn read(
+        &self,
+        token: &NodeId,
+        nodes: Vec<ReadValueId>,
+    ) -> Result<ResponseMessage, opcua_types::Error> {
+        self.send(ReadRequest {
+            request_header: self.header(token),
+            max_age: 0.0,
+            timestamps_to_return: TimestampsToReturn::Neither,
+            nodes_to_read: Some(nodes),
+        })
+        .await
+    }
+
+    /// Service result of reading the server's CurrentTime with `token`.
+    pub async fn read_status(&self, token: &NodeId) -> StatusCode {
+        self.read(token, vec![ReadValueId::from(current_time())])
+            .await
+            .expect("read answered")
+            .response_header()
+            .service_result
+    }
+
+    /// Whether the transport task has ended (the connection is gone).
+    pub fn is_closed(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Closes the channel and waits for the transport to end.
+    pub async fn close(self) {
+        self.channel.close_channel().await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+    }
+}
+
+fn client_application_uri(client: &Client) -> String {
+    // The sample key pair carries the configured application URI.
+    let cert = client
+        .certificate_store()
+        .read()
+        .read_own_cert()
+        .expect("client certificate");
+    uagate_store::certificate_application_uri(&cert.to_der().unwrap())
+        .unwrap()
+        .expect("application uri in client cert")
+}
+
+/// Server_ServerStatus_CurrentTime.
+pub fn current_time() -> NodeId {
+    NodeId::new(0, 2258u32)
+}
+
+// ------------------------------------------------------------- raw sockets
+
+/// Connects a raw TCP socket to the gateway.
+pub async fn raw(addr: SocketAddr) -> TcpStream {
+    bounded("tcp connect", TcpStream::connect(addr))
+        .await
+        .expect("tcp connect")
+}
+
+/// A valid encoded Hello for `url`.
+pub fn hello_bytes(url: &str) -> Vec<u8> {
+    let hello = HelloMessage::new(url, 65536, 65536, 0, 0);
+    let mut out = Vec::new();
+    hello.encode(&mut out).unwrap();
+    out
+}
+
+/// Reads one whole frame (header + body) within `wait`; `None` when the
+/// peer closed before a whole frame arrived.
+pub async fn read_frame(stream: &mut TcpStream, wait: Duration) -> Option<Vec<u8>> {
+    tokio::time::timeout(wait, async {
+        let mut header = [0u8; 8];
+        stream.read_exact(&mut header).await.ok()?;
+        let size = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+        assert!((8..=1 << 20).contains(&size), "sane frame size {size}");
+        let mut frame = header.to_vec();
+        frame.resize(size, 0);
+        stream.read_exact(&mut frame[8..]).await.ok()?;
+        Some(frame)
+    })
+    .await
+    .expect("frame or close within the wait")
+}
+
+/// Reads frames until an ERR frame and returns its status.
+pub async fn expect_error(stream: &mut TcpStream, wait: Duration) -> StatusCode {
+    loop {
+        let frame = read_frame(stream, wait)
+            .await
+            .expect("an Error message before the close");
+        if &frame[..3] == b"ERR" {
+            let msg = ErrorMessage::decode(&mut &frame[..], &DecodingOptions::default())
+                .expect("Error message decodes");
+            return msg.error;
+        }
+    }
+}
+
+/// Asserts the server closes the socket (EOF or reset) within a few seconds.
+pub async fn expect_closed(stream: &mut TcpStream) {
+    let mut buf = [0u8; 1024];
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "server closed the socket");
+}
+
+/// Sends `bytes`, ignoring a reset from a server that already closed.
+pub async fn send_raw(stream: &mut TcpStream, bytes: &[u8]) {
+    let _ = stream.write_all(bytes).await;
+}

@@ -1,0 +1,391 @@
+//! Session services over real sockets: limits, timeouts, close, transfer,
+//! activation rules and user identity tokens.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{bounded, TestGateway};
+use opcua_client::IdentityToken;
+use opcua_core::ResponseMessage;
+use opcua_crypto::{SecurityPolicy, X509Data, X509};
+use opcua_types::{
+    ActivateSessionRequest, AnonymousIdentityToken, CloseSessionRequest, ExtensionObject,
+    MessageSecurityMode, SignatureData, StatusCode,
+};
+use uagate_store::{CertKind, Role};
+
+fn status_of(r: Result<impl Sized, opcua_types::Error>) -> StatusCode {
+    match r {
+        Ok(_) => StatusCode::Good,
+        Err(e) => e.status(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn third_session_is_refused_when_max_is_two() {
+    let gw = TestGateway::start("[server]\nmax_session_count = 2\n").await;
+    let chan = gw
+        .chan("c", SecurityPolicy::None, MessageSecurityMode::None)
+        .await;
+    chan.create_session(60_000.0).await.expect("first session");
+    chan.create_session(60_000.0).await.expect("second session");
+    let third = chan.create_session(60_000.0).await;
+    assert_eq!(status_of(third), StatusCode::BadTooManySessions);
+    assert_eq!(gw.session_count(), 2);
+    chan.close().await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_session_times_out() {
+    let gw = TestGateway::start("[server]\nmin_session_timeout = \"1s\"\n").await;
+    let chan = gw
+        .chan("c", SecurityPolicy::None, MessageSecurityMode::None)
+        .await;
+    let created = chan.create_session(1000.0).await.unwrap();
+    assert_eq!(created.revised_session_timeout, 1000.0);
+    let token = created.authentication_token;
+    chan.activate(&token, IdentityToken::Anonymous)
+        .await
+        .unwrap();
+    assert_eq!(chan.read_status(&token).await, StatusCode::Good);
+    // Activity refreshes the timer: 3 requests 500 ms apart keep it alive.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(chan.read_status(&token).await, StatusCode::Good);
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        chan.read_status(&token).await,
+        StatusCode::BadSessionIdInvalid
+    );
+    assert_eq!(gw.session_count(), 0);
+    chan.close().await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_session_token_is_invalid() {
+    let gw = TestGateway::start("").await;
+    let (chan, token) = gw.anon_session("c").await;
+    assert_eq!(chan.read_status(&token).await, StatusCode::Good);
+    let status = chan
+        .status(CloseSessionRequest {
+            request_header: chan.header(&token),
+            delete_subscriptions: true,
+        })
+        .await;
+    assert_eq!(status, StatusCode::Good);
+    assert_eq!(
+        chan.read_status(&token).await,
+        StatusCode::BadSessionIdInvalid
+    );
+    assert_eq!(gw.session_count(), 0);
+    chan.close().await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_transfers_to_a_second_channel() {
+    let gw = TestGateway::start("").await;
+    let (first, token) = gw.anon_session("a").await;
+    let second = gw
+        .chan("b", SecurityPolicy::None, MessageSecurityMode::None)
+        .await;
+    // Not usable on the new channel before the transfer.
+    assert_eq!(
+        second.read_status(&token).await,
+        StatusCode::BadSecureChannelIdInvalid
+    );
+    second
+        .activate(&token, IdentityToken::Anonymous)
+        .await
+        .expect("transfer with the same anonymous identity");
+    assert_eq!(second.read_status(&token).await, StatusCode::Good);
+    assert_eq!(
+        first.read_status(&token).await,
+        StatusCode::BadSecureChannelIdInvalid,
+        "the old channel lost the session"
+    );
+    // A transfer after the old channel closed works too (the session outlives it).
+    first.close().await;
+    let third = gw
+        .chan("c", SecurityPolicy::None, MessageSecurityMode::None)
+        .await;
+    third
+        .activate(&token, IdentityToken::Anonymous)
+        .await
+        .unwrap();
+    assert_eq!(third.read_status(&token).await, StatusCode::Good);
+    assert_eq!(gw.session_count(), 1);
+    second.close().await;
+    third.close().await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unactivated_session_refuses_services_and_cannot_be_transferred() {
+    let gw = TestGateway::start("").await;
+    let chan = gw
+        .chan("c", SecurityPolicy::None, MessageSecurityMode::None)
+        .await;
+    let token = chan
+        .create_session(60_000.0)
+        .await
+        .unwrap()
+        .authentication_token;
+    assert_eq!(
+        chan.read_status(&token).await,
+        StatusCode::BadSessionNotActivated
+    );
+    let other = gw
+        .chan("d", SecurityPolicy::None, MessageSecurityMode::None)
+        .await;
+    assert_eq!(
+        status_of(other.activate(&token, IdentityToken::Anonymous).await),
+        StatusCode::BadSecureChannelIdInvalid
+    );
+    chan.activate(&token, IdentityToken::Anonymous)
+        .await
+        .unwrap();
+    assert_eq!(chan.read_status(&token).await, StatusCode::Good);
+    // A session of a closed channel that was never activated goes away with it.
+    let orphan = other.create_session(60_000.0).await.unwrap();
+    assert_eq!(gw.session_count(), 2);
+    other.close().await;
+    let gone = bounded("orphan dropped", async {
+        while gw.session_count() != 1 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    gone.await;
+    assert_eq!(
+        chan.read_status(&orphan.authentication_token).await,
+        StatusCode::BadSessionIdInvalid
+    );
+    chan.close().await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn username_login_and_throttled_failures() {
+    let gw = TestGateway::start("").await;
+    gw.store
+        .add_user("test", "alice", "correct horse battery", Role::Operator)
+        .await
+        .unwrap();
+    let chan = gw
+        .chan("c", SecurityPolicy::None, MessageSecurityMode::None)
+        .await;
+    let token = chan
+        .create_session(60_000.0)
+        .await
+        .unwrap()
+        .authentication_token;
+    chan.activate(
+        &token,
+        IdentityToken::new_user_name("alice", "correct horse battery"),
+    )
+    .await
+    .expect("right password");
+    assert_eq!(chan.read_status(&token).await, StatusCode::Good);
+
+    let token = chan
+        .create_session(60_000.0)
+        .await
+        .unwrap()
+        .authentication_token;
+    let mut elapsed = Vec::new();
+    for _ in 0..4 {
+        let t = Instant::now();
+        let r = chan
+            .activate(
+                &token,
+                IdentityToken::new_user_name("alice", "wrong password!"),
+            )
+            .await;
+        elapsed.push(t.elapsed());
+        assert_eq!(status_of(r), StatusCode::BadUserAccessDenied);
+    }
+    // After three failures the check waits (1 s) before even looking.
+    assert!(
+        elapsed[3] >= Duration::from_millis(900) && elapsed[3] > elapsed[0],
+        "4th failure not slowed down: {elapsed:?}"
+    );
+    // An unknown user is denied the same way.
+    let r = chan
+        .activate(
+            &token,
+            IdentityToken::new_user_name("mallory", "whatever123"),
+        )
+        .await;
+    assert_eq!(status_of(r), StatusCode::BadUserAccessDenied);
+    assert_eq!(
+        chan.read_status(&token).await,
+        StatusCode::BadSessionNotActivated
+    );
+    chan.close().await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_refused_when_not_offered() {
+    let gw = TestGateway::start(
+        "[[endpoints]]\nsecurity_policy = \"None\"\nsecurity_mode = \"none\"\nuser_tokens = [\"username\"]\n",
+    )
+    .await;
+    let chan = gw
+        .chan("c", SecurityPolicy::None, MessageSecurityMode::None)
+        .await;
+    let token = chan
+        .create_session(60_000.0)
+        .await
+        .unwrap()
+        .authentication_token;
+    // async-opcua refuses to build an anonymous token the endpoint does not
+    // list, so the request is made by hand.
+    for identity in [
+        ExtensionObject::from_message(AnonymousIdentityToken {
+            policy_id: "anonymous".into(),
+        }),
+        ExtensionObject::null(),
+    ] {
+        let resp = chan
+            .send(ActivateSessionRequest {
+                request_header: chan.header(&token),
+                client_signature: SignatureData::null(),
+                client_software_certificates: None,
+                locale_ids: None,
+                user_identity_token: identity,
+                user_token_signature: SignatureData::null(),
+            })
+            .await
+            .unwrap();
+        assert!(matches!(resp, ResponseMessage::ServiceFault(_)));
+        assert_eq!(
+            resp.response_header().service_result,
+            StatusCode::BadIdentityTokenInvalid
+        );
+    }
+    assert_eq!(
+        chan.read_status(&token).await,
+        StatusCode::BadSessionNotActivated
+    );
+    chan.close().await;
+    gw.stop().await;
+}
+
+fn user_cert(name: &str) -> (X509, opcua_crypto::PrivateKey) {
+    X509::cert_and_pkey(&X509Data {
+        key_size: 2048,
+        common_name: name.into(),
+        organization: "uagate tests".into(),
+        organizational_unit: "users".into(),
+        country: "DE".into(),
+        state: "-".into(),
+        alt_host_names: vec![format!("urn:uagate:test:user:{name}")].into(),
+        certificate_duration_days: 30,
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x509_user_token_needs_a_trusted_certificate() {
+    let gw = TestGateway::start(
+        "[[endpoints]]\nsecurity_policy = \"None\"\nsecurity_mode = \"none\"\nuser_tokens = [\"anonymous\", \"x509\"]\n",
+    )
+    .await;
+    let (cert, key) = user_cert("carol");
+    let chan = gw
+        .chan("c", SecurityPolicy::None, MessageSecurityMode::None)
+        .await;
+    let token = chan
+        .create_session(60_000.0)
+        .await
+        .unwrap()
+        .authentication_token;
+    let r = chan
+        .activate(&token, IdentityToken::new_x509(cert.clone(), key.clone()))
+        .await;
+    assert_eq!(status_of(r), StatusCode::BadIdentityTokenRejected);
+    let rejected = gw.store.certs(CertKind::Rejected).await.unwrap();
+    let thumbprint = cert.thumbprint().as_hex_string().to_lowercase();
+    assert!(
+        rejected.iter().any(|c| c.thumbprint == thumbprint),
+        "untrusted user cert recorded as rejected"
+    );
+
+    gw.store
+        .trust_add("test", &cert.to_der().unwrap(), CertKind::Trusted)
+        .await
+        .unwrap();
+    let trusted = cert.clone();
+    chan.activate(&token, IdentityToken::new_x509(cert, key))
+        .await
+        .expect("trusted user certificate accepted");
+    assert_eq!(chan.read_status(&token).await, StatusCode::Good);
+
+    // The trusted certificate with a signature from another key is refused.
+    let (_, other_key) = user_cert("mallory");
+    let token = chan
+        .create_session(60_000.0)
+        .await
+        .unwrap()
+        .authentication_token;
+    let r = chan
+        .activate(&token, IdentityToken::new_x509(trusted, other_key))
+        .await;
+    assert_eq!(status_of(r), StatusCode::BadUserSignatureInvalid);
+    chan.close().await;
+    gw.stop().await;
+}
+
+async fn current_session_count(chan: &common::Chan, token: &opcua_types::NodeId) -> u32 {
+    let resp = chan
+        .read(
+            token,
+            vec![opcua_types::ReadValueId::from(opcua_types::NodeId::new(
+                0, 2277u32,
+            ))],
+        )
+        .await
+        .unwrap();
+    let ResponseMessage::Read(resp) = resp else {
+        panic!("unexpected response {}", resp.type_name());
+    };
+    match resp.results.unwrap()[0].value {
+        Some(opcua_types::Variant::UInt32(n)) => n,
+        ref other => panic!("CurrentSessionCount is {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn current_session_count_follows_create_close_and_expiry() {
+    let gw = TestGateway::start("[server]\nmin_session_timeout = \"1s\"\n").await;
+    let (chan, token) = gw.anon_session("c").await;
+    assert_eq!(current_session_count(&chan, &token).await, 1);
+    let short = chan.create_session(1000.0).await.unwrap();
+    let other = chan.create_session(60_000.0).await.unwrap();
+    assert_eq!(current_session_count(&chan, &token).await, 3);
+    let status = chan
+        .status(CloseSessionRequest {
+            request_header: chan.header(&other.authentication_token),
+            delete_subscriptions: true,
+        })
+        .await;
+    assert_eq!(status, StatusCode::Good);
+    assert_eq!(current_session_count(&chan, &token).await, 2);
+    // The short one expires (the long one is kept alive by the reads).
+    let _ = short;
+    bounded("expiry", async {
+        while current_session_count(&chan, &token).await != 1 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert_eq!(gw.session_count(), 1);
+    chan.close().await;
+    gw.stop().await;
+}
