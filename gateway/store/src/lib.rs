@@ -10,6 +10,7 @@
 //! Schema lives in `migrations/` at the workspace root and is applied by
 //! [`Store::open`].
 
+mod chain;
 mod error;
 mod model;
 mod password;
@@ -29,6 +30,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, SqliteConnection};
 use tokio::sync::Semaphore;
 
+pub use chain::{TrustVerdict, MAX_CHAIN_LEN};
 pub use error::StoreError;
 pub use model::{CertInfo, CertKind, ChangeLogEntry, Role};
 
