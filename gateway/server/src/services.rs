@@ -19,7 +19,6 @@ use opcua_types::{
     UserNameIdentityToken, X509IdentityToken,
 };
 use uagate_config::UserToken;
-use uagate_store::CertKind;
 
 use crate::endpoints::{policy_id, TCP_PROFILE};
 use crate::error::ServiceError;
@@ -345,13 +344,15 @@ impl Engine {
             )
             .map_err(|_| ServiceError::UserSignatureInvalid)?;
             let der = t.certificate_data.as_ref();
-            let status = self
+            let verdict = self
                 .store
-                .cert_status(der)
+                .validate_certificate(der, chrono::Utc::now())
                 .await
                 .map_err(|e| ServiceError::Internal(e.to_string()))?;
-            if status != Some(CertKind::Trusted) {
-                let _ = self.store.record_rejected(der).await;
+            if !verdict.is_trusted() {
+                if verdict == uagate_store::TrustVerdict::Untrusted {
+                    let _ = self.store.record_rejected(der).await;
+                }
                 return Err(ServiceError::IdentityTokenRejected);
             }
             let cert = X509::from_der(der).map_err(|_| ServiceError::IdentityTokenRejected)?;

@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use uagate_proto::{Event, Limits, OpenRequest, ServerConnection};
-use uagate_store::CertKind;
+use uagate_store::TrustVerdict;
 
 use crate::{ChannelInfo, Engine};
 
@@ -85,27 +85,47 @@ impl Engine {
             .clone()
             .ok_or(StatusCode::BadCertificateInvalid)?;
         let cert = X509::from_byte_string(&der).map_err(|_| StatusCode::BadCertificateInvalid)?;
-        let status = self.store.cert_status(der.as_ref()).await.map_err(|e| {
-            tracing::error!(error = %e, "trust list lookup failed");
-            StatusCode::BadInternalError
-        })?;
-        if status != Some(CertKind::Trusted) {
+        let verdict = self
+            .store
+            .validate_certificate(der.as_ref(), chrono::Utc::now())
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "trust list lookup failed");
+                StatusCode::BadInternalError
+            })?;
+        if verdict == TrustVerdict::Untrusted {
+            // Listed for the operator to approve with `uagate trust add`.
             if let Err(e) = self.store.record_rejected(der.as_ref()).await {
                 tracing::warn!(error = %e, "could not record rejected certificate");
             }
+        }
+        if !verdict.is_trusted() {
             tracing::warn!(
                 thumbprint = %cert.thumbprint().as_hex_string(),
                 subject = %cert.subject_name(),
-                "untrusted client certificate rejected"
+                %verdict,
+                "client certificate refused"
             );
-            return Err(StatusCode::BadCertificateUntrusted);
-        }
-        if cert.is_time_valid(&chrono::Utc::now()).is_err() {
-            return Err(StatusCode::BadCertificateTimeInvalid);
+            return Err(verdict_status(verdict));
         }
         info.client_certificate = der;
         info.client_cert = Some(cert);
         Ok(info)
+    }
+}
+
+/// The status a client sees for a certificate the trust list refuses.
+fn verdict_status(verdict: TrustVerdict) -> StatusCode {
+    match verdict {
+        TrustVerdict::Trusted => StatusCode::Good,
+        TrustVerdict::Untrusted => StatusCode::BadCertificateUntrusted,
+        TrustVerdict::Revoked => StatusCode::BadCertificateRevoked,
+        TrustVerdict::IssuerRevoked => StatusCode::BadCertificateIssuerRevoked,
+        TrustVerdict::RevocationUnknown => StatusCode::BadCertificateRevocationUnknown,
+        TrustVerdict::IssuerRevocationUnknown => StatusCode::BadCertificateIssuerRevocationUnknown,
+        TrustVerdict::TimeInvalid => StatusCode::BadCertificateTimeInvalid,
+        TrustVerdict::IssuerTimeInvalid => StatusCode::BadCertificateIssuerTimeInvalid,
+        _ => StatusCode::BadCertificateInvalid,
     }
 }
 
