@@ -28,24 +28,46 @@ fn config_import_refuses_unknown_keys_and_names_bad_settings() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("c.toml");
     std::fs::write(&file, "[server]\nmax_sesions = 5\n").unwrap();
-    let out = uagate(&dir.path().join("d")).args(["config", "import"]).arg(&file).output().unwrap();
+    let out = uagate(&dir.path().join("d"))
+        .args(["config", "import"])
+        .arg(&file)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("max_sesions"));
 
     std::fs::write(&file, "[isolation]\nhandshake_timeout = \"10m\"\n").unwrap();
-    let out = uagate(&dir.path().join("d")).args(["config", "import"]).arg(&file).output().unwrap();
+    let out = uagate(&dir.path().join("d"))
+        .args(["config", "import"])
+        .arg(&file)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("isolation.handshake_timeout"));
 
     // Nothing was stored by the refused imports: export shows the defaults.
-    let out = uagate(&dir.path().join("d")).args(["config", "export"]).output().unwrap();
+    let out = uagate(&dir.path().join("d"))
+        .args(["config", "export"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("handshake_timeout = \"2m\""));
 
     std::fs::write(&file, "[server]\nmax_session_count = 7\n").unwrap();
-    let out = uagate(&dir.path().join("d")).args(["config", "import"]).arg(&file).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = uagate(&dir.path().join("d")).args(["config", "export"]).output().unwrap();
+    let out = uagate(&dir.path().join("d"))
+        .args(["config", "import"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = uagate(&dir.path().join("d"))
+        .args(["config", "export"])
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("max_session_count = 7"));
 }
 
@@ -60,12 +82,20 @@ fn user_add_reads_password_from_stdin_and_refuses_duplicates() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        child.stdin.take().unwrap().write_all(b"correct horse\n").unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"correct horse\n")
+            .unwrap();
         let out = child.wait_with_output().unwrap();
         assert_eq!(out.status.success(), expect_ok);
     }
     let out = uagate(dir.path()).args(["user", "list"]).output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "alice operator");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "alice operator"
+    );
 }
 
 #[test]
@@ -74,7 +104,12 @@ fn run_on_empty_data_dir_creates_database_and_key_and_serves() {
     let data = dir.path().join("fresh");
     let file = dir.path().join("c.toml");
     std::fs::write(&file, "[listen]\nopc_tcp = \"127.0.0.1:0\"\n").unwrap();
-    assert!(uagate(&data).args(["config", "import"]).arg(&file).status().unwrap().success());
+    assert!(uagate(&data)
+        .args(["config", "import"])
+        .arg(&file)
+        .status()
+        .unwrap()
+        .success());
     let mut child = uagate(&data)
         .arg("run")
         .stdout(Stdio::piped())
@@ -89,7 +124,10 @@ fn run_on_empty_data_dir_creates_database_and_key_and_serves() {
         }
     });
     let line = rx.recv_timeout(Duration::from_secs(60)).unwrap();
-    assert!(line.starts_with("READY opc.tcp=opc.tcp://127.0.0.1:"), "{line}");
+    assert!(
+        line.starts_with("READY opc.tcp=opc.tcp://127.0.0.1:"),
+        "{line}"
+    );
     let port: u16 = line
         .trim_end_matches('/')
         .rsplit(':')
@@ -113,8 +151,15 @@ fn run_on_empty_data_dir_creates_database_and_key_and_serves() {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
-        let dmode = std::fs::metadata(data.join("pki/private")).unwrap().permissions().mode();
-        assert_eq!(dmode & 0o077, 0, "private dir must not be group/world accessible");
+        let dmode = std::fs::metadata(data.join("pki/private"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(
+            dmode & 0o077,
+            0,
+            "private dir must not be group/world accessible"
+        );
     }
     child.kill().unwrap();
     child.wait().unwrap();
