@@ -5,21 +5,25 @@
 
 pub mod endpoints;
 pub mod error;
+pub mod health;
 pub mod pki;
 mod services;
 pub mod session;
 pub mod tcp;
 pub mod throttle;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;
 
+use opcua_core::ResponseMessage;
 use opcua_crypto::{SecurityPolicy, X509};
 use opcua_types::{ApplicationDescription, ByteString, MessageSecurityMode};
 use parking_lot::{Mutex, RwLock};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uagate_config::{Config, UserToken};
@@ -58,6 +62,9 @@ pub struct Engine {
     throttle: throttle::Throttle,
     next_channel_id: AtomicU32,
     channels: AtomicUsize,
+    /// Where to send responses produced outside the request/response flow
+    /// (Publish answered by the subscription timer), by channel id.
+    responders: Mutex<HashMap<u32, mpsc::Sender<(u32, ResponseMessage)>>>,
 }
 
 /// A running gateway; dropping it does not stop it, call [`Gateway::shutdown`].
@@ -101,6 +108,20 @@ impl Engine {
     /// The offered endpoints.
     pub fn endpoints(&self) -> &[endpoints::Offered] {
         &self.offered
+    }
+
+    /// Sends a response to request `request_id` of channel `channel_id`
+    /// from outside that channel's request flow. Dropped when the channel is
+    /// gone or its queue is full (the client's request then times out).
+    pub fn respond(&self, channel_id: u32, request_id: u32, response: ResponseMessage) {
+        if let Some(tx) = self.responders.lock().get(&channel_id) {
+            if tx.try_send((request_id, response)).is_err() {
+                tracing::warn!(
+                    channel = channel_id,
+                    "response dropped: channel gone or busy"
+                );
+            }
+        }
     }
 
     /// Shows the session count in the address space. Lock order: the space
@@ -218,6 +239,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         throttle: throttle::Throttle::default(),
         next_channel_id: AtomicU32::new(1),
         channels: AtomicUsize::new(0),
+        responders: Mutex::new(HashMap::new()),
     });
     let cancel = CancellationToken::new();
     let accept = tokio::spawn(tcp::accept_loop(engine.clone(), listener, cancel.clone()));

@@ -18,6 +18,9 @@ use uagate_store::TrustVerdict;
 
 use crate::{ChannelInfo, Engine};
 
+/// Responses a channel can have waiting from outside its request flow.
+const RESPONDER_CAPACITY: usize = 256;
+
 /// Accepts connections until `cancel`; one task per connection.
 pub async fn accept_loop(engine: Arc<Engine>, listener: TcpListener, cancel: CancellationToken) {
     loop {
@@ -155,6 +158,8 @@ async fn drive(engine: Arc<Engine>, mut stream: TcpStream, cancel: CancellationT
     }
     let mut info: Option<ChannelInfo> = None;
     let mut buf = vec![0u8; 64 * 1024];
+    // Responses produced later (Publish) arrive here; bounded per channel.
+    let (responder, mut later) = tokio::sync::mpsc::channel(RESPONDER_CAPACITY);
     loop {
         // Flush what the protocol wants to send, then act on its events.
         while let Some(bytes) = conn.poll_transmit() {
@@ -168,6 +173,7 @@ async fn drive(engine: Arc<Engine>, mut stream: TcpStream, cancel: CancellationT
                     Ok(i) => {
                         let id = i.channel_id;
                         info = Some(i);
+                        engine.responders.lock().insert(id, responder.clone());
                         conn.accept_open(id, Instant::now());
                         tracing::debug!(channel = id, policy = ?req.policy, mode = ?req.mode, "secure channel open");
                     }
@@ -201,6 +207,7 @@ async fn drive(engine: Arc<Engine>, mut stream: TcpStream, cancel: CancellationT
                 Ok(n) => conn.handle_input(&buf[..n], Instant::now()),
             },
             _ = sleep_until(deadline) => conn.handle_timeout(Instant::now()),
+            Some((request_id, response)) = later.recv() => conn.send_response(request_id, response),
         }
     }
 }
@@ -214,6 +221,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 
 fn finish(engine: &Engine, info: Option<ChannelInfo>) {
     if let Some(i) = info {
+        engine.responders.lock().remove(&i.channel_id);
         engine.sessions.lock().channel_closed(i.channel_id);
     }
 }
