@@ -1,27 +1,43 @@
 #![forbid(unsafe_code)]
 //! `uagate-space`: the gateway's local OPC UA address space and the sans-IO
 //! implementation of the View (Browse, BrowseNext, TranslateBrowsePathsToNodeIds,
-//! RegisterNodes) and Attribute (Read) service sets over it.
+//! RegisterNodes) and Attribute (Read, Write) service sets over it, plus the
+//! validation half of the Method service set (Call): method signatures and
+//! argument checks, and execution of the space's own demo method.
 //!
 //! The local space holds the standard namespace 0 node set (the `Server` object
 //! with live `ServerStatus`, `NamespaceArray`, `ServerCapabilities`, ...) and
-//! the gateway namespace `urn:uagate:gateway` with an `Objects/Gateway` folder.
+//! the gateway namespace `urn:uagate:gateway` with an `Objects/Gateway` folder
+//! and the `Gateway/Demo` object (writable variables, an AnalogItem, a
+//! counter the engine drives and the `Add` method).
 //!
 //! Nothing here performs I/O or reads a clock: the session dispatcher passes the
 //! current time (`now`) into every call that needs it, and owns one
 //! [`ContinuationPoints`] store per session.
 
 mod browse;
+mod demo;
 mod limits;
 mod live;
+mod method;
 mod read;
+mod redundancy;
 mod space;
+mod typecheck;
+mod write;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_ops;
 
 pub use browse::{page_references, ContinuationPoints};
+pub use demo::{
+    DEMO_ADD, DEMO_COUNTER, DEMO_LEVEL, DEMO_LEVEL_EURANGE, DEMO_SETPOINT, DEMO_VECTOR,
+    GATEWAY_DEMO,
+};
 pub use limits::{BuildInfo, SpaceLimits};
+pub use method::{arguments_status, MethodSignature};
 pub use space::{
     LocalSpace, GATEWAY_FOLDER, GATEWAY_HOSTNAME, GATEWAY_NAMESPACE_URI, GATEWAY_NS,
     GATEWAY_SESSION_COUNT, GATEWAY_UPTIME,
@@ -38,4 +54,18 @@ pub enum SpaceError {
     /// A namespace URI was empty.
     #[error("namespace URI must not be empty")]
     EmptyNamespaceUri,
+    /// [`LocalSpace::set_value`]: no such node in the local space.
+    #[error("node {0} does not exist in the local space")]
+    UnknownNode(opcua_types::NodeId),
+    /// [`LocalSpace::set_value`]: the node is not a Variable.
+    #[error("node {0} is not a variable")]
+    NotAVariable(opcua_types::NodeId),
+    /// [`LocalSpace::set_value`]: the variable's value is computed by the
+    /// space (e.g. `Server/ServerStatus`) and cannot be set.
+    #[error("the value of {0} is computed and cannot be set")]
+    ComputedValue(opcua_types::NodeId),
+    /// [`LocalSpace::set_value`]: the value does not match the variable's
+    /// DataType or ValueRank.
+    #[error("value does not match the data type or value rank of {0}")]
+    TypeMismatch(opcua_types::NodeId),
 }

@@ -31,7 +31,20 @@ impl LocalSpace {
                 daylight_saving_in_offset: false,
             })
             .into(),
-            V::Server_ServerRedundancy_RedundancySupport => (rt.redundancy as i32).into(),
+            V::Server_ServerRedundancy_RedundancySupport => (rt.redundancy.support as i32).into(),
+            V::Server_ServerRedundancy_CurrentServerId => {
+                rt.redundancy.current_server_id.as_str().into()
+            }
+            V::Server_ServerRedundancy_ServerUriArray => rt.redundancy.server_uris.clone().into(),
+            V::Server_ServerRedundancy_RedundantServerArray => rt
+                .redundancy
+                .redundant
+                .iter()
+                .cloned()
+                .map(ExtensionObject::from_message)
+                .collect::<Vec<_>>()
+                .into(),
+            V::Server_EstimatedReturnTime => rt.estimated_return_time.into(),
             V::Server_ServerStatus => ExtensionObject::from_message(ServerStatusDataType {
                 start_time: rt.start_time,
                 current_time: now,

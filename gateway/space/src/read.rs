@@ -35,7 +35,12 @@ impl LocalSpace {
     /// completeness: every value here is current, so any age is satisfied
     /// (`BadMaxAgeInvalid` and `BadTimestampsToReturnInvalid` are service-level
     /// results checked by the dispatcher). The server timestamp is `now`; the
-    /// source timestamp is only returned for the Value attribute.
+    /// source timestamp is only returned for the Value attribute (for
+    /// stored values the one written or set, else the start time).
+    ///
+    /// Cheap enough for per-item sampling by the subscription engine: one
+    /// hash lookup, no I/O, and for the Value attribute only a clone of the
+    /// stored value (or the computation of a live `Server` value).
     pub fn read(
         &self,
         now: DateTime,
@@ -150,7 +155,7 @@ impl LocalSpace {
                         });
                     }
                     let stored = var.value(
-                        TimestampsToReturn::Neither,
+                        TimestampsToReturn::Source,
                         &NumericRange::None,
                         &DataEncoding::Binary,
                         0.0,
@@ -158,8 +163,9 @@ impl LocalSpace {
                     return Ok(RawAttribute {
                         value: stored.value.unwrap_or(Variant::Empty),
                         status: stored.status.unwrap_or(StatusCode::Good),
-                        // Static values have not changed since the space was built.
-                        source: Some(self.rt.start_time),
+                        // Values written or set keep their source timestamp;
+                        // static ones have not changed since the space was built.
+                        source: Some(stored.source_timestamp.unwrap_or(self.rt.start_time)),
                     });
                 }
                 AttributeId::ArrayDimensions => {

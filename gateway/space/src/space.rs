@@ -5,10 +5,12 @@ use opcua_nodes::{DefaultTypeTree, EventNotifier, NodeBase, NodeType, Object, Ty
 use opcua_server::address_space::{AddressSpace, CoreNamespace};
 use opcua_types::{
     DataTypeId, DataValue, DateTime, LocalizedText, NodeClass, NodeId, ObjectId, ObjectTypeId,
-    QualifiedName, RedundancySupport, ReferenceTypeId, ServerDiagnosticsSummaryDataType,
-    ServerState, StatusCode, VariableTypeId, Variant,
+    QualifiedName, ReferenceTypeId, ServerDiagnosticsSummaryDataType, ServerState, StatusCode,
+    VariableTypeId, Variant,
 };
 
+use crate::demo::add_demo_nodes;
+use crate::redundancy::RedundancyState;
 use crate::{BuildInfo, SpaceError, SpaceLimits};
 
 /// URI of the gateway's own namespace (always namespace index [`GATEWAY_NS`]).
@@ -37,7 +39,8 @@ pub(crate) struct ServerRuntime {
     pub(crate) shutdown_reason: LocalizedText,
     pub(crate) service_level: u8,
     pub(crate) server_array: Vec<String>,
-    pub(crate) redundancy: RedundancySupport,
+    pub(crate) redundancy: RedundancyState,
+    pub(crate) estimated_return_time: DateTime,
     pub(crate) diagnostics: ServerDiagnosticsSummaryDataType,
     pub(crate) hostname: String,
     pub(crate) profiles: Vec<String>,
@@ -92,6 +95,7 @@ impl LocalSpace {
         space.add_namespace(GATEWAY_NAMESPACE_URI, GATEWAY_NS);
 
         add_gateway_nodes(&mut space, start_time);
+        add_demo_nodes(&mut space, start_time);
         space.load_into_type_tree(&mut types);
 
         let rt = ServerRuntime {
@@ -102,13 +106,14 @@ impl LocalSpace {
             shutdown_reason: LocalizedText::null(),
             service_level: 255,
             server_array: vec![application_uri.to_string()],
-            redundancy: RedundancySupport::None,
+            redundancy: RedundancyState::default(),
+            estimated_return_time: DateTime::null(),
             diagnostics: ServerDiagnosticsSummaryDataType::default(),
             hostname: String::new(),
             profiles: vec![DEFAULT_PROFILE.to_string()],
             locales: vec!["en".to_string()],
         };
-        Self {
+        let mut me = Self {
             space,
             types,
             namespaces: vec![
@@ -118,7 +123,9 @@ impl LocalSpace {
             ],
             limits: limits.clone(),
             rt,
-        }
+        };
+        me.link_redundancy_nodes();
+        me
     }
 
     /// The limits this space was built with; the dispatcher uses them for
@@ -181,9 +188,11 @@ impl LocalSpace {
         self.rt.server_array = arr;
     }
 
-    /// Sets `ServerRedundancy/RedundancySupport` (default `None`).
-    pub fn set_redundancy_support(&mut self, support: RedundancySupport) {
-        self.rt.redundancy = support;
+    /// Sets `Server/EstimatedReturnTime` (Part 5 6.3.1: when the server is
+    /// expected to be back in `Running` after a shutdown or failure;
+    /// `DateTime::null()` = unknown, the default).
+    pub fn set_estimated_return_time(&mut self, t: DateTime) {
+        self.rt.estimated_return_time = t;
     }
 
     /// Sets `ServerCapabilities/ServerProfileArray`.
@@ -249,11 +258,11 @@ impl LocalSpace {
     }
 }
 
-fn gw(id: &str) -> NodeId {
+pub(crate) fn gw(id: &str) -> NodeId {
     NodeId::new(GATEWAY_NS, id)
 }
 
-fn insert_node(space: &mut AddressSpace, node: impl Into<NodeType>) -> bool {
+pub(crate) fn insert_node(space: &mut AddressSpace, node: impl Into<NodeType>) -> bool {
     space.insert::<_, NodeId>(node, None)
 }
 
