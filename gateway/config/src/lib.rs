@@ -121,6 +121,33 @@ pub struct Server {
     pub max_nodes_per_translate: u32,
     /// Most nodes in one RegisterNodes/UnregisterNodes.
     pub max_nodes_per_register: u32,
+    /// Most values in one Write.
+    pub max_nodes_per_write: u32,
+    /// Most method calls in one Call.
+    pub max_nodes_per_method_call: u32,
+    /// Most monitored items in one Create/Modify/Delete/SetMonitoringMode/SetTriggering.
+    pub max_monitored_items_per_call: u32,
+    /// Subscriptions per session.
+    pub max_subscriptions_per_session: u32,
+    /// Monitored items per subscription.
+    pub max_monitored_items_per_subscription: u32,
+    /// Publish requests queued per session (BadTooManyPublishRequests beyond).
+    pub max_publish_requests_per_session: u32,
+    /// Notification messages kept per subscription for Republish.
+    pub max_retransmission_queue: u32,
+    /// Fastest publishing interval granted.
+    #[serde(with = "humantime_serde")]
+    pub min_publishing_interval: Duration,
+    /// Fastest sampling interval granted.
+    #[serde(with = "humantime_serde")]
+    pub min_sampling_interval: Duration,
+    /// Largest monitored item queue.
+    pub max_queue_size: u32,
+    /// Whether anonymous sessions may write values (default: no).
+    pub allow_anonymous_write: bool,
+    /// Refuse new sessions (BadServerHalted) while the ServiceLevel is
+    /// Maintenance; existing sessions keep working. Beyond Part 4, off by default.
+    pub refuse_sessions_in_maintenance: bool,
 }
 
 impl Default for Server {
@@ -147,6 +174,18 @@ impl Default for Server {
             max_browse_continuation_points: 10,
             max_nodes_per_translate: 1000,
             max_nodes_per_register: 1000,
+            max_nodes_per_write: 1000,
+            max_nodes_per_method_call: 100,
+            max_monitored_items_per_call: 1000,
+            max_subscriptions_per_session: 100,
+            max_monitored_items_per_subscription: 10_000,
+            max_publish_requests_per_session: 20,
+            max_retransmission_queue: 20,
+            min_publishing_interval: Duration::from_millis(50),
+            min_sampling_interval: Duration::from_millis(50),
+            max_queue_size: 1000,
+            allow_anonymous_write: false,
+            refuse_sessions_in_maintenance: false,
         }
     }
 }
@@ -275,6 +314,32 @@ impl Config {
             ("server.max_references_per_node", s.max_references_per_node),
             ("server.max_nodes_per_translate", s.max_nodes_per_translate),
             ("server.max_nodes_per_register", s.max_nodes_per_register),
+            ("server.max_nodes_per_write", s.max_nodes_per_write),
+            (
+                "server.max_monitored_items_per_call",
+                s.max_monitored_items_per_call,
+            ),
+            (
+                "server.max_subscriptions_per_session",
+                s.max_subscriptions_per_session,
+            ),
+            (
+                "server.max_monitored_items_per_subscription",
+                s.max_monitored_items_per_subscription,
+            ),
+            (
+                "server.max_publish_requests_per_session",
+                s.max_publish_requests_per_session,
+            ),
+            (
+                "server.max_retransmission_queue",
+                s.max_retransmission_queue,
+            ),
+            ("server.max_queue_size", s.max_queue_size),
+            (
+                "server.max_nodes_per_method_call",
+                s.max_nodes_per_method_call,
+            ),
             (
                 "server.max_concurrent_session_establishment",
                 s.max_concurrent_session_establishment,
@@ -283,6 +348,18 @@ impl Config {
             if v == 0 {
                 return Err(invalid(name, "must be at least 1"));
             }
+        }
+        if s.min_publishing_interval < Duration::from_millis(10) {
+            return Err(invalid(
+                "server.min_publishing_interval",
+                "must be at least 10ms",
+            ));
+        }
+        if s.min_sampling_interval < Duration::from_millis(10) {
+            return Err(invalid(
+                "server.min_sampling_interval",
+                "must be at least 10ms",
+            ));
         }
         let i = &self.isolation;
         if i.handshake_timeout.is_zero() || i.handshake_timeout > Duration::from_secs(120) {

@@ -6,9 +6,11 @@
 pub mod endpoints;
 pub mod error;
 pub mod health;
+mod methods;
 pub mod pki;
 mod services;
 pub mod session;
+pub mod subscriptions;
 pub mod tcp;
 pub mod throttle;
 
@@ -65,6 +67,46 @@ pub struct Engine {
     /// Where to send responses produced outside the request/response flow
     /// (Publish answered by the subscription timer), by channel id.
     responders: Mutex<HashMap<u32, mpsc::Sender<(u32, ResponseMessage)>>>,
+    /// The administrator-requested state and the operator's ServiceLevel override.
+    control: Mutex<health::Control>,
+    /// Computes ServiceLevel while running normally.
+    level_provider: Box<dyn health::ServiceLevelProvider>,
+    /// Wakes the subscription timer when subscriptions or Publish queues change.
+    subs_changed: tokio::sync::Notify,
+}
+
+/// Settings key under which a requested server state is persisted (and audited).
+pub(crate) const STATE_SETTING: &str = "server.requested_state";
+
+/// The persisted form of a requested state.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredState {
+    state: i32,
+    estimated_return_ticks: i64,
+    seconds_till_shutdown: u32,
+    reason_locale: String,
+    reason_text: String,
+}
+
+pub(crate) fn encode_state(r: &health::RequestedState) -> String {
+    let stored = StoredState {
+        state: r.state as i32,
+        estimated_return_ticks: r.estimated_return_time.checked_ticks(),
+        seconds_till_shutdown: r.seconds_till_shutdown,
+        reason_locale: r.reason.locale.to_string(),
+        reason_text: r.reason.text.to_string(),
+    };
+    serde_json::to_string(&stored).unwrap_or_default()
+}
+
+fn decode_state(text: &str) -> Option<health::RequestedState> {
+    let s: StoredState = serde_json::from_str(text).ok()?;
+    Some(health::RequestedState {
+        state: methods::server_state(s.state)?,
+        estimated_return_time: opcua_types::DateTime::from(s.estimated_return_ticks),
+        seconds_till_shutdown: s.seconds_till_shutdown,
+        reason: opcua_types::LocalizedText::new(&s.reason_locale, &s.reason_text),
+    })
 }
 
 /// A running gateway; dropping it does not stop it, call [`Gateway::shutdown`].
@@ -124,11 +166,59 @@ impl Engine {
         }
     }
 
+    /// Publishes the current state and ServiceLevel on the Server object.
+    /// Called at start, after every state change and by housekeeping.
+    pub fn refresh_server_state(&self) {
+        let computed = self.level_provider.service_level();
+        let control = self.control.lock().clone();
+        let mut space = self.space.write();
+        space.set_state(control.state());
+        space.set_service_level(control.service_level(computed));
+        match &control.requested {
+            Some(r) => {
+                space.set_shutdown(r.seconds_till_shutdown, r.reason.clone());
+                space.set_estimated_return_time(r.estimated_return_time);
+            }
+            None => {
+                space.set_shutdown(0, opcua_types::LocalizedText::null());
+                space.set_estimated_return_time(opcua_types::DateTime::null());
+            }
+        }
+    }
+
+    /// The ServiceLevel currently published.
+    pub fn service_level(&self) -> u8 {
+        self.control
+            .lock()
+            .service_level(self.level_provider.service_level())
+    }
+
+    /// Sets (or with `None` clears) the operator's fixed ServiceLevel.
+    pub fn set_service_level_override(&self, level: Option<u8>) {
+        self.control.lock().override_level = level;
+        self.refresh_server_state();
+    }
+
     /// Shows the session count in the address space. Lock order: the space
     /// lock may be taken before the sessions lock (services do), so the
     /// sessions lock is always released before this is called.
     fn publish_session_count(&self, count: usize) {
         self.space.write().set_current_session_count(count as u32);
+    }
+
+    /// Subscription limits for a new session, from `[server]`.
+    pub(crate) fn subscription_limits(&self) -> uagate_subs::Limits {
+        let s = &self.config.server;
+        uagate_subs::Limits {
+            min_publishing_interval: s.min_publishing_interval,
+            max_subscriptions_per_session: s.max_subscriptions_per_session,
+            max_monitored_items_per_subscription: s.max_monitored_items_per_subscription,
+            max_queue_size: s.max_queue_size,
+            min_sampling_interval: s.min_sampling_interval,
+            max_retransmission_queue: s.max_retransmission_queue,
+            max_publish_requests: s.max_publish_requests_per_session,
+            ..uagate_subs::Limits::default()
+        }
     }
 
     /// Removes timed-out sessions; run every second by the housekeeping task.
@@ -221,6 +311,11 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         build_number: env!("CARGO_PKG_VERSION").into(),
         build_date: opcua_types::DateTime::now(),
     };
+    // A maintenance state requested before a restart stays in force.
+    let stored_state = match store.setting(STATE_SETTING).await {
+        Ok(Some(text)) => decode_state(&text),
+        _ => None,
+    };
     let mut space = LocalSpace::new(
         &application_uri,
         build,
@@ -240,7 +335,14 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         next_channel_id: AtomicU32::new(1),
         channels: AtomicUsize::new(0),
         responders: Mutex::new(HashMap::new()),
+        control: Mutex::new(health::Control {
+            requested: stored_state,
+            override_level: None,
+        }),
+        level_provider: Box::new(health::ConstantLevel(health::HEALTHY_MAX)),
+        subs_changed: tokio::sync::Notify::new(),
     });
+    engine.refresh_server_state();
     let cancel = CancellationToken::new();
     let accept = tokio::spawn(tcp::accept_loop(engine.clone(), listener, cancel.clone()));
     let housekeeping = {
@@ -256,12 +358,30 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
             }
         })
     };
+    let subscription_timer = {
+        let engine = engine.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            loop {
+                let next = engine.tick_subscriptions();
+                // Sleep until the next deadline, at most 1 s, or until woken.
+                let wake = next
+                    .unwrap_or_else(|| std::time::Instant::now() + Duration::from_secs(1))
+                    .min(std::time::Instant::now() + Duration::from_secs(1));
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = engine.subs_changed.notified() => {},
+                    _ = tokio::time::sleep_until(wake.into()) => {},
+                }
+            }
+        })
+    };
     tracing::info!(%endpoint_url, "opc.tcp listening");
     Ok(Gateway {
         opc_tcp_addr: addr,
         endpoint_url,
         engine,
         cancel,
-        tasks: vec![accept, housekeeping],
+        tasks: vec![accept, housekeeping, subscription_timer],
     })
 }

@@ -47,13 +47,20 @@ fn check_count(n: usize, limit: u32) -> Result<()> {
 
 impl Engine {
     /// Handles one request of channel `chan` and returns its response.
+    /// Handles one request of channel `chan`. Returns the response, or
+    /// `None` when it is sent later (a queued Publish).
     pub async fn handle_request(
         &self,
         chan: &ChannelInfo,
+        request_id: u32,
         request: RequestMessage,
-    ) -> ResponseMessage {
+    ) -> Option<ResponseMessage> {
         let header = request.request_header().clone();
         let result = match request {
+            RequestMessage::Publish(r) => match self.publish(chan, request_id, &r) {
+                Ok(answer) => return answer,
+                Err(e) => Err(e),
+            },
             RequestMessage::GetEndpoints(r) => Ok(self.get_endpoints(&r)),
             RequestMessage::FindServers(r) => Ok(self.find_servers(&r)),
             RequestMessage::CreateSession(r) => self.create_session(chan, &r),
@@ -66,16 +73,29 @@ impl Engine {
             RequestMessage::RegisterNodes(r) => self.register_nodes(chan, &r),
             RequestMessage::UnregisterNodes(r) => self.unregister_nodes(chan, &r),
             RequestMessage::Read(r) => self.read(chan, &r),
+            RequestMessage::Write(r) => self.write(chan, &r),
+            RequestMessage::Call(r) => self.call(chan, &r).await,
+            RequestMessage::CreateSubscription(r) => self.create_subscription(chan, &r),
+            RequestMessage::ModifySubscription(r) => self.modify_subscription(chan, &r),
+            RequestMessage::SetPublishingMode(r) => self.set_publishing_mode(chan, &r),
+            RequestMessage::DeleteSubscriptions(r) => self.delete_subscriptions(chan, &r),
+            RequestMessage::Republish(r) => self.republish(chan, &r),
+            RequestMessage::TransferSubscriptions(r) => self.transfer_subscriptions(chan, &r),
+            RequestMessage::CreateMonitoredItems(r) => self.create_monitored_items(chan, &r),
+            RequestMessage::ModifyMonitoredItems(r) => self.modify_monitored_items(chan, &r),
+            RequestMessage::DeleteMonitoredItems(r) => self.delete_monitored_items(chan, &r),
+            RequestMessage::SetMonitoringMode(r) => self.set_monitoring_mode(chan, &r),
+            RequestMessage::SetTriggering(r) => self.set_triggering(chan, &r),
             _ => Err(ServiceError::Unsupported),
         };
-        result.unwrap_or_else(|e| {
+        Some(result.unwrap_or_else(|e| {
             tracing::debug!(error = %e, "service fault");
             fault(&header, &e)
-        })
+        }))
     }
 
     /// Runs `f` on the active session of this request, refreshing its activity time.
-    fn with_session<T>(
+    pub(crate) fn with_session<T>(
         &self,
         chan: &ChannelInfo,
         header: &RequestHeader,
@@ -146,6 +166,14 @@ impl Engine {
             }
         }
         let limits = &self.config.server;
+        if limits.refuse_sessions_in_maintenance
+            && self
+                .control
+                .lock()
+                .in_maintenance(self.level_provider.service_level())
+        {
+            return Err(ServiceError::Status(StatusCode::BadServerHalted));
+        }
         let requested = Duration::from_secs_f64((r.requested_session_timeout.max(0.0)) / 1000.0);
         let timeout = requested.clamp(limits.min_session_timeout, limits.max_session_timeout);
         let server_nonce = random::byte_string(MIN_NONCE_LEN);
@@ -175,6 +203,7 @@ impl Engine {
             continuation_points: uagate_space::ContinuationPoints::new(
                 limits.max_browse_continuation_points,
             ),
+            subscriptions: uagate_subs::SessionSubscriptions::new(self.subscription_limits()),
         };
         let (id, token) = (session.id.clone(), session.auth_token.clone());
         let count = {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use opcua_types::{ByteString, NodeId};
 use uagate_space::ContinuationPoints;
 use uagate_store::Role;
+use uagate_subs::SessionSubscriptions;
 
 use crate::error::ServiceError;
 
@@ -73,6 +74,8 @@ pub struct Session {
     pub phase: Phase,
     /// Browse continuation points owned by this session.
     pub continuation_points: ContinuationPoints,
+    /// Subscriptions and queued Publish requests of this session.
+    pub subscriptions: SessionSubscriptions,
 }
 
 impl Session {
@@ -132,6 +135,24 @@ impl Sessions {
             .ok_or(ServiceError::SessionIdInvalid)
     }
 
+    /// Every session, for the subscription timer and event delivery.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Session> {
+        self.by_token.values_mut()
+    }
+
+    /// The session with public id `id`.
+    pub fn by_session_id(&self, id: &NodeId) -> Option<&Session> {
+        self.by_token.values().find(|s| &s.id == id)
+    }
+
+    /// The authentication token of the session owning subscription `id`.
+    pub fn find_subscription_owner(&self, id: u32) -> Option<NodeId> {
+        self.by_token
+            .iter()
+            .find(|(_, s)| s.subscriptions.subscription(id).is_some())
+            .map(|(t, _)| t.clone())
+    }
+
     /// Removes and returns a session.
     pub fn remove(&mut self, token: &NodeId) -> Option<Session> {
         self.by_token.remove(token)
@@ -176,6 +197,7 @@ mod tests {
             server_nonce: ByteString::null(),
             phase: Phase::Created(Created),
             continuation_points: ContinuationPoints::new(2),
+            subscriptions: SessionSubscriptions::new(Default::default()),
         }
     }
 

@@ -184,8 +184,11 @@ async fn drive(engine: Arc<Engine>, mut stream: TcpStream, cancel: CancellationT
                     request,
                 } => {
                     if let Some(chan) = &info {
-                        let response = engine.handle_request(chan, *request).await;
-                        conn.send_response(request_id, response);
+                        if let Some(response) =
+                            engine.handle_request(chan, request_id, *request).await
+                        {
+                            conn.send_response(request_id, response);
+                        }
                     }
                 }
                 Event::Renewed { .. } => {}

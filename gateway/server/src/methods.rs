@@ -1,0 +1,307 @@
+//! Write and Call services, and the methods the engine itself implements
+//! on the Server object (RequestServerStateChange, GetMonitoredItems).
+
+use opcua_core::ResponseMessage;
+use opcua_types::{
+    CallMethodRequest, CallMethodResult, CallRequest, CallResponse, DateTime, LocalizedText,
+    MessageSecurityMode, NodeId, ResponseHeader, ServerState, StatusCode, Variant, WriteRequest,
+    WriteResponse,
+};
+use uagate_space::{arguments_status, LocalSpace};
+use uagate_store::Role;
+
+use crate::error::ServiceError;
+use crate::health::RequestedState;
+use crate::session::UserIdentity;
+use crate::{ChannelInfo, Engine};
+
+/// Server.GetMonitoredItems on the Server object and on ServerType.
+const GET_MONITORED_ITEMS: [u32; 2] = [11492, 11489];
+/// Server.RequestServerStateChange on the Server object and on ServerType.
+const REQUEST_SERVER_STATE_CHANGE: [u32; 2] = [12886, 12883];
+/// The Server object.
+const SERVER_OBJECT: u32 = 2253;
+
+fn is_ns0(id: &NodeId, candidates: &[u32]) -> bool {
+    id.namespace == 0 && candidates.iter().any(|c| *id == NodeId::new(0, *c))
+}
+
+/// What the caller of a service may do, from its identity and channel.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The session's user.
+    pub identity: UserIdentity,
+    /// The channel's security mode.
+    pub mode: MessageSecurityMode,
+    /// The session's subscriptions (for GetMonitoredItems).
+    pub session: NodeId,
+}
+
+impl Caller {
+    /// Whether this caller may write values: operators and administrators,
+    /// and anonymous users only when the configuration allows it.
+    pub fn can_write(&self, allow_anonymous: bool) -> bool {
+        match &self.identity {
+            UserIdentity::User { role, .. } => matches!(role, Role::Admin | Role::Operator),
+            UserIdentity::Certificate { .. } => true,
+            UserIdentity::Anonymous => allow_anonymous,
+        }
+    }
+
+    /// Whether this caller may change the server state: an administrator on
+    /// a signed and encrypted channel.
+    pub fn is_secure_admin(&self) -> bool {
+        matches!(
+            &self.identity,
+            UserIdentity::User {
+                role: Role::Admin,
+                ..
+            }
+        ) && self.mode == MessageSecurityMode::SignAndEncrypt
+    }
+
+    /// Name recorded in audit entries.
+    pub fn actor(&self) -> String {
+        match &self.identity {
+            UserIdentity::User { name, .. } => name.clone(),
+            UserIdentity::Certificate { thumbprint } => format!("x509:{thumbprint}"),
+            UserIdentity::Anonymous => "anonymous".into(),
+        }
+    }
+}
+
+fn call_result(
+    status: StatusCode,
+    inputs: Option<Vec<StatusCode>>,
+    outputs: Vec<Variant>,
+) -> CallMethodResult {
+    CallMethodResult {
+        status_code: status,
+        input_argument_results: inputs,
+        input_argument_diagnostic_infos: None,
+        output_arguments: if status.is_good() {
+            Some(outputs)
+        } else {
+            None
+        },
+    }
+}
+
+impl Engine {
+    /// The caller of a request: identity of its active session and channel mode.
+    pub(crate) fn caller(
+        &self,
+        chan: &ChannelInfo,
+        token: &NodeId,
+    ) -> Result<Caller, ServiceError> {
+        let mut sessions = self.sessions.lock();
+        let s = sessions.get_mut(token)?;
+        if s.channel_id != chan.channel_id {
+            return Err(ServiceError::WrongChannel);
+        }
+        s.last_activity = std::time::Instant::now();
+        let identity = s
+            .identity()
+            .cloned()
+            .ok_or(ServiceError::SessionNotActivated)?;
+        Ok(Caller {
+            identity,
+            mode: chan.mode,
+            session: s.id.clone(),
+        })
+    }
+
+    pub(crate) fn write(
+        &self,
+        chan: &ChannelInfo,
+        r: &WriteRequest,
+    ) -> Result<ResponseMessage, ServiceError> {
+        let items = r.nodes_to_write.as_deref().unwrap_or(&[]);
+        let limit = self.config.server.max_nodes_per_write;
+        if items.is_empty() {
+            return Err(ServiceError::NothingToDo);
+        }
+        if items.len() > limit as usize {
+            return Err(ServiceError::TooManyOperations {
+                got: items.len(),
+                limit,
+            });
+        }
+        let caller = self.caller(chan, &r.request_header.authentication_token)?;
+        let can_write = caller.can_write(self.config.server.allow_anonymous_write);
+        let now = DateTime::now();
+        let results = {
+            let mut space = self.space.write();
+            items
+                .iter()
+                .map(|w| space.write(now, w, can_write))
+                .collect::<Vec<_>>()
+        };
+        if results.iter().any(|s| s.is_good()) {
+            tracing::info!(user = %caller.actor(), count = results.iter().filter(|s| s.is_good()).count(), "values written");
+        }
+        Ok(WriteResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(results),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    pub(crate) async fn call(
+        &self,
+        chan: &ChannelInfo,
+        r: &CallRequest,
+    ) -> Result<ResponseMessage, ServiceError> {
+        let calls = r.methods_to_call.as_deref().unwrap_or(&[]);
+        let limit = self.config.server.max_nodes_per_method_call;
+        if calls.is_empty() {
+            return Err(ServiceError::NothingToDo);
+        }
+        if calls.len() > limit as usize {
+            return Err(ServiceError::TooManyOperations {
+                got: calls.len(),
+                limit,
+            });
+        }
+        let caller = self.caller(chan, &r.request_header.authentication_token)?;
+        let mut results = Vec::with_capacity(calls.len());
+        for call in calls {
+            results.push(self.call_one(&caller, call).await);
+        }
+        Ok(CallResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(results),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    async fn call_one(&self, caller: &Caller, call: &CallMethodRequest) -> CallMethodResult {
+        let inputs = call.input_arguments.as_deref().unwrap_or(&[]);
+        let signature = match self
+            .space
+            .read()
+            .method_signature(&call.object_id, &call.method_id)
+        {
+            Ok(s) => s,
+            Err(status) => return call_result(status, None, Vec::new()),
+        };
+        let arg_results = match LocalSpace::validate_arguments(&signature, inputs) {
+            Ok(r) => r,
+            Err(status) => return call_result(status, None, Vec::new()),
+        };
+        let status = arguments_status(&arg_results);
+        if status.is_bad() {
+            return call_result(status, Some(arg_results), Vec::new());
+        }
+        let on_server = call.object_id == NodeId::new(0, SERVER_OBJECT);
+        if on_server && is_ns0(&call.method_id, &REQUEST_SERVER_STATE_CHANGE) {
+            return match self.request_server_state_change(caller, inputs).await {
+                Ok(()) => call_result(StatusCode::Good, None, Vec::new()),
+                Err(status) => call_result(status, None, Vec::new()),
+            };
+        }
+        if on_server && is_ns0(&call.method_id, &GET_MONITORED_ITEMS) {
+            return match self.get_monitored_items(caller, inputs) {
+                Ok(out) => call_result(StatusCode::Good, None, out),
+                Err(status) => call_result(status, None, Vec::new()),
+            };
+        }
+        let now = DateTime::now();
+        match self
+            .space
+            .write()
+            .call_local(now, &call.object_id, &call.method_id, inputs)
+        {
+            Some(Ok(out)) => call_result(StatusCode::Good, None, out),
+            Some(Err(status)) => call_result(status, None, Vec::new()),
+            None => call_result(StatusCode::BadNotImplemented, None, Vec::new()),
+        }
+    }
+
+    /// Server.RequestServerStateChange (Part 5 §9.4): administrators on a
+    /// SignAndEncrypt channel only; updates State, SecondsTillShutdown,
+    /// ShutdownReason, EstimatedReturnTime and ServiceLevel, persists the
+    /// request (so a restart keeps it) and audits it in the change log.
+    async fn request_server_state_change(
+        &self,
+        caller: &Caller,
+        inputs: &[Variant],
+    ) -> Result<(), StatusCode> {
+        if !caller.is_secure_admin() {
+            tracing::warn!(user = %caller.actor(), "RequestServerStateChange refused: not an administrator on a SignAndEncrypt channel");
+            return Err(StatusCode::BadUserAccessDenied);
+        }
+        let state = match inputs.first() {
+            Some(Variant::Int32(v)) => server_state(*v).ok_or(StatusCode::BadInvalidArgument)?,
+            _ => return Err(StatusCode::BadInvalidArgument),
+        };
+        let estimated_return_time = match inputs.get(1) {
+            Some(Variant::DateTime(d)) if state != ServerState::Running => **d,
+            _ => DateTime::null(),
+        };
+        let seconds_till_shutdown = match inputs.get(2) {
+            Some(Variant::UInt32(s)) if state == ServerState::Shutdown => *s,
+            _ => 0,
+        };
+        let reason = match inputs.get(3) {
+            Some(Variant::LocalizedText(t)) => (**t).clone(),
+            _ => LocalizedText::null(),
+        };
+        let requested = RequestedState {
+            state,
+            estimated_return_time,
+            seconds_till_shutdown,
+            reason,
+        };
+        self.store
+            .set_setting(
+                &caller.actor(),
+                crate::STATE_SETTING,
+                &crate::encode_state(&requested),
+            )
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "could not persist the requested server state");
+                StatusCode::BadInternalError
+            })?;
+        self.control.lock().request(requested);
+        self.refresh_server_state();
+        tracing::info!(user = %caller.actor(), ?state, "server state changed by RequestServerStateChange");
+        self.emit_state_change_event(state, &caller.actor());
+        Ok(())
+    }
+
+    /// Server.GetMonitoredItems: the server and client handles of one of
+    /// the caller's subscriptions.
+    fn get_monitored_items(
+        &self,
+        caller: &Caller,
+        inputs: &[Variant],
+    ) -> Result<Vec<Variant>, StatusCode> {
+        let id = match inputs.first() {
+            Some(Variant::UInt32(id)) => *id,
+            _ => return Err(StatusCode::BadInvalidArgument),
+        };
+        let (server, client) = self
+            .monitored_item_handles(&caller.session, id)
+            .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        Ok(vec![Variant::from(server), Variant::from(client)])
+    }
+}
+
+/// The ServerState enumeration from its wire value.
+pub fn server_state(v: i32) -> Option<ServerState> {
+    Some(match v {
+        0 => ServerState::Running,
+        1 => ServerState::Failed,
+        2 => ServerState::NoConfiguration,
+        3 => ServerState::Suspended,
+        4 => ServerState::Shutdown,
+        5 => ServerState::Test,
+        6 => ServerState::CommunicationFault,
+        7 => ServerState::Unknown,
+        _ => return None,
+    })
+}

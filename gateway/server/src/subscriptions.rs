@@ -1,0 +1,623 @@
+//! Subscription and MonitoredItem services: the network side of the
+//! sans-IO engine in `uagate-subs`. Each session owns a
+//! `SessionSubscriptions`; the subscription timer task calls
+//! [`Engine::tick_subscriptions`] and routes Publish responses to the
+//! session's channel.
+
+use std::time::Instant;
+
+use opcua_core::ResponseMessage;
+use opcua_types::{
+    AttributeId, BrowsePath, ByteString, CreateMonitoredItemsRequest, CreateMonitoredItemsResponse,
+    CreateSubscriptionRequest, CreateSubscriptionResponse, DataValue, DateTime,
+    DeleteMonitoredItemsRequest, DeleteMonitoredItemsResponse, DeleteSubscriptionsRequest,
+    DeleteSubscriptionsResponse, LocalizedText, ModifyMonitoredItemsRequest,
+    ModifyMonitoredItemsResponse, ModifySubscriptionRequest, ModifySubscriptionResponse, NodeId,
+    PublishRequest, QualifiedName, ReadValueId, RelativePath, RelativePathElement,
+    RepublishRequest, RepublishResponse, RequestHeader, ResponseHeader, ServerState, ServiceFault,
+    SetMonitoringModeRequest, SetMonitoringModeResponse, SetPublishingModeRequest,
+    SetPublishingModeResponse, SetTriggeringRequest, SetTriggeringResponse, SimpleAttributeOperand,
+    StatusCode, TimestampsToReturn, TransferResult, TransferSubscriptionsRequest,
+    TransferSubscriptionsResponse, Variant,
+};
+use uagate_space::LocalSpace;
+use uagate_subs::{EventFields, ItemSource, ResponseOrFault};
+
+use crate::error::ServiceError;
+use crate::session::Session;
+use crate::{ChannelInfo, Engine};
+
+type Result<T> = std::result::Result<T, ServiceError>;
+
+/// Monitored items on local nodes sample the local address space.
+pub(crate) struct SpaceSource<'a>(pub &'a LocalSpace);
+
+impl ItemSource for SpaceSource<'_> {
+    fn check(&self, item: &ReadValueId) -> std::result::Result<(), StatusCode> {
+        let probe = ReadValueId {
+            node_id: item.node_id.clone(),
+            attribute_id: item.attribute_id,
+            index_range: Default::default(),
+            data_encoding: Default::default(),
+        };
+        let dv = self
+            .0
+            .read(DateTime::now(), &probe, TimestampsToReturn::Neither, 0.0);
+        match dv.status {
+            Some(s)
+                if s == StatusCode::BadNodeIdUnknown || s == StatusCode::BadAttributeIdInvalid =>
+            {
+                Err(s)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn sample(&self, item: &ReadValueId, now: DateTime) -> DataValue {
+        self.0.read(now, item, TimestampsToReturn::Both, 0.0)
+    }
+
+    fn eu_range(&self, node: &NodeId) -> Option<(f64, f64)> {
+        let path = BrowsePath {
+            starting_node: node.clone(),
+            relative_path: RelativePath {
+                elements: Some(vec![RelativePathElement {
+                    reference_type_id: NodeId::new(0, 46u32), // HasProperty
+                    is_inverse: false,
+                    include_subtypes: true,
+                    target_name: QualifiedName::new(0, "EURange"),
+                }]),
+            },
+        };
+        let result = self.0.translate(std::slice::from_ref(&path)).pop()?;
+        let target = result.targets?.first()?.target_id.node_id.clone();
+        let dv = self.0.read(
+            DateTime::now(),
+            &ReadValueId {
+                node_id: target,
+                attribute_id: AttributeId::Value as u32,
+                index_range: Default::default(),
+                data_encoding: Default::default(),
+            },
+            TimestampsToReturn::Neither,
+            0.0,
+        );
+        match dv.value {
+            Some(Variant::ExtensionObject(eo)) => {
+                eo.inner_as::<opcua_types::Range>().map(|r| (r.low, r.high))
+            }
+            _ => None,
+        }
+    }
+
+    fn is_event_notifier(&self, node: &NodeId) -> bool {
+        let dv = self.0.read(
+            DateTime::now(),
+            &ReadValueId {
+                node_id: node.clone(),
+                attribute_id: AttributeId::EventNotifier as u32,
+                index_range: Default::default(),
+                data_encoding: Default::default(),
+            },
+            TimestampsToReturn::Neither,
+            0.0,
+        );
+        matches!(dv.value, Some(Variant::Byte(b)) if b & 1 == 1)
+    }
+}
+
+/// An event the gateway raises on the Server object (state changes, audit).
+#[derive(Debug, Clone)]
+pub struct GatewayEvent {
+    event_id: ByteString,
+    event_type: NodeId,
+    source: NodeId,
+    time: DateTime,
+    message: LocalizedText,
+    severity: u16,
+    /// Extra fields by browse name (SystemState, ClientUserId, MethodId, Status...).
+    extra: Vec<(&'static str, Variant)>,
+}
+
+/// SystemStatusChangeEventType.
+const SYSTEM_STATUS_CHANGE_EVENT: u32 = 11446;
+/// AuditUpdateMethodEventType.
+const AUDIT_UPDATE_METHOD_EVENT: u32 = 2127;
+
+impl GatewayEvent {
+    fn new(event_type: u32, message: &str, severity: u16) -> Self {
+        GatewayEvent {
+            event_id: opcua_crypto::random::byte_string(16),
+            event_type: NodeId::new(0, event_type),
+            source: NodeId::new(0, 2253u32),
+            time: DateTime::now(),
+            message: LocalizedText::new("en", message),
+            severity,
+            extra: Vec::new(),
+        }
+    }
+}
+
+impl EventFields for GatewayEvent {
+    fn event_type(&self) -> &NodeId {
+        &self.event_type
+    }
+
+    fn source_node(&self) -> &NodeId {
+        &self.source
+    }
+
+    fn field(&self, operand: &SimpleAttributeOperand) -> Variant {
+        let name = operand
+            .browse_path
+            .as_deref()
+            .and_then(|p| p.last())
+            .map(|q| q.name.as_ref().to_string())
+            .unwrap_or_default();
+        if operand.attribute_id == AttributeId::NodeId as u32 && name.is_empty() {
+            return Variant::Empty;
+        }
+        match name.as_str() {
+            "EventId" => Variant::from(self.event_id.clone()),
+            "EventType" => Variant::from(self.event_type.clone()),
+            "SourceNode" => Variant::from(self.source.clone()),
+            "SourceName" => Variant::from("Server"),
+            "Time" | "ReceiveTime" => Variant::from(self.time),
+            "Message" => Variant::from(self.message.clone()),
+            "Severity" => Variant::from(self.severity),
+            other => self
+                .extra
+                .iter()
+                .find(|(n, _)| *n == other)
+                .map(|(_, v)| v.clone())
+                .unwrap_or(Variant::Empty),
+        }
+    }
+}
+
+fn publish_answer(r: ResponseOrFault) -> ResponseMessage {
+    match r {
+        ResponseOrFault::Response(p) => p.into(),
+        ResponseOrFault::Fault {
+            request_handle,
+            status,
+        } => ServiceFault::new(request_handle, status).into(),
+    }
+}
+
+fn ids_checked(n: usize) -> Result<()> {
+    if n == 0 {
+        Err(ServiceError::NothingToDo)
+    } else {
+        Ok(())
+    }
+}
+
+impl Engine {
+    /// Runs `f` on the caller's active session, like `with_session`, for
+    /// services that need the address space as item source too. Lock order:
+    /// space, then sessions.
+    fn with_subs<T>(
+        &self,
+        chan: &ChannelInfo,
+        header: &RequestHeader,
+        f: impl FnOnce(&mut Session, &SpaceSource<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let space = self.space.read();
+        let source = SpaceSource(&space);
+        let result = self.with_session(chan, header, |s| f(s, &source));
+        self.subs_changed.notify_one();
+        result
+    }
+
+    pub(crate) fn create_subscription(
+        &self,
+        chan: &ChannelInfo,
+        r: &CreateSubscriptionRequest,
+    ) -> Result<ResponseMessage> {
+        let revised = self.with_subs(chan, &r.request_header, |s, _| {
+            s.subscriptions
+                .create_subscription(r, Instant::now())
+                .map_err(ServiceError::Status)
+        })?;
+        Ok(CreateSubscriptionResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            subscription_id: revised.subscription_id,
+            revised_publishing_interval: revised.revised_publishing_interval,
+            revised_lifetime_count: revised.revised_lifetime_count,
+            revised_max_keep_alive_count: revised.revised_max_keep_alive_count,
+        }
+        .into())
+    }
+
+    pub(crate) fn modify_subscription(
+        &self,
+        chan: &ChannelInfo,
+        r: &ModifySubscriptionRequest,
+    ) -> Result<ResponseMessage> {
+        let revised = self.with_subs(chan, &r.request_header, |s, _| {
+            s.subscriptions
+                .modify_subscription(r, Instant::now())
+                .map_err(ServiceError::Status)
+        })?;
+        Ok(ModifySubscriptionResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            revised_publishing_interval: revised.revised_publishing_interval,
+            revised_lifetime_count: revised.revised_lifetime_count,
+            revised_max_keep_alive_count: revised.revised_max_keep_alive_count,
+        }
+        .into())
+    }
+
+    pub(crate) fn set_publishing_mode(
+        &self,
+        chan: &ChannelInfo,
+        r: &SetPublishingModeRequest,
+    ) -> Result<ResponseMessage> {
+        let ids = r.subscription_ids.as_deref().unwrap_or(&[]);
+        ids_checked(ids.len())?;
+        let results = self.with_subs(chan, &r.request_header, |s, _| {
+            Ok(s.subscriptions
+                .set_publishing_mode(r.publishing_enabled, ids))
+        })?;
+        Ok(SetPublishingModeResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(results),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    pub(crate) fn delete_subscriptions(
+        &self,
+        chan: &ChannelInfo,
+        r: &DeleteSubscriptionsRequest,
+    ) -> Result<ResponseMessage> {
+        let ids = r.subscription_ids.as_deref().unwrap_or(&[]);
+        ids_checked(ids.len())?;
+        let results = self.with_subs(chan, &r.request_header, |s, _| {
+            Ok(s.subscriptions.delete_subscriptions(ids))
+        })?;
+        Ok(DeleteSubscriptionsResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(results),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    /// Publish: answered now when a subscription has something waiting,
+    /// otherwise queued and answered later by the subscription timer.
+    pub(crate) fn publish(
+        &self,
+        chan: &ChannelInfo,
+        request_id: u32,
+        r: &PublishRequest,
+    ) -> Result<Option<ResponseMessage>> {
+        let answers = self.with_subs(chan, &r.request_header, |s, _| {
+            Ok(s.subscriptions
+                .publish(request_id, r, Instant::now(), DateTime::now()))
+        })?;
+        let mut now_answer = None;
+        for (id, answer) in answers {
+            if id == request_id {
+                now_answer = Some(publish_answer(answer));
+            } else {
+                self.respond(chan.channel_id, id, publish_answer(answer));
+            }
+        }
+        Ok(now_answer)
+    }
+
+    pub(crate) fn republish(
+        &self,
+        chan: &ChannelInfo,
+        r: &RepublishRequest,
+    ) -> Result<ResponseMessage> {
+        let message = self.with_subs(chan, &r.request_header, |s, _| {
+            s.subscriptions
+                .republish(r.subscription_id, r.retransmit_sequence_number)
+                .map_err(ServiceError::Status)
+        })?;
+        Ok(RepublishResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            notification_message: message,
+        }
+        .into())
+    }
+
+    pub(crate) fn create_monitored_items(
+        &self,
+        chan: &ChannelInfo,
+        r: &CreateMonitoredItemsRequest,
+    ) -> Result<ResponseMessage> {
+        let items = r.items_to_create.as_deref().unwrap_or(&[]);
+        ids_checked(items.len())?;
+        self.check_item_limit(items.len())?;
+        if r.timestamps_to_return == TimestampsToReturn::Invalid {
+            return Err(ServiceError::Status(
+                StatusCode::BadTimestampsToReturnInvalid,
+            ));
+        }
+        let results = self.with_subs(chan, &r.request_header, |s, source| {
+            s.subscriptions
+                .create_monitored_items(
+                    r.subscription_id,
+                    r.timestamps_to_return,
+                    items,
+                    source,
+                    Instant::now(),
+                    DateTime::now(),
+                )
+                .map_err(ServiceError::Status)
+        })?;
+        Ok(CreateMonitoredItemsResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(results),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    pub(crate) fn modify_monitored_items(
+        &self,
+        chan: &ChannelInfo,
+        r: &ModifyMonitoredItemsRequest,
+    ) -> Result<ResponseMessage> {
+        let items = r.items_to_modify.as_deref().unwrap_or(&[]);
+        ids_checked(items.len())?;
+        self.check_item_limit(items.len())?;
+        if r.timestamps_to_return == TimestampsToReturn::Invalid {
+            return Err(ServiceError::Status(
+                StatusCode::BadTimestampsToReturnInvalid,
+            ));
+        }
+        let results = self.with_subs(chan, &r.request_header, |s, source| {
+            s.subscriptions
+                .modify_monitored_items(
+                    r.subscription_id,
+                    r.timestamps_to_return,
+                    items,
+                    source,
+                    Instant::now(),
+                    DateTime::now(),
+                )
+                .map_err(ServiceError::Status)
+        })?;
+        Ok(ModifyMonitoredItemsResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(results),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    pub(crate) fn delete_monitored_items(
+        &self,
+        chan: &ChannelInfo,
+        r: &DeleteMonitoredItemsRequest,
+    ) -> Result<ResponseMessage> {
+        let ids = r.monitored_item_ids.as_deref().unwrap_or(&[]);
+        ids_checked(ids.len())?;
+        self.check_item_limit(ids.len())?;
+        let results = self.with_subs(chan, &r.request_header, |s, _| {
+            s.subscriptions
+                .delete_monitored_items(r.subscription_id, ids)
+                .map_err(ServiceError::Status)
+        })?;
+        Ok(DeleteMonitoredItemsResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(results),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    pub(crate) fn set_monitoring_mode(
+        &self,
+        chan: &ChannelInfo,
+        r: &SetMonitoringModeRequest,
+    ) -> Result<ResponseMessage> {
+        let ids = r.monitored_item_ids.as_deref().unwrap_or(&[]);
+        ids_checked(ids.len())?;
+        self.check_item_limit(ids.len())?;
+        let results = self.with_subs(chan, &r.request_header, |s, source| {
+            s.subscriptions
+                .set_monitoring_mode(
+                    r.subscription_id,
+                    r.monitoring_mode,
+                    ids,
+                    source,
+                    Instant::now(),
+                    DateTime::now(),
+                )
+                .map_err(ServiceError::Status)
+        })?;
+        Ok(SetMonitoringModeResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(results),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    pub(crate) fn set_triggering(
+        &self,
+        chan: &ChannelInfo,
+        r: &SetTriggeringRequest,
+    ) -> Result<ResponseMessage> {
+        let add = r.links_to_add.as_deref().unwrap_or(&[]);
+        let remove = r.links_to_remove.as_deref().unwrap_or(&[]);
+        ids_checked(add.len() + remove.len())?;
+        self.check_item_limit(add.len() + remove.len())?;
+        let (add_results, remove_results) = self.with_subs(chan, &r.request_header, |s, _| {
+            s.subscriptions
+                .set_triggering(r.subscription_id, r.triggering_item_id, add, remove)
+                .map_err(ServiceError::Status)
+        })?;
+        Ok(SetTriggeringResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            add_results: Some(add_results),
+            add_diagnostic_infos: None,
+            remove_results: Some(remove_results),
+            remove_diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    /// TransferSubscriptions: moves subscriptions of another session of the
+    /// same user to the caller's session.
+    pub(crate) fn transfer_subscriptions(
+        &self,
+        chan: &ChannelInfo,
+        r: &TransferSubscriptionsRequest,
+    ) -> Result<ResponseMessage> {
+        let ids = r.subscription_ids.as_deref().unwrap_or(&[]);
+        ids_checked(ids.len())?;
+        let token = &r.request_header.authentication_token;
+        let caller = self.caller(chan, token)?;
+        let now = Instant::now();
+        let now_dt = DateTime::now();
+        let mut results = Vec::with_capacity(ids.len());
+        {
+            let mut sessions = self.sessions.lock();
+            for id in ids {
+                let owner = sessions.find_subscription_owner(*id);
+                let status = match owner {
+                    None => StatusCode::BadSubscriptionIdInvalid,
+                    Some(owner_token) => {
+                        let same_user = sessions
+                            .get_mut(&owner_token)
+                            .map(|s| s.identity() == Some(&caller.identity))
+                            .unwrap_or(false);
+                        if !same_user {
+                            StatusCode::BadUserAccessDenied
+                        } else if &owner_token == token {
+                            // Already ours: just resend if asked.
+                            StatusCode::Good
+                        } else {
+                            match sessions
+                                .get_mut(&owner_token)
+                                .ok()
+                                .and_then(|s| s.subscriptions.take(*id, now_dt))
+                            {
+                                Some(sub) => match sessions.get_mut(token) {
+                                    Ok(target) => target
+                                        .subscriptions
+                                        .insert(sub, r.send_initial_values, now)
+                                        .err()
+                                        .unwrap_or(StatusCode::Good),
+                                    Err(_) => StatusCode::BadSessionIdInvalid,
+                                },
+                                None => StatusCode::BadSubscriptionIdInvalid,
+                            }
+                        }
+                    }
+                };
+                let available = sessions
+                    .get_mut(token)
+                    .ok()
+                    .and_then(|s| s.subscriptions.subscription(*id))
+                    .map(|s| s.available_sequence_numbers());
+                results.push(TransferResult {
+                    status_code: status,
+                    available_sequence_numbers: if status.is_good() { available } else { None },
+                });
+            }
+        }
+        self.subs_changed.notify_one();
+        Ok(TransferSubscriptionsResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(results),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    fn check_item_limit(&self, n: usize) -> Result<()> {
+        let limit = self.config.server.max_monitored_items_per_call;
+        if n > limit as usize {
+            return Err(ServiceError::TooManyOperations { got: n, limit });
+        }
+        Ok(())
+    }
+
+    /// Advances every session's subscriptions whose deadline has come and
+    /// sends the Publish responses. Returns the next deadline.
+    pub(crate) fn tick_subscriptions(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let now_dt = DateTime::now();
+        let mut out = Vec::new();
+        let mut next: Option<Instant> = None;
+        {
+            let space = self.space.read();
+            let source = SpaceSource(&space);
+            let mut sessions = self.sessions.lock();
+            for s in sessions.iter_mut() {
+                let mut answers = s.subscriptions.take_ready();
+                if s.subscriptions.next_deadline().is_some_and(|d| d <= now) {
+                    answers.extend(s.subscriptions.tick(now, now_dt, &source));
+                }
+                out.extend(answers.into_iter().map(|(id, a)| (s.channel_id, id, a)));
+                if let Some(d) = s.subscriptions.next_deadline() {
+                    next = Some(next.map_or(d, |n: Instant| n.min(d)));
+                }
+            }
+        }
+        for (channel, id, answer) in out {
+            self.respond(channel, id, publish_answer(answer));
+        }
+        next
+    }
+
+    /// The handles of subscription `id` if it belongs to session `session`.
+    pub(crate) fn monitored_item_handles(
+        &self,
+        session: &NodeId,
+        id: u32,
+    ) -> Option<(Vec<u32>, Vec<u32>)> {
+        let sessions = self.sessions.lock();
+        sessions
+            .by_session_id(session)
+            .and_then(|s| s.subscriptions.monitored_item_handles(id))
+    }
+
+    /// Raises SystemStatusChangeEvent and the audit event for a state change.
+    pub(crate) fn emit_state_change_event(&self, state: ServerState, actor: &str) {
+        let mut status = GatewayEvent::new(
+            SYSTEM_STATUS_CHANGE_EVENT,
+            &format!("server state changed to {state:?}"),
+            500,
+        );
+        status
+            .extra
+            .push(("SystemState", Variant::from(state as i32)));
+        let mut audit = GatewayEvent::new(
+            AUDIT_UPDATE_METHOD_EVENT,
+            "RequestServerStateChange called",
+            500,
+        );
+        audit.extra.push(("Status", Variant::from(true)));
+        audit.extra.push(("ClientUserId", Variant::from(actor)));
+        audit
+            .extra
+            .push(("ActionTimeStamp", Variant::from(audit.time)));
+        audit
+            .extra
+            .push(("MethodId", Variant::from(NodeId::new(0, 12886u32))));
+        self.emit_event(&status);
+        self.emit_event(&audit);
+    }
+
+    /// Delivers an event to every session's event monitored items.
+    pub(crate) fn emit_event(&self, event: &GatewayEvent) {
+        let now = Instant::now();
+        {
+            let mut sessions = self.sessions.lock();
+            for s in sessions.iter_mut() {
+                s.subscriptions.push_event(event, now);
+            }
+        }
+        self.subs_changed.notify_one();
+    }
+}
