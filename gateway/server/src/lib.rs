@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use opcua_core::ResponseMessage;
 use opcua_crypto::{SecurityPolicy, X509};
-use opcua_types::{ApplicationDescription, ByteString, MessageSecurityMode};
+use opcua_types::{ApplicationDescription, ByteString, MessageSecurityMode, NodeId};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -358,6 +358,30 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
             }
         })
     };
+    // The demo counter gives newcomers (and the notification benchmark) a
+    // value that changes every 100 ms.
+    let demo_counter = {
+        let engine = engine.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            let node = NodeId::new(2, uagate_space::DEMO_COUNTER);
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            let mut n: u32 = 0;
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tick.tick() => {
+                        n = n.wrapping_add(1);
+                        let value = opcua_types::DataValue::new_now(n);
+                        if let Err(e) = engine.space.write().set_value(&node, value) {
+                            tracing::warn!(error = %e, "demo counter update failed");
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+    };
     let subscription_timer = {
         let engine = engine.clone();
         let cancel = cancel.clone();
@@ -382,6 +406,6 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         endpoint_url,
         engine,
         cancel,
-        tasks: vec![accept, housekeeping, subscription_timer],
+        tasks: vec![accept, housekeeping, subscription_timer, demo_counter],
     })
 }
