@@ -24,7 +24,7 @@ use uagate_space::LocalSpace;
 use uagate_subs::{EventFields, ItemSource, ResponseOrFault};
 
 use crate::error::ServiceError;
-use crate::session::Session;
+use crate::session::{Session, UserIdentity};
 use crate::{ChannelInfo, Engine};
 
 type Result<T> = std::result::Result<T, ServiceError>;
@@ -182,6 +182,24 @@ fn publish_answer(r: ResponseOrFault) -> ResponseMessage {
             request_handle,
             status,
         } => ServiceFault::new(request_handle, status).into(),
+    }
+}
+
+/// Part 4 5.13.7: an anonymous subscription moves only between sessions of
+/// the same client application (ApplicationUri of the certificates) on
+/// signed channels; anonymous users are otherwise indistinguishable.
+fn same_secure_client(owner_certificate: &ByteString, chan: &ChannelInfo) -> bool {
+    if chan.mode == opcua_types::MessageSecurityMode::None || owner_certificate.is_null() {
+        return false;
+    }
+    let uri = |c: &ByteString| {
+        uagate_store::certificate_application_uri(c.as_ref())
+            .ok()
+            .flatten()
+    };
+    match (uri(owner_certificate), uri(&chan.client_certificate)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
     }
 }
 
@@ -486,10 +504,15 @@ impl Engine {
                 let status = match owner {
                     None => StatusCode::BadSubscriptionIdInvalid,
                     Some(owner_token) => {
-                        let same_user = sessions
-                            .get_mut(&owner_token)
-                            .map(|s| s.identity() == Some(&caller.identity))
-                            .unwrap_or(false);
+                        let same_user = &owner_token == token
+                            || sessions
+                                .get_mut(&owner_token)
+                                .map(|s| {
+                                    s.identity() == Some(&caller.identity)
+                                        && (!matches!(caller.identity, UserIdentity::Anonymous)
+                                            || same_secure_client(&s.client_certificate, chan))
+                                })
+                                .unwrap_or(false);
                         if !same_user {
                             StatusCode::BadUserAccessDenied
                         } else if &owner_token == token {

@@ -18,10 +18,16 @@ use opcua_core::sync::RwLock;
 use opcua_core::{RequestMessage, ResponseMessage};
 use opcua_crypto::{CertificateStore, SecurityPolicy};
 use opcua_types::{
-    ActivateSessionResponse, ApplicationDescription, ApplicationType, CreateSessionResponse,
-    DateTime, DecodingOptions, EndpointDescription, LocalizedText, MessageSecurityMode, NodeId,
-    ReadRequest, ReadValueId, RequestHeader, SimpleBinaryDecodable, SimpleBinaryEncodable,
-    StatusCode, TimestampsToReturn,
+    ActivateSessionResponse, ApplicationDescription, ApplicationType, AttributeId,
+    CallMethodRequest, CallMethodResult, CallRequest, ContentFilter, CreateMonitoredItemsRequest,
+    CreateSessionResponse, CreateSubscriptionRequest, CreateSubscriptionResponse,
+    DataChangeNotification, DataValue, DateTime, DecodingOptions, EndpointDescription, EventFilter,
+    EventNotificationList, ExtensionObject, LocalizedText, MessageSecurityMode,
+    MonitoredItemCreateRequest, MonitoredItemCreateResult, MonitoringMode, MonitoringParameters,
+    NodeId, PublishRequest, PublishResponse, QualifiedName, ReadRequest, ReadValueId,
+    RequestHeader, SimpleAttributeOperand, SimpleBinaryDecodable, SimpleBinaryEncodable,
+    StatusChangeNotification, StatusCode, SubscriptionAcknowledgement, TimestampsToReturn, Variant,
+    WriteRequest, WriteValue,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -51,12 +57,20 @@ pub struct TestGateway {
     pub url: String,
     /// Listening address.
     pub addr: SocketAddr,
+    /// The extra TOML the gateway was started with (reused by [`TestGateway::restart`]).
+    pub extra: String,
 }
 
 impl TestGateway {
     /// Starts a gateway on 127.0.0.1:0; `extra` is appended to the TOML config.
     pub async fn start(extra: &str) -> TestGateway {
         let tmp = tempfile::tempdir().unwrap();
+        Self::start_in(tmp, extra).await
+    }
+
+    /// Starts a gateway whose data dir and SQLite file live in `tmp`
+    /// (reused as they are when they exist).
+    pub async fn start_in(tmp: tempfile::TempDir, extra: &str) -> TestGateway {
         let text = format!("[listen]\nopc_tcp = \"127.0.0.1:0\"\n\n{extra}\n");
         let config = uagate_config::Config::from_toml(&text).expect("valid test config");
         let store = bounded("store open", Store::open(&tmp.path().join("uagate.db")))
@@ -77,7 +91,62 @@ impl TestGateway {
             gw: Some(gw),
             store,
             tmp,
+            extra: extra.to_string(),
         }
+    }
+
+    /// Restarts the gateway like a process restart: shuts it down, closes
+    /// the store, and starts again on the same data dir and SQLite file.
+    pub async fn restart(mut self) -> TestGateway {
+        if let Some(gw) = self.gw.take() {
+            bounded("gateway shutdown", gw.shutdown()).await;
+        }
+        bounded("store close", self.store.close()).await;
+        let extra = std::mem::take(&mut self.extra);
+        Self::start_in(self.tmp, &extra).await
+    }
+
+    /// The running engine.
+    pub fn engine(&self) -> &uagate_server::Engine {
+        &self.gw.as_ref().unwrap().engine
+    }
+
+    /// Adds user `name` (password `pw`) with `role` to the store.
+    pub async fn add_user(&self, name: &str, pw: &str, role: uagate_store::Role) {
+        self.store.add_user("test", name, pw, role).await.unwrap();
+    }
+
+    /// Opens a Basic256Sha256 SignAndEncrypt channel for a fresh client
+    /// `client` (its certificate added to the trust list first).
+    pub async fn secure_chan(&self, client: &str) -> Chan {
+        let c = self.client(client);
+        let own = c.certificate_store().read().read_own_cert().unwrap();
+        self.store
+            .trust_add(
+                "test",
+                &own.to_der().unwrap(),
+                uagate_store::CertKind::Trusted,
+            )
+            .await
+            .unwrap();
+        Chan::open(
+            &c,
+            self.endpoint(
+                SecurityPolicy::Basic256Sha256,
+                MessageSecurityMode::SignAndEncrypt,
+            ),
+        )
+        .await
+        .expect("secure channel opens")
+    }
+
+    /// A None channel with an activated session of user `name`.
+    pub async fn user_session(&self, client: &str, name: &str, pw: &str) -> (Chan, NodeId) {
+        let chan = self
+            .chan(client, SecurityPolicy::None, MessageSecurityMode::None)
+            .await;
+        let token = chan.session(IdentityToken::new_user_name(name, pw)).await;
+        (chan, token)
     }
 
     /// The engine's offered endpoint for `policy` and `mode`.
@@ -397,4 +466,291 @@ pub async fn expect_closed(stream: &mut TcpStream) {
 /// Sends `bytes`, ignoring a reset from a server that already closed.
 pub async fn send_raw(stream: &mut TcpStream, bytes: &[u8]) {
     let _ = stream.write_all(bytes).await;
+}
+
+// ---------------------------------------------------- subscriptions, calls
+
+/// Gateway.Demo.* node in the gateway namespace.
+pub fn demo(name: &str) -> NodeId {
+    NodeId::new(2, name)
+}
+
+/// Data changes of a Publish response as (client handle, value).
+pub fn data_changes(r: &PublishResponse) -> Vec<(u32, DataValue)> {
+    let mut out = Vec::new();
+    for eo in r
+        .notification_message
+        .notification_data
+        .as_deref()
+        .unwrap_or(&[])
+    {
+        if let Some(dc) = eo.inner_as::<DataChangeNotification>() {
+            for n in dc.monitored_items.as_deref().unwrap_or(&[]) {
+                out.push((n.client_handle, n.value.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// Events of a Publish response as (client handle, fields).
+pub fn events(r: &PublishResponse) -> Vec<(u32, Vec<Variant>)> {
+    let mut out = Vec::new();
+    for eo in r
+        .notification_message
+        .notification_data
+        .as_deref()
+        .unwrap_or(&[])
+    {
+        if let Some(list) = eo.inner_as::<EventNotificationList>() {
+            for e in list.events.as_deref().unwrap_or(&[]) {
+                out.push((e.client_handle, e.event_fields.clone().unwrap_or_default()));
+            }
+        }
+    }
+    out
+}
+
+/// The StatusChangeNotification of a Publish response, if any.
+pub fn status_change(r: &PublishResponse) -> Option<StatusCode> {
+    r.notification_message
+        .notification_data
+        .as_deref()
+        .unwrap_or(&[])
+        .iter()
+        .find_map(|eo| eo.inner_as::<StatusChangeNotification>().map(|s| s.status))
+}
+
+/// Whether a Publish response is a keep-alive (no notifications).
+pub fn is_keep_alive(r: &PublishResponse) -> bool {
+    r.notification_message
+        .notification_data
+        .as_deref()
+        .unwrap_or(&[])
+        .is_empty()
+}
+
+/// A data monitored item on the Value of `node`.
+pub fn value_item(
+    node: NodeId,
+    client_handle: u32,
+    sampling_ms: f64,
+) -> MonitoredItemCreateRequest {
+    MonitoredItemCreateRequest {
+        item_to_monitor: ReadValueId::from(node),
+        monitoring_mode: MonitoringMode::Reporting,
+        requested_parameters: MonitoringParameters {
+            client_handle,
+            sampling_interval: sampling_ms,
+            filter: ExtensionObject::null(),
+            queue_size: 10,
+            discard_oldest: true,
+        },
+    }
+}
+
+/// A select clause `type`/`name` of an EventFilter.
+pub fn select(type_id: u32, name: &str) -> SimpleAttributeOperand {
+    SimpleAttributeOperand {
+        type_definition_id: NodeId::new(0, type_id),
+        browse_path: Some(vec![QualifiedName::new(0, name)]),
+        attribute_id: AttributeId::Value as u32,
+        index_range: Default::default(),
+    }
+}
+
+/// An event monitored item on the Server object with `clauses`.
+pub fn server_event_item(
+    client_handle: u32,
+    clauses: Vec<SimpleAttributeOperand>,
+) -> MonitoredItemCreateRequest {
+    MonitoredItemCreateRequest {
+        item_to_monitor: ReadValueId {
+            node_id: NodeId::new(0, 2253u32),
+            attribute_id: AttributeId::EventNotifier as u32,
+            index_range: Default::default(),
+            data_encoding: Default::default(),
+        },
+        monitoring_mode: MonitoringMode::Reporting,
+        requested_parameters: MonitoringParameters {
+            client_handle,
+            sampling_interval: 0.0,
+            filter: ExtensionObject::from_message(EventFilter {
+                select_clauses: Some(clauses),
+                where_clause: ContentFilter::default(),
+            }),
+            queue_size: 10,
+            discard_oldest: true,
+        },
+    }
+}
+
+impl Chan {
+    /// CreateSubscription; panics unless it is answered with a response.
+    pub async fn create_subscription(
+        &self,
+        token: &NodeId,
+        interval_ms: f64,
+        lifetime: u32,
+        keep_alive: u32,
+    ) -> CreateSubscriptionResponse {
+        let resp = self
+            .send(CreateSubscriptionRequest {
+                request_header: self.header(token),
+                requested_publishing_interval: interval_ms,
+                requested_lifetime_count: lifetime,
+                requested_max_keep_alive_count: keep_alive,
+                max_notifications_per_publish: 0,
+                publishing_enabled: true,
+                priority: 0,
+            })
+            .await
+            .unwrap();
+        match resp {
+            ResponseMessage::CreateSubscription(r) => *r,
+            other => panic!(
+                "CreateSubscription failed: {:?}",
+                other.response_header().service_result
+            ),
+        }
+    }
+
+    /// CreateMonitoredItems; returns the per-item results.
+    pub async fn monitor(
+        &self,
+        token: &NodeId,
+        subscription_id: u32,
+        items: Vec<MonitoredItemCreateRequest>,
+    ) -> Vec<MonitoredItemCreateResult> {
+        let resp = self
+            .send(CreateMonitoredItemsRequest {
+                request_header: self.header(token),
+                subscription_id,
+                timestamps_to_return: TimestampsToReturn::Both,
+                items_to_create: Some(items),
+            })
+            .await
+            .unwrap();
+        match resp {
+            ResponseMessage::CreateMonitoredItems(r) => r.results.unwrap_or_default(),
+            other => panic!(
+                "CreateMonitoredItems failed: {:?}",
+                other.response_header().service_result
+            ),
+        }
+    }
+
+    /// A Publish request acknowledging `acks` (subscription, sequence number).
+    pub fn publish_request(&self, token: &NodeId, acks: &[(u32, u32)]) -> PublishRequest {
+        PublishRequest {
+            request_header: self.header(token),
+            subscription_acknowledgements: Some(
+                acks.iter()
+                    .map(|(s, n)| SubscriptionAcknowledgement {
+                        subscription_id: *s,
+                        sequence_number: *n,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Sends a Publish; Ok(response) or Err(service fault status).
+    pub async fn publish(
+        &self,
+        token: &NodeId,
+        acks: &[(u32, u32)],
+    ) -> Result<PublishResponse, StatusCode> {
+        match self.send(self.publish_request(token, acks)).await.unwrap() {
+            ResponseMessage::Publish(r) => Ok(*r),
+            other => Err(other.response_header().service_result),
+        }
+    }
+
+    /// Publishes (acknowledging every data message) until `f` returns
+    /// `Some`, for at most `limit`; panics on a fault or when time is up.
+    pub async fn publish_until<T>(
+        &self,
+        token: &NodeId,
+        limit: Duration,
+        mut f: impl FnMut(&PublishResponse) -> Option<T>,
+    ) -> T {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut acks: Vec<(u32, u32)> = Vec::new();
+        loop {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "condition not met within {limit:?}"
+            );
+            let r = self.publish(token, &acks).await.expect("Publish answered");
+            acks.clear();
+            if !is_keep_alive(&r) {
+                acks.push((r.subscription_id, r.notification_message.sequence_number));
+            }
+            if let Some(t) = f(&r) {
+                return t;
+            }
+        }
+    }
+
+    /// Calls one method; returns its result.
+    pub async fn call(
+        &self,
+        token: &NodeId,
+        object: NodeId,
+        method: NodeId,
+        args: Vec<Variant>,
+    ) -> CallMethodResult {
+        let resp = self
+            .send(CallRequest {
+                request_header: self.header(token),
+                methods_to_call: Some(vec![CallMethodRequest {
+                    object_id: object,
+                    method_id: method,
+                    input_arguments: Some(args),
+                }]),
+            })
+            .await
+            .unwrap();
+        match resp {
+            ResponseMessage::Call(r) => {
+                let mut results = r.results.unwrap_or_default();
+                assert_eq!(results.len(), 1);
+                results.remove(0)
+            }
+            other => panic!("Call failed: {:?}", other.response_header().service_result),
+        }
+    }
+
+    /// Writes the Value of `node`; returns the operation status.
+    pub async fn write_value(&self, token: &NodeId, node: NodeId, value: Variant) -> StatusCode {
+        let resp = self
+            .send(WriteRequest {
+                request_header: self.header(token),
+                nodes_to_write: Some(vec![WriteValue {
+                    node_id: node,
+                    attribute_id: AttributeId::Value as u32,
+                    index_range: Default::default(),
+                    value: DataValue::value_only(value),
+                }]),
+            })
+            .await
+            .unwrap();
+        match resp {
+            ResponseMessage::Write(r) => r.results.unwrap_or_default()[0],
+            other => other.response_header().service_result,
+        }
+    }
+
+    /// Reads the Value of `node`.
+    pub async fn read_value(&self, token: &NodeId, node: NodeId) -> DataValue {
+        match self
+            .read(token, vec![ReadValueId::from(node)])
+            .await
+            .unwrap()
+        {
+            ResponseMessage::Read(r) => r.results.unwrap_or_default().remove(0),
+            other => panic!("Read failed: {:?}", other.response_header().service_result),
+        }
+    }
 }
