@@ -44,6 +44,40 @@ pub struct Config {
     pub isolation: Isolation,
     /// Endpoints offered; empty means the default set (see [`Config::effective_endpoints`]).
     pub endpoints: Vec<Endpoint>,
+    /// How this server presents itself in a redundant set (Server.ServerRedundancy).
+    pub redundancy: Redundancy,
+}
+
+/// The RedundancySupport this server announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedundancyMode {
+    /// Standalone server.
+    #[default]
+    None,
+    /// Cold failover.
+    Cold,
+    /// Warm failover.
+    Warm,
+    /// Hot failover.
+    Hot,
+    /// Transparent redundancy.
+    Transparent,
+    /// Hot and mirrored.
+    HotAndMirrored,
+}
+
+/// `[redundancy]`: what Server.ServerRedundancy shows (Part 5 §6.3.7-6.3.9).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Redundancy {
+    /// RedundancySupport; the node takes the matching subtype.
+    pub support: RedundancyMode,
+    /// ServerUriArray: application URIs of the other servers of the set
+    /// (non-transparent modes only).
+    pub server_uris: Vec<String>,
+    /// CurrentServerId for transparent redundancy; default: our application URI.
+    pub current_server_id: Option<String>,
 }
 
 /// `[listen]`: where each transport listens.
@@ -381,6 +415,34 @@ impl Config {
                 "must be one of shared_only, fair_share, balanced, trusted_reservations",
             ));
         }
+        let r = &self.redundancy;
+        match r.support {
+            RedundancyMode::None if !r.server_uris.is_empty() => {
+                return Err(invalid(
+                    "redundancy.server_uris",
+                    "needs redundancy.support cold, warm, hot or hot_and_mirrored",
+                ))
+            }
+            RedundancyMode::Transparent if !r.server_uris.is_empty() => {
+                return Err(invalid(
+                    "redundancy.server_uris",
+                    "is not used with transparent redundancy (use current_server_id)",
+                ))
+            }
+            _ => {}
+        }
+        if r.current_server_id.is_some() && r.support != RedundancyMode::Transparent {
+            return Err(invalid(
+                "redundancy.current_server_id",
+                "only applies to redundancy.support = \"transparent\"",
+            ));
+        }
+        if r.server_uris.iter().any(|u| !u.contains(':')) {
+            return Err(invalid(
+                "redundancy.server_uris",
+                "every entry must be a URI",
+            ));
+        }
         for (n, e) in self.endpoints.iter().enumerate() {
             let at = |f: &str| format!("endpoints[{n}].{f}");
             if !POLICIES.contains(&e.security_policy.as_str()) {
@@ -483,6 +545,14 @@ handshake_timeout = "30s"
             (
                 "[[endpoints]]\nsecurity_policy = \"None\"\nsecurity_mode = \"sign\"\nuser_tokens = [\"anonymous\"]\n",
                 "endpoints[0].security_mode",
+            ),
+            (
+                "[redundancy]\nserver_uris = [\"urn:peer\"]\n",
+                "redundancy.server_uris",
+            ),
+            (
+                "[redundancy]\nsupport = \"warm\"\ncurrent_server_id = \"x\"\n",
+                "redundancy.current_server_id",
             ),
         ] {
             match Config::from_toml(doc) {

@@ -171,9 +171,22 @@ impl Engine {
     pub fn refresh_server_state(&self) {
         let computed = self.level_provider.service_level();
         let control = self.control.lock().clone();
+        let level = control.service_level(computed);
         let mut space = self.space.write();
         space.set_state(control.state());
-        space.set_service_level(control.service_level(computed));
+        space.set_service_level(level);
+        let r = &self.config.redundancy;
+        let own_uri = self.application.application_uri.to_string();
+        let current = r
+            .current_server_id
+            .clone()
+            .unwrap_or_else(|| own_uri.clone());
+        space.set_redundancy(
+            redundancy_support(r.support),
+            &r.server_uris,
+            &current,
+            &[(own_uri, level, control.state())],
+        );
         match &control.requested {
             Some(r) => {
                 space.set_shutdown(r.seconds_till_shutdown, r.reason.clone());
@@ -231,6 +244,20 @@ impl Engine {
             sessions.len()
         };
         self.publish_session_count(count);
+    }
+}
+
+/// The wire RedundancySupport for the configured mode.
+fn redundancy_support(mode: uagate_config::RedundancyMode) -> opcua_types::RedundancySupport {
+    use opcua_types::RedundancySupport as R;
+    use uagate_config::RedundancyMode as M;
+    match mode {
+        M::None => R::None,
+        M::Cold => R::Cold,
+        M::Warm => R::Warm,
+        M::Hot => R::Hot,
+        M::Transparent => R::Transparent,
+        M::HotAndMirrored => R::HotAndMirrored,
     }
 }
 

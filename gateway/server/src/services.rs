@@ -283,6 +283,15 @@ impl Engine {
                 return Err(ServiceError::NonceInvalid);
             }
             session.server_nonce = new_nonce.clone();
+            if session.channel_id != chan.channel_id {
+                let dropped = session.subscriptions.clear_publish_queue();
+                if dropped > 0 {
+                    tracing::debug!(
+                        dropped,
+                        "publish requests of the old channel dropped on transfer"
+                    );
+                }
+            }
             session.channel_id = chan.channel_id;
             session.last_activity = Instant::now();
             session.phase = Phase::Active(Active { identity });

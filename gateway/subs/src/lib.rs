@@ -916,6 +916,17 @@ impl SessionSubscriptions {
         std::mem::take(&mut self.ready)
     }
 
+    /// Forgets every queued Publish request without answering it. Called
+    /// when the session moves to another SecureChannel: requests queued on
+    /// the old channel cannot be answered there any more, and answering them
+    /// on the new channel would use request ids the new channel never sent.
+    /// Returns how many were dropped.
+    pub fn clear_publish_queue(&mut self) -> usize {
+        let n = self.queue.len();
+        self.queue.clear();
+        n
+    }
+
     /// The earliest instant tick must be called (publishing, sampling or a Publish timeout).
     pub fn next_deadline(&self) -> Option<Instant> {
         let subs = self.subs.values().map(|s| s.deadline());

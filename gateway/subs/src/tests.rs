@@ -1464,3 +1464,24 @@ fn modify_subscription_and_items() {
     let v = values(&resp(&out[0]).notification_message);
     assert_eq!(v, vec![(77, Some(Variant::Double(1.0)))]);
 }
+
+#[test]
+fn clear_publish_queue_forgets_queued_requests() {
+    let mut subs = SessionSubscriptions::new(Limits::default());
+    let t0 = std::time::Instant::now();
+    let req = opcua_types::CreateSubscriptionRequest {
+        requested_publishing_interval: 1000.0,
+        requested_lifetime_count: 30,
+        requested_max_keep_alive_count: 10,
+        publishing_enabled: true,
+        ..Default::default()
+    };
+    subs.create_subscription(&req, t0).unwrap();
+    let publish = opcua_types::PublishRequest::default();
+    assert!(subs
+        .publish(7, &publish, t0, opcua_types::DateTime::now())
+        .is_empty());
+    assert_eq!(subs.pending_publish_count(), 1);
+    assert_eq!(subs.clear_publish_queue(), 1);
+    assert_eq!(subs.pending_publish_count(), 0);
+}
