@@ -203,6 +203,15 @@ fn same_secure_client(owner_certificate: &ByteString, chan: &ChannelInfo) -> boo
     }
 }
 
+fn check_timestamps(ts: TimestampsToReturn) -> Result<()> {
+    if ts == TimestampsToReturn::Invalid {
+        return Err(ServiceError::Status(
+            StatusCode::BadTimestampsToReturnInvalid,
+        ));
+    }
+    Ok(())
+}
+
 fn ids_checked(n: usize) -> Result<()> {
     if n == 0 {
         Err(ServiceError::NothingToDo)
@@ -344,31 +353,56 @@ impl Engine {
         .into())
     }
 
+    /// Runs a monitored-item operation on `count` items of the caller's
+    /// session: BadNothingToDo for none, BadTooManyOperations over the
+    /// per-call limit, then `f` with the item source and the current time.
+    fn item_operation<T>(
+        &self,
+        chan: &ChannelInfo,
+        header: &RequestHeader,
+        count: usize,
+        f: impl FnOnce(
+            &mut uagate_subs::SessionSubscriptions,
+            &SpaceSource<'_>,
+            Instant,
+            DateTime,
+        ) -> std::result::Result<T, StatusCode>,
+    ) -> Result<T> {
+        ids_checked(count)?;
+        self.check_item_limit(count)?;
+        self.with_subs(chan, header, |s, source| {
+            f(
+                &mut s.subscriptions,
+                source,
+                Instant::now(),
+                DateTime::now(),
+            )
+            .map_err(ServiceError::Status)
+        })
+    }
+
     pub(crate) fn create_monitored_items(
         &self,
         chan: &ChannelInfo,
         r: &CreateMonitoredItemsRequest,
     ) -> Result<ResponseMessage> {
         let items = r.items_to_create.as_deref().unwrap_or(&[]);
-        ids_checked(items.len())?;
-        self.check_item_limit(items.len())?;
-        if r.timestamps_to_return == TimestampsToReturn::Invalid {
-            return Err(ServiceError::Status(
-                StatusCode::BadTimestampsToReturnInvalid,
-            ));
-        }
-        let results = self.with_subs(chan, &r.request_header, |s, source| {
-            s.subscriptions
-                .create_monitored_items(
+        check_timestamps(r.timestamps_to_return)?;
+        let results = self.item_operation(
+            chan,
+            &r.request_header,
+            items.len(),
+            |subs, source, now, dt| {
+                subs.create_monitored_items(
                     r.subscription_id,
                     r.timestamps_to_return,
                     items,
                     source,
-                    Instant::now(),
-                    DateTime::now(),
+                    now,
+                    dt,
                 )
-                .map_err(ServiceError::Status)
-        })?;
+            },
+        )?;
         Ok(CreateMonitoredItemsResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
             results: Some(results),
@@ -383,25 +417,22 @@ impl Engine {
         r: &ModifyMonitoredItemsRequest,
     ) -> Result<ResponseMessage> {
         let items = r.items_to_modify.as_deref().unwrap_or(&[]);
-        ids_checked(items.len())?;
-        self.check_item_limit(items.len())?;
-        if r.timestamps_to_return == TimestampsToReturn::Invalid {
-            return Err(ServiceError::Status(
-                StatusCode::BadTimestampsToReturnInvalid,
-            ));
-        }
-        let results = self.with_subs(chan, &r.request_header, |s, source| {
-            s.subscriptions
-                .modify_monitored_items(
+        check_timestamps(r.timestamps_to_return)?;
+        let results = self.item_operation(
+            chan,
+            &r.request_header,
+            items.len(),
+            |subs, source, now, dt| {
+                subs.modify_monitored_items(
                     r.subscription_id,
                     r.timestamps_to_return,
                     items,
                     source,
-                    Instant::now(),
-                    DateTime::now(),
+                    now,
+                    dt,
                 )
-                .map_err(ServiceError::Status)
-        })?;
+            },
+        )?;
         Ok(ModifyMonitoredItemsResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
             results: Some(results),
@@ -416,13 +447,10 @@ impl Engine {
         r: &DeleteMonitoredItemsRequest,
     ) -> Result<ResponseMessage> {
         let ids = r.monitored_item_ids.as_deref().unwrap_or(&[]);
-        ids_checked(ids.len())?;
-        self.check_item_limit(ids.len())?;
-        let results = self.with_subs(chan, &r.request_header, |s, _| {
-            s.subscriptions
-                .delete_monitored_items(r.subscription_id, ids)
-                .map_err(ServiceError::Status)
-        })?;
+        let results =
+            self.item_operation(chan, &r.request_header, ids.len(), |subs, _, _, _| {
+                subs.delete_monitored_items(r.subscription_id, ids)
+            })?;
         Ok(DeleteMonitoredItemsResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
             results: Some(results),
@@ -437,20 +465,14 @@ impl Engine {
         r: &SetMonitoringModeRequest,
     ) -> Result<ResponseMessage> {
         let ids = r.monitored_item_ids.as_deref().unwrap_or(&[]);
-        ids_checked(ids.len())?;
-        self.check_item_limit(ids.len())?;
-        let results = self.with_subs(chan, &r.request_header, |s, source| {
-            s.subscriptions
-                .set_monitoring_mode(
-                    r.subscription_id,
-                    r.monitoring_mode,
-                    ids,
-                    source,
-                    Instant::now(),
-                    DateTime::now(),
-                )
-                .map_err(ServiceError::Status)
-        })?;
+        let results = self.item_operation(
+            chan,
+            &r.request_header,
+            ids.len(),
+            |subs, source, now, dt| {
+                subs.set_monitoring_mode(r.subscription_id, r.monitoring_mode, ids, source, now, dt)
+            },
+        )?;
         Ok(SetMonitoringModeResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
             results: Some(results),
@@ -466,13 +488,14 @@ impl Engine {
     ) -> Result<ResponseMessage> {
         let add = r.links_to_add.as_deref().unwrap_or(&[]);
         let remove = r.links_to_remove.as_deref().unwrap_or(&[]);
-        ids_checked(add.len() + remove.len())?;
-        self.check_item_limit(add.len() + remove.len())?;
-        let (add_results, remove_results) = self.with_subs(chan, &r.request_header, |s, _| {
-            s.subscriptions
-                .set_triggering(r.subscription_id, r.triggering_item_id, add, remove)
-                .map_err(ServiceError::Status)
-        })?;
+        let (add_results, remove_results) = self.item_operation(
+            chan,
+            &r.request_header,
+            add.len() + remove.len(),
+            |subs, _, _, _| {
+                subs.set_triggering(r.subscription_id, r.triggering_item_id, add, remove)
+            },
+        )?;
         Ok(SetTriggeringResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
             add_results: Some(add_results),
