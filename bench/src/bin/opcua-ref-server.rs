@@ -6,6 +6,10 @@
 //! None and Basic256Sha256 SignAndEncrypt endpoints, client certificates
 //! trusted automatically) but with a session limit high enough for 64
 //! concurrent sessions (`uagate sim` keeps the async-opcua default of 20).
+//! For the notification benchmark it also has `Objects/Bench/Counter`
+//! (`nsu=urn:uagate:bench:ref-server;s=Bench.Counter`, UInt32), incremented
+//! every `--counter-ms` (100 ms) by a tokio interval through the node
+//! manager's `set_value`, which notifies monitored items.
 //! Prints `READY opc.tcp=<url>` on stdout once listening; stops on
 //! SIGTERM / Ctrl-C. Used only by `bench/run.sh`.
 
@@ -15,10 +19,17 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use opcua_crypto::SecurityPolicy;
 use opcua_server::{
-    node_manager::memory::{CoreNodeManagerBuilder, InMemoryNodeManagerBuilder},
+    address_space::{AccessLevel, Variable},
+    diagnostics::NamespaceMetadata,
+    node_manager::memory::{
+        simple_node_manager, CoreNodeManagerBuilder, InMemoryNodeManagerBuilder, SimpleNodeManager,
+    },
     ServerBuilder, ServerEndpoint, ANONYMOUS_USER_TOKEN_ID,
 };
-use opcua_types::MessageSecurityMode;
+use opcua_types::{DataValue, DateTime, MessageSecurityMode, NodeId, ObjectId};
+
+/// Namespace of the benchmark nodes (its index is whatever the server assigns).
+const BENCH_NS: &str = "urn:uagate:bench:ref-server";
 
 /// Command line of the reference server.
 #[derive(Parser)]
@@ -32,6 +43,16 @@ struct Args {
     /// Most concurrent sessions.
     #[arg(long, default_value_t = 200)]
     max_sessions: usize,
+    /// Period of the `Bench.Counter` increments, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    counter_ms: u64,
+    /// Stamp each counter value with its nominal tick time (start + n x period)
+    /// instead of the wall clock at the update. async-opcua drops or delays a
+    /// sample whose SourceTimestamp is less than one sampling interval after
+    /// the previous one, so timer jitter alone makes it skip values when the
+    /// sampling interval equals the change period; this option removes that jitter.
+    #[arg(long)]
+    nominal_timestamps: bool,
 }
 
 #[tokio::main]
@@ -53,6 +74,13 @@ async fn main() -> Result<()> {
     let builder = ServerBuilder::new()
         .without_node_managers()
         .with_node_manager(InMemoryNodeManagerBuilder::new(CoreNodeManagerBuilder))
+        .with_node_manager(simple_node_manager(
+            NamespaceMetadata {
+                namespace_uri: BENCH_NS.to_owned(),
+                ..Default::default()
+            },
+            "bench",
+        ))
         .application_name("async-opcua reference server")
         .application_uri("urn:uagate:bench:ref-server")
         .product_uri("urn:uagate:bench:ref-server")
@@ -82,7 +110,14 @@ async fn main() -> Result<()> {
     let (server, handle) = builder
         .build()
         .map_err(|e| anyhow::anyhow!("cannot build server: {e}"))?;
+    let counter = add_counter(&handle)?;
     let task = tokio::spawn(server.run_with(listener));
+    tokio::spawn(drive_counter(
+        handle.clone(),
+        counter,
+        args.counter_ms,
+        args.nominal_timestamps,
+    ));
     println!("READY opc.tcp={url}");
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -95,5 +130,61 @@ async fn main() -> Result<()> {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(anyhow::anyhow!("server failed: {e}")),
         Err(e) => Err(anyhow::anyhow!("server task: {e}")),
+    }
+}
+
+/// Adds `Objects/Bench` and `Bench/Counter` (UInt32, read-only) to the bench
+/// namespace; returns the counter's node id. Called once before the server runs.
+fn add_counter(handle: &opcua_server::ServerHandle) -> Result<NodeId> {
+    let manager = handle
+        .node_managers()
+        .get_of_type::<SimpleNodeManager>()
+        .context("bench node manager missing")?;
+    let ns = manager
+        .namespaces()
+        .iter()
+        .find(|(_, uri)| uri.as_str() == BENCH_NS)
+        .map(|(i, _)| *i)
+        .context("bench namespace missing")?;
+    let folder = NodeId::new(ns, "Bench");
+    let counter = NodeId::new(ns, "Bench.Counter");
+    let mut space = manager.address_space().write();
+    space.add_folder(&folder, "Bench", "Bench", &ObjectId::ObjectsFolder.into());
+    let mut var = Variable::new(&counter, "Counter", "Counter", 0u32);
+    var.set_access_level(AccessLevel::CURRENT_READ);
+    var.set_user_access_level(AccessLevel::CURRENT_READ);
+    space.add_variables(vec![var], &folder);
+    Ok(counter)
+}
+
+/// Increments `Bench.Counter` every `period_ms` until the process ends,
+/// notifying monitored items through the node manager. Source timestamps are
+/// the wall clock, or the nominal tick time with `--nominal-timestamps`.
+async fn drive_counter(
+    handle: opcua_server::ServerHandle,
+    counter: NodeId,
+    period_ms: u64,
+    nominal: bool,
+) {
+    let Some(manager) = handle.node_managers().get_of_type::<SimpleNodeManager>() else {
+        return;
+    };
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(period_ms.max(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut value = 0u32;
+    let period_ticks = i64::try_from(period_ms.max(1)).unwrap_or(i64::MAX / 2) * 10_000;
+    let start = DateTime::now().ticks();
+    loop {
+        tick.tick().await;
+        value = value.wrapping_add(1);
+        let at = if nominal {
+            DateTime::from(start.saturating_add(i64::from(value).saturating_mul(period_ticks)))
+        } else {
+            DateTime::now()
+        };
+        let dv = DataValue::new_at(value, at);
+        if let Err(e) = manager.set_value(handle.subscriptions(), &counter, None, dv) {
+            tracing::warn!("cannot update Bench.Counter: {e}");
+        }
     }
 }
