@@ -1,0 +1,1 @@
+//! The runtime plan: per-stage capacities derived from the configuration.

@@ -1,0 +1,1 @@
+//! The weighted fair scheduler over owners.
