@@ -56,6 +56,13 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Print the resource-isolation plan, one line per stage; exit code 2
+    /// with a message naming the setting when the configuration cannot be planned.
+    Plan {
+        /// A TOML configuration document (default: the stored configuration).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -153,6 +160,11 @@ async fn wait_for_stop() {
 }
 
 async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
+    // The isolation plan is validated (and logged, one line per stage)
+    // before anything listens; enforcement uses it in a later release.
+    let plan = uagate_isolation::plan::Plan::build(&config)
+        .map_err(|e| anyhow::anyhow!("configuration cannot be planned: {e}"))?;
+    plan.log();
     let gateway = uagate_server::start(config, store, data).await?;
     println!("READY opc.tcp={}", gateway.endpoint_url);
     wait_for_stop().await;
@@ -260,6 +272,31 @@ async fn main() -> Result<()> {
             }
             Ok(())
         }
+        Command::Plan { config } => {
+            let text = match config {
+                Some(file) => Some(
+                    std::fs::read_to_string(&file)
+                        .with_context(|| format!("cannot read {}", file.display()))?,
+                ),
+                None => open_store(&cli.data).await?.setting(CONFIG_KEY).await?,
+            };
+            let plan = text
+                .map_or_else(|| Ok(Config::default()), |t| Config::from_toml(&t))
+                .map_err(uagate_isolation::plan::PlanError::from)
+                .and_then(|c| uagate_isolation::plan::Plan::build(&c));
+            match plan {
+                Ok(plan) => {
+                    for line in plan.lines() {
+                        println!("{line}");
+                    }
+                    Ok(())
+                }
+                Err(e) => {
+                    eprintln!("uagate plan: {e}");
+                    std::process::exit(2);
+                }
+            }
+        }
         Command::Config { command } => {
             let store = open_store(&cli.data).await?;
             match command {
@@ -270,6 +307,10 @@ async fn main() -> Result<()> {
                         Ok(c) => c,
                         Err(e) => bail!("{e}"),
                     };
+                    // A document that validates but cannot be planned is refused too.
+                    if let Err(e) = uagate_isolation::plan::Plan::build(&config) {
+                        bail!("{e}");
+                    }
                     store
                         .set_setting(CLI_ACTOR, CONFIG_KEY, &config.to_toml())
                         .await?;

@@ -18,7 +18,9 @@ fn help_documents_every_command() {
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for cmd in ["run", "demo", "sim", "user", "trust", "config", "--data"] {
+    for cmd in [
+        "run", "demo", "sim", "user", "trust", "config", "plan", "--data",
+    ] {
         assert!(text.contains(cmd), "--help lacks {cmd}:\n{text}");
     }
 }
@@ -163,4 +165,114 @@ fn run_on_empty_data_dir_creates_database_and_key_and_serves() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+#[test]
+fn plan_prints_one_reference_line_per_stage_and_exits_2_on_an_invalid_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    // Stored (default) configuration: Balanced with 100 sessions / 103 channels.
+    let out = uagate(&data).arg("plan").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 8, "{text}");
+    assert_eq!(
+        lines[0],
+        "Connection: total=103, shared=101, bootstrap=1, reconnect=1, control=0, trusted=0, ownerLimit=103"
+    );
+    assert!(lines[2].starts_with("ReassemblyBytes: total=67108864, shared=58720256, bootstrap=4194304, reconnect=4194304,"), "{text}");
+    assert!(
+        lines[4].starts_with("RequestQueue: total=103, shared=100,"),
+        "{text}"
+    );
+    for (line, stage) in lines.iter().zip([
+        "Connection",
+        "Handshake",
+        "ReassemblyBytes",
+        "SessionEstablishment",
+        "RequestQueue",
+        "RequestExecution",
+        "RequestQueueBytes",
+        "ParkedRequest",
+    ]) {
+        assert!(line.starts_with(&format!("{stage}: total=")), "{line}");
+        assert!(line.contains(", ownerLimit="), "{line}");
+    }
+
+    // --config FILE: the N+1 rule fails Balanced with 101 channels -> exit 2.
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        "[server]\nmax_session_count = 100\nmax_channel_count = 101\n",
+    )
+    .unwrap();
+    let out = uagate(&data)
+        .args(["plan", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("server.max_channel_count"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A document error (unknown owner in an ingress rule) also exits 2.
+    std::fs::write(
+        &file,
+        "[[isolation.ingress]]\ncidr = \"10.0.0.0/8\"\nowner = \"nobody\"\n",
+    )
+    .unwrap();
+    let out = uagate(&data)
+        .args(["plan", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("isolation.ingress[0].owner"));
+
+    // The same file with 103 channels and fair_share plans fine from --config.
+    std::fs::write(
+        &file,
+        "[server]\nmax_channel_count = 101\n[isolation]\nmode = \"fair_share\"\n",
+    )
+    .unwrap();
+    let out = uagate(&data)
+        .args(["plan", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .starts_with("Connection: total=101, shared=101, bootstrap=0, reconnect=0,"));
+}
+
+#[test]
+fn config_import_refuses_a_document_the_plan_cannot_honour() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    // Balanced needs max_session_count + reserves connections (N+1 rule).
+    std::fs::write(
+        &file,
+        "[server]\nmax_session_count = 100\nmax_channel_count = 101\n",
+    )
+    .unwrap();
+    let out = uagate(&dir.path().join("d"))
+        .args(["config", "import"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("max_channel_count"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

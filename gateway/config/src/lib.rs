@@ -3,7 +3,7 @@
 //! docs/config.md). Parsed strictly: unknown keys are an error, and
 //! [`Config::validate`] names the offending setting for every bad value.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -40,7 +40,7 @@ pub struct Config {
     pub listen: Listen,
     /// Server-wide limits and identity.
     pub server: Server,
-    /// Resource isolation (only the handshake deadline is used so far).
+    /// Resource isolation: profile, stage overrides, trusted owners, ingress rules.
     pub isolation: Isolation,
     /// Endpoints offered; empty means the default set (see [`Config::effective_endpoints`]).
     pub endpoints: Vec<Endpoint>,
@@ -224,26 +224,378 @@ impl Default for Server {
     }
 }
 
-/// `[isolation]`.
+/// `[isolation]`: the resource-isolation profile and its overrides (see
+/// docs/config.md and the reference ResourceIsolation.md). The sizing
+/// arithmetic is checked by `uagate_isolation::plan::Plan::build`; this
+/// struct's [`Config::validate`] checks the structure (duplicates, key
+/// lengths, CIDRs, which entries a mode allows, unknown owners).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Isolation {
-    /// shared_only | fair_share | balanced | trusted_reservations (used by a later issue).
-    pub mode: String,
-    /// Most distinct owners tracked (used by a later issue).
+    /// The profile; `balanced` by default.
+    pub mode: IsolationMode,
+    /// Most owners (caller groups) with resources charged at once; some
+    /// entries are kept for protected classes and trusted owners.
     pub max_tracked_owners: u32,
     /// Time from TCP accept until the secure channel must be open; at most 2 minutes.
     #[serde(with = "humantime_serde")]
     pub handshake_timeout: Duration,
+    /// Longest owner key in bytes (trusted owner keys, derived keys).
+    pub max_owner_key_length: u32,
+    /// Scheduling weight of ordinary owners (1..=1000).
+    pub default_weight: u32,
+    /// Weighted fair scheduling of decoded requests; `false` keeps one FIFO
+    /// queue (limits still apply, the head of the queue is never overtaken).
+    /// Always off in `shared_only`.
+    pub fair_scheduling: bool,
+    /// Upper bound of the bytes one incomplete message can retain; default
+    /// `server.max_message_size` (see docs/config.md, "reassembly footprint").
+    /// Must not be below `server.max_message_size`.
+    pub max_retained_message_bytes: Option<u64>,
+    /// ReassemblyBytes bootstrap reserve; default one footprint, never less
+    /// (use a `reassembly_bytes` stage override to disable it).
+    pub bootstrap_reserved_bytes: Option<u64>,
+    /// ReassemblyBytes reconnect (session continuity) reserve; default one
+    /// footprint, never less.
+    pub reconnect_reserved_bytes: Option<u64>,
+    /// Per-stage overrides, at most one per stage.
+    pub stages: Vec<StageOverride>,
+    /// Provisioned trusted owners (`trusted_reservations` only).
+    pub trusted_owners: Vec<TrustedOwner>,
+    /// Operator-configured ingress classification (CIDR -> owner or class).
+    pub ingress: Vec<IngressRule>,
 }
 
 impl Default for Isolation {
     fn default() -> Self {
         Isolation {
-            mode: "balanced".into(),
+            mode: IsolationMode::Balanced,
             max_tracked_owners: 4096,
             handshake_timeout: Duration::from_secs(120),
+            max_owner_key_length: 256,
+            default_weight: 1,
+            fair_scheduling: true,
+            max_retained_message_bytes: None,
+            bootstrap_reserved_bytes: None,
+            reconnect_reserved_bytes: None,
+            stages: Vec::new(),
+            trusted_owners: Vec::new(),
+            ingress: Vec::new(),
         }
+    }
+}
+
+/// Largest weight of an owner (keeps the scheduler's arithmetic small).
+pub const MAX_WEIGHT: u32 = 1000;
+/// Largest allowed `isolation.max_owner_key_length`.
+pub const MAX_OWNER_KEY_LENGTH: u32 = 4096;
+
+/// The resource-isolation profile (reference: ServerResourceIsolationMode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IsolationMode {
+    /// Configured limits shared by all callers; no owner accounting, FIFO.
+    SharedOnly,
+    /// Owner accounting, optional per-owner limits, weighted scheduling; no reserves.
+    FairShare,
+    /// FairShare plus bootstrap, reconnect and control reserves.
+    #[default]
+    Balanced,
+    /// Balanced plus a reserve and weight per configured trusted owner.
+    TrustedReservations,
+}
+
+impl IsolationMode {
+    /// The snake_case name used in the document.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IsolationMode::SharedOnly => "shared_only",
+            IsolationMode::FairShare => "fair_share",
+            IsolationMode::Balanced => "balanced",
+            IsolationMode::TrustedReservations => "trusted_reservations",
+        }
+    }
+
+    /// Whether the profile keeps bootstrap/reconnect/control reserves.
+    pub fn has_reserves(self) -> bool {
+        matches!(
+            self,
+            IsolationMode::Balanced | IsolationMode::TrustedReservations
+        )
+    }
+}
+
+/// One separately counted resource (reference: ResourceIsolationStage), in
+/// the reference's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Physical connections, until actual closure.
+    Connection,
+    /// Initial protocol startup (deadline-bound) and OpenSecureChannel renewals.
+    Handshake,
+    /// Bytes retained by incomplete multi-chunk messages.
+    ReassemblyBytes,
+    /// Concurrent CreateSession/ActivateSession processing.
+    SessionEstablishment,
+    /// Decoded requests waiting for dispatch.
+    RequestQueue,
+    /// Running request handlers.
+    RequestExecution,
+    /// One `max_message_size` charge per retained decoded request.
+    RequestQueueBytes,
+    /// Requests waiting without a worker (Publish).
+    ParkedRequest,
+}
+
+impl Stage {
+    /// Every stage, in the reference's order (the order of `uagate plan`).
+    pub const ALL: [Stage; 8] = [
+        Stage::Connection,
+        Stage::Handshake,
+        Stage::ReassemblyBytes,
+        Stage::SessionEstablishment,
+        Stage::RequestQueue,
+        Stage::RequestExecution,
+        Stage::RequestQueueBytes,
+        Stage::ParkedRequest,
+    ];
+
+    /// Position in [`Stage::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The reference's name (`ReassemblyBytes`), used in plan lines and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Connection => "Connection",
+            Stage::Handshake => "Handshake",
+            Stage::ReassemblyBytes => "ReassemblyBytes",
+            Stage::SessionEstablishment => "SessionEstablishment",
+            Stage::RequestQueue => "RequestQueue",
+            Stage::RequestExecution => "RequestExecution",
+            Stage::RequestQueueBytes => "RequestQueueBytes",
+            Stage::ParkedRequest => "ParkedRequest",
+        }
+    }
+
+    /// The document's name (`reassembly_bytes`), also a bounded metric label.
+    pub fn key(self) -> &'static str {
+        match self {
+            Stage::Connection => "connection",
+            Stage::Handshake => "handshake",
+            Stage::ReassemblyBytes => "reassembly_bytes",
+            Stage::SessionEstablishment => "session_establishment",
+            Stage::RequestQueue => "request_queue",
+            Stage::RequestExecution => "request_execution",
+            Stage::RequestQueueBytes => "request_queue_bytes",
+            Stage::ParkedRequest => "parked_request",
+        }
+    }
+
+    /// Whether the stage counts bytes rather than slots.
+    pub fn is_bytes(self) -> bool {
+        matches!(self, Stage::ReassemblyBytes | Stage::RequestQueueBytes)
+    }
+
+    /// Whether the stage holds decoded requests (the only stages with a
+    /// control reserve).
+    pub fn is_decoded_request(self) -> bool {
+        matches!(
+            self,
+            Stage::RequestQueue
+                | Stage::RequestExecution
+                | Stage::RequestQueueBytes
+                | Stage::ParkedRequest
+        )
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `[[isolation.stages]]`: overrides for one stage; omitted values keep the
+/// profile default. Values are counts, or bytes for `reassembly_bytes` and
+/// `request_queue_bytes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageOverride {
+    /// Which stage.
+    pub stage: Stage,
+    /// Absolute total including the reserves; can only lower the default total.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<u64>,
+    /// Bootstrap reserve; 0 disables it on this stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_reserved: Option<u64>,
+    /// Reconnect reserve; 0 disables it on this stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconnect_reserved: Option<u64>,
+    /// Control reserve (decoded-request stages only); 0 disables it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_reserved: Option<u64>,
+    /// Hard limit of each ordinary owner on this stage; default: the total.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_hard_limit: Option<u64>,
+}
+
+/// `[[isolation.trusted_owners]]`: a provisioned owner with its own reserves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustedOwner {
+    /// The owner key (what ingress rules name); never a metric label.
+    pub key: String,
+    /// Scheduling weight relative to `isolation.default_weight` (1..=1000).
+    #[serde(default = "default_trusted_weight")]
+    pub weight: u32,
+    /// Per-stage reserves; omitted stages reserve one operation / message.
+    #[serde(default)]
+    pub reservations: Vec<Reservation>,
+}
+
+fn default_trusted_weight() -> u32 {
+    1
+}
+
+/// A trusted owner's reserve on one stage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reservation {
+    /// Which stage.
+    pub stage: Stage,
+    /// Reserved amount; 0 removes the guarantee.
+    pub reserved: u64,
+    /// The owner's hard limit on this stage; default: the stage's owner limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_limit: Option<u64>,
+}
+
+/// A protected class an ingress rule can map to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IngressClass {
+    /// Initial startup of connections and sessions.
+    Bootstrap,
+    /// Recovery of connections and sessions.
+    Reconnect,
+}
+
+/// `[[isolation.ingress]]`: callers whose observed address is in `cidr`
+/// belong to a trusted owner or a protected class. The deployment must make
+/// that address range a protected path; an address alone is not identity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngressRule {
+    /// `10.0.5.0/24`, `fd00::/64`, or one address.
+    pub cidr: String,
+    /// A configured trusted owner key (exclusive with `class`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// A protected class (exclusive with `owner`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<IngressClass>,
+}
+
+/// An IP network (address + prefix length). IPv4-mapped IPv6 addresses are
+/// treated as their IPv4 form, in the network and in [`Cidr::contains`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+/// The IPv4 form of an IPv4-mapped IPv6 address, else the address itself.
+pub fn normalize_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => ip,
+        },
+        v4 => v4,
+    }
+}
+
+fn prefix_mask(bits: u32, prefix: u8) -> u128 {
+    // A mask of `prefix` leading ones within a `bits`-wide integer.
+    if prefix == 0 {
+        0
+    } else {
+        (u128::MAX << (128 - u32::from(prefix))) >> (128 - bits)
+    }
+}
+
+fn ip_bits(ip: IpAddr) -> (u32, u128) {
+    match ip {
+        IpAddr::V4(v4) => (32, u128::from(u32::from(v4))),
+        IpAddr::V6(v6) => (128, u128::from(v6)),
+    }
+}
+
+impl Cidr {
+    /// Parses `addr/prefix` or a single address (all bits significant).
+    /// Host bits below the prefix must be zero.
+    pub fn parse(text: &str) -> Result<Cidr, String> {
+        let (addr_text, prefix_text) = match text.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (text, None),
+        };
+        let addr: IpAddr = addr_text
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{text}` is not an IP address or network"))?;
+        let (bits, _) = ip_bits(addr);
+        let prefix: u8 = match prefix_text {
+            Some(p) => match p.trim().parse::<u8>() {
+                Ok(n) if u32::from(n) <= bits => n,
+                _ => return Err(format!("`{text}`: prefix length must be 0..={bits}")),
+            },
+            None => bits as u8,
+        };
+        let (addr, prefix) = match (addr, normalize_ip(addr)) {
+            (IpAddr::V6(_), IpAddr::V4(v4)) if prefix >= 96 => (IpAddr::V4(v4), prefix - 96),
+            _ => (addr, prefix),
+        };
+        let (bits, value) = ip_bits(addr);
+        if value & !prefix_mask(bits, prefix) & (u128::MAX >> (128 - bits)) != 0 {
+            return Err(format!(
+                "`{text}` has host bits set below the /{prefix} prefix"
+            ));
+        }
+        Ok(Cidr { addr, prefix })
+    }
+
+    /// Prefix length (after IPv4-mapped normalisation).
+    pub fn prefix_len(&self) -> u8 {
+        self.prefix
+    }
+
+    /// Whether `ip` (normalised) is in the network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = normalize_ip(ip);
+        let (bits, net) = ip_bits(self.addr);
+        let (ip_width, value) = ip_bits(ip);
+        if bits != ip_width {
+            return false;
+        }
+        let mask = prefix_mask(bits, self.prefix);
+        value & mask == net & mask
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Cidr, String> {
+        Cidr::parse(s)
     }
 }
 
@@ -402,19 +754,7 @@ impl Config {
                 "must be above zero and at most 2m",
             ));
         }
-        if ![
-            "shared_only",
-            "fair_share",
-            "balanced",
-            "trusted_reservations",
-        ]
-        .contains(&i.mode.as_str())
-        {
-            return Err(invalid(
-                "isolation.mode",
-                "must be one of shared_only, fair_share, balanced, trusted_reservations",
-            ));
-        }
+        self.validate_isolation()?;
         let r = &self.redundancy;
         match r.support {
             RedundancyMode::None if !r.server_uris.is_empty() => {
@@ -490,6 +830,149 @@ impl Config {
             }
         }
         v
+    }
+}
+
+impl Config {
+    /// The structural checks of `[isolation]`: bounds of the accounting
+    /// settings, duplicate stages / owners / reservations / networks, owner
+    /// keys bounded in length, trusted owners only in `trusted_reservations`
+    /// (and required there), ingress rules naming exactly one configured
+    /// owner or one class, well-formed CIDRs. Sizing is checked by the plan.
+    fn validate_isolation(&self) -> Result<(), ConfigError> {
+        let i = &self.isolation;
+        if i.max_tracked_owners == 0 {
+            return Err(invalid(
+                "isolation.max_tracked_owners",
+                "must be at least 1",
+            ));
+        }
+        if !(1..=MAX_OWNER_KEY_LENGTH).contains(&i.max_owner_key_length) {
+            return Err(invalid(
+                "isolation.max_owner_key_length",
+                format!("must be between 1 and {MAX_OWNER_KEY_LENGTH}"),
+            ));
+        }
+        if !(1..=MAX_WEIGHT).contains(&i.default_weight) {
+            return Err(invalid(
+                "isolation.default_weight",
+                format!("must be between 1 and {MAX_WEIGHT}"),
+            ));
+        }
+        if i.max_retained_message_bytes == Some(0) {
+            return Err(invalid(
+                "isolation.max_retained_message_bytes",
+                "must be above zero",
+            ));
+        }
+        for (n, st) in i.stages.iter().enumerate() {
+            if i.stages[..n].iter().any(|o| o.stage == st.stage) {
+                return Err(invalid(
+                    &format!("isolation.stages[{n}].stage"),
+                    format!("stage {} is listed twice", st.stage.key()),
+                ));
+            }
+        }
+        let trusted_mode = i.mode == IsolationMode::TrustedReservations;
+        if trusted_mode && i.trusted_owners.is_empty() {
+            return Err(invalid(
+                "isolation.trusted_owners",
+                "mode trusted_reservations needs at least one trusted owner",
+            ));
+        }
+        if !trusted_mode && !i.trusted_owners.is_empty() {
+            return Err(invalid(
+                "isolation.trusted_owners",
+                format!(
+                    "trusted owners need mode trusted_reservations (mode is {})",
+                    i.mode.as_str()
+                ),
+            ));
+        }
+        for (n, o) in i.trusted_owners.iter().enumerate() {
+            let at = |f: &str| format!("isolation.trusted_owners[{n}].{f}");
+            if o.key.is_empty() || o.key.chars().any(char::is_control) {
+                return Err(invalid(
+                    &at("key"),
+                    "must be non-empty without control characters",
+                ));
+            }
+            if o.key.len() > i.max_owner_key_length as usize {
+                return Err(invalid(
+                    &at("key"),
+                    format!(
+                        "is longer than isolation.max_owner_key_length ({} bytes)",
+                        i.max_owner_key_length
+                    ),
+                ));
+            }
+            if i.trusted_owners[..n].iter().any(|p| p.key == o.key) {
+                return Err(invalid(&at("key"), "duplicate trusted owner key"));
+            }
+            if !(1..=MAX_WEIGHT).contains(&o.weight) {
+                return Err(invalid(
+                    &at("weight"),
+                    format!("must be between 1 and {MAX_WEIGHT}"),
+                ));
+            }
+            for (m, r) in o.reservations.iter().enumerate() {
+                if o.reservations[..m].iter().any(|q| q.stage == r.stage) {
+                    return Err(invalid(
+                        &at(&format!("reservations[{m}].stage")),
+                        format!("stage {} is listed twice", r.stage.key()),
+                    ));
+                }
+                if r.hard_limit == Some(0) {
+                    return Err(invalid(
+                        &at(&format!("reservations[{m}].hard_limit")),
+                        "must be above zero",
+                    ));
+                }
+            }
+        }
+        let mut nets: Vec<Cidr> = Vec::with_capacity(i.ingress.len());
+        for (n, r) in i.ingress.iter().enumerate() {
+            let at = |f: &str| format!("isolation.ingress[{n}].{f}");
+            let net = Cidr::parse(&r.cidr).map_err(|m| invalid(&at("cidr"), m))?;
+            if nets.contains(&net) {
+                return Err(invalid(&at("cidr"), format!("{net} is listed twice")));
+            }
+            nets.push(net);
+            match (&r.owner, r.class) {
+                (Some(owner), None) => {
+                    if !i.trusted_owners.iter().any(|o| &o.key == owner) {
+                        return Err(invalid(
+                            &at("owner"),
+                            "is not a configured trusted owner (isolation.trusted_owners)",
+                        ));
+                    }
+                }
+                (None, Some(_)) => {
+                    if !i.mode.has_reserves() {
+                        return Err(invalid(
+                            &at("class"),
+                            format!(
+                                "protected classes need mode balanced or trusted_reservations (mode is {})",
+                                i.mode.as_str()
+                            ),
+                        ));
+                    }
+                }
+                _ => {
+                    return Err(invalid(
+                        &format!("isolation.ingress[{n}]"),
+                        "needs exactly one of owner or class",
+                    ))
+                }
+            }
+        }
+        if trusted_mode && !i.ingress.iter().any(|r| r.owner.is_some()) {
+            return Err(invalid(
+                "isolation.ingress",
+                "mode trusted_reservations needs an ingress rule mapping callers to a trusted owner",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -573,5 +1056,202 @@ mod doc_example {
         let end = start + doc[start..].find("```").expect("example closed");
         let cfg = super::Config::from_toml(&doc[start..end]).expect("docs example is valid");
         assert_eq!(cfg.effective_endpoints().len(), 2);
+    }
+}
+
+#[cfg(test)]
+mod isolation_tests {
+    use super::*;
+
+    const FULL: &str = r#"
+[server]
+max_channel_count = 104
+
+[isolation]
+mode = "trusted_reservations"
+max_tracked_owners = 4096
+handshake_timeout = "30s"
+max_owner_key_length = 64
+default_weight = 1
+fair_scheduling = true
+max_retained_message_bytes = 4194304
+bootstrap_reserved_bytes = 4194304
+reconnect_reserved_bytes = 8388608
+
+[[isolation.stages]]
+stage = "request_execution"
+owner_hard_limit = 8
+
+[[isolation.stages]]
+stage = "connection"
+owner_hard_limit = 16
+capacity = 104
+bootstrap_reserved = 1
+reconnect_reserved = 1
+control_reserved = 0
+
+[[isolation.trusted_owners]]
+key = "plant-control"
+weight = 4
+reservations = [{ stage = "request_execution", reserved = 2, hard_limit = 8 }]
+
+[[isolation.ingress]]
+cidr = "10.0.5.0/24"
+owner = "plant-control"
+
+[[isolation.ingress]]
+cidr = "192.168.7.10"
+class = "reconnect"
+"#;
+
+    #[test]
+    fn full_isolation_section_parses_and_round_trips() {
+        let cfg = Config::from_toml(FULL).unwrap();
+        let i = &cfg.isolation;
+        assert_eq!(i.mode, IsolationMode::TrustedReservations);
+        assert_eq!(i.stages.len(), 2);
+        assert_eq!(i.stages[0].stage, Stage::RequestExecution);
+        assert_eq!(i.stages[0].owner_hard_limit, Some(8));
+        assert_eq!(i.stages[1].capacity, Some(104));
+        assert_eq!(i.trusted_owners[0].weight, 4);
+        assert_eq!(
+            i.trusted_owners[0].reservations[0],
+            Reservation {
+                stage: Stage::RequestExecution,
+                reserved: 2,
+                hard_limit: Some(8)
+            }
+        );
+        assert_eq!(i.ingress[1].class, Some(IngressClass::Reconnect));
+        let text = cfg.to_toml();
+        let again = Config::from_toml(&text).unwrap_or_else(|e| panic!("{text}\n{e}"));
+        assert_eq!(again, cfg);
+    }
+
+    #[test]
+    fn mode_is_an_enum_with_snake_case_names() {
+        for (name, mode) in [
+            ("shared_only", IsolationMode::SharedOnly),
+            ("fair_share", IsolationMode::FairShare),
+            ("balanced", IsolationMode::Balanced),
+        ] {
+            let cfg = Config::from_toml(&format!("[isolation]\nmode = \"{name}\"\n")).unwrap();
+            assert_eq!(cfg.isolation.mode, mode);
+            assert_eq!(mode.as_str(), name);
+        }
+        assert_eq!(Config::default().isolation.mode, IsolationMode::Balanced);
+        assert!(matches!(
+            Config::from_toml("[isolation]\nmode = \"Balanced\"\n"),
+            Err(ConfigError::Parse(_))
+        ));
+    }
+
+    #[test]
+    fn unknown_keys_in_new_tables_are_refused() {
+        for doc in [
+            "[[isolation.stages]]\nstage = \"connection\"\nowner_limit = 3\n",
+            "[isolation]\nmode = \"trusted_reservations\"\n[[isolation.trusted_owners]]\nkey = \"a\"\nreservations = [{ stage = \"connection\", reserved = 1, limit = 2 }]\n",
+            "[[isolation.ingress]]\ncidr = \"10.0.0.0/8\"\nclass = \"bootstrap\"\nport = 4840\n",
+            "[[isolation.ingress]]\ncidr = \"10.0.0.0/8\"\nclass = \"control\"\n",
+        ] {
+            assert!(matches!(Config::from_toml(doc), Err(ConfigError::Parse(_))), "{doc}");
+        }
+    }
+
+    #[test]
+    fn structural_errors_name_the_setting() {
+        let long_key = "k".repeat(257);
+        for (doc, setting) in [
+            (
+                FULL.replace("owner = \"plant-control\"", "owner = \"nobody\""),
+                "isolation.ingress[0].owner",
+            ),
+            (
+                FULL.replace("10.0.5.0/24", "10.0.5.0/24x"),
+                "isolation.ingress[0].cidr",
+            ),
+            (
+                FULL.replace("max_owner_key_length = 64", "max_owner_key_length = 5"),
+                "isolation.trusted_owners[0].key",
+            ),
+            (
+                FULL.replace("max_owner_key_length = 64\n", "")
+                    .replace("\"plant-control\"", &format!("\"{long_key}\"")),
+                "isolation.trusted_owners[0].key",
+            ),
+            (
+                FULL.replace("key = \"plant-control\"", "key = \"\"")
+                    .replace("owner = \"plant-control\"", "owner = \"\""),
+                "isolation.trusted_owners[0].key",
+            ),
+            (
+                FULL.replace("weight = 4", "weight = 1001"),
+                "isolation.trusted_owners[0].weight",
+            ),
+            (
+                FULL.replace("hard_limit = 8 }", "hard_limit = 0 }"),
+                "isolation.trusted_owners[0].reservations[0].hard_limit",
+            ),
+            (
+                FULL.replace("stage = \"connection\"", "stage = \"request_execution\""),
+                "isolation.stages[1].stage",
+            ),
+            (
+                FULL.replace("default_weight = 1", "default_weight = 0"),
+                "isolation.default_weight",
+            ),
+            (
+                FULL.replace("max_tracked_owners = 4096", "max_tracked_owners = 0"),
+                "isolation.max_tracked_owners",
+            ),
+            (
+                FULL.replace("192.168.7.10", "10.0.5.0/24"),
+                "isolation.ingress[1].cidr",
+            ),
+            (
+                FULL.replace("class = \"reconnect\"", ""),
+                "isolation.ingress[1]",
+            ),
+            (
+                FULL.replace("mode = \"trusted_reservations\"", "mode = \"balanced\""),
+                "isolation.trusted_owners",
+            ),
+        ] {
+            match Config::from_toml(&doc) {
+                Err(ConfigError::Invalid { setting: s, .. }) => assert_eq!(s, setting, "{doc}"),
+                other => panic!("{doc}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn cidr_parsing_and_matching() {
+        let net = Cidr::parse("10.0.5.0/24").unwrap();
+        assert!(net.contains("10.0.5.255".parse().unwrap()));
+        assert!(net.contains("::ffff:10.0.5.1".parse().unwrap()));
+        assert!(!net.contains("10.0.6.1".parse().unwrap()));
+        assert!(!net.contains("fd00::1".parse().unwrap()));
+        let host = Cidr::parse("192.168.7.10").unwrap();
+        assert_eq!(host.prefix_len(), 32);
+        assert!(host.contains("192.168.7.10".parse().unwrap()));
+        assert!(!host.contains("192.168.7.11".parse().unwrap()));
+        let mapped = Cidr::parse("::ffff:10.1.0.0/112").unwrap();
+        assert_eq!(mapped.to_string(), "10.1.0.0/16");
+        assert!(mapped.contains("10.1.2.3".parse().unwrap()));
+        let v6 = Cidr::parse("fd00:1::/32").unwrap();
+        assert!(v6.contains("fd00:1::9".parse().unwrap()));
+        assert!(!v6.contains("fd00:2::9".parse().unwrap()));
+        let all = Cidr::parse("0.0.0.0/0").unwrap();
+        assert!(all.contains("8.8.8.8".parse().unwrap()));
+        for bad in [
+            "10.0.5.1/24",
+            "10.0.0.0/33",
+            "10.0.0.0/",
+            "fd00::1/64",
+            "host/8",
+            "",
+        ] {
+            assert!(Cidr::parse(bad).is_err(), "{bad}");
+        }
     }
 }

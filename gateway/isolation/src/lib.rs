@@ -4,5 +4,7 @@
 //! and the weighted fair scheduler. Pure data structures: no tokio, no
 //! clock reads (time is an argument).
 
+pub mod owner;
 pub mod plan;
+pub mod provider;
 pub mod scheduler;
