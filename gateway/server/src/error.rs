@@ -101,6 +101,9 @@ pub enum StartError {
     /// The data directory or PKI could not be prepared.
     #[error("data directory: {0}")]
     DataDir(String),
+    /// The configuration cannot be planned (resource isolation); names the setting.
+    #[error("configuration cannot be planned: {0}")]
+    Plan(String),
     /// A listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {

@@ -3,6 +3,7 @@
 //! drivers around the sans-IO protocol core, sessions, and the services on
 //! the local address space.
 
+pub mod admission;
 pub mod endpoints;
 pub mod error;
 pub mod health;
@@ -17,7 +18,7 @@ pub mod throttle;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicUsize};
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,6 +51,8 @@ pub struct ChannelInfo {
     pub client_cert: Option<X509>,
     /// Identity tokens the matching endpoint offers.
     pub tokens: Vec<UserToken>,
+    /// Who is charged for this channel's work (resource isolation).
+    pub caller: Option<admission::Caller>,
 }
 
 /// Shared state of the running server.
@@ -63,7 +66,6 @@ pub struct Engine {
     sessions: Mutex<session::Sessions>,
     throttle: throttle::Throttle,
     next_channel_id: AtomicU32,
-    channels: AtomicUsize,
     /// Where to send responses produced outside the request/response flow
     /// (Publish answered by the subscription timer), by channel id.
     responders: Mutex<HashMap<u32, mpsc::Sender<(u32, ResponseMessage)>>>,
@@ -73,6 +75,8 @@ pub struct Engine {
     level_provider: Box<dyn health::ServiceLevelProvider>,
     /// Wakes the subscription timer when subscriptions or Publish queues change.
     subs_changed: tokio::sync::Notify,
+    /// Resource-isolation accounting (Connection, Handshake, SessionEstablishment).
+    admission: admission::Admission,
 }
 
 /// Settings key under which a requested server state is persisted (and audited).
@@ -145,6 +149,11 @@ impl Engine {
     /// Number of sessions (created and active).
     pub fn session_count(&self) -> usize {
         self.sessions.lock().len()
+    }
+
+    /// Resource-isolation usage and rejections per stage (no owner keys).
+    pub fn isolation_snapshot(&self) -> uagate_isolation::provider::LimiterSnapshot {
+        self.admission.snapshot()
     }
 
     /// The offered endpoints.
@@ -268,6 +277,8 @@ fn host_name() -> String {
 /// Starts the gateway: binds the listeners, loads or creates the instance
 /// certificate in `data_dir`, and spawns the accept loop and housekeeping.
 pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gateway, StartError> {
+    let plan = uagate_isolation::plan::Plan::build(&config)
+        .map_err(|e| StartError::Plan(e.to_string()))?;
     let listener = tokio::net::TcpListener::bind(config.listen.opc_tcp)
         .await
         .map_err(|source| StartError::Bind {
@@ -360,7 +371,6 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         space: RwLock::new(space),
         throttle: throttle::Throttle::default(),
         next_channel_id: AtomicU32::new(1),
-        channels: AtomicUsize::new(0),
         responders: Mutex::new(HashMap::new()),
         control: Mutex::new(health::Control {
             requested: stored_state,
@@ -368,6 +378,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         }),
         level_provider: Box::new(health::ConstantLevel(health::HEALTHY_MAX)),
         subs_changed: tokio::sync::Notify::new(),
+        admission: admission::Admission::new(plan, std::time::Instant::now()),
     });
     engine.refresh_server_state();
     let cancel = CancellationToken::new();

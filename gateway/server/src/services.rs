@@ -56,6 +56,24 @@ impl Engine {
         request: RequestMessage,
     ) -> Option<ResponseMessage> {
         let header = request.request_header().clone();
+        // CreateSession and ActivateSession hold a SessionEstablishment slot
+        // while they run (resource isolation); none free -> BadServerTooBusy.
+        let _establishing = match (&request, &chan.caller) {
+            (
+                RequestMessage::CreateSession(_) | RequestMessage::ActivateSession(_),
+                Some(caller),
+            ) => match self.admission.session_establishment(caller) {
+                Ok(lease) => Some(lease),
+                Err(rejection) => {
+                    tracing::debug!(%rejection, "session establishment refused");
+                    return Some(fault(
+                        &header,
+                        &ServiceError::Status(StatusCode::BadServerTooBusy),
+                    ));
+                }
+            },
+            _ => None,
+        };
         let result = match request {
             RequestMessage::Publish(r) => match self.publish(chan, request_id, &r) {
                 Ok(answer) => return answer,

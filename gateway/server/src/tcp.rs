@@ -7,13 +7,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use opcua_core::comms::secure_channel::{Role, SecureChannel};
+use opcua_core::comms::tcp_types::ErrorMessage;
 use opcua_crypto::{SecurityPolicy, X509};
+use opcua_types::SimpleBinaryEncodable;
 use opcua_types::{ByteString, ContextOwned, StatusCode};
 use parking_lot::RwLock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use uagate_proto::{Event, Limits, OpenRequest, ServerConnection};
+
+use crate::admission::ConnectionAdmission;
 use uagate_store::TrustVerdict;
 
 use crate::{ChannelInfo, Engine};
@@ -30,14 +34,23 @@ pub async fn accept_loop(engine: Arc<Engine>, listener: TcpListener, cancel: Can
         };
         match accepted {
             Ok((stream, peer)) => {
-                let _ = stream.set_nodelay(true);
-                let engine = engine.clone();
-                let cancel = cancel.clone();
-                tokio::spawn(async move {
-                    tracing::debug!(%peer, "connection accepted");
-                    drive(engine, stream, cancel).await;
-                    tracing::debug!(%peer, "connection closed");
-                });
+                // Admission comes before any protocol or crypto state exists.
+                match engine.admission.admit_connection(peer.ip(), Instant::now()) {
+                    Ok(admitted) => {
+                        let _ = stream.set_nodelay(true);
+                        let engine = engine.clone();
+                        let cancel = cancel.clone();
+                        tokio::spawn(async move {
+                            tracing::debug!(%peer, "connection accepted");
+                            drive(engine, stream, cancel, admitted).await;
+                            tracing::debug!(%peer, "connection closed");
+                        });
+                    }
+                    Err(refusal) => {
+                        tracing::debug!(%peer, %refusal, "connection refused");
+                        tokio::spawn(refuse(stream));
+                    }
+                }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
@@ -79,6 +92,7 @@ impl Engine {
             client_certificate: ByteString::null(),
             client_cert: None,
             tokens: offered.tokens.clone(),
+            caller: None,
         };
         if req.policy == SecurityPolicy::None {
             return Ok(info);
@@ -132,30 +146,37 @@ fn verdict_status(verdict: TrustVerdict) -> StatusCode {
     }
 }
 
-/// Releases the channel slot when the connection task ends, however it ends.
-struct ChannelSlot(Arc<Engine>);
-
-impl Drop for ChannelSlot {
-    fn drop(&mut self) {
-        self.0.channels.fetch_sub(1, Ordering::Relaxed);
+/// Answers a connection that was not admitted with an Error message
+/// (BadTcpNotEnoughResources) and closes it, spending at most one second.
+async fn refuse(mut stream: TcpStream) {
+    let msg = ErrorMessage::new(
+        StatusCode::BadTcpNotEnoughResources,
+        "BadTcpNotEnoughResources",
+    );
+    let mut out = Vec::with_capacity(msg.byte_len());
+    if msg.encode(&mut out).is_ok() {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+            let _ = stream.write_all(&out).await;
+            let _ = stream.shutdown().await;
+        })
+        .await;
     }
 }
 
-/// Drives one connection until it closes or the server stops.
-async fn drive(engine: Arc<Engine>, mut stream: TcpStream, cancel: CancellationToken) {
-    let _slot = {
-        engine.channels.fetch_add(1, Ordering::Relaxed);
-        ChannelSlot(engine.clone())
-    };
+/// Drives one admitted connection until it closes or the server stops. The
+/// admission's leases are released when this returns.
+async fn drive(
+    engine: Arc<Engine>,
+    mut stream: TcpStream,
+    cancel: CancellationToken,
+    mut admitted: ConnectionAdmission,
+) {
     let channel = SecureChannel::new(
         engine.identity.store.clone(),
         Role::Server,
         Arc::new(RwLock::new(ContextOwned::default())),
     );
     let mut conn = ServerConnection::new(engine.connection_limits(), channel, Instant::now());
-    if engine.channels.load(Ordering::Relaxed) > engine.config.server.max_channel_count as usize {
-        conn.close(StatusCode::BadTcpNotEnoughResources);
-    }
     let mut info: Option<ChannelInfo> = None;
     let mut buf = vec![0u8; 64 * 1024];
     // Responses produced later (Publish) arrive here; bounded per channel.
@@ -170,8 +191,11 @@ async fn drive(engine: Arc<Engine>, mut stream: TcpStream, cancel: CancellationT
         if let Some(event) = conn.poll_event() {
             match event {
                 Event::OpenRequested(req) => match engine.decide_open(&req).await {
-                    Ok(i) => {
+                    Ok(mut i) => {
                         let id = i.channel_id;
+                        i.caller = Some(admitted.caller.clone());
+                        // The handshake is over: its stage slot is released.
+                        admitted.handshake = None;
                         info = Some(i);
                         engine.responders.lock().insert(id, responder.clone());
                         conn.accept_open(id, Instant::now());

@@ -236,7 +236,11 @@ async fn trickling_hello_times_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_beyond_max_channel_count_are_refused() {
-    let gw = TestGateway::start("[server]\nmax_channel_count = 3\n").await;
+    // shared_only: all three connections are shared capacity.
+    let gw = TestGateway::start(
+        "[server]\nmax_channel_count = 3\nmax_session_count = 2\n[isolation]\nmode = \"shared_only\"\n",
+    )
+    .await;
     let mut held = Vec::new();
     for _ in 0..3 {
         held.push(hello_done(&gw).await);

@@ -1,0 +1,183 @@
+//! Admission control from the resource-isolation plan: who a caller is
+//! (owner and class, from its address and the ingress rules) and whether
+//! the Connection, Handshake and SessionEstablishment stages have room for
+//! it. Accounting is done with leases: dropping a lease releases its charge.
+
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use uagate_config::{IngressClass, Stage};
+use uagate_isolation::owner::{OwnerClass, OwnerKey};
+use uagate_isolation::plan::{IngressTarget, Plan, StagePlan};
+use uagate_isolation::provider::{
+    ConnectionRateLimiter, IsolationLimiter, Lease, LimiterSnapshot, RateProtection, Rejection,
+    StageCapacity, TrustedCapacity,
+};
+
+/// Why a connection was not admitted (for logs and counters; the peer
+/// only sees BadTcpNotEnoughResources and a close).
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// The connection rate limiter had no token for this caller.
+    #[error("connection rate exceeded")]
+    Rate,
+    /// A stage had no capacity or the owner hit its limit.
+    #[error(transparent)]
+    Stage(#[from] Rejection),
+}
+
+/// Who a caller is for accounting purposes.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The owner charged.
+    pub owner: OwnerKey,
+    /// The class whose reserve it may use.
+    pub class: OwnerClass,
+}
+
+/// The leases a connection holds from accept on.
+#[derive(Debug)]
+pub struct ConnectionAdmission {
+    /// Who the connection belongs to.
+    pub caller: Caller,
+    /// Held for the life of the connection.
+    _connection: Lease,
+    /// Held until the secure channel is open (the startup deadline covers it).
+    pub handshake: Option<Lease>,
+}
+
+/// The plan plus the live accounting built from it; one per server.
+pub struct Admission {
+    plan: Plan,
+    limiter: IsolationLimiter,
+    rate: Option<Mutex<ConnectionRateLimiter>>,
+}
+
+fn capacity(stage: &StagePlan) -> StageCapacity {
+    StageCapacity {
+        total: stage.total,
+        shared: stage.shared,
+        bootstrap: stage.bootstrap,
+        reconnect: stage.reconnect,
+        control: stage.control,
+        trusted: stage
+            .trusted
+            .iter()
+            .filter_map(|t| {
+                Some(TrustedCapacity {
+                    key: OwnerKey::trusted(&t.key)?,
+                    reserved: t.reserved,
+                    hard_limit: t.hard_limit,
+                })
+            })
+            .collect(),
+        owner_limit: stage.owner_limit,
+    }
+}
+
+impl Admission {
+    /// Builds the accounting for `plan` at `now`. Called once at start.
+    pub fn new(plan: Plan, now: Instant) -> Admission {
+        let limiter = IsolationLimiter::new(
+            plan.stages().iter().map(|s| (s.stage, capacity(s))),
+            plan.max_tracked_owners() as usize,
+        );
+        let r = plan.rate();
+        let rate = r.enabled.then(|| {
+            let protection = RateProtection {
+                bootstrap: r.bootstrap.is_some(),
+                reconnect: r.reconnect.is_some(),
+                trusted: r
+                    .trusted
+                    .iter()
+                    .filter_map(|(key, _)| OwnerKey::trusted(key))
+                    .collect(),
+            };
+            Mutex::new(ConnectionRateLimiter::new(
+                u64::from(r.total.per_second),
+                u64::from(r.total.burst),
+                &protection,
+                now,
+            ))
+        });
+        Admission {
+            plan,
+            limiter,
+            rate,
+        }
+    }
+
+    /// The plan in force.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Usage, tracked owners and rejections per stage and reason (no owner keys).
+    pub fn snapshot(&self) -> LimiterSnapshot {
+        self.limiter.snapshot()
+    }
+
+    /// Classifies a peer address: an ingress rule may name a trusted owner
+    /// or a protected class; otherwise the caller is ordinary, grouped by
+    /// its address (IPv4 and IPv4-mapped IPv6 are the same owner).
+    pub fn classify(&self, ip: IpAddr) -> Caller {
+        let by_address = OwnerKey::from_addr(ip);
+        match self.plan.classify_ingress(ip) {
+            Some(IngressTarget::Owner(key)) => match OwnerKey::trusted(key) {
+                Some(owner) => Caller {
+                    class: OwnerClass::Trusted(owner.clone()),
+                    owner,
+                },
+                None => Caller {
+                    owner: by_address,
+                    class: OwnerClass::Ordinary,
+                },
+            },
+            Some(IngressTarget::Class(IngressClass::Bootstrap)) => Caller {
+                owner: by_address,
+                class: OwnerClass::Bootstrap,
+            },
+            Some(IngressTarget::Class(IngressClass::Reconnect)) => Caller {
+                owner: by_address,
+                class: OwnerClass::Reconnect,
+            },
+            None => Caller {
+                owner: by_address,
+                class: OwnerClass::Ordinary,
+            },
+        }
+    }
+
+    /// Admits a new connection from `ip` before any protocol state exists:
+    /// rate limiter first, then the Connection and Handshake stages.
+    pub fn admit_connection(
+        &self,
+        ip: IpAddr,
+        now: Instant,
+    ) -> Result<ConnectionAdmission, Refusal> {
+        let caller = self.classify(ip);
+        if let Some(rate) = &self.rate {
+            let mut rate = rate.lock().unwrap_or_else(|p| p.into_inner());
+            rate.try_acquire(&caller.class, now)
+                .map_err(|_| Refusal::Rate)?;
+        }
+        let connection =
+            self.limiter
+                .try_acquire(Stage::Connection, &caller.owner, &caller.class, 1)?;
+        let handshake =
+            self.limiter
+                .try_acquire(Stage::Handshake, &caller.owner, &caller.class, 1)?;
+        Ok(ConnectionAdmission {
+            caller,
+            _connection: connection,
+            handshake: Some(handshake),
+        })
+    }
+
+    /// A SessionEstablishment slot for one CreateSession/ActivateSession.
+    pub fn session_establishment(&self, caller: &Caller) -> Result<Lease, Rejection> {
+        self.limiter
+            .try_acquire(Stage::SessionEstablishment, &caller.owner, &caller.class, 1)
+    }
+}
