@@ -175,6 +175,12 @@ impl Admission {
         })
     }
 
+    /// Charges `amount` to `stage` for `caller`.
+    pub fn acquire(&self, stage: Stage, caller: &Caller, amount: u64) -> Result<Lease, Rejection> {
+        self.limiter
+            .try_acquire(stage, &caller.owner, &caller.class, amount)
+    }
+
     /// A SessionEstablishment slot for one CreateSession/ActivateSession.
     pub fn session_establishment(&self, caller: &Caller) -> Result<Lease, Rejection> {
         self.limiter

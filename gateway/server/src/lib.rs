@@ -4,6 +4,7 @@
 //! the local address space.
 
 pub mod admission;
+pub mod dispatch;
 pub mod endpoints;
 pub mod error;
 pub mod health;
@@ -77,6 +78,8 @@ pub struct Engine {
     subs_changed: tokio::sync::Notify,
     /// Resource-isolation accounting (Connection, Handshake, SessionEstablishment).
     admission: admission::Admission,
+    /// Queue and fair scheduler of decoded requests.
+    dispatcher: dispatch::Dispatcher,
 }
 
 /// Settings key under which a requested server state is persisted (and audited).
@@ -378,11 +381,16 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         }),
         level_provider: Box::new(health::ConstantLevel(health::HEALTHY_MAX)),
         subs_changed: tokio::sync::Notify::new(),
+        dispatcher: dispatch::Dispatcher::new(
+            plan.fair_scheduling() && plan.is_enforced(),
+            plan.stage(uagate_config::Stage::RequestQueue).total as usize,
+        ),
         admission: admission::Admission::new(plan, std::time::Instant::now()),
     });
     engine.refresh_server_state();
     let cancel = CancellationToken::new();
     let accept = tokio::spawn(tcp::accept_loop(engine.clone(), listener, cancel.clone()));
+    let dispatcher = tokio::spawn(engine.clone().dispatch_loop(cancel.clone()));
     let housekeeping = {
         let engine = engine.clone();
         let cancel = cancel.clone();
@@ -444,6 +452,12 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         endpoint_url,
         engine,
         cancel,
-        tasks: vec![accept, housekeeping, subscription_timer, demo_counter],
+        tasks: vec![
+            accept,
+            dispatcher,
+            housekeeping,
+            subscription_timer,
+            demo_counter,
+        ],
     })
 }

@@ -23,7 +23,7 @@ use uagate_store::TrustVerdict;
 use crate::{ChannelInfo, Engine};
 
 /// Responses a channel can have waiting from outside its request flow.
-const RESPONDER_CAPACITY: usize = 256;
+const RESPONDER_CAPACITY: usize = 1024;
 
 /// Accepts connections until `cancel`; one task per connection.
 pub async fn accept_loop(engine: Arc<Engine>, listener: TcpListener, cancel: CancellationToken) {
@@ -208,10 +208,9 @@ async fn drive(
                     request,
                 } => {
                     if let Some(chan) = &info {
-                        if let Some(response) =
-                            engine.handle_request(chan, request_id, *request).await
-                        {
-                            conn.send_response(request_id, response);
+                        // Queued for the dispatcher; answered through `later`.
+                        if let Err(refusal) = engine.submit(chan, request_id, request) {
+                            conn.send_response(request_id, refusal);
                         }
                     }
                 }
@@ -249,6 +248,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 fn finish(engine: &Engine, info: Option<ChannelInfo>) {
     if let Some(i) = info {
         engine.responders.lock().remove(&i.channel_id);
+        engine.dispatcher.channel_closed(i.channel_id);
         engine.sessions.lock().channel_closed(i.channel_id);
     }
 }
