@@ -16,8 +16,8 @@
 //! | Connection, Handshake | `server.max_channel_count` |
 //! | ReassemblyBytes | `server.chunk_reassembly_budget` |
 //! | SessionEstablishment | `server.max_concurrent_session_establishment` |
-//! | RequestQueue, ParkedRequest | max(100, `server.max_queued_request_count`) + reserves |
-//! | RequestExecution | max(100, `server.max_request_thread_count`) |
+//! | RequestQueue, ParkedRequest | `server.max_queued_request_count` + reserves |
+//! | RequestExecution | `server.max_request_thread_count` |
 //! | RequestQueueBytes | `max_message_size` x (2 x queue + execution) + reserves |
 //!
 //! Reserves sit inside the total, except at RequestQueue, RequestQueueBytes
@@ -36,8 +36,11 @@ use uagate_config::{Cidr, Config, ConfigError, IsolationMode};
 
 pub use uagate_config::{IngressClass, Stage};
 
-/// The dispatcher's minimum queue and worker counts, mirrored by the plan.
-pub const MIN_DISPATCH_SLOTS: u64 = 100;
+/// The smallest queue and worker counts. Unlike the reference's thread-based
+/// dispatcher (which never goes below 100), uagate's execution slots are
+/// async tasks, so a small count is meaningful: with few slots the weighted
+/// fair scheduler decides who runs next.
+pub const MIN_DISPATCH_SLOTS: u64 = 1;
 /// Most time an initial handshake may take.
 pub const MAX_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(120);
 

@@ -112,10 +112,27 @@ fn queue_of_10000_sizes_request_queue_at_10003_in_balanced() {
 }
 
 #[test]
-fn dispatcher_minimums_of_100_are_mirrored() {
+fn small_queue_and_worker_counts_are_taken_as_configured() {
+    // Execution slots are async tasks, so no minimum of 100 applies.
     let p = plan("[server]\nmax_queued_request_count = 10\nmax_request_thread_count = 4\n");
-    assert_eq!(p.stage(Stage::RequestQueue).shared, 100);
-    assert_eq!(p.stage(Stage::RequestExecution).total, 100);
+    assert_eq!(p.stage(Stage::RequestQueue).shared, 10);
+    assert_eq!(p.stage(Stage::RequestExecution).total, 4);
+    assert_eq!(p.stage(Stage::RequestExecution).shared, 1);
+}
+
+#[test]
+fn a_worker_count_without_shared_capacity_is_refused() {
+    // Balanced keeps three worker reserves inside the total.
+    let err = Plan::build(
+        &uagate_config::Config::from_toml("[server]\nmax_request_thread_count = 3\n").unwrap(),
+    )
+    .unwrap_err();
+    assert!(
+        err.setting()
+            .unwrap_or_default()
+            .contains("max_request_thread_count"),
+        "{err}"
+    );
 }
 
 #[test]
