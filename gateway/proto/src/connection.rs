@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use opcua_core::comms::chunker::Chunker;
 use opcua_core::comms::message_chunk::MessageChunk;
 use opcua_core::comms::secure_channel::SecureChannel;
@@ -75,6 +75,39 @@ impl Default for Limits {
             max_array_length: 100_000,
         }
     }
+}
+
+/// Where the bytes retained by incomplete multi-chunk messages are
+/// accounted (the ReassemblyBytes stage of resource isolation). The
+/// connection calls [`ReassemblyBudget::reserve`] for every intermediate
+/// chunk it keeps, before keeping it, and [`ReassemblyBudget::release`]
+/// when the message completes, is aborted, or the connection closes. A
+/// single-chunk message, and the final chunk of a multi-chunk message, are
+/// decoded at once and never retained, so they are never charged. A refusal
+/// never waits: the partial message is discarded and the connection closes
+/// with BadTcpNotEnoughResources.
+pub trait ReassemblyBudget: Send {
+    /// Tries to retain `bytes` more for the message being reassembled.
+    /// `message_start` is true for the first retained chunk of a message
+    /// (the moment an implementation re-evaluates who the caller is; the
+    /// decision then holds for the rest of that message). Returns false when
+    /// the chunk does not fit; nothing is charged then.
+    fn reserve(&mut self, bytes: usize, message_start: bool) -> bool;
+    /// Releases everything retained for the current message. Called when it
+    /// completes, is aborted, or the connection closes; idempotent.
+    fn release(&mut self);
+}
+
+/// The default budget: no limit beyond MaxMessageSize and MaxChunkCount.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnlimitedReassembly;
+
+impl ReassemblyBudget for UnlimitedReassembly {
+    fn reserve(&mut self, _bytes: usize, _message_start: bool) -> bool {
+        true
+    }
+
+    fn release(&mut self) {}
 }
 
 /// What the client asked for in its OpenSecureChannel(Issue). The engine
@@ -167,6 +200,8 @@ struct Open {
     pending: Vec<MessageChunk>,
     /// Body bytes held in `pending`.
     pending_bytes: usize,
+    /// Bytes of the arrays held in `pending`, as charged to the budget.
+    retained: usize,
     sender_certificate: ByteString,
 }
 
@@ -204,6 +239,8 @@ pub struct ServerConnection {
     transmit: VecDeque<Vec<u8>>,
     scratch: BytesMut,
     next_token_id: u32,
+    /// Accounting for the chunks held in `Open::pending`.
+    budget: Box<dyn ReassemblyBudget>,
 }
 
 impl std::fmt::Debug for ServerConnection {
@@ -242,6 +279,36 @@ impl ServerConnection {
             transmit: VecDeque::new(),
             scratch: BytesMut::new(),
             next_token_id: 1,
+            budget: Box::new(UnlimitedReassembly),
+        }
+    }
+
+    /// Installs the budget that intermediate chunks are charged to (by
+    /// default [`UnlimitedReassembly`]). The driver sets it before
+    /// [`ServerConnection::accept_open`]. A budget replaced while a partial
+    /// message is held is released, and the new one is charged what is
+    /// held; if that does not fit, the connection fails with
+    /// BadTcpNotEnoughResources.
+    pub fn set_reassembly_budget(&mut self, budget: Box<dyn ReassemblyBudget>) {
+        let mut old = std::mem::replace(&mut self.budget, budget);
+        old.release();
+        let held = match &self.state {
+            State::Open(open) => open.retained,
+            _ => 0,
+        };
+        if held > 0 && !self.budget.reserve(held, true) {
+            self.fail(ProtoError::ReassemblyBudgetExceeded {
+                requested: held,
+                retained: 0,
+            });
+        }
+    }
+
+    /// Bytes currently retained (and charged) for a partial message.
+    pub fn reassembly_retained(&self) -> usize {
+        match &self.state {
+            State::Open(open) => open.retained,
+            _ => 0,
         }
     }
 
@@ -254,6 +321,13 @@ impl ServerConnection {
     /// Whether the channel is open for service messages.
     pub fn is_open(&self) -> bool {
         matches!(self.state, State::Open(_))
+    }
+
+    /// Whether the channel is open with nothing in progress: no partially
+    /// reassembled message and no unread bytes. Only such a channel may be
+    /// reclaimed when connection capacity runs out.
+    pub fn is_quiet(&self) -> bool {
+        matches!(&self.state, State::Open(o) if o.pending.is_empty()) && self.reader.buffered() == 0
     }
 
     /// Whether the connection has ended; the driver closes the socket after
@@ -311,6 +385,7 @@ impl ServerConnection {
         }
         self.send_error(status, "closed by server");
         self.state = State::Closed;
+        self.budget.release();
         self.events
             .push_back(Event::Closed(CloseReason::Server(status)));
     }
@@ -522,6 +597,7 @@ impl ServerConnection {
                     token_deadline,
                     pending: Vec::new(),
                     pending_bytes: 0,
+                    retained: 0,
                     sender_certificate: pending.sender_certificate,
                 });
                 self.process_frames(now);
@@ -667,6 +743,8 @@ impl ServerConnection {
         if chunk_type == ChunkType::Abort {
             open.pending.clear();
             open.pending_bytes = 0;
+            open.retained = 0;
+            self.budget.release();
             return Ok(());
         }
         if let Some(first) = open.pending.first() {
@@ -688,12 +766,28 @@ impl ServerConnection {
                 limit: max_size as u32,
             });
         }
-        open.pending.push(chunk);
         if chunk_type == ChunkType::Intermediate {
+            // Kept in an array of its own, so the charge is exactly what the
+            // chunk holds (the frame would otherwise pin the reader's buffer).
+            let kept = MessageChunk {
+                data: Bytes::copy_from_slice(&chunk.data),
+            };
+            let requested = kept.data.len();
+            if !self.budget.reserve(requested, open.pending.is_empty()) {
+                return Err(ProtoError::ReassemblyBudgetExceeded {
+                    requested,
+                    retained: open.retained,
+                });
+            }
+            open.retained += requested;
+            open.pending.push(kept);
             return Ok(());
         }
+        open.pending.push(chunk);
         let chunks = std::mem::take(&mut open.pending);
         open.pending_bytes = 0;
+        open.retained = 0;
+        self.budget.release();
         let request_id = info.sequence_header.request_id;
         match crate::decode::decode_request(&chunks, &self.channel) {
             Ok(request) => {
@@ -714,6 +808,7 @@ impl ServerConnection {
             .channel
             .verify_and_remove_security_server(frame.bytes)?;
         self.state = State::Closed;
+        self.budget.release();
         self.events
             .push_back(Event::Closed(CloseReason::ClientClosed));
         Ok(())
@@ -802,6 +897,7 @@ impl ServerConnection {
         let status = err.status();
         self.send_error(status, &status.to_string());
         self.state = State::Closed;
+        self.budget.release();
         self.events
             .push_back(Event::Closed(CloseReason::Error(err)));
     }

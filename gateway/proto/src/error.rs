@@ -71,6 +71,10 @@ pub enum ProtoError {
     /// A response could not be encoded within the negotiated limits.
     #[error("response could not be encoded: {0}")]
     Encoding(StatusCode),
+    /// An intermediate chunk did not fit the reassembly budget
+    /// (ReassemblyBytes); the partial message is discarded.
+    #[error("chunk of {requested} bytes does not fit the reassembly budget ({retained} bytes retained for this message)")]
+    ReassemblyBudgetExceeded { requested: usize, retained: usize },
 }
 
 impl ProtoError {
@@ -95,6 +99,7 @@ impl ProtoError {
             ProtoError::Security(s) | ProtoError::Refused(s) | ProtoError::Encoding(s) => *s,
             ProtoError::PolicyRejected => StatusCode::BadSecurityPolicyRejected,
             ProtoError::ModeRejected => StatusCode::BadSecurityModeRejected,
+            ProtoError::ReassemblyBudgetExceeded { .. } => StatusCode::BadTcpNotEnoughResources,
         }
     }
 }

@@ -8,6 +8,9 @@ pub mod decode;
 pub mod error;
 pub mod frame;
 
-pub use connection::{CloseReason, Event, Limits, OpenRequest, ServerConnection, MIN_BUFFER_SIZE};
+pub use connection::{
+    CloseReason, Event, Limits, OpenRequest, ReassemblyBudget, ServerConnection,
+    UnlimitedReassembly, MIN_BUFFER_SIZE,
+};
 pub use error::ProtoError;
 pub use opcua_core::comms::secure_channel::SecureChannel;

@@ -27,6 +27,23 @@ pub enum Refusal {
     Stage(#[from] Rejection),
 }
 
+impl Refusal {
+    /// Whether reclaiming an unused channel could make room: the Connection
+    /// stage itself was full (not a rate, owner-limit or owner-table refusal).
+    pub fn is_connection_capacity(&self) -> bool {
+        matches!(self, Refusal::Stage(r) if r.stage == Stage::Connection
+            && r.reason == uagate_isolation::provider::RejectReason::Capacity)
+    }
+
+    /// The caller that was refused, when classification happened.
+    pub fn stage(&self) -> Option<Stage> {
+        match self {
+            Refusal::Stage(r) => Some(r.stage),
+            Refusal::Rate => None,
+        }
+    }
+}
+
 /// Who a caller is for accounting purposes.
 #[derive(Debug, Clone)]
 pub struct Caller {
@@ -162,6 +179,12 @@ impl Admission {
             rate.try_acquire(&caller.class, now)
                 .map_err(|_| Refusal::Rate)?;
         }
+        self.admit_stages(caller)
+    }
+
+    /// The Connection and Handshake charges of a caller the rate limiter
+    /// has already approved (also used to retry after reclaiming a channel).
+    pub fn admit_stages(&self, caller: Caller) -> Result<ConnectionAdmission, Refusal> {
         let connection =
             self.limiter
                 .try_acquire(Stage::Connection, &caller.owner, &caller.class, 1)?;

@@ -10,6 +10,7 @@ pub mod error;
 pub mod health;
 mod methods;
 pub mod pki;
+pub mod reclaim;
 mod services;
 pub mod session;
 pub mod subscriptions;
@@ -80,6 +81,8 @@ pub struct Engine {
     admission: admission::Admission,
     /// Queue and fair scheduler of decoded requests.
     dispatcher: dispatch::Dispatcher,
+    /// Live connections and which of them could be reclaimed at capacity.
+    reclaimer: reclaim::Reclaimer,
 }
 
 /// Settings key under which a requested server state is persisted (and audited).
@@ -386,6 +389,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
             plan.stage(uagate_config::Stage::RequestQueue).total as usize,
         ),
         admission: admission::Admission::new(plan, std::time::Instant::now()),
+        reclaimer: reclaim::Reclaimer::default(),
     });
     engine.refresh_server_state();
     let cancel = CancellationToken::new();

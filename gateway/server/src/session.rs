@@ -135,6 +135,11 @@ impl Sessions {
             .ok_or(ServiceError::SessionIdInvalid)
     }
 
+    /// Whether any session is bound to channel `channel_id`.
+    pub fn has_channel(&self, channel_id: u32) -> bool {
+        self.by_token.values().any(|s| s.channel_id == channel_id)
+    }
+
     /// Every session, for the subscription timer and event delivery.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Session> {
         self.by_token.values_mut()

@@ -15,12 +15,24 @@ use parking_lot::RwLock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
-use uagate_proto::{Event, Limits, OpenRequest, ServerConnection};
+use uagate_config::Stage;
+use uagate_isolation::owner::OwnerClass;
+use uagate_isolation::provider::Lease;
+use uagate_proto::{Event, Limits, OpenRequest, ReassemblyBudget, ServerConnection};
 
-use crate::admission::ConnectionAdmission;
+use crate::admission::{Caller, ConnectionAdmission};
 use uagate_store::TrustVerdict;
 
 use crate::{ChannelInfo, Engine};
+
+/// Removes a connection from the reclaimer when its driver ends.
+struct Registered<'a>(&'a Engine, u64);
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.0.reclaimer.unregister(self.1);
+    }
+}
 
 /// Responses a channel can have waiting from outside its request flow.
 const RESPONDER_CAPACITY: usize = 1024;
@@ -44,6 +56,24 @@ pub async fn accept_loop(engine: Arc<Engine>, listener: TcpListener, cancel: Can
                             tracing::debug!(%peer, "connection accepted");
                             drive(engine, stream, cancel, admitted).await;
                             tracing::debug!(%peer, "connection closed");
+                        });
+                    }
+                    Err(refusal) if refusal.is_connection_capacity() => {
+                        // Full: an unused channel may make room (the rate
+                        // limiter has already approved this caller).
+                        let engine = engine.clone();
+                        let cancel = cancel.clone();
+                        tokio::spawn(async move {
+                            match reclaim_for(&engine, peer.ip()).await {
+                                Some(admitted) => {
+                                    let _ = stream.set_nodelay(true);
+                                    drive(engine, stream, cancel, admitted).await;
+                                }
+                                None => {
+                                    tracing::debug!(%peer, %refusal, "connection refused");
+                                    refuse(stream).await;
+                                }
+                            }
                         });
                     }
                     Err(refusal) => {
@@ -146,6 +176,25 @@ fn verdict_status(verdict: TrustVerdict) -> StatusCode {
     }
 }
 
+/// Closes the longest-unused channel and retries the caller's Connection
+/// and Handshake charges for a short while; `None` when nothing could be
+/// reclaimed or the room went to someone else.
+async fn reclaim_for(engine: &Engine, ip: std::net::IpAddr) -> Option<ConnectionAdmission> {
+    if !engine.reclaimer.reclaim_one() {
+        return None;
+    }
+    let caller = engine.admission.classify(ip);
+    for _ in 0..20 {
+        // The reclaimed driver releases its lease when it ends.
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        if let Ok(admitted) = engine.admission.admit_stages(caller.clone()) {
+            tracing::info!("unused channel reclaimed for a new connection");
+            return Some(admitted);
+        }
+    }
+    None
+}
+
 /// Answers a connection that was not admitted with an Error message
 /// (BadTcpNotEnoughResources) and closes it, spending at most one second.
 async fn refuse(mut stream: TcpStream) {
@@ -177,6 +226,12 @@ async fn drive(
         Arc::new(RwLock::new(ContextOwned::default())),
     );
     let mut conn = ServerConnection::new(engine.connection_limits(), channel, Instant::now());
+    // Cancelled by server shutdown or when this channel is reclaimed.
+    let server_cancel = cancel;
+    let cancel = server_cancel.child_token();
+    let reclaim_id = engine.reclaimer.register(cancel.clone());
+    let _registered = Registered(&engine, reclaim_id);
+    let mut in_flight: usize = 0;
     let mut info: Option<ChannelInfo> = None;
     let mut buf = vec![0u8; 64 * 1024];
     // Responses produced later (Publish) arrive here; bounded per channel.
@@ -198,6 +253,13 @@ async fn drive(
                         admitted.handshake = None;
                         info = Some(i);
                         engine.responders.lock().insert(id, responder.clone());
+                        // Set before accept_open: frames buffered behind the
+                        // OPN are processed as soon as the channel is open.
+                        conn.set_reassembly_budget(Box::new(ReassemblyLeases::new(
+                            engine.clone(),
+                            admitted.caller.clone(),
+                            id,
+                        )));
                         conn.accept_open(id, Instant::now());
                         tracing::debug!(channel = id, policy = ?req.policy, mode = ?req.mode, "secure channel open");
                     }
@@ -209,8 +271,9 @@ async fn drive(
                 } => {
                     if let Some(chan) = &info {
                         // Queued for the dispatcher; answered through `later`.
-                        if let Err(refusal) = engine.submit(chan, request_id, request) {
-                            conn.send_response(request_id, refusal);
+                        match engine.submit(chan, request_id, request) {
+                            Ok(()) => in_flight += 1,
+                            Err(refusal) => conn.send_response(request_id, refusal),
                         }
                     }
                 }
@@ -225,16 +288,117 @@ async fn drive(
             let _ = stream.shutdown().await;
             return finish(&engine, info);
         }
+        // Quiet: open, nothing partial or unread, nothing in flight, no session.
+        let quiet = in_flight == 0
+            && conn.is_quiet()
+            && info
+                .as_ref()
+                .is_some_and(|i| !engine.sessions.lock().has_channel(i.channel_id));
+        engine
+            .reclaimer
+            .set_quiet(reclaim_id, quiet, Instant::now());
         let deadline = conn.poll_timeout();
         tokio::select! {
-            _ = cancel.cancelled() => conn.close(StatusCode::BadServerHalted),
+            _ = cancel.cancelled() => conn.close(if server_cancel.is_cancelled() {
+                StatusCode::BadServerHalted
+            } else {
+                // Reclaimed: this unused channel made room for a new caller.
+                StatusCode::BadTcpNotEnoughResources
+            }),
             r = stream.read(&mut buf) => match r {
                 Ok(0) | Err(_) => return finish(&engine, info),
                 Ok(n) => conn.handle_input(&buf[..n], Instant::now()),
             },
             _ = sleep_until(deadline) => conn.handle_timeout(Instant::now()),
-            Some((request_id, response)) = later.recv() => conn.send_response(request_id, response),
+            Some((request_id, response)) = later.recv() => {
+                in_flight = in_flight.saturating_sub(1);
+                conn.send_response(request_id, response);
+            }
         }
+    }
+}
+
+/// The ReassemblyBytes budget of one channel: one lease per retained
+/// intermediate chunk (a lease cannot grow), all dropped when the protocol
+/// layer releases the message, and with the connection.
+///
+/// Who is charged is decided when a message starts and kept for the rest of
+/// that message: the connection's caller, except that an ordinary caller
+/// whose channel carries an activated Session is charged as
+/// [`OwnerClass::SessionBound`] (it may use the reconnect reserve at this
+/// stage only). Protected and trusted callers keep their own class.
+struct ReassemblyLeases {
+    engine: Arc<Engine>,
+    caller: Caller,
+    channel_id: u32,
+    /// The caller for the message being reassembled.
+    current: Caller,
+    leases: Vec<Lease>,
+}
+
+impl ReassemblyLeases {
+    fn new(engine: Arc<Engine>, caller: Caller, channel_id: u32) -> Self {
+        ReassemblyLeases {
+            engine,
+            current: caller.clone(),
+            caller,
+            channel_id,
+            leases: Vec::new(),
+        }
+    }
+
+    /// The caller a message starting now is charged to.
+    fn caller_for_message(&self) -> Caller {
+        if !matches!(self.caller.class, OwnerClass::Ordinary) {
+            return self.caller.clone();
+        }
+        let session_bound = self
+            .engine
+            .sessions
+            .lock()
+            .iter_mut()
+            .any(|s| s.channel_id == self.channel_id && s.is_active());
+        Caller {
+            owner: self.caller.owner.clone(),
+            class: if session_bound {
+                OwnerClass::SessionBound
+            } else {
+                OwnerClass::Ordinary
+            },
+        }
+    }
+}
+
+impl ReassemblyBudget for ReassemblyLeases {
+    fn reserve(&mut self, bytes: usize, message_start: bool) -> bool {
+        if message_start {
+            self.leases.clear();
+            self.current = self.caller_for_message();
+        }
+        match self.engine.admission.acquire(
+            Stage::ReassemblyBytes,
+            &self.current,
+            bytes as u64,
+        ) {
+            Ok(lease) => {
+                self.leases.push(lease);
+                true
+            }
+            Err(rejection) => {
+                tracing::debug!(
+                    channel = self.channel_id,
+                    class = self.current.class.label(),
+                    bytes,
+                    %rejection,
+                    "intermediate chunk refused"
+                );
+                false
+            }
+        }
+    }
+
+    fn release(&mut self) {
+        self.leases.clear();
     }
 }
 

@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::TestGateway;
 use hand::{connect_from, hello, HandClient};
 use opcua_types::StatusCode;
@@ -81,5 +83,37 @@ async fn a_trusted_owner_connects_and_reads_while_shared_capacity_is_exhausted()
         Err(StatusCode::BadTcpNotEnoughResources)
     );
     drop(held);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unused_channels_are_reclaimed_at_capacity_but_never_one_with_a_session() {
+    // fair_share: three connections, all shared.
+    let gw = TestGateway::start(
+        "[server]\nmax_session_count = 2\nmax_channel_count = 3\n\
+         [isolation]\nmode = \"fair_share\"\n",
+    )
+    .await;
+    let mut with_session =
+        HandClient::open(connect_from([127, 0, 0, 2], gw.addr).await, &gw.url).await;
+    assert_eq!(with_session.session_and_read().await, StatusCode::Good);
+    let idle_a = HandClient::open(connect_from([127, 0, 0, 2], gw.addr).await, &gw.url).await;
+    let idle_b = HandClient::open(connect_from([127, 0, 0, 2], gw.addr).await, &gw.url).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // Capacity is full; two newcomers each get a reclaimed unused channel.
+    let mut first = connect_from([127, 0, 0, 5], gw.addr).await;
+    assert_eq!(hello(&mut first, &gw.url).await, Ok(()));
+    let mut second = connect_from([127, 0, 0, 6], gw.addr).await;
+    assert_eq!(hello(&mut second, &gw.url).await, Ok(()));
+    // Nothing unused is left (the newcomers are mid-handshake): refused.
+    let mut third = connect_from([127, 0, 0, 7], gw.addr).await;
+    assert_eq!(
+        hello(&mut third, &gw.url).await,
+        Err(StatusCode::BadTcpNotEnoughResources)
+    );
+    // The channel with a session was never taken.
+    assert_eq!(with_session.read_current_time().await, StatusCode::Good);
+    drop((idle_a, idle_b));
     gw.stop().await;
 }
