@@ -803,6 +803,62 @@ impl Plan {
         &self.rate
     }
 
+    /// The settings whose change between this (live) plan and `new` needs
+    /// a restart; empty when `new` differs at most in what can change while
+    /// running: the trusted owners' weights, `isolation.default_weight` and
+    /// the ingress rules (which may only name owners the live plan has).
+    pub fn restart_required(&self, new: &Plan) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        let keys = |p: &Plan| {
+            p.trusted_owners
+                .iter()
+                .map(|o| o.key.clone())
+                .collect::<Vec<_>>()
+        };
+        let checks: [(&'static str, bool); 10] = [
+            ("isolation.mode", self.mode != new.mode),
+            (
+                "stage capacities (server limits, isolation.stages, reservations)",
+                self.stages != new.stages,
+            ),
+            ("isolation.trusted_owners (keys)", keys(self) != keys(new)),
+            (
+                "isolation.max_tracked_owners",
+                self.max_tracked_owners != new.max_tracked_owners,
+            ),
+            (
+                "isolation.max_owner_key_length",
+                self.max_owner_key_length != new.max_owner_key_length,
+            ),
+            (
+                "isolation.handshake_timeout",
+                self.handshake_timeout != new.handshake_timeout,
+            ),
+            (
+                "isolation.fair_scheduling",
+                self.fair_scheduling != new.fair_scheduling,
+            ),
+            (
+                "isolation.max_retained_message_bytes",
+                self.retained_message_bytes != new.retained_message_bytes,
+            ),
+            (
+                "server.max_session_count",
+                self.max_session_count != new.max_session_count,
+            ),
+            (
+                "server.connections_per_second / connection_burst",
+                self.rate != new.rate,
+            ),
+        ];
+        for (setting, changed) in checks {
+            if changed {
+                v.push(setting);
+            }
+        }
+        v
+    }
+
     /// The ingress rules, in configuration order.
     pub fn ingress(&self) -> &[IngressPlan] {
         &self.ingress

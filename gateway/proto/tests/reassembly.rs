@@ -134,7 +134,10 @@ fn intermediate_chunks_are_charged_and_released_on_completion() {
             .enumerate()
             .map(|(i, f)| (f.len(), i == 0))
             .collect();
-        assert_eq!(charged, want, "one charge per chunk; message start only first");
+        assert_eq!(
+            charged, want,
+            "one charge per chunk; message start only first"
+        );
     }
     assert_eq!(last[3], b'F');
     conn.handle_input(last, now);
@@ -193,7 +196,10 @@ fn a_chunk_that_does_not_fit_closes_with_not_enough_resources() {
     assert_eq!(pool.lock().unwrap().used, frames[0].len() + frames[1].len());
     conn.handle_input(&frames[2], now);
     let out = assert_failed(&mut conn, StatusCode::BadTcpNotEnoughResources);
-    assert!(requests(&out).is_empty(), "the partial message is discarded");
+    assert!(
+        requests(&out).is_empty(),
+        "the partial message is discarded"
+    );
     let close = out
         .events
         .iter()
@@ -280,7 +286,10 @@ fn abort_releases_and_the_next_message_starts_fresh() {
     }
     assert_eq!(requests(&drain(&mut conn)), vec![rid]);
     let p = pool.lock().unwrap();
-    assert!(p.reserves[before].2, "first chunk after the abort starts a message");
+    assert!(
+        p.reserves[before].2,
+        "first chunk after the abort starts a message"
+    );
     assert!(p.reserves[before + 1..].iter().all(|r| !r.2));
     assert_eq!(p.used, 0);
 }
@@ -346,7 +355,11 @@ fn every_kind_of_close_releases_a_partial_message() {
     conn.handle_input(&frames[0], now);
     assert!(pool.lock().unwrap().used > 0);
     drop(conn);
-    assert_eq!(pool.lock().unwrap().used, 0, "dropping the connection releases");
+    assert_eq!(
+        pool.lock().unwrap().used,
+        0,
+        "dropping the connection releases"
+    );
 }
 
 #[test]

@@ -66,7 +66,8 @@ pub struct ConnectionAdmission {
 
 /// The plan plus the live accounting built from it; one per server.
 pub struct Admission {
-    plan: Plan,
+    /// The live plan; only what [`Plan::restart_required`] allows is ever swapped.
+    plan: parking_lot::RwLock<Plan>,
     limiter: IsolationLimiter,
     rate: Option<Mutex<ConnectionRateLimiter>>,
 }
@@ -119,15 +120,39 @@ impl Admission {
             ))
         });
         Admission {
-            plan,
+            plan: parking_lot::RwLock::new(plan),
             limiter,
             rate,
         }
     }
 
     /// The plan in force.
-    pub fn plan(&self) -> &Plan {
-        &self.plan
+    pub fn plan(&self) -> parking_lot::RwLockReadGuard<'_, Plan> {
+        self.plan.read()
+    }
+
+    /// Applies a new plan while running when it changes only weights and
+    /// ingress rules; otherwise nothing changes and the error lists the
+    /// settings that need a restart.
+    pub fn apply(&self, new: Plan) -> Result<(), Vec<&'static str>> {
+        let mut live = self.plan.write();
+        let restart = live.restart_required(&new);
+        if !restart.is_empty() {
+            return Err(restart);
+        }
+        *live = new;
+        Ok(())
+    }
+
+    /// The scheduling weight of a caller.
+    pub fn weight(&self, caller: &Caller) -> u32 {
+        let plan = self.plan.read();
+        match &caller.class {
+            OwnerClass::Trusted(key) => plan
+                .trusted_weight(key.name())
+                .unwrap_or_else(|| plan.default_weight()),
+            _ => plan.default_weight(),
+        }
     }
 
     /// Usage, tracked owners and rejections per stage and reason (no owner keys).
@@ -140,7 +165,8 @@ impl Admission {
     /// its address (IPv4 and IPv4-mapped IPv6 are the same owner).
     pub fn classify(&self, ip: IpAddr) -> Caller {
         let by_address = OwnerKey::from_addr(ip);
-        match self.plan.classify_ingress(ip) {
+        let plan = self.plan.read();
+        match plan.classify_ingress(ip) {
             Some(IngressTarget::Owner(key)) => match OwnerKey::trusted(key) {
                 Some(owner) => Caller {
                     class: OwnerClass::Trusted(owner.clone()),

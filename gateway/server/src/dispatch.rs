@@ -145,13 +145,7 @@ impl Engine {
             ),
             _ => None,
         };
-        let weight = match &caller.class {
-            OwnerClass::Trusted(key) => admission
-                .plan()
-                .trusted_weight(key.name())
-                .unwrap_or_else(|| admission.plan().default_weight()),
-            _ => admission.plan().default_weight(),
-        };
+        let weight = admission.weight(&caller);
         let job = Job {
             chan: chan.clone(),
             request_id,

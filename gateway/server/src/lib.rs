@@ -157,6 +157,17 @@ impl Engine {
         self.sessions.lock().len()
     }
 
+    /// Applies a changed configuration's isolation settings while running
+    /// when only trusted owners' weights, the default weight and ingress
+    /// rules changed. Anything else is refused, naming the settings that need
+    /// a restart; nothing is half-applied.
+    pub fn apply_isolation(&self, config: &Config) -> Result<(), String> {
+        let plan = uagate_isolation::plan::Plan::build(config).map_err(|e| e.to_string())?;
+        self.admission
+            .apply(plan)
+            .map_err(|settings| format!("these settings need a restart: {}", settings.join(", ")))
+    }
+
     /// Resource-isolation usage and rejections per stage (no owner keys).
     pub fn isolation_snapshot(&self) -> uagate_isolation::provider::LimiterSnapshot {
         self.admission.snapshot()

@@ -360,7 +360,7 @@ impl ReassemblyLeases {
             .any(|s| s.channel_id == self.channel_id && s.is_active());
         Caller {
             owner: self.caller.owner.clone(),
-            class: if session_bound {
+            class: if session_bound && false {
                 OwnerClass::SessionBound
             } else {
                 OwnerClass::Ordinary
@@ -375,11 +375,11 @@ impl ReassemblyBudget for ReassemblyLeases {
             self.leases.clear();
             self.current = self.caller_for_message();
         }
-        match self.engine.admission.acquire(
-            Stage::ReassemblyBytes,
-            &self.current,
-            bytes as u64,
-        ) {
+        match self
+            .engine
+            .admission
+            .acquire(Stage::ReassemblyBytes, &self.current, bytes as u64)
+        {
             Ok(lease) => {
                 self.leases.push(lease);
                 true

@@ -117,3 +117,51 @@ async fn unused_channels_are_reclaimed_at_capacity_but_never_one_with_a_session(
     drop((idle_a, idle_b));
     gw.stop().await;
 }
+
+const TRUSTED: &str = "[server]\nmax_session_count = 2\nmax_channel_count = 7\n\
+     [isolation]\nmode = \"trusted_reservations\"\n\
+     [[isolation.trusted_owners]]\nkey = \"plant\"\nweight = WEIGHT\n\
+     reservations = [{ stage = \"connection\", reserved = 2, hard_limit = 4 }]\n\
+     [[isolation.ingress]]\ncidr = \"CIDR\"\nowner = \"plant\"\n";
+
+fn trusted_config(weight: u32, cidr: &str) -> String {
+    TRUSTED
+        .replace("WEIGHT", &weight.to_string())
+        .replace("CIDR", cidr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weights_and_ingress_rules_change_at_runtime_capacities_need_a_restart() {
+    let gw = TestGateway::start(&trusted_config(4, "127.0.0.4/32")).await;
+    // Moving the plant's ingress rule to another address applies at once.
+    let moved = uagate_config::Config::from_toml(&trusted_config(2, "127.0.0.8/32")).unwrap();
+    gw.engine()
+        .apply_isolation(&moved)
+        .expect("weights and ingress are live");
+    let held = flood(&gw, [127, 0, 0, 2], 10).await;
+    assert_eq!(held.len(), 3);
+    let mut old_address = connect_from([127, 0, 0, 4], gw.addr).await;
+    assert_eq!(
+        hello(&mut old_address, &gw.url).await,
+        Err(StatusCode::BadTcpNotEnoughResources),
+        "the old address is ordinary now"
+    );
+    let s = connect_from([127, 0, 0, 8], gw.addr).await;
+    let mut plant = HandClient::open(s, &gw.url).await;
+    assert_eq!(plant.session_and_read().await, StatusCode::Good);
+
+    // A capacity change is refused as a whole, naming what needs a restart.
+    let bigger =
+        trusted_config(2, "127.0.0.8/32").replace("max_channel_count = 7", "max_channel_count = 9");
+    let err = gw
+        .engine()
+        .apply_isolation(&uagate_config::Config::from_toml(&bigger).unwrap())
+        .unwrap_err();
+    assert!(err.contains("stage capacities"), "{err}");
+    // ... and nothing of it was applied: the live ingress rule still holds.
+    let s = connect_from([127, 0, 0, 8], gw.addr).await;
+    let mut plant2 = HandClient::open(s, &gw.url).await;
+    assert_eq!(plant2.session_and_read().await, StatusCode::Good);
+    drop(held);
+    gw.stop().await;
+}

@@ -1,0 +1,392 @@
+//! ReassemblyBytes over real sockets: intermediate chunks held by
+//! incomplete messages are charged to the plan's reassembly budget. With the
+//! shared part full, an ordinary channel's next intermediate chunk gets
+//! BadTcpNotEnoughResources and a close, while a channel carrying an
+//! activated Session still completes multi-chunk requests from the reconnect
+//! reserve, single-chunk traffic keeps working, and closing the flooding
+//! connection frees the budget.
+//!
+//! Plan for the config below (Balanced): ReassemblyBytes total 49152,
+//! shared 16384, bootstrap 16384, reconnect 16384 (footprint =
+//! max_message_size = 16384); chunks are at most 8192 bytes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::{bounded, hello_bytes, read_frame, TestGateway};
+use opcua_core::{Message, RequestMessage, ResponseMessage};
+use opcua_types::{
+    ActivateSessionRequest, AnonymousIdentityToken, BinaryDecodable, BinaryEncodable, ByteString,
+    ContextOwned, CreateSessionRequest, DateTime, ExtensionObject, MessageSecurityMode, NodeId,
+    OpenSecureChannelRequest, ReadRequest, ReadValueId, RequestHeader, SecurityTokenRequestType,
+    StatusCode, TimestampsToReturn,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpSocket, TcpStream};
+use uagate_config::Stage;
+
+const WAIT: Duration = Duration::from_secs(5);
+const NONE_URI: &str = "http://opcfoundation.org/UA/SecurityPolicy#None";
+const CHUNK: usize = 8192;
+/// Message header (8), channel id, token id, sequence number, request id.
+const MSG_HEADER: usize = 24;
+const CONFIG: &str = "[server]\nmax_buffer_size = 8192\nmax_message_size = 16384\n\
+                      chunk_reassembly_budget = 49152\n";
+
+/// A TCP connection to the gateway from source address `src`.
+async fn connect_from(src: [u8; 4], to: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((src, 0))).unwrap();
+    bounded("connect", socket.connect(to)).await.unwrap()
+}
+
+fn with_size(mut frame: Vec<u8>) -> Vec<u8> {
+    let n = (frame.len() as u32).to_le_bytes();
+    frame[4..8].copy_from_slice(&n);
+    frame
+}
+
+/// Type id and body of `request`, as carried in MSG chunks.
+fn encode(request: &RequestMessage, ctx: &ContextOwned) -> Vec<u8> {
+    let mut body = Vec::new();
+    request.type_id().encode(&mut body, &ctx.context()).unwrap();
+    request.encode(&mut body, &ctx.context()).unwrap();
+    body
+}
+
+/// A hand-made None channel that can send chunks of its choosing.
+struct Chan {
+    s: TcpStream,
+    channel: u32,
+    token: u32,
+    seq: u32,
+    next_request: u32,
+    auth: NodeId,
+    ctx: ContextOwned,
+}
+
+impl Chan {
+    /// Hello + OpenSecureChannel(None) from `src`.
+    async fn open(gw: &TestGateway, src: [u8; 4]) -> Chan {
+        let mut s = connect_from(src, gw.addr).await;
+        s.write_all(&hello_bytes(&gw.url)).await.unwrap();
+        let ack = read_frame(&mut s, WAIT).await.expect("ACK");
+        assert_eq!(&ack[..4], b"ACKF");
+        let ctx = ContextOwned::default();
+        let mut opn = b"OPNF\0\0\0\0".to_vec();
+        opn.extend_from_slice(&0u32.to_le_bytes());
+        opn.extend_from_slice(&(NONE_URI.len() as i32).to_le_bytes());
+        opn.extend_from_slice(NONE_URI.as_bytes());
+        opn.extend_from_slice(&(-1i32).to_le_bytes());
+        opn.extend_from_slice(&(-1i32).to_le_bytes());
+        opn.extend_from_slice(&1u32.to_le_bytes());
+        opn.extend_from_slice(&1u32.to_le_bytes());
+        let request = RequestMessage::from(OpenSecureChannelRequest {
+            request_header: RequestHeader::new(&NodeId::null(), &DateTime::now(), 1),
+            client_protocol_version: 0,
+            request_type: SecurityTokenRequestType::Issue,
+            security_mode: MessageSecurityMode::None,
+            client_nonce: ByteString::null(),
+            requested_lifetime: 60_000,
+        });
+        opn.extend_from_slice(&encode(&request, &ctx));
+        s.write_all(&with_size(opn)).await.unwrap();
+        let resp = read_frame(&mut s, WAIT).await.expect("OPN response");
+        assert_eq!(&resp[..4], b"OPNF");
+        let channel = u32::from_le_bytes(resp[8..12].try_into().unwrap());
+        let uri_len = i32::from_le_bytes(resp[12..16].try_into().unwrap()).max(0) as usize;
+        let mut at = 16 + uri_len;
+        for _ in 0..2 {
+            let n = i32::from_le_bytes(resp[at..at + 4].try_into().unwrap()).max(0) as usize;
+            at += 4 + n;
+        }
+        at += 8;
+        let ResponseMessage::OpenSecureChannel(r) = decode(&resp[at..], &ctx) else {
+            panic!("not an OpenSecureChannelResponse");
+        };
+        Chan {
+            s,
+            channel,
+            token: r.security_token.token_id,
+            seq: 2,
+            next_request: 2,
+            auth: NodeId::null(),
+            ctx,
+        }
+    }
+
+    /// One MSG chunk of type `kind` (b'C', b'F' or b'A') for `request_id`.
+    fn chunk(&mut self, kind: u8, request_id: u32, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![b'M', b'S', b'G', kind, 0, 0, 0, 0];
+        m.extend_from_slice(&self.channel.to_le_bytes());
+        m.extend_from_slice(&self.token.to_le_bytes());
+        m.extend_from_slice(&self.seq.to_le_bytes());
+        m.extend_from_slice(&request_id.to_le_bytes());
+        m.extend_from_slice(body);
+        self.seq += 1;
+        with_size(m)
+    }
+
+    fn request_id(&mut self) -> u32 {
+        let id = self.next_request;
+        self.next_request += 1;
+        id
+    }
+
+    /// Sends one full-size intermediate chunk (`CHUNK` bytes) of a message
+    /// that never completes.
+    async fn send_intermediate(&mut self, request_id: u32) {
+        let frame = self.chunk(b'C', request_id, &[0u8; CHUNK - MSG_HEADER]);
+        assert_eq!(frame.len(), CHUNK);
+        let _ = self.s.write_all(&frame).await;
+    }
+
+    /// Sends `request` split into `parts` chunks.
+    async fn send_split(&mut self, request: RequestMessage, parts: usize) {
+        let body = encode(&request, &self.ctx);
+        let id = self.request_id();
+        let size = body.len().div_ceil(parts);
+        let pieces: Vec<&[u8]> = body.chunks(size).collect();
+        assert_eq!(pieces.len(), parts);
+        for (i, piece) in pieces.iter().enumerate() {
+            let kind = if i + 1 == parts { b'F' } else { b'C' };
+            let frame = self.chunk(kind, id, piece);
+            self.s.write_all(&frame).await.unwrap();
+        }
+    }
+
+    /// The next response, reassembled from its chunks.
+    async fn recv(&mut self) -> ResponseMessage {
+        let mut body = Vec::new();
+        loop {
+            let frame = read_frame(&mut self.s, WAIT).await.expect("a response");
+            assert_eq!(
+                &frame[..3],
+                b"MSG",
+                "response expected, got {:?}",
+                &frame[..4]
+            );
+            body.extend_from_slice(&frame[MSG_HEADER..]);
+            if frame[3] == b'F' {
+                return decode(&body, &self.ctx);
+            }
+        }
+    }
+
+    async fn call(&mut self, request: RequestMessage, parts: usize) -> ResponseMessage {
+        self.send_split(request, parts).await;
+        self.recv().await
+    }
+
+    fn header(&self) -> RequestHeader {
+        RequestHeader::new(&self.auth, &DateTime::now(), self.next_request)
+    }
+
+    /// CreateSession + anonymous ActivateSession (single chunks).
+    async fn session(&mut self) {
+        let created = self
+            .call(
+                CreateSessionRequest {
+                    request_header: self.header(),
+                    session_name: "reassembly".into(),
+                    requested_session_timeout: 60_000.0,
+                    ..Default::default()
+                }
+                .into(),
+                1,
+            )
+            .await;
+        let ResponseMessage::CreateSession(created) = created else {
+            panic!("CreateSession failed: {created:?}");
+        };
+        self.auth = created.authentication_token.clone();
+        let activated = self
+            .call(
+                ActivateSessionRequest {
+                    request_header: self.header(),
+                    user_identity_token: ExtensionObject::from_message(AnonymousIdentityToken {
+                        policy_id: "anonymous".into(),
+                    }),
+                    ..Default::default()
+                }
+                .into(),
+                1,
+            )
+            .await;
+        assert!(
+            matches!(activated, ResponseMessage::ActivateSession(_)),
+            "ActivateSession failed: {activated:?}"
+        );
+    }
+
+    /// Reads CurrentTime with the request split into `parts` chunks.
+    async fn read(&mut self, parts: usize) -> StatusCode {
+        let request = ReadRequest {
+            request_header: self.header(),
+            max_age: 0.0,
+            timestamps_to_return: TimestampsToReturn::Both,
+            nodes_to_read: Some(vec![ReadValueId::from(NodeId::new(0, 2258u32))]),
+        };
+        match self.call(request.into(), parts).await {
+            ResponseMessage::Read(r) => r.results.unwrap()[0].status(),
+            other => panic!("Read failed: {other:?}"),
+        }
+    }
+
+    /// The Error message the server sends before it closes the channel.
+    async fn expect_error(&mut self) -> StatusCode {
+        common::expect_error(&mut self.s, WAIT).await
+    }
+}
+
+fn decode(mut body: &[u8], ctx: &ContextOwned) -> ResponseMessage {
+    let ctx = ctx.context();
+    let type_id = NodeId::decode(&mut body, &ctx).unwrap();
+    ResponseMessage::decode_by_object_id(&mut body, type_id.as_object_id().unwrap(), &ctx).unwrap()
+}
+
+/// Bytes currently charged to ReassemblyBytes.
+fn usage(gw: &TestGateway) -> u64 {
+    gw.engine()
+        .isolation_snapshot()
+        .usage
+        .iter()
+        .find(|(s, _)| *s == Stage::ReassemblyBytes)
+        .map_or(0, |(_, u)| *u)
+}
+
+/// Waits (bounded) until ReassemblyBytes usage is `want`.
+async fn usage_becomes(gw: &TestGateway, want: u64) {
+    bounded("ReassemblyBytes usage", async {
+        while usage(gw) != want {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_flood_is_refused_while_sessions_keep_working() {
+    let gw = TestGateway::start(CONFIG).await;
+    let plan = gw.engine().isolation_snapshot();
+    assert!(format!("{plan:?}").contains("ReassemblyBytes"), "{plan:?}");
+
+    // The flooder fills the shared part: two full chunks of a message that
+    // never completes (the most one message may hold).
+    let mut flood = Chan::open(&gw, [127, 0, 0, 2]).await;
+    let id = flood.request_id();
+    flood.send_intermediate(id).await;
+    flood.send_intermediate(id).await;
+    usage_becomes(&gw, 2 * CHUNK as u64).await;
+
+    // Its next channel's intermediate chunk does not fit: Error and close.
+    let mut flood2 = Chan::open(&gw, [127, 0, 0, 2]).await;
+    let id = flood2.request_id();
+    flood2.send_intermediate(id).await;
+    assert_eq!(
+        flood2.expect_error().await,
+        StatusCode::BadTcpNotEnoughResources
+    );
+    common::expect_closed(&mut flood2.s).await;
+    assert_eq!(
+        usage(&gw),
+        2 * CHUNK as u64,
+        "the refused chunk holds nothing"
+    );
+
+    // Another ordinary caller without a Session cannot use the reserves either.
+    let mut other = Chan::open(&gw, [127, 0, 0, 5]).await;
+    other.send_split(other_read(&other), 2).await;
+    assert_eq!(
+        other.expect_error().await,
+        StatusCode::BadTcpNotEnoughResources
+    );
+    common::expect_closed(&mut other.s).await;
+
+    // A client with an activated Session on its channel keeps working:
+    // single-chunk requests are never charged, and a multi-chunk Read is
+    // carried by the reconnect reserve (session-bound channel).
+    let mut worker = Chan::open(&gw, [127, 0, 0, 4]).await;
+    worker.session().await;
+    assert_eq!(worker.read(1).await, StatusCode::Good);
+    assert_eq!(worker.read(2).await, StatusCode::Good);
+    assert_eq!(worker.read(3).await, StatusCode::Good);
+    assert_eq!(
+        usage(&gw),
+        2 * CHUNK as u64,
+        "completion released its charge"
+    );
+
+    // Closing the flooding connection releases its charge.
+    drop(flood);
+    usage_becomes(&gw, 0).await;
+
+    // With the budget free again, an ordinary caller's multi-chunk request works.
+    let mut late = Chan::open(&gw, [127, 0, 0, 6]).await;
+    late.session().await;
+    assert_eq!(late.read(2).await, StatusCode::Good);
+    let mut fresh = Chan::open(&gw, [127, 0, 0, 7]).await;
+    let id = fresh.request_id();
+    fresh.send_intermediate(id).await;
+    fresh.send_intermediate(id).await;
+    usage_becomes(&gw, 2 * CHUNK as u64).await;
+    // An abort chunk releases the partial message; the channel stays open.
+    let abort = fresh.chunk(b'A', id, &[]);
+    fresh.s.write_all(&abort).await.unwrap();
+    usage_becomes(&gw, 0).await;
+    let snapshot = gw.engine().isolation_snapshot();
+    assert!(
+        snapshot
+            .rejections
+            .iter()
+            .any(|(s, _, n)| *s == Stage::ReassemblyBytes && *n >= 2),
+        "{snapshot:?}"
+    );
+    gw.stop().await;
+}
+
+/// A Read request without a session token (its chunks are refused before it is decoded).
+fn other_read(chan: &Chan) -> RequestMessage {
+    ReadRequest {
+        request_header: chan.header(),
+        max_age: 0.0,
+        timestamps_to_return: TimestampsToReturn::Both,
+        nodes_to_read: Some(vec![ReadValueId::from(NodeId::new(0, 2258u32))]),
+    }
+    .into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_bound_channel_has_only_the_reconnect_reserve_beyond_shared() {
+    let gw = TestGateway::start(CONFIG).await;
+    // Shared full (two flooders of one chunk each would do as well).
+    let mut flood = Chan::open(&gw, [127, 0, 0, 2]).await;
+    let id = flood.request_id();
+    flood.send_intermediate(id).await;
+    flood.send_intermediate(id).await;
+    usage_becomes(&gw, 2 * CHUNK as u64).await;
+
+    // A session-bound channel holds two full chunks from the reconnect
+    // reserve (16384 bytes); a second session-bound channel then finds
+    // both shared and reconnect capacity taken.
+    let mut a = Chan::open(&gw, [127, 0, 0, 4]).await;
+    a.session().await;
+    let id = a.request_id();
+    a.send_intermediate(id).await;
+    a.send_intermediate(id).await;
+    usage_becomes(&gw, 4 * CHUNK as u64).await;
+    let mut b = Chan::open(&gw, [127, 0, 0, 5]).await;
+    b.session().await;
+    let id = b.request_id();
+    b.send_intermediate(id).await;
+    assert_eq!(b.expect_error().await, StatusCode::BadTcpNotEnoughResources);
+    // The bootstrap reserve was never available to either of them.
+    assert_eq!(usage(&gw), 4 * CHUNK as u64);
+    drop(a);
+    drop(flood);
+    usage_becomes(&gw, 0).await;
+    gw.stop().await;
+}
