@@ -70,6 +70,8 @@ pub struct Admission {
     plan: parking_lot::RwLock<Plan>,
     limiter: IsolationLimiter,
     rate: Option<Mutex<ConnectionRateLimiter>>,
+    /// Connections refused by the rate limiter (observability).
+    rate_rejections: std::sync::atomic::AtomicU64,
 }
 
 fn capacity(stage: &StagePlan) -> StageCapacity {
@@ -123,6 +125,7 @@ impl Admission {
             plan: parking_lot::RwLock::new(plan),
             limiter,
             rate,
+            rate_rejections: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -153,6 +156,12 @@ impl Admission {
                 .unwrap_or_else(|| plan.default_weight()),
             _ => plan.default_weight(),
         }
+    }
+
+    /// Connections refused by the connection rate limiter so far.
+    pub fn rate_rejections(&self) -> u64 {
+        self.rate_rejections
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Usage, tracked owners and rejections per stage and reason (no owner keys).
@@ -202,8 +211,11 @@ impl Admission {
         let caller = self.classify(ip);
         if let Some(rate) = &self.rate {
             let mut rate = rate.lock().unwrap_or_else(|p| p.into_inner());
-            rate.try_acquire(&caller.class, now)
-                .map_err(|_| Refusal::Rate)?;
+            rate.try_acquire(&caller.class, now).map_err(|_| {
+                self.rate_rejections
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Refusal::Rate
+            })?;
         }
         self.admit_stages(caller)
     }

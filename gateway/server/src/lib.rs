@@ -168,6 +168,11 @@ impl Engine {
             .map_err(|settings| format!("these settings need a restart: {}", settings.join(", ")))
     }
 
+    /// Connections refused by the connection rate limiter (no owner keys).
+    pub fn isolation_rate_rejections(&self) -> u64 {
+        self.admission.rate_rejections()
+    }
+
     /// Resource-isolation usage and rejections per stage (no owner keys).
     pub fn isolation_snapshot(&self) -> uagate_isolation::provider::LimiterSnapshot {
         self.admission.snapshot()

@@ -165,3 +165,29 @@ async fn weights_and_ingress_rules_change_at_runtime_capacities_need_a_restart()
     drop(held);
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_rate_limiter_refuses_a_burst_and_counts_it() {
+    // Balanced keeps one token each for bootstrap and reconnect: 5 - 2 = 3 shared.
+    let gw =
+        TestGateway::start("[server]\nconnections_per_second = 5\nconnection_burst = 5\n").await;
+    let mut refused = 0;
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        let mut s = connect_from([127, 0, 0, 2], gw.addr).await;
+        match hello(&mut s, &gw.url).await {
+            Ok(()) => held.push(s),
+            Err(status) => {
+                assert_eq!(status, StatusCode::BadTcpNotEnoughResources);
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        refused >= 2,
+        "a burst beyond the shared tokens is refused ({refused})"
+    );
+    assert_eq!(gw.engine().isolation_rate_rejections(), refused as u64);
+    drop(held);
+    gw.stop().await;
+}
