@@ -360,7 +360,7 @@ impl ReassemblyLeases {
             .any(|s| s.channel_id == self.channel_id && s.is_active());
         Caller {
             owner: self.caller.owner.clone(),
-            class: if session_bound && false {
+            class: if session_bound {
                 OwnerClass::SessionBound
             } else {
                 OwnerClass::Ordinary
