@@ -98,6 +98,28 @@ pub trait ReassemblyBudget: Send {
     fn release(&mut self);
 }
 
+/// Admission of OpenSecureChannel(Renew) work (the Handshake stage of
+/// resource isolation): asked before a renewal is processed; `end` is
+/// called when it is done, whatever the outcome.
+pub trait RenewGate: Send {
+    /// Whether a renewal may be processed now.
+    fn try_begin(&mut self) -> bool;
+    /// The renewal started by a successful `try_begin` is finished.
+    fn end(&mut self);
+}
+
+/// The default gate: renewals are always processed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenRenewGate;
+
+impl RenewGate for OpenRenewGate {
+    fn try_begin(&mut self) -> bool {
+        true
+    }
+
+    fn end(&mut self) {}
+}
+
 /// The default budget: no limit beyond MaxMessageSize and MaxChunkCount.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UnlimitedReassembly;
@@ -241,6 +263,7 @@ pub struct ServerConnection {
     next_token_id: u32,
     /// Accounting for the chunks held in `Open::pending`.
     budget: Box<dyn ReassemblyBudget>,
+    renew_gate: Box<dyn RenewGate>,
 }
 
 impl std::fmt::Debug for ServerConnection {
@@ -280,7 +303,15 @@ impl ServerConnection {
             scratch: BytesMut::new(),
             next_token_id: 1,
             budget: Box::new(UnlimitedReassembly),
+            renew_gate: Box::new(OpenRenewGate),
         }
+    }
+
+    /// Installs the gate that OpenSecureChannel(Renew) work must pass (by
+    /// default [`OpenRenewGate`]); a refused renewal closes the channel with
+    /// BadTcpNotEnoughResources.
+    pub fn set_renew_gate(&mut self, gate: Box<dyn RenewGate>) {
+        self.renew_gate = gate;
     }
 
     /// Installs the budget that intermediate chunks are charged to (by
@@ -664,6 +695,15 @@ impl ServerConnection {
     }
 
     fn on_open_renew(&mut self, frame: Frame, now: Instant) -> Result<(), ProtoError> {
+        if !self.renew_gate.try_begin() {
+            return Err(ProtoError::RenewRefused);
+        }
+        let result = self.renew(frame, now);
+        self.renew_gate.end();
+        result
+    }
+
+    fn renew(&mut self, frame: Frame, now: Instant) -> Result<(), ProtoError> {
         let previous_nonce = self.channel.remote_nonce().to_vec();
         let (request_id, request, sender_certificate) = self.decode_open(frame)?;
         if request.request_type != SecurityTokenRequestType::Renew {

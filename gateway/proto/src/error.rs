@@ -75,6 +75,9 @@ pub enum ProtoError {
     /// (ReassemblyBytes); the partial message is discarded.
     #[error("chunk of {requested} bytes does not fit the reassembly budget ({retained} bytes retained for this message)")]
     ReassemblyBudgetExceeded { requested: usize, retained: usize },
+    /// No Handshake capacity was free to process an OpenSecureChannel(Renew).
+    #[error("no handshake capacity for a token renewal")]
+    RenewRefused,
 }
 
 impl ProtoError {
@@ -99,7 +102,9 @@ impl ProtoError {
             ProtoError::Security(s) | ProtoError::Refused(s) | ProtoError::Encoding(s) => *s,
             ProtoError::PolicyRejected => StatusCode::BadSecurityPolicyRejected,
             ProtoError::ModeRejected => StatusCode::BadSecurityModeRejected,
-            ProtoError::ReassemblyBudgetExceeded { .. } => StatusCode::BadTcpNotEnoughResources,
+            ProtoError::ReassemblyBudgetExceeded { .. } | ProtoError::RenewRefused => {
+                StatusCode::BadTcpNotEnoughResources
+            }
         }
     }
 }

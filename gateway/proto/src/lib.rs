@@ -9,8 +9,8 @@ pub mod error;
 pub mod frame;
 
 pub use connection::{
-    CloseReason, Event, Limits, OpenRequest, ReassemblyBudget, ServerConnection,
-    UnlimitedReassembly, MIN_BUFFER_SIZE,
+    CloseReason, Event, Limits, OpenRenewGate, OpenRequest, ReassemblyBudget, RenewGate,
+    ServerConnection, UnlimitedReassembly, MIN_BUFFER_SIZE,
 };
 pub use error::ProtoError;
 pub use opcua_core::comms::secure_channel::SecureChannel;

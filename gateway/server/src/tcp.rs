@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use uagate_config::Stage;
 use uagate_isolation::owner::OwnerClass;
 use uagate_isolation::provider::Lease;
-use uagate_proto::{Event, Limits, OpenRequest, ReassemblyBudget, ServerConnection};
+use uagate_proto::{Event, Limits, OpenRequest, ReassemblyBudget, RenewGate, ServerConnection};
 
 use crate::admission::{Caller, ConnectionAdmission};
 use uagate_store::TrustVerdict;
@@ -260,6 +260,11 @@ async fn drive(
                             admitted.caller.clone(),
                             id,
                         )));
+                        conn.set_renew_gate(Box::new(RenewLease {
+                            engine: engine.clone(),
+                            caller: admitted.caller.clone(),
+                            lease: None,
+                        }));
                         conn.accept_open(id, Instant::now());
                         tracing::debug!(channel = id, policy = ?req.policy, mode = ?req.mode, "secure channel open");
                     }
@@ -327,6 +332,29 @@ async fn drive(
 /// whose channel carries an activated Session is charged as
 /// [`OwnerClass::SessionBound`] (it may use the reconnect reserve at this
 /// stage only). Protected and trusted callers keep their own class.
+/// Charges OpenSecureChannel(Renew) work to the Handshake stage while it
+/// is processed (resource isolation).
+struct RenewLease {
+    engine: Arc<Engine>,
+    caller: Caller,
+    lease: Option<Lease>,
+}
+
+impl RenewGate for RenewLease {
+    fn try_begin(&mut self) -> bool {
+        self.lease = self
+            .engine
+            .admission
+            .acquire(uagate_config::Stage::Handshake, &self.caller, 1)
+            .ok();
+        self.lease.is_some()
+    }
+
+    fn end(&mut self) {
+        self.lease = None;
+    }
+}
+
 struct ReassemblyLeases {
     engine: Arc<Engine>,
     caller: Caller,
