@@ -22,6 +22,11 @@ use uagate_isolation::scheduler::{FairScheduler, SchedulingMode};
 use crate::admission::Caller;
 use crate::{ChannelInfo, Engine};
 
+/// A response on its way to the connection driver, with the execution slot
+/// that produced it: the slot is released only after the response has been
+/// encoded and written, so the scheduler also paces that work.
+pub(crate) type Reply = (u32, ResponseMessage, Option<Lease>);
+
 /// How long a refused client is told to wait before retrying.
 pub const RETRY_AFTER: Duration = Duration::from_millis(250);
 
@@ -44,7 +49,7 @@ pub(crate) struct Charges {
 /// The queue of decoded requests and the parked ones' charges.
 pub(crate) struct Dispatcher {
     queue: Mutex<FairScheduler<Job>>,
-    wake: tokio::sync::Notify,
+    pub(crate) wake: tokio::sync::Notify,
     parked: Mutex<HashMap<(u32, u32), Charges>>,
 }
 
@@ -215,14 +220,22 @@ impl Engine {
         let response = self
             .handle_request(&job.chan, job.request_id, *job.request)
             .await;
-        drop(execution);
-        self.dispatcher.wake.notify_one();
-        if let Some(response) = response {
-            let tx = self.responders.lock().get(&channel_id).cloned();
-            if let Some(tx) = tx {
-                let _ = tx.send((job.request_id, response)).await;
+        match response {
+            Some(response) => {
+                let tx = self.responders.lock().get(&channel_id).cloned();
+                if let Some(tx) = tx {
+                    // The driver releases the slot once the response is written.
+                    let _ = tx.send((job.request_id, response, Some(execution))).await;
+                } else {
+                    self.dispatcher.wake.notify_one();
+                }
+                self.dispatcher.unpark(channel_id, job.request_id);
             }
-            self.dispatcher.unpark(channel_id, job.request_id);
+            None => {
+                // Parked: the execution slot is free while it waits.
+                drop(execution);
+                self.dispatcher.wake.notify_one();
+            }
         }
         drop(charges);
     }

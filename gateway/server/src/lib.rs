@@ -70,7 +70,7 @@ pub struct Engine {
     next_channel_id: AtomicU32,
     /// Where to send responses produced outside the request/response flow
     /// (Publish answered by the subscription timer), by channel id.
-    responders: Mutex<HashMap<u32, mpsc::Sender<(u32, ResponseMessage)>>>,
+    responders: Mutex<HashMap<u32, mpsc::Sender<dispatch::Reply>>>,
     /// The administrator-requested state and the operator's ServiceLevel override.
     control: Mutex<health::Control>,
     /// Computes ServiceLevel while running normally.
@@ -188,7 +188,7 @@ impl Engine {
     /// gone or its queue is full (the client's request then times out).
     pub fn respond(&self, channel_id: u32, request_id: u32, response: ResponseMessage) {
         if let Some(tx) = self.responders.lock().get(&channel_id) {
-            if tx.try_send((request_id, response)).is_err() {
+            if tx.try_send((request_id, response, None)).is_err() {
                 tracing::warn!(
                     channel = channel_id,
                     "response dropped: channel gone or busy"
