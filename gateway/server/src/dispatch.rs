@@ -50,12 +50,20 @@ pub(crate) struct Charges {
 pub(crate) struct Dispatcher {
     queue: Mutex<FairScheduler<Job>>,
     pub(crate) wake: tokio::sync::Notify,
+    /// Signalled whenever a request leaves the queue, so connections paused
+    /// for per-owner backpressure look again.
+    pub(crate) drained: tokio::sync::Notify,
+    /// Whether reads are paused per owner (fair scheduling only).
+    backpressure: bool,
+    /// Queued requests an owner of weight 1 may have before its connections
+    /// stop reading (scaled by weight).
+    backlog_per_weight: usize,
     parked: Mutex<HashMap<(u32, u32), Charges>>,
 }
 
 impl Dispatcher {
     /// A dispatcher queueing at most `capacity` requests.
-    pub(crate) fn new(fair: bool, capacity: usize) -> Dispatcher {
+    pub(crate) fn new(fair: bool, capacity: usize, execution_slots: usize) -> Dispatcher {
         let mode = if fair {
             SchedulingMode::Fair
         } else {
@@ -64,8 +72,23 @@ impl Dispatcher {
         Dispatcher {
             queue: Mutex::new(FairScheduler::new(mode, capacity)),
             wake: tokio::sync::Notify::new(),
+            drained: tokio::sync::Notify::new(),
+            backpressure: fair,
+            backlog_per_weight: execution_slots.max(1),
             parked: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Whether `owner` (of `weight`) already has its share of queued work,
+    /// so its connections should stop reading until the queue drains. This
+    /// is what keeps an owner with many connections from flooding the fair
+    /// queue: its excess waits in its own sockets.
+    pub(crate) fn over_share(&self, owner: &OwnerKey, weight: u32) -> bool {
+        self.backpressure
+            && self.queue.lock().owner_len(owner)
+                >= self
+                    .backlog_per_weight
+                    .saturating_mul(weight.max(1) as usize)
     }
 
     /// Releases the charges of a parked request once its response is sent.
@@ -100,7 +123,7 @@ impl Engine {
     /// Who is charged for a request: trusted and protected callers keep
     /// their class; an ordinary caller on a secured channel is grouped by its
     /// verified application certificate, otherwise by its address.
-    fn request_caller(&self, chan: &ChannelInfo) -> Caller {
+    pub(crate) fn request_caller(&self, chan: &ChannelInfo) -> Caller {
         let base = chan.caller.clone().unwrap_or_else(|| Caller {
             owner: OwnerKey::from_addr(std::net::Ipv4Addr::UNSPECIFIED.into()),
             class: OwnerClass::Ordinary,
@@ -189,6 +212,7 @@ impl Engine {
                             .ok()
                     });
                 let Some(d) = next else { break };
+                self.dispatcher.drained.notify_waiters();
                 let engine = self.clone();
                 tokio::spawn(async move { engine.execute(d.item, d.admitted).await });
             }

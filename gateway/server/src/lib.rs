@@ -403,6 +403,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         dispatcher: dispatch::Dispatcher::new(
             plan.fair_scheduling() && plan.is_enforced(),
             plan.stage(uagate_config::Stage::RequestQueue).total as usize,
+            plan.stage(uagate_config::Stage::RequestExecution).shared as usize,
         ),
         admission: admission::Admission::new(plan, std::time::Instant::now()),
         reclaimer: reclaim::Reclaimer::default(),

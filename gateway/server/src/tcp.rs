@@ -232,6 +232,8 @@ async fn drive(
     let reclaim_id = engine.reclaimer.register(cancel.clone());
     let _registered = Registered(&engine, reclaim_id);
     let mut in_flight: usize = 0;
+    // Who this channel's requests are charged to, and its weight.
+    let mut owner: Option<(crate::admission::Caller, u32)> = None;
     let mut info: Option<ChannelInfo> = None;
     let mut buf = vec![0u8; 64 * 1024];
     // Responses produced later (Publish) arrive here; bounded per channel.
@@ -257,6 +259,9 @@ async fn drive(
                     Ok(mut i) => {
                         let id = i.channel_id;
                         i.caller = Some(admitted.caller.clone());
+                        let caller = engine.request_caller(&i);
+                        let weight = engine.admission.weight(&caller);
+                        owner = Some((caller, weight));
                         // The handshake is over: its stage slot is released.
                         admitted.handshake = None;
                         info = Some(i);
@@ -311,14 +316,23 @@ async fn drive(
             .reclaimer
             .set_quiet(reclaim_id, quiet, Instant::now());
         let deadline = conn.poll_timeout();
+        // Per-owner backpressure: while this connection's owner has its
+        // share of queued work, its bytes wait in the socket.
+        let paused = owner
+            .as_ref()
+            .is_some_and(|(caller, weight)| engine.dispatcher.over_share(&caller.owner, *weight));
+        let drained = engine.dispatcher.drained.notified();
         tokio::select! {
+            _ = drained, if paused => {},
+            // A fallback in case a drain signal was missed.
+            _ = tokio::time::sleep(std::time::Duration::from_millis(5)), if paused => {},
             _ = cancel.cancelled() => conn.close(if server_cancel.is_cancelled() {
                 StatusCode::BadServerHalted
             } else {
                 // Reclaimed: this unused channel made room for a new caller.
                 StatusCode::BadTcpNotEnoughResources
             }),
-            r = stream.read(&mut buf) => match r {
+            r = stream.read(&mut buf), if !paused => match r {
                 Ok(0) | Err(_) => return finish(&engine, info),
                 Ok(n) => conn.handle_input(&buf[..n], Instant::now()),
             },
