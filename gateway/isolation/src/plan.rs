@@ -16,9 +16,10 @@
 //! | Connection, Handshake | `server.max_channel_count` |
 //! | ReassemblyBytes | `server.chunk_reassembly_budget` |
 //! | SessionEstablishment | `server.max_concurrent_session_establishment` |
-//! | RequestQueue, ParkedRequest | `server.max_queued_request_count` + reserves |
+//! | RequestQueue | `server.max_queued_request_count` + reserves |
+//! | ParkedRequest | max(`server.max_queued_request_count`, `server.max_session_count` x (`server.max_publish_requests_per_session` + 1)) + reserves |
 //! | RequestExecution | `server.max_request_thread_count` |
-//! | RequestQueueBytes | `max_message_size` x (2 x queue + execution) + reserves |
+//! | RequestQueueBytes | `max_message_size` x (queue + parked + execution) + reserves |
 //!
 //! Reserves sit inside the total, except at RequestQueue, RequestQueueBytes
 //! and ParkedRequest, where they are added on top so that the shared part
@@ -223,7 +224,8 @@ fn base_setting(stage: Stage) -> &'static str {
         Stage::Connection | Stage::Handshake => "server.max_channel_count",
         Stage::ReassemblyBytes => "server.chunk_reassembly_budget",
         Stage::SessionEstablishment => "server.max_concurrent_session_establishment",
-        Stage::RequestQueue | Stage::ParkedRequest => "server.max_queued_request_count",
+        Stage::RequestQueue => "server.max_queued_request_count",
+        Stage::ParkedRequest => "server.max_publish_requests_per_session",
         Stage::RequestExecution => "server.max_request_thread_count",
         Stage::RequestQueueBytes => "server.max_message_size",
     }
@@ -340,8 +342,18 @@ impl Plan {
             0 => 64,
             n => u64::from(n),
         };
+        // Parked requests (held Publish) are sized for every session keeping
+        // its allowed Publish requests outstanding, never below the queue:
+        // uagate's sessions may each hold max_publish_requests_per_session.
+        // One more per session: a Publish beyond the per-session limit is
+        // admitted here and then answered BadTooManyPublishRequests by the
+        // subscription engine, which must not be preempted by BadServerTooBusy.
+        let parked = queued.max(
+            u64::from(s.max_session_count)
+                .saturating_mul(u64::from(s.max_publish_requests_per_session) + 1),
+        );
         let request_bytes = queued
-            .checked_mul(2)
+            .checked_add(parked)
             .and_then(|v| v.checked_add(execution))
             .and_then(|v| v.checked_mul(message))
             .ok_or_else(|| {
@@ -355,7 +367,8 @@ impl Plan {
                 Stage::Connection | Stage::Handshake => u64::from(s.max_channel_count),
                 Stage::ReassemblyBytes => s.chunk_reassembly_budget,
                 Stage::SessionEstablishment => session_establishment,
-                Stage::RequestQueue | Stage::ParkedRequest => queued,
+                Stage::RequestQueue => queued,
+                Stage::ParkedRequest => parked,
                 Stage::RequestExecution => execution,
                 Stage::RequestQueueBytes => request_bytes,
             }

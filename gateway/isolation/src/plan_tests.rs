@@ -52,8 +52,9 @@ fn default_plan_prints_the_reference_lines() {
         "SessionEstablishment: total=64, shared=62, bootstrap=1, reconnect=1, control=0, trusted=0, ownerLimit=64".to_string(),
         "RequestQueue: total=103, shared=100, bootstrap=1, reconnect=1, control=1, trusted=0, ownerLimit=103".to_string(),
         "RequestExecution: total=100, shared=97, bootstrap=1, reconnect=1, control=1, trusted=0, ownerLimit=100".to_string(),
-        format!("RequestQueueBytes: total={}, shared={}, bootstrap={q}, reconnect={q}, control={q}, trusted=0, ownerLimit={}", 303 * q, 300 * q, 303 * q),
-        "ParkedRequest: total=103, shared=100, bootstrap=1, reconnect=1, control=1, trusted=0, ownerLimit=103".to_string(),
+        // Parked: 100 sessions x (20 + 1) Publish requests; bytes: queue + parked + execution.
+        format!("RequestQueueBytes: total={}, shared={}, bootstrap={q}, reconnect={q}, control={q}, trusted=0, ownerLimit={}", 2303 * q, 2300 * q, 2303 * q),
+        "ParkedRequest: total=2103, shared=2100, bootstrap=1, reconnect=1, control=1, trusted=0, ownerLimit=2103".to_string(),
     ];
     assert_eq!(p.lines(), expected);
     assert!(p.fair_scheduling());

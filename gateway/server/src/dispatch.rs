@@ -22,9 +22,9 @@ use uagate_isolation::scheduler::{FairScheduler, SchedulingMode};
 use crate::admission::Caller;
 use crate::{ChannelInfo, Engine};
 
-/// A response on its way to the connection driver, with the execution slot
-/// that produced it: the slot is released only after the response has been
-/// encoded and written, so the scheduler also paces that work.
+/// A response on its way to the connection driver, optionally with a lease
+/// to release once it is written (none today: execution slots are released
+/// when the handler returns).
 pub(crate) type Reply = (u32, ResponseMessage, Option<Lease>);
 
 /// How long a refused client is told to wait before retrying.
@@ -244,22 +244,17 @@ impl Engine {
         let response = self
             .handle_request(&job.chan, job.request_id, *job.request)
             .await;
-        match response {
-            Some(response) => {
-                let tx = self.responders.lock().get(&channel_id).cloned();
-                if let Some(tx) = tx {
-                    // The driver releases the slot once the response is written.
-                    let _ = tx.send((job.request_id, response, Some(execution))).await;
-                } else {
-                    self.dispatcher.wake.notify_one();
-                }
-                self.dispatcher.unpark(channel_id, job.request_id);
+        // The slot is released as soon as the handler is done. Holding it
+        // until the response is written let one slow reader (a client not
+        // draining its socket) pin execution slots and stall every session.
+        drop(execution);
+        self.dispatcher.wake.notify_one();
+        if let Some(response) = response {
+            let tx = self.responders.lock().get(&channel_id).cloned();
+            if let Some(tx) = tx {
+                let _ = tx.send((job.request_id, response, None)).await;
             }
-            None => {
-                // Parked: the execution slot is free while it waits.
-                drop(execution);
-                self.dispatcher.wake.notify_one();
-            }
+            self.dispatcher.unpark(channel_id, job.request_id);
         }
         drop(charges);
     }
