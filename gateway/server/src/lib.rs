@@ -195,6 +195,8 @@ impl Engine {
                 );
             }
         }
+        // A parked request (Publish) answered here releases its charges.
+        self.dispatcher.unpark(channel_id, request_id);
     }
 
     /// Publishes the current state and ServiceLevel on the Server object.

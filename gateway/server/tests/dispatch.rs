@@ -121,3 +121,54 @@ async fn a_held_publish_does_not_occupy_an_execution_slot() {
     assert!(format!("{usage:?}").contains("ParkedRequest"), "{usage:?}");
     gw.stop().await;
 }
+
+/// Usage of one stage from the engine's isolation snapshot.
+fn usage(gw: &TestGateway, stage: uagate_config::Stage) -> u64 {
+    gw.engine()
+        .isolation_snapshot()
+        .usage
+        .iter()
+        .find(|(s, _)| *s == stage)
+        .map(|(_, u)| *u)
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_answered_by_the_timer_releases_its_parked_charges() {
+    let gw = TestGateway::start("").await;
+    let mut c = session(&gw, [127, 0, 0, 2]).await;
+    let created = c
+        .call(
+            CreateSubscriptionRequest {
+                request_header: c.header(),
+                requested_publishing_interval: 50.0,
+                requested_lifetime_count: 300,
+                requested_max_keep_alive_count: 1,
+                publishing_enabled: true,
+                ..Default::default()
+            }
+            .into(),
+        )
+        .await;
+    assert!(
+        matches!(created, ResponseMessage::CreateSubscription(_)),
+        "{created:?}"
+    );
+    // Many Publish round trips, each answered later by the subscription timer.
+    for _ in 0..30 {
+        let publish = PublishRequest {
+            request_header: c.header(),
+            subscription_acknowledgements: None,
+        };
+        let response = c.call(publish.into()).await;
+        assert!(
+            matches!(response, ResponseMessage::Publish(_)),
+            "{response:?}"
+        );
+    }
+    // Nothing is parked any more: every answered Publish released its slot
+    // and its RequestQueueBytes charge (a leak here stalls all sessions).
+    assert_eq!(usage(&gw, uagate_config::Stage::ParkedRequest), 0);
+    assert_eq!(usage(&gw, uagate_config::Stage::RequestQueueBytes), 0);
+    gw.stop().await;
+}
