@@ -22,10 +22,8 @@ use uagate_isolation::scheduler::{FairScheduler, SchedulingMode};
 use crate::admission::Caller;
 use crate::{ChannelInfo, Engine};
 
-/// A response on its way to the connection driver, optionally with a lease
-/// to release once it is written (none today: execution slots are released
-/// when the handler returns).
-pub(crate) type Reply = (u32, ResponseMessage, Option<Lease>);
+/// A response on its way to the connection driver: (request id, response).
+pub(crate) type Reply = (u32, ResponseMessage);
 
 /// How long a refused client is told to wait before retrying.
 pub const RETRY_AFTER: Duration = Duration::from_millis(250);
@@ -252,7 +250,7 @@ impl Engine {
         if let Some(response) = response {
             let tx = self.responders.lock().get(&channel_id).cloned();
             if let Some(tx) = tx {
-                let _ = tx.send((job.request_id, response, None)).await;
+                let _ = tx.send((job.request_id, response)).await;
             }
             self.dispatcher.unpark(channel_id, job.request_id);
         }

@@ -188,7 +188,7 @@ impl Engine {
     /// gone or its queue is full (the client's request then times out).
     pub fn respond(&self, channel_id: u32, request_id: u32, response: ResponseMessage) {
         if let Some(tx) = self.responders.lock().get(&channel_id) {
-            if tx.try_send((request_id, response, None)).is_err() {
+            if tx.try_send((request_id, response)).is_err() {
                 tracing::warn!(
                     channel = channel_id,
                     "response dropped: channel gone or busy"

@@ -238,20 +238,12 @@ async fn drive(
     let mut buf = vec![0u8; 64 * 1024];
     // Responses produced later (Publish) arrive here; bounded per channel.
     let (responder, mut later) = tokio::sync::mpsc::channel(RESPONDER_CAPACITY);
-    // Execution slots of responses being written; released after the flush.
-    let mut written = Vec::new();
     loop {
         // Flush what the protocol wants to send, then act on its events.
         while let Some(bytes) = conn.poll_transmit() {
             if stream.write_all(&bytes).await.is_err() {
-                drop(written);
-                engine.dispatcher.wake.notify_one();
                 return finish(&engine, info);
             }
-        }
-        if !written.is_empty() {
-            written.clear();
-            engine.dispatcher.wake.notify_one();
         }
         if let Some(event) = conn.poll_event() {
             match event {
@@ -337,10 +329,9 @@ async fn drive(
                 Ok(n) => conn.handle_input(&buf[..n], Instant::now()),
             },
             _ = sleep_until(deadline) => conn.handle_timeout(Instant::now()),
-            Some((request_id, response, slot)) = later.recv() => {
+            Some((request_id, response)) = later.recv() => {
                 in_flight = in_flight.saturating_sub(1);
                 conn.send_response(request_id, response);
-                written.extend(slot);
             }
         }
     }
