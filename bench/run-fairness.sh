@@ -31,6 +31,18 @@ A_SESSIONS="${A_SESSIONS:-8}"
 B_SESSIONS="${B_SESSIONS:-32}"
 SLOTS="${SLOTS:-4}"
 REPEAT="${REPEAT:-1}"
+CLIENT_ARGS="${CLIENT_ARGS:-}"
+# CPU pinning: by default the server gets CPU 0 and the clients CPU 1, so the
+# server's CPU is the contended resource (as on an appliance whose clients
+# are other machines) instead of client and server competing for both cores.
+# PIN=none runs unpinned.
+if [ "${PIN:-split}" = split ] && command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
+    SERVER_PIN="taskset -c 0"
+    CLIENT_PIN="taskset -c 1"
+else
+    SERVER_PIN=""
+    CLIENT_PIN=""
+fi
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${OUT:-$(mktemp -d /tmp/uagate-fairness.XXXXXX)}"
 mkdir -p "$OUT"
@@ -73,11 +85,11 @@ max_queued_request_count = 100
 mode = "$mode"
 EOF
     if [ "$1" = trusted_w4 ]; then
-        cat <<'EOF'
+        cat <<EOF
 
 [[isolation.trusted_owners]]
 key = "a"
-weight = 4
+weight = ${A_WEIGHT:-4}
 reservations = [{ stage = "request_execution", reserved = 0 }]
 
 [[isolation.ingress]]
@@ -97,7 +109,7 @@ for rep in $(seq 1 "$REPEAT"); do
         config "$mode" >"$cell/uagate.toml"
         "$BIN/uagate" plan --config "$cell/uagate.toml" >"$cell/plan.txt"
         "$BIN/uagate" --data "$cell/data" config import "$cell/uagate.toml" >&2
-        RUST_LOG="${RUST_LOG:-warn}" "$BIN/uagate" --data "$cell/data" run \
+        RUST_LOG="${RUST_LOG:-warn}" $SERVER_PIN "$BIN/uagate" --data "$cell/data" run \
             >"$cell/uagate.out" 2>"$cell/uagate.err" &
         SERVER_PID=$!
         url=""
@@ -109,10 +121,10 @@ for rep in $(seq 1 "$REPEAT"); do
         done
         [ -n "$url" ] || { echo "uagate did not become ready" >&2; exit 1; }
         echo "cell: $mode (run $rep) at $url, $(grep RequestExecution "$cell/plan.txt")" >&2
-        if ! "$BIN/uagate-bench-fairness" --endpoint "$url" \
+        if ! $CLIENT_PIN "$BIN/uagate-bench-fairness" --endpoint "$url" \
             --a-sessions "$A_SESSIONS" --b-sessions "$B_SESSIONS" \
             --solo "$SOLO" --together "$TOGETHER" --warmup "$WARMUP" \
-            --server-pid "$SERVER_PID" --clk-tck "$CLK_TCK" --label "$mode" \
+            --server-pid "$SERVER_PID" --clk-tck "$CLK_TCK" --label "$mode" $CLIENT_ARGS \
             >"$cell/result.json" 2>"$cell/bench.err"; then
             echo "  FAILED: $(tail -n 3 "$cell/bench.err" | tr '\n' ' ')" >&2
             printf '{"label":"%s","failed":true}\n' "$mode" >>"$RESULTS"

@@ -70,6 +70,15 @@ struct Args {
     /// Free-text label copied into the result line (e.g. the isolation mode).
     #[arg(long, default_value = "")]
     label: String,
+    /// Run both owners' sessions on one client runtime instead of one
+    /// runtime (own worker threads) per owner. With a shared runtime B's
+    /// completions compete with A's for the client's threads, which no
+    /// server policy can correct; owners are normally different machines.
+    #[arg(long)]
+    shared_client_runtime: bool,
+    /// Worker threads of each client runtime.
+    #[arg(long, default_value_t = 2)]
+    client_threads: usize,
 }
 
 /// The ten Value attributes read by every request (as in `uagate-bench`).
@@ -442,7 +451,7 @@ impl OwnerStats {
 
 /// Runs one phase over the given owners' sessions; returns them with their stats.
 async fn phase(
-    owners: Vec<Vec<HandSession>>,
+    owners: Vec<(tokio::runtime::Handle, Vec<HandSession>)>,
     warmup: u64,
     secs: u64,
     server_pid: Option<&str>,
@@ -452,10 +461,10 @@ async fn phase(
     let end = measure_from + Duration::from_secs(secs);
     let tasks: Vec<Vec<_>> = owners
         .into_iter()
-        .map(|sessions| {
+        .map(|(rt, sessions)| {
             sessions
                 .into_iter()
-                .map(|s| tokio::spawn(session_loop(s, measure_from, end)))
+                .map(|s| rt.spawn(session_loop(s, measure_from, end)))
                 .collect()
         })
         .collect();
@@ -545,22 +554,74 @@ fn socket_addr(url: &str) -> Result<SocketAddr> {
         .with_context(|| format!("endpoint host must be a literal IP:port, got {host_port}"))
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()
+        .context("client runtime")
+}
+
+fn main() -> Result<()> {
     let args = Args::parse();
     if args.a_sessions == 0 || args.b_sessions == 0 || args.solo == 0 || args.together == 0 {
         bail!("session counts and durations must be at least 1");
     }
+    // Each owner's sessions live on their own runtime (like clients on two
+    // machines) unless asked otherwise; a small runtime coordinates.
+    let rt_a = runtime(args.client_threads)?;
+    let rt_b = if args.shared_client_runtime {
+        None
+    } else {
+        Some(runtime(args.client_threads)?)
+    };
+    let handle_a = rt_a.handle().clone();
+    let handle_b = rt_b
+        .as_ref()
+        .map_or_else(|| handle_a.clone(), |r| r.handle().clone());
+    let control = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("control runtime")?;
+    let result = control.block_on(run(args, handle_a, handle_b));
+    drop(control);
+    drop(rt_b);
+    drop(rt_a);
+    result
+}
+
+async fn run(
+    args: Args,
+    handle_a: tokio::runtime::Handle,
+    handle_b: tokio::runtime::Handle,
+) -> Result<()> {
     let to = socket_addr(&args.endpoint)?;
     let connect_start = Instant::now();
-    let a = connect_owner(args.a_sessions, args.a_addr, to, &args.endpoint).await?;
-    let b = connect_owner(args.b_sessions, args.b_addr, to, &args.endpoint).await?;
+    // Sessions are connected on the runtime that will drive them.
+    let url = args.endpoint.clone();
+    let (n_a, addr_a) = (args.a_sessions, args.a_addr);
+    let a = handle_a
+        .spawn(async move { connect_owner(n_a, addr_a, to, &url).await })
+        .await
+        .context("connect task")??;
+    let url = args.endpoint.clone();
+    let (n_b, addr_b) = (args.b_sessions, args.b_addr);
+    let b = handle_b
+        .spawn(async move { connect_owner(n_b, addr_b, to, &url).await })
+        .await
+        .context("connect task")??;
     let connect_s = connect_start.elapsed().as_secs_f64();
     let pid = args.server_pid.map(|p| p.to_string());
     let tick = args.clk_tck.max(1) as f64;
 
     // A alone (B's sessions are open but idle).
-    let (mut back, solo, solo_cpu) = phase(vec![a], args.warmup, args.solo, pid.as_deref()).await?;
+    let (mut back, solo, solo_cpu) = phase(
+        vec![(handle_a.clone(), a)],
+        args.warmup,
+        args.solo,
+        pid.as_deref(),
+    )
+    .await?;
     let a = back.pop().unwrap_or_default();
     if a.len() != args.a_sessions {
         bail!(
@@ -569,8 +630,13 @@ async fn main() -> Result<()> {
         );
     }
     // A and B together.
-    let (_back, together, together_cpu) =
-        phase(vec![a, b], args.warmup, args.together, pid.as_deref()).await?;
+    let (_back, together, together_cpu) = phase(
+        vec![(handle_a, a), (handle_b, b)],
+        args.warmup,
+        args.together,
+        pid.as_deref(),
+    )
+    .await?;
     let [solo_a] = &solo[..] else {
         bail!("solo phase lost its owner");
     };
@@ -593,6 +659,7 @@ async fn main() -> Result<()> {
     let cpu = |t: Option<u64>| t.map(|t| (t as f64 / tick * 100.0).round() / 100.0);
     let line = serde_json::json!({
         "label": args.label,
+        "client_runtimes": if args.shared_client_runtime { "shared" } else { "per_owner" },
         "endpoint": args.endpoint,
         "a_addr": args.a_addr.to_string(),
         "b_addr": args.b_addr.to_string(),

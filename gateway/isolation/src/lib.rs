@@ -8,3 +8,4 @@ pub mod owner;
 pub mod plan;
 pub mod provider;
 pub mod scheduler;
+pub mod shares;

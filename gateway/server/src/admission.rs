@@ -158,6 +158,20 @@ impl Admission {
         }
     }
 
+    /// The RequestExecution capacity reserved for a caller alone (trusted
+    /// owners with a reservation), added to its pipeline share.
+    pub fn reserved_execution(&self, caller: &Caller) -> u64 {
+        match &caller.class {
+            OwnerClass::Trusted(key) => self
+                .plan
+                .read()
+                .stage(Stage::RequestExecution)
+                .trusted_for(key.name())
+                .map_or(0, |t| t.reserved),
+            _ => 0,
+        }
+    }
+
     /// Connections refused by the connection rate limiter so far.
     pub fn rate_rejections(&self) -> u64 {
         self.rate_rejections

@@ -18,12 +18,14 @@ use uagate_config::Stage;
 use uagate_isolation::owner::{OwnerClass, OwnerKey};
 use uagate_isolation::provider::Lease;
 use uagate_isolation::scheduler::{FairScheduler, SchedulingMode};
+use uagate_isolation::shares::{Claim, PipelineShares};
 
 use crate::admission::Caller;
 use crate::{ChannelInfo, Engine};
 
-/// A response on its way to the connection driver: (request id, response).
-pub(crate) type Reply = (u32, ResponseMessage);
+/// A response on its way to the connection driver: (request id, response,
+/// the request's pipeline claim, released once the response is encoded).
+pub(crate) type Reply = (u32, ResponseMessage, Option<FlowClaim>);
 
 /// How long a refused client is told to wait before retrying.
 pub const RETRY_AFTER: Duration = Duration::from_millis(250);
@@ -35,6 +37,7 @@ pub(crate) struct Job {
     request: Box<RequestMessage>,
     caller: Caller,
     charges: Charges,
+    claim: Option<FlowClaim>,
 }
 
 /// Leases held by a request from queueing until its response is sent.
@@ -48,20 +51,109 @@ pub(crate) struct Charges {
 pub(crate) struct Dispatcher {
     queue: Mutex<FairScheduler<Job>>,
     pub(crate) wake: tokio::sync::Notify,
-    /// Signalled whenever a request leaves the queue, so connections paused
-    /// for per-owner backpressure look again.
-    pub(crate) drained: tokio::sync::Notify,
-    /// Whether reads are paused per owner (fair scheduling only).
-    backpressure: bool,
-    /// Queued requests an owner of weight 1 may have before its connections
-    /// stop reading (scaled by weight).
-    backlog_per_weight: usize,
+    /// Per-owner shares of the request pipeline, enforced where connections
+    /// read (fair scheduling only).
+    pub(crate) flows: Option<Arc<Flows>>,
     parked: Mutex<HashMap<(u32, u32), Charges>>,
 }
 
+/// The pipeline shares with a wake-up handle per owner: connections of an
+/// owner at its share wait on it and are signalled one at a time.
+pub(crate) struct Flows {
+    table: Mutex<PipelineShares<Arc<tokio::sync::Notify>>>,
+}
+
+/// One request of an owner inside the server, from the read that decoded
+/// it until its response is encoded (or it is refused or parks). Dropping
+/// it releases the owner's pipeline slot and wakes a waiting connection.
+pub(crate) struct FlowClaim {
+    flows: Arc<Flows>,
+    owner: OwnerKey,
+}
+
+impl Drop for FlowClaim {
+    fn drop(&mut self) {
+        let wake = self.flows.table.lock().release(Instant::now(), &self.owner);
+        for w in wake {
+            w.notify_one();
+        }
+    }
+}
+
+/// A connection's wait for its owner to drop below its share.
+pub(crate) struct FlowWait {
+    flows: Arc<Flows>,
+    owner: OwnerKey,
+    notify: Arc<tokio::sync::Notify>,
+}
+
+impl FlowWait {
+    /// Resolves when the owner may have room again (re-check with a claim).
+    pub(crate) async fn woken(&self) {
+        self.notify.notified().await;
+    }
+}
+
+impl Drop for FlowWait {
+    fn drop(&mut self) {
+        let wake = self
+            .flows
+            .table
+            .lock()
+            .stop_waiting(Instant::now(), &self.owner);
+        for w in wake {
+            w.notify_one();
+        }
+    }
+}
+
+impl Flows {
+    /// Shares of `capacity` requests (the shared RequestExecution capacity).
+    pub(crate) fn new(capacity: u64) -> Arc<Flows> {
+        Arc::new(Flows {
+            table: Mutex::new(PipelineShares::new(capacity)),
+        })
+    }
+
+    /// Called when a connection of `owner` has bytes to read: a claim for
+    /// the request they will carry, or a wait when the owner is at its share.
+    pub(crate) fn try_claim(
+        self: &Arc<Self>,
+        owner: &OwnerKey,
+        weight: u32,
+        reserved: u64,
+    ) -> Result<FlowClaim, FlowWait> {
+        let claim = self
+            .table
+            .lock()
+            .try_claim(Instant::now(), owner, weight, reserved);
+        match claim {
+            Claim::Granted => Ok(FlowClaim {
+                flows: self.clone(),
+                owner: owner.clone(),
+            }),
+            Claim::Wait(notify) => Err(FlowWait {
+                flows: self.clone(),
+                owner: owner.clone(),
+                notify,
+            }),
+        }
+    }
+
+    /// A claim for a further request decoded from the same read.
+    pub(crate) fn add(self: &Arc<Self>, owner: &OwnerKey, weight: u32, reserved: u64) -> FlowClaim {
+        self.table.lock().add(owner, weight, reserved);
+        FlowClaim {
+            flows: self.clone(),
+            owner: owner.clone(),
+        }
+    }
+}
+
 impl Dispatcher {
-    /// A dispatcher queueing at most `capacity` requests.
-    pub(crate) fn new(fair: bool, capacity: usize, execution_slots: usize) -> Dispatcher {
+    /// A dispatcher queueing at most `capacity` requests; with fair
+    /// scheduling, owners share `pipeline` requests in the server.
+    pub(crate) fn new(fair: bool, capacity: usize, pipeline: u64) -> Dispatcher {
         let mode = if fair {
             SchedulingMode::Fair
         } else {
@@ -70,23 +162,9 @@ impl Dispatcher {
         Dispatcher {
             queue: Mutex::new(FairScheduler::new(mode, capacity)),
             wake: tokio::sync::Notify::new(),
-            drained: tokio::sync::Notify::new(),
-            backpressure: fair,
-            backlog_per_weight: execution_slots.max(1),
+            flows: fair.then(|| Flows::new(pipeline)),
             parked: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// Whether `owner` (of `weight`) already has its share of queued work,
-    /// so its connections should stop reading until the queue drains. This
-    /// is what keeps an owner with many connections from flooding the fair
-    /// queue: its excess waits in its own sockets.
-    pub(crate) fn over_share(&self, owner: &OwnerKey, weight: u32) -> bool {
-        self.backpressure
-            && self.queue.lock().owner_len(owner)
-                >= self
-                    .backlog_per_weight
-                    .saturating_mul(weight.max(1) as usize)
     }
 
     /// Releases the charges of a parked request once its response is sent.
@@ -145,6 +223,7 @@ impl Engine {
         chan: &ChannelInfo,
         request_id: u32,
         request: Box<RequestMessage>,
+        claim: Option<FlowClaim>,
     ) -> Result<(), ResponseMessage> {
         let handle = request.request_header().request_handle;
         let caller = self.request_caller(chan);
@@ -177,6 +256,7 @@ impl Engine {
             request_id,
             request,
             caller: caller.clone(),
+            claim,
             charges: Charges {
                 _queue: Some(queue),
                 _bytes: bytes,
@@ -210,7 +290,6 @@ impl Engine {
                             .ok()
                     });
                 let Some(d) = next else { break };
-                self.dispatcher.drained.notify_waiters();
                 let engine = self.clone();
                 tokio::spawn(async move { engine.execute(d.item, d.admitted).await });
             }
@@ -239,9 +318,14 @@ impl Engine {
         } else {
             Some(job.charges)
         };
+        let mut claim = job.claim.take();
         let response = self
             .handle_request(&job.chan, job.request_id, *job.request)
             .await;
+        if is_publish {
+            // A held Publish waits for notifications, not for the server.
+            claim = None;
+        }
         // The slot is released as soon as the handler is done. Holding it
         // until the response is written let one slow reader (a client not
         // draining its socket) pin execution slots and stall every session.
@@ -250,7 +334,7 @@ impl Engine {
         if let Some(response) = response {
             let tx = self.responders.lock().get(&channel_id).cloned();
             if let Some(tx) = tx {
-                let _ = tx.send((job.request_id, response)).await;
+                let _ = tx.send((job.request_id, response, claim.take())).await;
             }
             self.dispatcher.unpark(channel_id, job.request_id);
         }

@@ -188,7 +188,7 @@ impl Engine {
     /// gone or its queue is full (the client's request then times out).
     pub fn respond(&self, channel_id: u32, request_id: u32, response: ResponseMessage) {
         if let Some(tx) = self.responders.lock().get(&channel_id) {
-            if tx.try_send((request_id, response)).is_err() {
+            if tx.try_send((request_id, response, None)).is_err() {
                 tracing::warn!(
                     channel = channel_id,
                     "response dropped: channel gone or busy"
@@ -405,7 +405,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         dispatcher: dispatch::Dispatcher::new(
             plan.fair_scheduling() && plan.is_enforced(),
             plan.stage(uagate_config::Stage::RequestQueue).total as usize,
-            plan.stage(uagate_config::Stage::RequestExecution).shared as usize,
+            plan.stage(uagate_config::Stage::RequestExecution).shared,
         ),
         admission: admission::Admission::new(plan, std::time::Instant::now()),
         reclaimer: reclaim::Reclaimer::default(),

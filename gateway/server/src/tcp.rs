@@ -235,6 +235,10 @@ async fn drive(
     // Who this channel's requests are charged to, and its weight.
     let mut owner: Option<(crate::admission::Caller, u32)> = None;
     let mut info: Option<ChannelInfo> = None;
+    // The pipeline claim of the last read (fair scheduling), and the wait
+    // while the owner is at its share.
+    let mut read_claim: Option<crate::dispatch::FlowClaim> = None;
+    let mut flow_wait: Option<crate::dispatch::FlowWait> = None;
     let mut buf = vec![0u8; 64 * 1024];
     // Responses produced later (Publish) arrive here; bounded per channel.
     let (responder, mut later) = tokio::sync::mpsc::channel(RESPONDER_CAPACITY);
@@ -280,8 +284,19 @@ async fn drive(
                     request,
                 } => {
                     if let Some(chan) = &info {
+                        // The read's claim goes with its first request; a
+                        // further request from the same read is counted too.
+                        let claim = read_claim.take().or_else(|| {
+                            let (flows, (caller, weight)) =
+                                engine.dispatcher.flows.as_ref().zip(owner.as_ref())?;
+                            Some(flows.add(
+                                &caller.owner,
+                                *weight,
+                                engine.admission.reserved_execution(caller),
+                            ))
+                        });
                         // Queued for the dispatcher; answered through `later`.
-                        match engine.submit(chan, request_id, request) {
+                        match engine.submit(chan, request_id, request, claim) {
                             Ok(()) => in_flight += 1,
                             Err(refusal) => conn.send_response(request_id, refusal),
                         }
@@ -307,31 +322,54 @@ async fn drive(
         engine
             .reclaimer
             .set_quiet(reclaim_id, quiet, Instant::now());
+        // The read's claim covers only requests decoded from it.
+        read_claim = None;
         let deadline = conn.poll_timeout();
-        // Per-owner backpressure: while this connection's owner has its
-        // share of queued work, its bytes wait in the socket.
-        let paused = owner
-            .as_ref()
-            .is_some_and(|(caller, weight)| engine.dispatcher.over_share(&caller.owner, *weight));
-        let drained = engine.dispatcher.drained.notified();
+        // With fair scheduling an open channel reads only while its owner
+        // is under its share of the request pipeline; otherwise its bytes
+        // wait in the socket until a request of the owner leaves.
+        let gated = engine.dispatcher.flows.is_some() && owner.is_some();
         tokio::select! {
-            _ = drained, if paused => {},
-            // A fallback in case a drain signal was missed.
-            _ = tokio::time::sleep(std::time::Duration::from_millis(5)), if paused => {},
+            r = read_or_readable(&mut stream, &mut buf, gated), if flow_wait.is_none() => match r {
+                Err(_) | Ok(Some(0)) => return finish(&engine, info),
+                Ok(Some(n)) => conn.handle_input(&buf[..n], Instant::now()),
+                Ok(None) => {
+                    let (Some(flows), Some((caller, weight))) =
+                        (engine.dispatcher.flows.as_ref(), owner.as_ref())
+                    else {
+                        continue;
+                    };
+                    let reserved = engine.admission.reserved_execution(caller);
+                    match flows.try_claim(&caller.owner, *weight, reserved) {
+                        Err(wait) => flow_wait = Some(wait),
+                        Ok(claim) => match stream.try_read(&mut buf) {
+                            Ok(0) => return finish(&engine, info),
+                            Ok(n) => {
+                                read_claim = Some(claim);
+                                conn.handle_input(&buf[..n], Instant::now());
+                            }
+                            // Nothing after all: the claim is dropped.
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(_) => return finish(&engine, info),
+                        },
+                    }
+                }
+            },
+            _ = async { if let Some(w) = &flow_wait { w.woken().await } }, if flow_wait.is_some() => {
+                flow_wait = None;
+            }
             _ = cancel.cancelled() => conn.close(if server_cancel.is_cancelled() {
                 StatusCode::BadServerHalted
             } else {
                 // Reclaimed: this unused channel made room for a new caller.
                 StatusCode::BadTcpNotEnoughResources
             }),
-            r = stream.read(&mut buf), if !paused => match r {
-                Ok(0) | Err(_) => return finish(&engine, info),
-                Ok(n) => conn.handle_input(&buf[..n], Instant::now()),
-            },
             _ = sleep_until(deadline) => conn.handle_timeout(Instant::now()),
-            Some((request_id, response)) = later.recv() => {
+            Some((request_id, response, claim)) = later.recv() => {
                 in_flight = in_flight.saturating_sub(1);
                 conn.send_response(request_id, response);
+                // Encoded: the request has left the server's pipeline.
+                drop(claim);
             }
         }
     }
@@ -441,6 +479,27 @@ impl ReassemblyBudget for ReassemblyLeases {
 
     fn release(&mut self) {
         self.leases.clear();
+    }
+}
+
+/// Reads into `buf` (`Some(n)`, 0 at end of stream), or with `gated` only
+/// waits until bytes are waiting (`None`) so the caller can claim a
+/// pipeline slot before reading them.
+async fn read_or_readable(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    gated: bool,
+) -> std::io::Result<Option<usize>> {
+    if gated {
+        // Peek rather than `readable()`: readiness stays set after a short
+        // read, and a claim taken on stale readiness would block others.
+        let mut one = [0u8; 1];
+        match stream.peek(&mut one).await? {
+            0 => Ok(Some(0)),
+            _ => Ok(None),
+        }
+    } else {
+        stream.read(buf).await.map(Some)
     }
 }
 
