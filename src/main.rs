@@ -114,7 +114,7 @@ enum ConfigCommand {
 }
 
 /// The settings key under which the imported configuration document lives.
-const CONFIG_KEY: &str = "config.document";
+use uagate_server::CONFIG_KEY;
 /// The actor recorded in the change log for CLI changes.
 const CLI_ACTOR: &str = "cli";
 
@@ -330,10 +330,29 @@ async fn run() -> Result<()> {
                     if let Err(e) = uagate_isolation::plan::Plan::build(&config) {
                         bail!("{e}");
                     }
+                    let previous = load_config(&store).await?;
+                    let report = match uagate_server::classify_change(&previous, &config) {
+                        Ok(r) => r,
+                        Err(e) => bail!("{e}"),
+                    };
                     store
                         .set_setting(CLI_ACTOR, CONFIG_KEY, &config.to_toml())
                         .await?;
                     println!("configuration imported");
+                    // What a running gateway on this data directory does with it.
+                    if report.is_empty() {
+                        println!("no setting changed");
+                    } else if report.applies_live() {
+                        println!(
+                            "applied live by a running gateway: {}",
+                            report.live.join(", ")
+                        );
+                    } else {
+                        println!(
+                            "takes effect after a restart (a running gateway applies nothing of it now): {}",
+                            report.restart.join(", ")
+                        );
+                    }
                 }
                 ConfigCommand::Export => print!("{}", load_config(&store).await?.to_toml()),
             }

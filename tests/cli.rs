@@ -276,3 +276,98 @@ fn config_import_refuses_a_document_the_plan_cannot_honour() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Kills the child process when the test ends, even on a failed assertion.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Sends each line of `r` to the returned channel (from a thread).
+fn lines(r: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+/// Waits (at most `limit`) for a line containing `needle`.
+fn wait_for_line(rx: &std::sync::mpsc::Receiver<String>, needle: &str, limit: Duration) -> String {
+    let end = Instant::now() + limit;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains(needle) => return line,
+            Ok(_) => {}
+            Err(_) => panic!("no line containing {needle:?} within {limit:?}"),
+        }
+    }
+}
+
+#[test]
+fn config_import_tells_what_a_running_gateway_applies_live_and_what_needs_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let file = dir.path().join("c.toml");
+    let doc = |weight: u32, sessions: u32| {
+        format!(
+            "[listen]\nopc_tcp = \"127.0.0.1:0\"\n\n[server]\nmax_session_count = {sessions}\n\
+             max_channel_count = 110\n\n[isolation]\nmode = \"trusted_reservations\"\n\n\
+             [[isolation.trusted_owners]]\nkey = \"scada\"\nweight = {weight}\n\n\
+             [[isolation.ingress]]\ncidr = \"127.0.0.2/32\"\nowner = \"scada\"\n"
+        )
+    };
+    let import = |text: String| {
+        std::fs::write(&file, text).unwrap();
+        let out = uagate(&data)
+            .args(["config", "import"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    import(doc(2, 100));
+    let mut child = KillOnDrop(
+        uagate(&data)
+            .arg("run")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = lines(child.0.stdout.take().unwrap());
+    let err = lines(child.0.stderr.take().unwrap());
+    wait_for_line(&out, "READY opc.tcp=", Duration::from_secs(60));
+
+    let said = import(doc(6, 100));
+    assert!(
+        said.contains("applied live by a running gateway: isolation.trusted_owners"),
+        "{said}"
+    );
+    let logged = wait_for_line(&err, "configuration change", Duration::from_secs(20));
+    assert!(logged.contains("applied live"), "{logged}");
+
+    let said = import(doc(7, 90));
+    assert!(
+        said.contains("takes effect after a restart") && said.contains("server.max_session_count"),
+        "{said}"
+    );
+    let logged = wait_for_line(&err, "configuration stored", Duration::from_secs(20));
+    assert!(logged.contains("server.max_session_count"), "{logged}");
+
+    let said = import(doc(7, 90));
+    assert!(said.contains("no setting changed"), "{said}");
+}

@@ -11,6 +11,7 @@ pub mod health;
 mod methods;
 pub mod pki;
 pub mod reclaim;
+pub mod reconfigure;
 mod services;
 pub mod session;
 pub mod subscriptions;
@@ -36,6 +37,7 @@ use uagate_space::{BuildInfo, LocalSpace, SpaceLimits};
 use uagate_store::Store;
 
 pub use error::{ServiceError, StartError};
+pub use reconfigure::{classify_change, ChangeReport, ReconfigureStatus, CONFIG_KEY};
 
 /// What the engine knows about an open secure channel; built when the
 /// channel opens and passed to every service call on it.
@@ -83,6 +85,10 @@ pub struct Engine {
     dispatcher: dispatch::Dispatcher,
     /// Live connections and which of them could be reclaimed at capacity.
     reclaimer: reclaim::Reclaimer,
+    /// The configuration in force (start-up document plus live changes).
+    applied: Mutex<Config>,
+    /// The outcome of the last stored configuration change.
+    reconfigure: Mutex<reconfigure::ReconfigureStatus>,
 }
 
 /// Settings key under which a requested server state is persisted (and audited).
@@ -387,6 +393,8 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
     space.set_hostname(&hostname);
     let engine = Arc::new(Engine {
         sessions: Mutex::new(session::Sessions::new(s.max_session_count as usize)),
+        applied: Mutex::new(config.clone()),
+        reconfigure: Mutex::new(reconfigure::ReconfigureStatus::Unchanged),
         config,
         store,
         identity,
@@ -414,6 +422,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
     let cancel = CancellationToken::new();
     let accept = tokio::spawn(tcp::accept_loop(engine.clone(), listener, cancel.clone()));
     let dispatcher = tokio::spawn(engine.clone().dispatch_loop(cancel.clone()));
+    let config_watch = tokio::spawn(engine.clone().watch_config(cancel.clone()));
     let housekeeping = {
         let engine = engine.clone();
         let cancel = cancel.clone();
@@ -481,6 +490,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
             housekeeping,
             subscription_timer,
             demo_counter,
+            config_watch,
         ],
     })
 }
