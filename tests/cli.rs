@@ -185,7 +185,7 @@ fn plan_prints_one_reference_line_per_stage_and_exits_2_on_an_invalid_config() {
         lines[0],
         "Connection: total=103, shared=101, bootstrap=1, reconnect=1, control=0, trusted=0, ownerLimit=103"
     );
-    assert!(lines[2].starts_with("ReassemblyBytes: total=67108864, shared=58720256, bootstrap=4194304, reconnect=4194304,"), "{text}");
+    assert!(lines[2].starts_with("ReassemblyBytes: total=67108864, shared=58458112, bootstrap=4325376, reconnect=4325376,"), "{text}");
     assert!(
         lines[4].starts_with("RequestQueue: total=103, shared=100,"),
         "{text}"

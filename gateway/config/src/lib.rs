@@ -224,6 +224,50 @@ impl Default for Server {
     }
 }
 
+/// Bytes of every chunk's room that [`Server::max_chunk_count`] does not
+/// count as message body (headers, padding, signature).
+pub const CHUNK_OVERHEAD_ALLOWANCE: u32 = 1024;
+
+impl Server {
+    /// MaxChunkCount advertised in the Acknowledge and enforced by the
+    /// reassembler: `ceil(max_message_size / (max_buffer_size - 1024)) + 1`.
+    /// The one place this formula lives (the opc.tcp listener and the
+    /// isolation plan both use it). Never 0; saturates instead of
+    /// overflowing for values [`Config::validate`] would refuse.
+    pub fn max_chunk_count(&self) -> u32 {
+        let room = self
+            .max_buffer_size
+            .saturating_sub(CHUNK_OVERHEAD_ALLOWANCE)
+            .max(1);
+        let n = u64::from(self.max_message_size).div_ceil(u64::from(room)) + 1;
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// The retained-message footprint: a proven upper bound of the bytes
+    /// the reassembler can retain (and charge to ReassemblyBytes) for one
+    /// incomplete message, `(max_chunk_count - 1) * max_buffer_size`.
+    ///
+    /// Why it holds: only intermediate chunks are retained (the final chunk
+    /// is decoded at once). Each is charged with its bytes after security
+    /// removal, never more than its frame, so at most one receive buffer
+    /// (`max_buffer_size`). While a message can still complete it holds at
+    /// most `max_chunk_count - 1` of them, hence the formula. The
+    /// reassembler refuses only the chunk after the `max_chunk_count`-th,
+    /// so a message that can no longer complete may hold `max_chunk_count`
+    /// intermediate chunks; their bodies are then at most
+    /// `max_message_size` together and each chunk adds 24 header bytes
+    /// (padding and signature, under 100 bytes with any policy, are removed
+    /// before the charge and would still fit): at most `max_message_size +
+    /// 100 * max_chunk_count`, below `max_message_size + 1024 *
+    /// (max_chunk_count - 1) <= (max_chunk_count - 1) * max_buffer_size`
+    /// because `max_chunk_count >= 3` when `max_message_size >=
+    /// max_buffer_size`.
+    pub fn reassembly_footprint(&self) -> u64 {
+        u64::from(self.max_chunk_count().saturating_sub(1))
+            .saturating_mul(u64::from(self.max_buffer_size))
+    }
+}
+
 /// `[isolation]`: the resource-isolation profile and its overrides (see
 /// docs/config.md and the reference ResourceIsolation.md). The sizing
 /// arithmetic is checked by `uagate_isolation::plan::Plan::build`; this
@@ -249,8 +293,8 @@ pub struct Isolation {
     /// Always off in `shared_only`.
     pub fair_scheduling: bool,
     /// Upper bound of the bytes one incomplete message can retain; default
-    /// `server.max_message_size` (see docs/config.md, "reassembly footprint").
-    /// Must not be below `server.max_message_size`.
+    /// [`Server::reassembly_footprint`] (see docs/config.md, "reassembly
+    /// footprint"). Must not be below it.
     pub max_retained_message_bytes: Option<u64>,
     /// ReassemblyBytes bootstrap reserve; default one footprint, never less
     /// (use a `reassembly_bytes` stage override to disable it).
@@ -258,6 +302,12 @@ pub struct Isolation {
     /// ReassemblyBytes reconnect (session continuity) reserve; default one
     /// footprint, never less.
     pub reconnect_reserved_bytes: Option<u64>,
+    /// `shared_only` only: most ReassemblyBytes that channels without an
+    /// activated session may hold together (the reference's
+    /// MaxBytesWithoutSession); default half the ReassemblyBytes total. At
+    /// least one footprint, at most the total. Other modes refuse it (their
+    /// class reserves replace the rule).
+    pub max_bytes_without_session: Option<u64>,
     /// Per-stage overrides, at most one per stage.
     pub stages: Vec<StageOverride>,
     /// Provisioned trusted owners (`trusted_reservations` only).
@@ -278,6 +328,7 @@ impl Default for Isolation {
             max_retained_message_bytes: None,
             bootstrap_reserved_bytes: None,
             reconnect_reserved_bytes: None,
+            max_bytes_without_session: None,
             stages: Vec::new(),
             trusted_owners: Vec::new(),
             ingress: Vec::new(),
@@ -865,6 +916,23 @@ impl Config {
                 "must be above zero",
             ));
         }
+        if let Some(v) = i.max_bytes_without_session {
+            if i.mode != IsolationMode::SharedOnly {
+                return Err(invalid(
+                    "isolation.max_bytes_without_session",
+                    format!(
+                        "only applies to mode shared_only (mode is {}); the class reserves replace it in the other modes",
+                        i.mode.as_str()
+                    ),
+                ));
+            }
+            if v == 0 {
+                return Err(invalid(
+                    "isolation.max_bytes_without_session",
+                    "must be above zero",
+                ));
+            }
+        }
         for (n, st) in i.stages.iter().enumerate() {
             if i.stages[..n].iter().any(|o| o.stage == st.stage) {
                 return Err(invalid(
@@ -1074,9 +1142,9 @@ handshake_timeout = "30s"
 max_owner_key_length = 64
 default_weight = 1
 fair_scheduling = true
-max_retained_message_bytes = 4194304
-bootstrap_reserved_bytes = 4194304
-reconnect_reserved_bytes = 8388608
+max_retained_message_bytes = 4325376
+bootstrap_reserved_bytes = 4325376
+reconnect_reserved_bytes = 8650752
 
 [[isolation.stages]]
 stage = "request_execution"
@@ -1221,6 +1289,82 @@ class = "reconnect"
                 Err(ConfigError::Invalid { setting: s, .. }) => assert_eq!(s, setting, "{doc}"),
                 other => panic!("{doc}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn chunk_count_and_footprint_formulas() {
+        let s = Server::default();
+        // ceil(4194304 / (65536 - 1024)) + 1 = 66 + 1.
+        assert_eq!(s.max_chunk_count(), 67);
+        assert_eq!(s.reassembly_footprint(), 66 * 65536);
+        assert_eq!(s.reassembly_footprint(), 4_325_376);
+        let small = Server {
+            max_buffer_size: 8192,
+            max_message_size: 16384,
+            ..Server::default()
+        };
+        // ceil(16384 / 7168) + 1 = 3 + 1.
+        assert_eq!(small.max_chunk_count(), 4);
+        assert_eq!(small.reassembly_footprint(), 3 * 8192);
+        // An exact multiple needs no extra chunk beyond the +1.
+        let exact = Server {
+            max_buffer_size: 8192,
+            max_message_size: 7168 * 5,
+            ..Server::default()
+        };
+        assert_eq!(exact.max_chunk_count(), 6);
+        // The bound covers max_chunk_count full-header chunks whose bodies
+        // fill max_message_size (the worst a message that cannot complete holds).
+        for srv in [&s, &small, &exact] {
+            let n = u64::from(srv.max_chunk_count());
+            assert!(n >= 3);
+            assert!(
+                u64::from(srv.max_message_size) + 100 * n <= srv.reassembly_footprint(),
+                "{srv:?}"
+            );
+        }
+        // Values validate() refuses never panic.
+        let odd = Server {
+            max_buffer_size: 0,
+            max_message_size: u32::MAX,
+            ..Server::default()
+        };
+        assert_eq!(odd.max_chunk_count(), u32::MAX);
+        assert_eq!(odd.reassembly_footprint(), 0);
+    }
+
+    #[test]
+    fn max_bytes_without_session_only_in_shared_only() {
+        let cfg = Config::from_toml(
+            "[isolation]\nmode = \"shared_only\"\nmax_bytes_without_session = 1048576\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.isolation.max_bytes_without_session, Some(1_048_576));
+        let again = Config::from_toml(&cfg.to_toml()).unwrap();
+        assert_eq!(again, cfg);
+        assert_eq!(Config::default().isolation.max_bytes_without_session, None);
+        for mode in ["fair_share", "balanced"] {
+            match Config::from_toml(&format!(
+                "[isolation]\nmode = \"{mode}\"\nmax_bytes_without_session = 1048576\n"
+            )) {
+                Err(ConfigError::Invalid { setting, message }) => {
+                    assert_eq!(setting, "isolation.max_bytes_without_session");
+                    assert!(
+                        message.contains("only applies to mode shared_only"),
+                        "{message}"
+                    );
+                }
+                other => panic!("{mode}: {other:?}"),
+            }
+        }
+        match Config::from_toml(
+            "[isolation]\nmode = \"shared_only\"\nmax_bytes_without_session = 0\n",
+        ) {
+            Err(ConfigError::Invalid { setting, .. }) => {
+                assert_eq!(setting, "isolation.max_bytes_without_session")
+            }
+            other => panic!("{other:?}"),
         }
     }
 

@@ -27,8 +27,13 @@
 //! total and can only lower the default total.
 //!
 //! The unit of a stage (one operation or one maximum-message charge) is 1
-//! for slot stages, [`Plan::retained_message_bytes`] for ReassemblyBytes and
-//! `server.max_message_size` for RequestQueueBytes.
+//! for slot stages, [`Plan::retained_message_bytes`] (the reassembly
+//! footprint, `(max_chunk_count - 1) x server.max_buffer_size` by default)
+//! for ReassemblyBytes and `server.max_message_size` for RequestQueueBytes.
+//!
+//! In shared_only, [`Plan::max_bytes_without_session`] caps the
+//! ReassemblyBytes held by channels without an activated session (default
+//! half the total); the total stays the ceiling for everyone.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -213,6 +218,7 @@ pub struct Plan {
     handshake_timeout: Duration,
     fair_scheduling: bool,
     retained_message_bytes: u64,
+    max_bytes_without_session: Option<u64>,
     max_session_count: u32,
     rate: RatePlan,
     ingress: Vec<IngressPlan>,
@@ -291,19 +297,23 @@ impl Plan {
             }
         }
 
-        // Retained-message space.
+        // Retained-message space: the proven bound of what our reassembler
+        // retains for one message (see `Server::reassembly_footprint`).
         let message = u64::from(s.max_message_size);
+        let bound = s.reassembly_footprint();
         let footprint = match iso.max_retained_message_bytes {
-            Some(v) if v < message => {
+            Some(v) if v < bound => {
                 return Err(err(
                     "isolation.max_retained_message_bytes",
                     format!(
-                        "{v} is not an upper bound: one incomplete message can retain server.max_message_size ({message}) bytes"
+                        "{v} is not an upper bound: one incomplete message can retain {bound} bytes = (max_chunk_count - 1) x server.max_buffer_size = ({} - 1) x {}, where max_chunk_count = ceil(server.max_message_size / (server.max_buffer_size - 1024)) + 1",
+                        s.max_chunk_count(),
+                        s.max_buffer_size
                     ),
                 ))
             }
             Some(v) => v,
-            None => message,
+            None => bound,
         };
         let resolve_bytes = |value: Option<u64>, setting: &str| -> Result<u64, PlanError> {
             if !protected {
@@ -567,6 +577,48 @@ impl Plan {
             });
         }
 
+        // shared_only: the occupancy rule for channels without a session.
+        let max_bytes_without_session = if mode == IsolationMode::SharedOnly {
+            let total = stages[Stage::ReassemblyBytes.index()].total;
+            let (value, explicit) = match iso.max_bytes_without_session {
+                Some(v) => (v, true),
+                None => (total / 2, false),
+            };
+            if value > total {
+                return Err(err(
+                    "isolation.max_bytes_without_session",
+                    format!(
+                        "{value} exceeds the ReassemblyBytes total ({total}), which stays the ceiling for every channel"
+                    ),
+                ));
+            }
+            if value < footprint {
+                let what = if explicit {
+                    format!("{value}")
+                } else {
+                    format!("the default, half the ReassemblyBytes total ({value}),")
+                };
+                return Err(err(
+                    "isolation.max_bytes_without_session",
+                    format!(
+                        "{what} is below one retained-message footprint ({footprint} bytes): channels without a session could not reassemble one maximum message; set it between {footprint} and {total} or raise server.chunk_reassembly_budget"
+                    ),
+                ));
+            }
+            Some(value)
+        } else {
+            if iso.max_bytes_without_session.is_some() {
+                return Err(err(
+                    "isolation.max_bytes_without_session",
+                    format!(
+                        "only applies to mode shared_only (mode is {})",
+                        mode.as_str()
+                    ),
+                ));
+            }
+            None
+        };
+
         // Owner table: shared traffic, each protected class in use, every trusted owner.
         let reserved_owner_entries = iso.trusted_owners.len() as u64
             + u64::from(has_bootstrap)
@@ -713,6 +765,7 @@ impl Plan {
             handshake_timeout: iso.handshake_timeout,
             fair_scheduling: iso.fair_scheduling && mode != IsolationMode::SharedOnly,
             retained_message_bytes: footprint,
+            max_bytes_without_session,
             max_session_count: s.max_session_count,
             rate,
             ingress,
@@ -750,6 +803,9 @@ impl Plan {
         tracing::info!(mode = self.mode.as_str(), "resource isolation plan");
         for line in self.lines() {
             tracing::info!("{line}");
+        }
+        if let Some(bytes) = self.max_bytes_without_session {
+            tracing::info!("ReassemblyBytes without session: max={bytes}");
         }
     }
 
@@ -797,13 +853,25 @@ impl Plan {
         self.fair_scheduling
     }
 
-    /// The retained-message footprint: the most bytes one incomplete
-    /// message can hold in our reassembler. Formula: `max_retained_message_bytes`
-    /// if configured, else `server.max_message_size` (the reassembler keeps
-    /// the decoded chunk bodies of one message, at most MaxMessageSize
-    /// bytes, and refuses a chunk that would exceed it).
+    /// The retained-message footprint: an upper bound of the bytes one
+    /// incomplete message can hold in our reassembler. Formula:
+    /// `max_retained_message_bytes` if configured (never below the bound),
+    /// else `(max_chunk_count - 1) x server.max_buffer_size` with
+    /// `max_chunk_count = ceil(server.max_message_size /
+    /// (server.max_buffer_size - 1024)) + 1`: only intermediate chunks are
+    /// retained, each charged with at most one receive buffer (see
+    /// `uagate_config::Server::reassembly_footprint` for the proof).
     pub fn retained_message_bytes(&self) -> u64 {
         self.retained_message_bytes
+    }
+
+    /// `shared_only` only: the most ReassemblyBytes that channels without an
+    /// activated session (charged as `OwnerClass::Ordinary`) may hold
+    /// together, `isolation.max_bytes_without_session` or half the
+    /// ReassemblyBytes total. Session-bound channels may use the whole
+    /// total. `None` in the other modes, whose class reserves replace it.
+    pub fn max_bytes_without_session(&self) -> Option<u64> {
+        self.max_bytes_without_session
     }
 
     /// `server.max_session_count` the plan was sized for.
@@ -828,7 +896,7 @@ impl Plan {
                 .map(|o| o.key.clone())
                 .collect::<Vec<_>>()
         };
-        let checks: [(&'static str, bool); 10] = [
+        let checks: [(&'static str, bool); 11] = [
             ("isolation.mode", self.mode != new.mode),
             (
                 "stage capacities (server limits, isolation.stages, reservations)",
@@ -854,6 +922,10 @@ impl Plan {
             (
                 "isolation.max_retained_message_bytes",
                 self.retained_message_bytes != new.retained_message_bytes,
+            ),
+            (
+                "isolation.max_bytes_without_session",
+                self.max_bytes_without_session != new.max_bytes_without_session,
             ),
             (
                 "server.max_session_count",

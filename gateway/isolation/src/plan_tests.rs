@@ -5,6 +5,9 @@ use super::*;
 use uagate_config::Config;
 
 const MIB: u64 = 1024 * 1024;
+/// The default reassembly footprint: (max_chunk_count - 1) x max_buffer_size
+/// with max_chunk_count = ceil(4194304 / (65536 - 1024)) + 1 = 67.
+const FOOTPRINT: u64 = 66 * 65536;
 
 fn config(doc: &str) -> Config {
     Config::from_toml(doc).unwrap_or_else(|e| panic!("{doc}\n{e}"))
@@ -45,10 +48,12 @@ fn default_plan_prints_the_reference_lines() {
     let p = Plan::build(&Config::default()).unwrap();
     assert_eq!(p.mode(), IsolationMode::Balanced);
     let q = 4 * MIB;
+    let f = FOOTPRINT;
     let expected = vec![
         "Connection: total=103, shared=101, bootstrap=1, reconnect=1, control=0, trusted=0, ownerLimit=103".to_string(),
         "Handshake: total=103, shared=101, bootstrap=1, reconnect=1, control=0, trusted=0, ownerLimit=103".to_string(),
-        format!("ReassemblyBytes: total={}, shared={}, bootstrap={q}, reconnect={q}, control=0, trusted=0, ownerLimit={}", 64 * MIB, 56 * MIB, 64 * MIB),
+        // 67108864 - 2 x 4325376 = 58458112 shared.
+        format!("ReassemblyBytes: total={}, shared={}, bootstrap={f}, reconnect={f}, control=0, trusted=0, ownerLimit={}", 64 * MIB, 64 * MIB - 2 * f, 64 * MIB),
         "SessionEstablishment: total=64, shared=62, bootstrap=1, reconnect=1, control=0, trusted=0, ownerLimit=64".to_string(),
         "RequestQueue: total=103, shared=100, bootstrap=1, reconnect=1, control=1, trusted=0, ownerLimit=103".to_string(),
         "RequestExecution: total=100, shared=97, bootstrap=1, reconnect=1, control=1, trusted=0, ownerLimit=100".to_string(),
@@ -61,6 +66,8 @@ fn default_plan_prints_the_reference_lines() {
     assert!(p.is_enforced());
     assert_eq!(p.handshake_timeout(), Duration::from_secs(120));
     assert_eq!(p.reserved_owner_entries(), 3);
+    assert_eq!(p.lines()[2], "ReassemblyBytes: total=67108864, shared=58458112, bootstrap=4325376, reconnect=4325376, control=0, trusted=0, ownerLimit=67108864");
+    assert_eq!(p.max_bytes_without_session(), None);
 }
 
 #[test]
@@ -138,15 +145,26 @@ fn a_worker_count_without_shared_capacity_is_refused() {
 
 #[test]
 fn reassembly_bytes_total_is_the_budget_and_each_reserve_one_footprint() {
-    // Our footprint: max_message_size.
+    // Our footprint: (max_chunk_count - 1) x max_buffer_size, with
+    // max_chunk_count = ceil(max_message_size / (max_buffer_size - 1024)) + 1.
     let p = plan("[server]\nmax_message_size = 4194304\nchunk_reassembly_budget = 67108864\n");
     let r = p.stage(Stage::ReassemblyBytes);
-    assert_eq!(p.retained_message_bytes(), 4194304);
+    assert_eq!(p.retained_message_bytes(), 4325376);
+    assert_eq!(p.retained_message_bytes(), FOOTPRINT);
     assert_eq!(
-        (r.total, r.bootstrap, r.reconnect),
-        (67108864, 4194304, 4194304)
+        (r.total, r.bootstrap, r.reconnect, r.unit),
+        (67108864, 4325376, 4325376, 4325376)
     );
-    assert_eq!(r.shared, r.total - 2 * 4194304);
+    assert_eq!(r.shared, r.total - 2 * 4325376);
+    assert_eq!(r.shared, 58458112);
+    // Smaller buffers: ceil(16384 / 7168) + 1 = 4 chunks, footprint 3 x 8192.
+    let p = plan("[server]\nmax_buffer_size = 8192\nmax_message_size = 16384\nchunk_reassembly_budget = 73728\n");
+    let r = p.stage(Stage::ReassemblyBytes);
+    assert_eq!(p.retained_message_bytes(), 24576);
+    assert_eq!(
+        (r.total, r.shared, r.bootstrap, r.reconnect),
+        (73728, 24576, 24576, 24576)
+    );
     // The reference's numbers with its 16.25 MiB bound.
     let p = plan("[isolation]\nmax_retained_message_bytes = 17039360\n");
     let r = p.stage(Stage::ReassemblyBytes);
@@ -157,7 +175,11 @@ fn reassembly_bytes_total_is_the_budget_and_each_reserve_one_footprint() {
     // Larger top-level reserves.
     let p = plan("[isolation]\nreconnect_reserved_bytes = 8388608\n");
     let r = p.stage(Stage::ReassemblyBytes);
-    assert_eq!((r.reconnect, r.shared), (8 * MIB, 52 * MIB));
+    assert_eq!(
+        (r.bootstrap, r.reconnect, r.shared),
+        (FOOTPRINT, 8 * MIB, 64 * MIB - FOOTPRINT - 8 * MIB)
+    );
+    assert_eq!(r.shared, 54394880);
 }
 
 #[test]
@@ -179,6 +201,57 @@ fn shared_only_reserves_nothing_and_is_fifo() {
     assert_eq!(p.rate().shared, p.rate().total);
     assert!(p.rate().bootstrap.is_none());
     assert_eq!(p.reserved_owner_entries(), 0);
+}
+
+#[test]
+fn shared_only_caps_reassembly_bytes_without_session() {
+    // Default: half the reassembly budget; the total stays the ceiling.
+    let p = plan("[isolation]\nmode = \"shared_only\"\n");
+    assert_eq!(p.max_bytes_without_session(), Some(32 * MIB));
+    assert_eq!(p.stage(Stage::ReassemblyBytes).shared, 64 * MIB);
+    // Explicit values between one footprint and the total.
+    let p = plan("[isolation]\nmode = \"shared_only\"\nmax_bytes_without_session = 4325376\n");
+    assert_eq!(p.max_bytes_without_session(), Some(FOOTPRINT));
+    let p = plan("[isolation]\nmode = \"shared_only\"\nmax_bytes_without_session = 67108864\n");
+    assert_eq!(p.max_bytes_without_session(), Some(64 * MIB));
+    // A lowered ReassemblyBytes total lowers the default and the ceiling.
+    let p = plan("[isolation]\nmode = \"shared_only\"\n[[isolation.stages]]\nstage = \"reassembly_bytes\"\ncapacity = 16777216\n");
+    assert_eq!(p.max_bytes_without_session(), Some(8 * MIB));
+    let msg = refused(
+        "[isolation]\nmode = \"shared_only\"\nmax_bytes_without_session = 67108865\n",
+        "isolation.max_bytes_without_session",
+    );
+    assert!(msg.contains("67108864"), "{msg}");
+    let msg = refused(
+        "[isolation]\nmode = \"shared_only\"\nmax_bytes_without_session = 4325375\n",
+        "isolation.max_bytes_without_session",
+    );
+    assert!(msg.contains("footprint (4325376 bytes)"), "{msg}");
+    // The default half of a small budget cannot hold one maximum message.
+    let small =
+        "[server]\nchunk_reassembly_budget = 8650751\n[isolation]\nmode = \"shared_only\"\n";
+    let msg = refused(small, "isolation.max_bytes_without_session");
+    assert!(msg.contains("the default"), "{msg}");
+    let p = plan(&format!("{small}max_bytes_without_session = 4325376\n"));
+    assert_eq!(p.max_bytes_without_session(), Some(FOOTPRINT));
+    // Only shared_only has the rule; the class reserves replace it elsewhere.
+    for mode in ["fair_share", "balanced"] {
+        let msg = refused(
+            &format!("[isolation]\nmode = \"{mode}\"\nmax_bytes_without_session = 8388608\n"),
+            "isolation.max_bytes_without_session",
+        );
+        assert!(msg.contains("only applies to mode shared_only"), "{msg}");
+        let p = plan(&format!("[isolation]\nmode = \"{mode}\"\n"));
+        assert_eq!(p.max_bytes_without_session(), None);
+    }
+    // Changing it needs a restart.
+    let live = plan("[isolation]\nmode = \"shared_only\"\n");
+    let new = plan("[isolation]\nmode = \"shared_only\"\nmax_bytes_without_session = 8388608\n");
+    assert_eq!(
+        live.restart_required(&new),
+        vec!["isolation.max_bytes_without_session"]
+    );
+    assert!(live.restart_required(&live.clone()).is_empty());
 }
 
 #[test]
@@ -270,7 +343,10 @@ fn trusted_reservations_add_a_reserve_per_owner() {
     let q = p.stage(Stage::RequestQueue);
     assert_eq!((q.total, q.shared, q.trusted_reserved()), (104, 100, 1));
     let r = p.stage(Stage::ReassemblyBytes);
-    assert_eq!((r.trusted_reserved(), r.shared), (4 * MIB, 52 * MIB));
+    assert_eq!(
+        (r.trusted_reserved(), r.shared),
+        (FOOTPRINT, 64 * MIB - 3 * FOOTPRINT)
+    );
     assert_eq!(
         p.stage(Stage::RequestQueueBytes).trusted_reserved(),
         4 * MIB
@@ -364,12 +440,12 @@ fn rule_every_stage_can_hold_work() {
         "[server]\nmax_concurrent_session_establishment = 2\n",
         "server.max_concurrent_session_establishment",
     );
-    // ... or one maximum message.
+    // ... or one retained-message footprint (3 x 4325376 with two reserves).
     refused(
-        "[server]\nchunk_reassembly_budget = 12582911\n",
+        "[server]\nchunk_reassembly_budget = 12976127\n",
         "server.chunk_reassembly_budget",
     );
-    plan("[server]\nchunk_reassembly_budget = 12582912\n");
+    plan("[server]\nchunk_reassembly_budget = 12976128\n");
 }
 
 #[test]
@@ -428,6 +504,28 @@ fn rule_retained_message_space() {
     refused(
         "[isolation]\nmax_retained_message_bytes = 4194303\n",
         "isolation.max_retained_message_bytes",
+    );
+    // max_message_size alone is not an upper bound: chunk headers are charged too.
+    let msg = refused(
+        "[isolation]\nmax_retained_message_bytes = 4194304\n",
+        "isolation.max_retained_message_bytes",
+    );
+    assert!(
+        msg.contains("4325376")
+            && msg.contains("(max_chunk_count - 1) x server.max_buffer_size = (67 - 1) x 65536")
+            && msg.contains("ceil(server.max_message_size / (server.max_buffer_size - 1024)) + 1"),
+        "{msg}"
+    );
+    refused(
+        "[isolation]\nmax_retained_message_bytes = 4325375\n",
+        "isolation.max_retained_message_bytes",
+    );
+    let p = plan("[isolation]\nmax_retained_message_bytes = 4325376\n");
+    assert_eq!(p.retained_message_bytes(), FOOTPRINT);
+    // The top-level reserves must hold one footprint, not one message.
+    refused(
+        "[isolation]\nbootstrap_reserved_bytes = 4194304\n",
+        "isolation.bootstrap_reserved_bytes",
     );
     refused(
         "[isolation]\nmax_retained_message_bytes = 0\n",

@@ -12,6 +12,13 @@
 //! each protected class in use and each trusted owner. Entries are removed
 //! when an owner's last charge is released; live entries are never evicted.
 //!
+//! A stage may also cap what ordinary-class charges hold together
+//! ([`StageCapacity::without_session`]): shared_only's MaxBytesWithoutSession
+//! rule at ReassemblyBytes, where channels without an activated session are
+//! charged as [`OwnerClass::Ordinary`] and session-bound ones as
+//! [`OwnerClass::SessionBound`]. A charge over that sub-limit is refused
+//! with [`RejectReason::Capacity`]; the lease gives it back on drop.
+//!
 //! [`ConnectionRateLimiter`] is the token bucket of `connections_per_second`
 //! / `connection_burst`, partitioned into shared and protected tokens in the
 //! balanced and trusted_reservations profiles.
@@ -113,6 +120,12 @@ pub struct StageCapacity {
     pub trusted: Vec<TrustedCapacity>,
     /// Hard limit for every non-trusted owner at this stage.
     pub owner_limit: u64,
+    /// Most units that charges of class [`OwnerClass::Ordinary`] may hold
+    /// together at this stage, whatever their owner (shared_only's
+    /// MaxBytesWithoutSession rule at ReassemblyBytes: channels without an
+    /// activated session). Other classes are not counted and may use the
+    /// whole capacity. `None`: no such sub-limit.
+    pub without_session: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -146,6 +159,9 @@ struct StageState {
     /// Parallel to `capacity.trusted`.
     trusted: Vec<Pool>,
     trusted_index: HashMap<OwnerKey, usize>,
+    /// Units held by ordinary-class charges (counted against
+    /// `capacity.without_session` when it is set).
+    without_session_used: u64,
     rejections: [u64; REASON_COUNT],
 }
 
@@ -184,6 +200,7 @@ impl StageState {
             },
             trusted,
             trusted_index,
+            without_session_used: 0,
             capacity,
             rejections: [0; REASON_COUNT],
         }
@@ -317,13 +334,19 @@ impl IsolationLimiter {
         let st = &mut *guard;
         let result = Self::admit(st, stage, owner, class, amount);
         match result {
-            Ok((pool, from_reserve, from_shared)) => Ok(Lease {
+            Ok(Admitted {
+                pool,
+                from_reserve,
+                from_shared,
+                without_session,
+            }) => Ok(Lease {
                 state: Some(Arc::clone(&self.state)),
                 stage,
                 owner: owner.clone(),
                 pool,
                 from_reserve,
                 from_shared,
+                without_session,
             }),
             Err(reason) => {
                 if let Some(s) = st.stages.get_mut(idx) {
@@ -341,7 +364,7 @@ impl IsolationLimiter {
         owner: &OwnerKey,
         class: &OwnerClass,
         amount: u64,
-    ) -> Result<(Option<ReservePool>, u64, u64), RejectReason> {
+    ) -> Result<Admitted, RejectReason> {
         let idx = stage.index();
         if let OwnerClass::Trusted(k) = class {
             if k != owner || !st.trusted_keys.contains(k) {
@@ -349,7 +372,7 @@ impl IsolationLimiter {
             }
         }
         if amount == 0 {
-            return Ok((None, 0, 0));
+            return Ok(Admitted::default());
         }
         let Some(s) = st.stages.get(idx) else {
             return Err(RejectReason::Capacity);
@@ -382,6 +405,16 @@ impl IsolationLimiter {
         if from_shared > s.shared.free() {
             return Err(RejectReason::Capacity);
         }
+        // Channels without a session may fill only part of the stage.
+        let without_session = match (class, s.capacity.without_session) {
+            (OwnerClass::Ordinary, Some(limit)) => {
+                if s.without_session_used.saturating_add(amount) > limit {
+                    return Err(RejectReason::Capacity);
+                }
+                true
+            }
+            _ => false,
+        };
         let held = st.owners.get(owner).map_or(0, |e| e.charges[idx]);
         if held.saturating_add(amount) > hard_limit {
             return Err(RejectReason::OwnerLimit);
@@ -418,7 +451,24 @@ impl IsolationLimiter {
         if let Some(p) = pool.and_then(|p| s.pool_mut(p)) {
             p.used += from_reserve;
         }
-        Ok((pool, from_reserve, from_shared))
+        if without_session {
+            s.without_session_used += amount;
+        }
+        Ok(Admitted {
+            pool,
+            from_reserve,
+            from_shared,
+            without_session,
+        })
+    }
+
+    /// Units of `stage` held by ordinary-class charges that count against
+    /// its `without_session` sub-limit (0 when the stage has none).
+    pub fn without_session_usage(&self, stage: Stage) -> u64 {
+        lock(&self.state)
+            .stages
+            .get(stage.index())
+            .map_or(0, |s| s.without_session_used)
     }
 
     /// Units of `stage` currently charged (all pools).
@@ -485,6 +535,16 @@ impl IsolationLimiter {
     }
 }
 
+/// What an admission charged, for its lease.
+#[derive(Debug, Default)]
+struct Admitted {
+    pool: Option<ReservePool>,
+    from_reserve: u64,
+    from_shared: u64,
+    /// Counted against the stage's `without_session` sub-limit.
+    without_session: bool,
+}
+
 /// Counters of an [`IsolationLimiter`] at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimiterSnapshot {
@@ -508,6 +568,8 @@ pub struct Lease {
     pool: Option<ReservePool>,
     from_reserve: u64,
     from_shared: u64,
+    /// The charge counts against the stage's `without_session` sub-limit.
+    without_session: bool,
 }
 
 impl Lease {
@@ -548,6 +610,9 @@ impl Drop for Lease {
             s.shared.used = s.shared.used.saturating_sub(self.from_shared);
             if let Some(p) = self.pool.and_then(|p| s.pool_mut(p)) {
                 p.used = p.used.saturating_sub(self.from_reserve);
+            }
+            if self.without_session {
+                s.without_session_used = s.without_session_used.saturating_sub(amount);
             }
         }
         let mut freed = None;
@@ -775,6 +840,7 @@ mod tests {
                 hard_limit: 4,
             }],
             owner_limit,
+            without_session: None,
         }
     }
 
@@ -928,6 +994,7 @@ mod tests {
             control: 0,
             trusted: vec![],
             owner_limit: 30,
+            without_session: None,
         };
         let l = IsolationLimiter::new(
             [
@@ -954,6 +1021,119 @@ mod tests {
         assert!(l
             .try_acquire(Stage::Connection, &addr(2), &OwnerClass::SessionBound, 1)
             .is_err());
+    }
+
+    /// shared_only's ReassemblyBytes: everything shared, ordinary
+    /// (sessionless) charges capped at `sessionless`.
+    fn shared_only_reassembly(total: u64, sessionless: u64) -> IsolationLimiter {
+        IsolationLimiter::new(
+            [(
+                Stage::ReassemblyBytes,
+                StageCapacity {
+                    total,
+                    shared: total,
+                    owner_limit: total,
+                    without_session: Some(sessionless),
+                    ..StageCapacity::default()
+                },
+            )],
+            100,
+        )
+    }
+
+    #[test]
+    fn ordinary_charges_stop_at_the_without_session_limit() {
+        let l = shared_only_reassembly(100, 50);
+        let o = OwnerClass::Ordinary;
+        let r = Stage::ReassemblyBytes;
+        // Several sessionless owners together, not each: 30 + 20 = 50.
+        let a = l.try_acquire(r, &addr(1), &o, 30).unwrap();
+        let b = l.try_acquire(r, &addr(2), &o, 20).unwrap();
+        assert_eq!(l.without_session_usage(r), 50);
+        let e = l.try_acquire(r, &addr(3), &o, 1).unwrap_err();
+        assert_eq!(
+            e,
+            Rejection {
+                stage: r,
+                reason: RejectReason::Capacity
+            }
+        );
+        assert_eq!(l.rejections(r, RejectReason::Capacity), 1);
+        // The refused charge holds nothing and left no owner entry.
+        assert_eq!(l.usage(r), 50);
+        assert_eq!(l.tracked_owner_count(), 2);
+        // Session-bound channels fill the rest of the budget ...
+        let s1 = l
+            .try_acquire(r, &addr(4), &OwnerClass::SessionBound, 40)
+            .unwrap();
+        let s2 = l
+            .try_acquire(r, &addr(1), &OwnerClass::SessionBound, 10)
+            .unwrap();
+        assert_eq!(s1.reserved_amount() + s2.reserved_amount(), 0);
+        assert_eq!(l.usage(r), 100);
+        assert_eq!(
+            l.without_session_usage(r),
+            50,
+            "session-bound is not counted"
+        );
+        // ... and the total stays the ceiling for everyone.
+        assert_eq!(
+            l.try_acquire(r, &addr(4), &OwnerClass::SessionBound, 1)
+                .unwrap_err()
+                .reason,
+            RejectReason::Capacity
+        );
+        // Under the sub-limit but with the total full: still refused.
+        drop(b);
+        assert_eq!(l.without_session_usage(r), 30);
+        let s3 = l
+            .try_acquire(r, &addr(5), &OwnerClass::SessionBound, 20)
+            .unwrap();
+        assert_eq!(
+            l.try_acquire(r, &addr(3), &o, 1).unwrap_err().reason,
+            RejectReason::Capacity
+        );
+        drop((a, s1, s2, s3));
+        assert_eq!((l.usage(r), l.without_session_usage(r)), (0, 0));
+        assert_eq!(l.tracked_owner_count(), 0);
+    }
+
+    #[test]
+    fn dropping_an_ordinary_lease_frees_the_without_session_limit() {
+        let l = shared_only_reassembly(100, 50);
+        let o = OwnerClass::Ordinary;
+        let r = Stage::ReassemblyBytes;
+        let full = l.try_acquire(r, &addr(1), &o, 50).unwrap();
+        assert!(l.try_acquire(r, &addr(2), &o, 10).is_err());
+        // Releasing a session-bound charge does not make room for sessionless ones.
+        let sb = l
+            .try_acquire(r, &addr(3), &OwnerClass::SessionBound, 10)
+            .unwrap();
+        drop(sb);
+        assert!(l.try_acquire(r, &addr(2), &o, 10).is_err());
+        // Releasing the ordinary charge does, also from another thread.
+        std::thread::spawn(move || drop(full)).join().unwrap();
+        assert_eq!(l.without_session_usage(r), 0);
+        let again = l.try_acquire(r, &addr(2), &o, 50).unwrap();
+        assert_eq!(again.amount(), 50);
+        assert_eq!(l.without_session_usage(r), 50);
+        drop(again);
+        assert_eq!(l.without_session_usage(r), 0);
+        // Zero-amount leases count nothing.
+        let z = l.try_acquire(r, &addr(2), &o, 0).unwrap();
+        drop(z);
+        assert_eq!(l.without_session_usage(r), 0);
+        // Without the sub-limit, ordinary charges are not counted at all.
+        let cap = StageCapacity {
+            total: 100,
+            shared: 100,
+            owner_limit: 100,
+            ..StageCapacity::default()
+        };
+        let plain = IsolationLimiter::new([(r, cap)], 100);
+        let all = plain.try_acquire(r, &addr(1), &o, 100).unwrap();
+        assert_eq!(plain.without_session_usage(r), 0);
+        drop(all);
     }
 
     #[test]
@@ -991,6 +1171,7 @@ mod tests {
                 hard_limit: 10,
             }],
             owner_limit: 10,
+            without_session: None,
         };
         let l = limiter(cap, 5);
         let o = OwnerClass::Ordinary;

@@ -12,8 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use opcua_core::RequestMessage;
-use opcua_types::{CloseSecureChannelRequest, StatusCode};
+use opcua_core::{Message, RequestMessage};
+use opcua_types::{
+    BinaryEncodable, ByteString, CloseSecureChannelRequest, ContextOwned, DataValue, NodeId,
+    StatusCode, Variant, WriteRequest, WriteValue,
+};
 use uagate_proto::{CloseReason, Event, Limits, ProtoError, ReassemblyBudget, ServerConnection};
 
 /// A byte pool shared by several connections' budgets, with a log.
@@ -395,4 +398,168 @@ fn a_budget_replaced_mid_message_moves_the_charge() {
     }));
     assert_failed(&mut conn, StatusCode::BadTcpNotEnoughResources);
     assert_eq!(second.lock().unwrap().used, 0);
+}
+
+// ---- The reassembly footprint: what one message can retain ----
+
+/// `uagate_config::Server::max_chunk_count` (the proto crate does not depend
+/// on the configuration; the server passes that value in `Limits`).
+fn max_chunk_count(max_message_size: u32, max_buffer_size: u32) -> u32 {
+    max_message_size.div_ceil(max_buffer_size - 1024) + 1
+}
+
+/// The plan's retained-message footprint for `limits`:
+/// `(max_chunk_count - 1) x max_buffer_size`.
+fn footprint(limits: &Limits) -> usize {
+    (limits.max_chunk_count as usize - 1) * limits.receive_buffer_size as usize
+}
+
+/// The server's limits for the default `[server]` section (4 MiB messages,
+/// 64 KiB buffers, 67 chunks).
+fn server_limits() -> Limits {
+    let limits = Limits::default();
+    Limits {
+        max_chunk_count: max_chunk_count(limits.max_message_size, limits.receive_buffer_size),
+        ..limits
+    }
+}
+
+/// A WriteRequest whose type id and body together take exactly `size` bytes.
+fn write_of_size(client: &mut Client, size: usize) -> RequestMessage {
+    let build = |client: &mut Client, len: usize| -> RequestMessage {
+        WriteRequest {
+            request_header: client.header(),
+            nodes_to_write: Some(vec![WriteValue {
+                node_id: NodeId::new(2, "Device0.Blob"),
+                attribute_id: 13,
+                index_range: Default::default(),
+                value: DataValue::new_now(Variant::ByteString(ByteString::from(vec![0x5a; len]))),
+            }]),
+        }
+        .into()
+    };
+    let encoded_len = |req: &RequestMessage| {
+        let ctx = ContextOwned::default();
+        let mut v = Vec::new();
+        req.type_id().encode(&mut v, &ctx.context()).unwrap();
+        req.encode(&mut v, &ctx.context()).unwrap();
+        v.len()
+    };
+    let empty = build(client, 0);
+    let base = encoded_len(&empty);
+    let req = build(client, size - base);
+    assert_eq!(encoded_len(&req), size);
+    req
+}
+
+/// Bytes the budget was asked to retain, per charge.
+fn charged(pool: &Arc<Mutex<Pool>>) -> Vec<usize> {
+    pool.lock().unwrap().reserves.iter().map(|r| r.1).collect()
+}
+
+#[test]
+fn a_maximum_size_message_in_maximum_chunks_stays_within_the_footprint() {
+    let now = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let limits = server_limits();
+    assert_eq!(limits.max_chunk_count, 67);
+    let (m, b) = (
+        limits.max_message_size as usize,
+        limits.receive_buffer_size as usize,
+    );
+    assert_eq!(footprint(&limits), 66 * 65536);
+    let (mut conn, mut client) = open_none(limits.clone(), dir.path(), now);
+    let pool = pool(1 << 30);
+    conn.set_reassembly_budget(Box::new(PoolBudget {
+        pool: pool.clone(),
+        id: 1,
+        held: 0,
+    }));
+    // A message of exactly max_message_size bytes in full receive buffers.
+    let req = write_of_size(&mut client, m);
+    let (rid, frames) = client.encode(&req, b);
+    assert!(frames.len() <= limits.max_chunk_count as usize);
+    let (last, intermediate) = frames.split_last().unwrap();
+    assert!(intermediate.iter().all(|f| f.len() == b && f[3] == b'C'));
+    for f in intermediate {
+        conn.handle_input(f, now);
+    }
+    assert!(conn.is_open());
+    let charges = charged(&pool);
+    assert_eq!(charges.len(), intermediate.len());
+    let total: usize = charges.iter().sum();
+    // Headers are charged too: more than the bodies alone ...
+    let bodies: usize = intermediate.iter().map(|f| f.len() - 24).sum();
+    assert!(total > bodies, "{total} vs {bodies}");
+    // ... yet within the footprint, and the footprint is not loose by more
+    // than one buffer plus the per-chunk allowance.
+    assert!(
+        total <= footprint(&limits),
+        "{total} > {}",
+        footprint(&limits)
+    );
+    assert!(total > m - b, "{total} <= {}", m - b);
+    assert_eq!(pool.lock().unwrap().used, total);
+    conn.handle_input(last, now);
+    let out = drain(&mut conn);
+    match out.events.as_slice() {
+        [Event::Request {
+            request_id,
+            request,
+        }] => {
+            assert_eq!(*request_id, rid);
+            assert_eq!(**request, req);
+        }
+        other => panic!("expected the request, got {other:?}"),
+    }
+    assert_eq!(pool.lock().unwrap().used, 0);
+}
+
+#[test]
+fn max_chunk_count_intermediate_chunks_stay_within_the_footprint() {
+    // The worst a message can retain: the reassembler refuses only the
+    // chunk after max_chunk_count, so an incomplete message may hold
+    // max_chunk_count intermediate chunks whose bodies fill max_message_size.
+    let now = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let limits = server_limits();
+    let n = limits.max_chunk_count as usize;
+    let m = limits.max_message_size as usize;
+    let b = limits.receive_buffer_size as usize;
+    let (mut conn, mut client) = open_none(limits.clone(), dir.path(), now);
+    let pool = pool(1 << 30);
+    conn.set_reassembly_budget(Box::new(PoolBudget {
+        pool: pool.clone(),
+        id: 1,
+        held: 0,
+    }));
+    // Chunks of (m / n) body bytes each; the message is a little longer, so
+    // the (n + 1)-th chunk is its final one.
+    let body = m / n;
+    let req = write_of_size(&mut client, n * body + 100);
+    let (_, frames) = client.encode(&req, body + 24);
+    assert_eq!(frames.len(), n + 1);
+    for f in &frames[..n] {
+        assert_eq!(f[3], b'C');
+        assert!(f.len() <= b);
+        conn.handle_input(f, now);
+    }
+    assert!(
+        conn.is_open(),
+        "max_chunk_count intermediate chunks are held"
+    );
+    let charges = charged(&pool);
+    assert_eq!(charges.len(), n);
+    let total: usize = charges.iter().sum();
+    assert_eq!(total, n * (body + 24));
+    assert!(
+        total <= footprint(&limits),
+        "{total} > {}",
+        footprint(&limits)
+    );
+    assert!(total > m - b);
+    // The final chunk would be one too many: refused, everything released.
+    conn.handle_input(&frames[n], now);
+    assert_failed(&mut conn, StatusCode::BadTcpMessageTooLarge);
+    assert_eq!(pool.lock().unwrap().used, 0);
 }

@@ -74,7 +74,7 @@ pub struct Admission {
     rate_rejections: std::sync::atomic::AtomicU64,
 }
 
-fn capacity(stage: &StagePlan) -> StageCapacity {
+fn capacity(stage: &StagePlan, plan: &Plan) -> StageCapacity {
     StageCapacity {
         total: stage.total,
         shared: stage.shared,
@@ -93,6 +93,11 @@ fn capacity(stage: &StagePlan) -> StageCapacity {
             })
             .collect(),
         owner_limit: stage.owner_limit,
+        // shared_only: channels without a session fill only part of the budget.
+        without_session: match stage.stage {
+            Stage::ReassemblyBytes => plan.max_bytes_without_session(),
+            _ => None,
+        },
     }
 }
 
@@ -100,7 +105,7 @@ impl Admission {
     /// Builds the accounting for `plan` at `now`. Called once at start.
     pub fn new(plan: Plan, now: Instant) -> Admission {
         let limiter = IsolationLimiter::new(
-            plan.stages().iter().map(|s| (s.stage, capacity(s))),
+            plan.stages().iter().map(|s| (s.stage, capacity(s, &plan))),
             plan.max_tracked_owners() as usize,
         );
         let r = plan.rate();

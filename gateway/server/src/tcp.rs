@@ -94,12 +94,12 @@ impl Engine {
     /// Limits for a new connection from the configuration.
     fn connection_limits(&self) -> Limits {
         let s = &self.config.server;
-        let max_chunk_count = s.max_message_size.div_ceil(s.max_buffer_size.max(1) - 1024) + 1;
         Limits {
             receive_buffer_size: s.max_buffer_size,
             send_buffer_size: s.max_buffer_size,
             max_message_size: s.max_message_size,
-            max_chunk_count,
+            // The formula the isolation plan's reassembly footprint uses.
+            max_chunk_count: s.max_chunk_count(),
             handshake_timeout: self.config.isolation.handshake_timeout,
             max_token_lifetime: s.max_token_lifetime,
             ..Limits::default()
@@ -375,15 +375,6 @@ async fn drive(
     }
 }
 
-/// The ReassemblyBytes budget of one channel: one lease per retained
-/// intermediate chunk (a lease cannot grow), all dropped when the protocol
-/// layer releases the message, and with the connection.
-///
-/// Who is charged is decided when a message starts and kept for the rest of
-/// that message: the connection's caller, except that an ordinary caller
-/// whose channel carries an activated Session is charged as
-/// [`OwnerClass::SessionBound`] (it may use the reconnect reserve at this
-/// stage only). Protected and trusted callers keep their own class.
 /// Charges OpenSecureChannel(Renew) work to the Handshake stage while it
 /// is processed (resource isolation).
 struct RenewLease {
@@ -407,6 +398,18 @@ impl RenewGate for RenewLease {
     }
 }
 
+/// The ReassemblyBytes budget of one channel: one lease per retained
+/// intermediate chunk (a lease cannot grow), all dropped when the protocol
+/// layer releases the message, and with the connection.
+///
+/// Who is charged is decided when a message starts and kept for the rest of
+/// that message: the connection's caller, except that an ordinary caller
+/// whose channel carries an activated Session is charged as
+/// [`OwnerClass::SessionBound`] (it may use the reconnect reserve at this
+/// stage only). Protected and trusted callers keep their own class. In
+/// shared_only (no reserves, every caller ordinary) the same split decides
+/// which charges count against `isolation.max_bytes_without_session`: the
+/// ordinary ones.
 struct ReassemblyLeases {
     engine: Arc<Engine>,
     caller: Caller,

@@ -6,9 +6,17 @@
 //! reserve, single-chunk traffic keeps working, and closing the flooding
 //! connection frees the budget.
 //!
-//! Plan for the config below (Balanced): ReassemblyBytes total 49152,
-//! shared 16384, bootstrap 16384, reconnect 16384 (footprint =
-//! max_message_size = 16384); chunks are at most 8192 bytes.
+//! Plan for the config below (Balanced): ReassemblyBytes total 73728,
+//! shared 24576, bootstrap 24576, reconnect 24576. The footprint is
+//! (max_chunk_count - 1) x max_buffer_size = (4 - 1) x 8192 = 24576, with
+//! max_chunk_count = ceil(16384 / (8192 - 1024)) + 1 = 4; chunks are at most
+//! 8192 bytes, and one message holds at most two full intermediate chunks
+//! (their 2 x 8168 body bytes fit max_message_size, three would not), so
+//! filling a footprint takes two channels.
+//!
+//! In shared_only (last test) there are no reserves; channels without an
+//! activated session may hold only `isolation.max_bytes_without_session`
+//! (default half the budget) together, session-bound ones the whole budget.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -27,6 +35,7 @@ use opcua_types::{
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 use uagate_config::Stage;
+use uagate_isolation::provider::RejectReason;
 
 const WAIT: Duration = Duration::from_secs(5);
 const NONE_URI: &str = "http://opcfoundation.org/UA/SecurityPolicy#None";
@@ -34,7 +43,12 @@ const CHUNK: usize = 8192;
 /// Message header (8), channel id, token id, sequence number, request id.
 const MSG_HEADER: usize = 24;
 const CONFIG: &str = "[server]\nmax_buffer_size = 8192\nmax_message_size = 16384\n\
-                      chunk_reassembly_budget = 49152\n";
+                      chunk_reassembly_budget = 73728\n";
+/// shared_only: budget 49152, channels without a session 24576 (the default half).
+const SHARED_ONLY: &str = "[server]\nmax_buffer_size = 8192\nmax_message_size = 16384\n\
+                           chunk_reassembly_budget = 49152\n[isolation]\nmode = \"shared_only\"\n";
+/// One retained-message footprint for both configurations.
+const FOOTPRINT: u64 = 3 * CHUNK as u64;
 
 /// A TCP connection to the gateway from source address `src`.
 async fn connect_from(src: [u8; 4], to: SocketAddr) -> TcpStream {
@@ -271,16 +285,35 @@ async fn usage_becomes(gw: &TestGateway, want: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_flood_is_refused_while_sessions_keep_working() {
     let gw = TestGateway::start(CONFIG).await;
-    let plan = gw.engine().isolation_snapshot();
-    assert!(format!("{plan:?}").contains("ReassemblyBytes"), "{plan:?}");
+    let plan = plan_of(CONFIG);
+    let r = plan.stage(Stage::ReassemblyBytes);
+    assert_eq!(plan.retained_message_bytes(), FOOTPRINT);
+    assert_eq!(
+        (r.total, r.shared, r.bootstrap, r.reconnect),
+        (3 * FOOTPRINT, FOOTPRINT, FOOTPRINT, FOOTPRINT)
+    );
+    // The listener advertises the MaxChunkCount the footprint is computed from.
+    let mut s = connect_from([127, 0, 0, 9], gw.addr).await;
+    s.write_all(&hello_bytes(&gw.url)).await.unwrap();
+    let ack = read_frame(&mut s, WAIT).await.expect("ACK");
+    assert_eq!(&ack[..4], b"ACKF");
+    let advertised = u32::from_le_bytes(ack[24..28].try_into().unwrap());
+    let server = uagate_config::Config::from_toml(CONFIG).unwrap().server;
+    assert_eq!((advertised, server.max_chunk_count()), (4, 4));
+    drop(s);
 
-    // The flooder fills the shared part: two full chunks of a message that
-    // never completes (the most one message may hold).
+    // The flooders fill the shared part: two full chunks of a message that
+    // never completes (the most one message may hold), and one more on a
+    // second channel of the same owner.
     let mut flood = Chan::open(&gw, [127, 0, 0, 2]).await;
     let id = flood.request_id();
     flood.send_intermediate(id).await;
     flood.send_intermediate(id).await;
     usage_becomes(&gw, 2 * CHUNK as u64).await;
+    let mut flood_b = Chan::open(&gw, [127, 0, 0, 2]).await;
+    let id = flood_b.request_id();
+    flood_b.send_intermediate(id).await;
+    usage_becomes(&gw, FOOTPRINT).await;
 
     // Its next channel's intermediate chunk does not fit: Error and close.
     let mut flood2 = Chan::open(&gw, [127, 0, 0, 2]).await;
@@ -291,11 +324,7 @@ async fn a_chunk_flood_is_refused_while_sessions_keep_working() {
         StatusCode::BadTcpNotEnoughResources
     );
     common::expect_closed(&mut flood2.s).await;
-    assert_eq!(
-        usage(&gw),
-        2 * CHUNK as u64,
-        "the refused chunk holds nothing"
-    );
+    assert_eq!(usage(&gw), FOOTPRINT, "the refused chunk holds nothing");
 
     // Another ordinary caller without a Session cannot use the reserves either.
     let mut other = Chan::open(&gw, [127, 0, 0, 5]).await;
@@ -314,14 +343,12 @@ async fn a_chunk_flood_is_refused_while_sessions_keep_working() {
     assert_eq!(worker.read(1).await, StatusCode::Good);
     assert_eq!(worker.read(2).await, StatusCode::Good);
     assert_eq!(worker.read(3).await, StatusCode::Good);
-    assert_eq!(
-        usage(&gw),
-        2 * CHUNK as u64,
-        "completion released its charge"
-    );
+    assert_eq!(usage(&gw), FOOTPRINT, "completion released its charge");
 
-    // Closing the flooding connection releases its charge.
+    // Closing the flooding connections releases their charges.
     drop(flood);
+    usage_becomes(&gw, CHUNK as u64).await;
+    drop(flood_b);
     usage_becomes(&gw, 0).await;
 
     // With the budget free again, an ordinary caller's multi-chunk request works.
@@ -362,31 +389,139 @@ fn other_read(chan: &Chan) -> RequestMessage {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_bound_channel_has_only_the_reconnect_reserve_beyond_shared() {
     let gw = TestGateway::start(CONFIG).await;
-    // Shared full (two flooders of one chunk each would do as well).
+    // Shared full: two chunks on one channel, one on another (24576).
     let mut flood = Chan::open(&gw, [127, 0, 0, 2]).await;
     let id = flood.request_id();
     flood.send_intermediate(id).await;
     flood.send_intermediate(id).await;
-    usage_becomes(&gw, 2 * CHUNK as u64).await;
+    let mut flood_b = Chan::open(&gw, [127, 0, 0, 3]).await;
+    let id = flood_b.request_id();
+    flood_b.send_intermediate(id).await;
+    usage_becomes(&gw, FOOTPRINT).await;
 
     // A session-bound channel holds two full chunks from the reconnect
-    // reserve (16384 bytes); a second session-bound channel then finds
-    // both shared and reconnect capacity taken.
+    // reserve (16384 of its 24576 bytes); a second session-bound channel
+    // gets the last 8192, and its next chunk finds both shared and
+    // reconnect capacity taken.
     let mut a = Chan::open(&gw, [127, 0, 0, 4]).await;
     a.session().await;
     let id = a.request_id();
     a.send_intermediate(id).await;
     a.send_intermediate(id).await;
-    usage_becomes(&gw, 4 * CHUNK as u64).await;
+    usage_becomes(&gw, FOOTPRINT + 2 * CHUNK as u64).await;
     let mut b = Chan::open(&gw, [127, 0, 0, 5]).await;
     b.session().await;
     let id = b.request_id();
     b.send_intermediate(id).await;
+    usage_becomes(&gw, 2 * FOOTPRINT).await;
+    b.send_intermediate(id).await;
     assert_eq!(b.expect_error().await, StatusCode::BadTcpNotEnoughResources);
-    // The bootstrap reserve was never available to either of them.
-    assert_eq!(usage(&gw), 4 * CHUNK as u64);
+    // The bootstrap reserve was never available to either of them; b's
+    // partial message is released with its channel.
+    common::expect_closed(&mut b.s).await;
+    usage_becomes(&gw, FOOTPRINT + 2 * CHUNK as u64).await;
     drop(a);
     drop(flood);
+    drop(flood_b);
+    usage_becomes(&gw, 0).await;
+    gw.stop().await;
+}
+
+/// The plan the gateway builds for `extra` (on top of the test listener).
+fn plan_of(extra: &str) -> uagate_isolation::plan::Plan {
+    let config = uagate_config::Config::from_toml(extra).unwrap();
+    uagate_isolation::plan::Plan::build(&config).unwrap()
+}
+
+/// ReassemblyBytes refusals so far for lack of capacity.
+fn capacity_rejections(gw: &TestGateway) -> u64 {
+    gw.engine()
+        .isolation_snapshot()
+        .rejections
+        .iter()
+        .find(|(s, r, _)| *s == Stage::ReassemblyBytes && *r == RejectReason::Capacity)
+        .map_or(0, |(_, _, n)| *n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_only_caps_channels_without_a_session_at_max_bytes_without_session() {
+    let plan = plan_of(SHARED_ONLY);
+    let r = plan.stage(Stage::ReassemblyBytes);
+    assert_eq!(
+        (r.total, r.shared, r.reconnect),
+        (2 * FOOTPRINT, 2 * FOOTPRINT, 0)
+    );
+    assert_eq!(plan.max_bytes_without_session(), Some(FOOTPRINT));
+    let gw = TestGateway::start(SHARED_ONLY).await;
+
+    // Channels without a session fill their part: 16384 + 8192 = 24576.
+    let mut s1 = Chan::open(&gw, [127, 0, 0, 2]).await;
+    let id = s1.request_id();
+    s1.send_intermediate(id).await;
+    s1.send_intermediate(id).await;
+    let mut s2 = Chan::open(&gw, [127, 0, 0, 3]).await;
+    let id = s2.request_id();
+    s2.send_intermediate(id).await;
+    usage_becomes(&gw, FOOTPRINT).await;
+
+    // Another sessionless channel is refused although half the budget is
+    // free: Error BadTcpNotEnoughResources and close, nothing held.
+    let mut s3 = Chan::open(&gw, [127, 0, 0, 4]).await;
+    let id = s3.request_id();
+    s3.send_intermediate(id).await;
+    assert_eq!(
+        s3.expect_error().await,
+        StatusCode::BadTcpNotEnoughResources
+    );
+    common::expect_closed(&mut s3.s).await;
+    assert_eq!(usage(&gw), FOOTPRINT);
+    assert_eq!(capacity_rejections(&gw), 1);
+
+    // A channel with an activated session still reassembles multi-chunk
+    // messages, and may hold more than the sessionless part.
+    let mut worker = Chan::open(&gw, [127, 0, 0, 5]).await;
+    worker.session().await;
+    assert_eq!(worker.read(3).await, StatusCode::Good);
+    assert_eq!(worker.read(2).await, StatusCode::Good);
+    assert_eq!(usage(&gw), FOOTPRINT, "completion released its charge");
+    let id = worker.request_id();
+    worker.send_intermediate(id).await;
+    worker.send_intermediate(id).await;
+    usage_becomes(&gw, FOOTPRINT + 2 * CHUNK as u64).await;
+
+    // The budget stays the ceiling for session-bound channels too.
+    let mut other = Chan::open(&gw, [127, 0, 0, 6]).await;
+    other.session().await;
+    let id = other.request_id();
+    other.send_intermediate(id).await;
+    usage_becomes(&gw, 2 * FOOTPRINT).await;
+    other.send_intermediate(id).await;
+    assert_eq!(
+        other.expect_error().await,
+        StatusCode::BadTcpNotEnoughResources
+    );
+    common::expect_closed(&mut other.s).await;
+    usage_becomes(&gw, FOOTPRINT + 2 * CHUNK as u64).await;
+    assert_eq!(capacity_rejections(&gw), 2);
+
+    // Closing a sessionless channel frees its share of the sessionless part.
+    drop(s2);
+    usage_becomes(&gw, 2 * FOOTPRINT - 2 * CHUNK as u64).await;
+    let mut s4 = Chan::open(&gw, [127, 0, 0, 7]).await;
+    let id = s4.request_id();
+    s4.send_intermediate(id).await;
+    usage_becomes(&gw, 2 * FOOTPRINT - CHUNK as u64).await;
+    // ... and no more than that.
+    let mut s5 = Chan::open(&gw, [127, 0, 0, 8]).await;
+    let id = s5.request_id();
+    s5.send_intermediate(id).await;
+    assert_eq!(
+        s5.expect_error().await,
+        StatusCode::BadTcpNotEnoughResources
+    );
+    assert_eq!(capacity_rejections(&gw), 3);
+
+    drop((s1, s4, worker));
     usage_becomes(&gw, 0).await;
     gw.stop().await;
 }
