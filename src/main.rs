@@ -56,6 +56,12 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Show or replace the TLS certificate of the opc.wss/opc.https listener
+    /// (distinct from the OPC UA application instance certificate).
+    Tls {
+        #[command(subcommand)]
+        command: TlsCommand,
+    },
     /// Print the resource-isolation plan, one line per stage; exit code 2
     /// with a message naming the setting when the configuration cannot be planned.
     Plan {
@@ -100,6 +106,22 @@ enum TrustCommand {
     List,
     /// List rejected certificates awaiting a decision, same format.
     Rejected,
+}
+
+#[derive(Subcommand)]
+enum TlsCommand {
+    /// Print subject, SANs, validity and SHA-256 fingerprint of the TLS
+    /// certificate; creates a self-signed one first when there is none yet.
+    Show,
+    /// Validate a PEM certificate chain (leaf first) and its PEM private key
+    /// and install them; a running gateway picks them up without a restart.
+    /// Exit code 2 with a message naming the problem when they are refused.
+    Set {
+        /// The certificate chain (PEM, leaf first).
+        cert: PathBuf,
+        /// The private key (PEM).
+        key: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -166,7 +188,12 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("configuration cannot be planned: {e}"))?;
     plan.log();
     let gateway = uagate_server::start(config, store, data).await?;
+    // READY stays the first line (scripts read it); the TLS endpoints follow.
     println!("READY opc.tcp={}", gateway.endpoint_url);
+    println!(
+        "TLS opc.wss={} opc.https={}",
+        gateway.wss_url, gateway.https_url
+    );
     wait_for_stop().await;
     gateway.shutdown().await;
     Ok(())
@@ -181,6 +208,27 @@ fn print_certs(certs: &[uagate_store::CertInfo]) {
             c.application_uri.as_deref().unwrap_or("-")
         );
     }
+}
+
+fn print_tls(info: &uagate_server::tls_cert::TlsInfo) {
+    println!("subject: {}", info.subject);
+    println!("sans: {}", info.sans.join(", "));
+    println!("not_before: {}", info.not_before);
+    println!("not_after: {}", info.not_after);
+    println!("sha256: {}", info.fingerprint);
+}
+
+/// `uagate tls set`: refused input leaves the stored pair untouched.
+fn tls_set(data: &Path, cert: &Path, key: &Path) -> Result<uagate_server::tls_cert::TlsInfo> {
+    let cert_pem =
+        std::fs::read(cert).with_context(|| format!("cannot read {}", cert.display()))?;
+    let key_pem = std::fs::read(key).with_context(|| format!("cannot read {}", key.display()))?;
+    Ok(uagate_server::tls_cert::install(
+        data,
+        &cert_pem,
+        &key_pem,
+        std::time::SystemTime::now().into(),
+    )?)
 }
 
 /// Task polls between two checks of socket readiness. Tokio's default (61)
@@ -291,6 +339,28 @@ async fn run() -> Result<()> {
             }
             Ok(())
         }
+        Command::Tls { command } => match command {
+            TlsCommand::Show => {
+                let identity = uagate_server::tls_cert::TlsIdentity::load_or_create(
+                    &cli.data,
+                    &uagate_server::tls_cert::default_hosts(),
+                )?;
+                print_tls(&identity.info());
+                Ok(())
+            }
+            TlsCommand::Set { cert, key } => match tls_set(&cli.data, &cert, &key) {
+                Ok(info) => {
+                    println!("installed TLS certificate sha256 {}", info.fingerprint);
+                    print_tls(&info);
+                    println!("a running gateway picks it up within a few seconds without dropping connections");
+                    Ok(())
+                }
+                Err(e) => {
+                    eprintln!("uagate tls set: {e:#}");
+                    std::process::exit(2);
+                }
+            },
+        },
         Command::Plan { config } => {
             let text = match config {
                 Some(file) => Some(

@@ -371,3 +371,109 @@ fn config_import_tells_what_a_running_gateway_applies_live_and_what_needs_a_rest
     let said = import(doc(7, 90));
     assert!(said.contains("no setting changed"), "{said}");
 }
+
+/// The `sha256: ` line of `uagate tls show` / `tls set` output.
+fn tls_fingerprint(stdout: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stdout);
+    let fp = text
+        .lines()
+        .find_map(|l| l.strip_prefix("sha256: "))
+        .unwrap_or_else(|| panic!("no fingerprint in:\n{text}"))
+        .to_string();
+    assert_eq!(fp.len(), 64, "{fp}");
+    assert!(fp
+        .chars()
+        .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    fp
+}
+
+#[test]
+fn tls_show_creates_a_certificate_and_tls_set_replaces_it_only_when_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let help = Command::new(env!("CARGO_BIN_EXE_uagate"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("tls"));
+
+    // First `tls show` generates the self-signed certificate, like a first start.
+    let out = uagate(&data).args(["tls", "show"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("subject: CN=uagate TLS"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("sans: ") && l.contains("localhost") && l.contains("127.0.0.1")),
+        "{text}"
+    );
+    assert!(text.contains("not_after: "), "{text}");
+    let original = tls_fingerprint(&out.stdout);
+    assert!(data.join("tls/cert.pem").exists() && data.join("tls/key.pem").exists());
+    // A second show prints the same certificate.
+    let out = uagate(&data).args(["tls", "show"]).output().unwrap();
+    assert_eq!(tls_fingerprint(&out.stdout), original);
+
+    let make = |host: &str| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![host.to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (cert_a, key_a) = make("gw.example");
+    let (_, key_b) = make("gw.example");
+    let cert_file = dir.path().join("cert.pem");
+    let key_file = dir.path().join("key.pem");
+    std::fs::write(&cert_file, &cert_a).unwrap();
+
+    // A key of another certificate is refused, naming the problem; nothing changes.
+    std::fs::write(&key_file, &key_b).unwrap();
+    let stored_key = std::fs::read(data.join("tls/key.pem")).unwrap();
+    let out = uagate(&data)
+        .args(["tls", "set"])
+        .arg(&cert_file)
+        .arg(&key_file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not match"), "{err}");
+    assert_eq!(std::fs::read(data.join("tls/key.pem")).unwrap(), stored_key);
+    let out = uagate(&data).args(["tls", "show"]).output().unwrap();
+    assert_eq!(tls_fingerprint(&out.stdout), original);
+
+    // The matching pair is installed and shown from then on.
+    std::fs::write(&key_file, &key_a).unwrap();
+    let out = uagate(&data)
+        .args(["tls", "set"])
+        .arg(&cert_file)
+        .arg(&key_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("picks it up within a few seconds without dropping connections"),
+        "{text}"
+    );
+    let installed = tls_fingerprint(&out.stdout);
+    assert_ne!(installed, original);
+    let out = uagate(&data).args(["tls", "show"]).output().unwrap();
+    assert_eq!(tls_fingerprint(&out.stdout), installed);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("sans: gw.example"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(data.join("tls/cert.pem")).unwrap(),
+        cert_a
+    );
+}

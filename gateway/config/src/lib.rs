@@ -86,8 +86,11 @@ pub struct Redundancy {
 pub struct Listen {
     /// opc.tcp listener.
     pub opc_tcp: SocketAddr,
-    /// opc.wss + opc.https listener (later issue).
-    pub tls: SocketAddr,
+    /// opc.wss + opc.https listener (one TLS port). Default: the opc_tcp
+    /// address with port 4843, or an ephemeral port when opc_tcp uses port 0
+    /// (see [`Listen::tls_addr`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<SocketAddr>,
     /// Browser console (later issue).
     pub console: SocketAddr,
     /// Host name put in endpoint URLs; default: the machine's host name, or
@@ -99,10 +102,29 @@ impl Default for Listen {
     fn default() -> Self {
         Listen {
             opc_tcp: ([0, 0, 0, 0], 4840).into(),
-            tls: ([0, 0, 0, 0], 4843).into(),
+            tls: None,
             console: ([0, 0, 0, 0], 8443).into(),
             public_host: None,
         }
+    }
+}
+
+/// The default port of the opc.wss + opc.https listener.
+pub const DEFAULT_TLS_PORT: u16 = 4843;
+
+impl Listen {
+    /// Where the opc.wss + opc.https listener binds: `tls` if set, else the
+    /// opc_tcp address with port 4843 (an ephemeral port when opc_tcp's
+    /// port is 0, so test and side-by-side instances never collide).
+    pub fn tls_addr(&self) -> SocketAddr {
+        self.tls.unwrap_or_else(|| {
+            let port = if self.opc_tcp.port() == 0 {
+                0
+            } else {
+                DEFAULT_TLS_PORT
+            };
+            SocketAddr::new(self.opc_tcp.ip(), port)
+        })
     }
 }
 

@@ -77,18 +77,51 @@ pub(crate) fn decode_with_budget(
         body.extend_from_slice(&chunk.data[start..end]);
     }
     let ctx_owned = channel.context();
-    let ctx = ctx_owned.context();
+    decode_body_with_budget(&body, &ctx_owned.context(), budget)
+}
+
+/// Decodes one request from a message body: the binary encoding NodeId of
+/// the request type followed by its fields. This is what a secure-channel
+/// message carries after its chunks are joined, and what an opc.https POST
+/// carries (OPC 10000-6 §7.4.4). Deep nesting is refused like on opc.tcp.
+pub fn decode_request_body(
+    body: &[u8],
+    ctx: &opcua_types::Context<'_>,
+) -> Result<RequestMessage, ProtoError> {
+    decode_body_with_budget(body, ctx, STACK_BUDGET)
+}
+
+/// Encodes a response as a message body (type NodeId then fields), the
+/// form an opc.https response carries.
+pub fn encode_response_body(
+    response: &opcua_core::ResponseMessage,
+    ctx: &opcua_types::Context<'_>,
+) -> Result<Vec<u8>, ProtoError> {
+    use opcua_core::Message as _;
+    use opcua_types::BinaryEncodable as _;
+    let type_id = response.type_id();
+    let mut out = Vec::with_capacity(type_id.byte_len(ctx) + response.byte_len(ctx));
+    type_id.encode(&mut out, ctx).map_err(ProtoError::from)?;
+    response.encode(&mut out, ctx).map_err(ProtoError::from)?;
+    Ok(out)
+}
+
+fn decode_body_with_budget(
+    body: &[u8],
+    ctx: &opcua_types::Context<'_>,
+    budget: usize,
+) -> Result<RequestMessage, ProtoError> {
     let mut reader = StackGuardedReader {
-        data: &body,
+        data: body,
         base: stack_position(),
         budget,
         tripped: false,
     };
-    let result = NodeId::decode(&mut reader, &ctx).and_then(|type_id| {
+    let result = NodeId::decode(&mut reader, ctx).and_then(|type_id| {
         let object_id = type_id
             .as_object_id()
             .map_err(|_| opcua_types::Error::decoding("message type id is not an object id"))?;
-        RequestMessage::decode_by_object_id(&mut reader, object_id, &ctx)
+        RequestMessage::decode_by_object_id(&mut reader, object_id, ctx)
     });
     match result {
         Ok(request) => Ok(request),

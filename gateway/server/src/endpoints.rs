@@ -11,6 +11,9 @@ use uagate_config::{Endpoint, SecurityMode, UserToken};
 /// Transport profile of opc.tcp with UA Binary.
 pub const TCP_PROFILE: &str = "http://opcfoundation.org/UA-Profile/Transport/uatcp-uasc-uabinary";
 
+/// Transport profile of opc.https with UA Binary bodies (OPC 10000-7).
+pub const HTTPS_PROFILE: &str = "http://opcfoundation.org/UA-Profile/Transport/https-uabinary";
+
 /// The policy id we give a user token type, so ActivateSession can find it again.
 pub fn policy_id(token: UserToken) -> &'static str {
     match token {
@@ -53,9 +56,11 @@ pub struct Offered {
     pub description: EndpointDescription,
 }
 
-/// Builds the offered endpoints for `url`.
+/// Builds the offered endpoints of a UACP transport (opc.tcp or opc.wss,
+/// `profile` its transport profile URI) at `url`.
 pub fn build(
     url: &str,
+    profile: &str,
     server: &ApplicationDescription,
     certificate: &ByteString,
     configured: &[Endpoint],
@@ -108,7 +113,7 @@ pub fn build(
                     security_mode: mode,
                     security_policy_uri: policy.to_uri().into(),
                     user_identity_tokens: Some(user_identity_tokens),
-                    transport_profile_uri: TCP_PROFILE.into(),
+                    transport_profile_uri: profile.into(),
                     security_level,
                 },
             }
@@ -116,8 +121,62 @@ pub fn build(
         .collect()
 }
 
+/// The user tokens the opc.https endpoint accepts: every token type some
+/// configured endpoint offers. Secrets travel inside TLS, so a UserName
+/// password may be sent as is (token security policy None).
+pub fn https_tokens(configured: &[Endpoint]) -> Vec<UserToken> {
+    let mut tokens = Vec::new();
+    for t in [UserToken::Anonymous, UserToken::Username, UserToken::X509] {
+        if configured.iter().any(|e| e.user_tokens.contains(&t)) {
+            tokens.push(t);
+        }
+    }
+    tokens
+}
+
+/// The opc.https endpoint (OPC 10000-6 §7.4): SecurityPolicy None and mode
+/// None (TLS protects the connection; there are no channel signatures to
+/// make), UA Binary bodies.
+pub fn https(
+    url: &str,
+    server: &ApplicationDescription,
+    certificate: &ByteString,
+    tokens: &[UserToken],
+) -> EndpointDescription {
+    let none = UAString::from(SecurityPolicy::None.to_uri());
+    EndpointDescription {
+        endpoint_url: url.into(),
+        server: server.clone(),
+        server_certificate: certificate.clone(),
+        security_mode: MessageSecurityMode::None,
+        security_policy_uri: none.clone(),
+        user_identity_tokens: Some(
+            tokens
+                .iter()
+                .map(|t| UserTokenPolicy {
+                    policy_id: policy_id(*t).into(),
+                    token_type: match t {
+                        UserToken::Anonymous => UserTokenType::Anonymous,
+                        UserToken::Username => UserTokenType::UserName,
+                        UserToken::X509 => UserTokenType::Certificate,
+                    },
+                    issued_token_type: UAString::null(),
+                    issuer_endpoint_url: UAString::null(),
+                    security_policy_uri: match t {
+                        UserToken::Anonymous => UAString::null(),
+                        UserToken::Username => none.clone(),
+                        UserToken::X509 => SecurityPolicy::Basic256Sha256.to_uri().into(),
+                    },
+                })
+                .collect(),
+        ),
+        transport_profile_uri: HTTPS_PROFILE.into(),
+        security_level: 1,
+    }
+}
+
 /// The ApplicationDescription of this server.
-pub fn application(name: &str, uri: &str, url: &str) -> ApplicationDescription {
+pub fn application(name: &str, uri: &str, urls: &[String]) -> ApplicationDescription {
     ApplicationDescription {
         application_uri: uri.into(),
         product_uri: "urn:uagate".into(),
@@ -125,6 +184,6 @@ pub fn application(name: &str, uri: &str, url: &str) -> ApplicationDescription {
         application_type: ApplicationType::Server,
         gateway_server_uri: UAString::null(),
         discovery_profile_uri: UAString::null(),
-        discovery_urls: Some(vec![url.into()]),
+        discovery_urls: Some(urls.iter().map(|u| u.as_str().into()).collect()),
     }
 }

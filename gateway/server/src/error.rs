@@ -104,6 +104,9 @@ pub enum StartError {
     /// The configuration cannot be planned (resource isolation); names the setting.
     #[error("configuration cannot be planned: {0}")]
     Plan(String),
+    /// The TLS certificate of the opc.wss/opc.https listener is unusable.
+    #[error("TLS certificate: {0}")]
+    Tls(String),
     /// A listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {

@@ -17,6 +17,9 @@ pub mod session;
 pub mod subscriptions;
 pub mod tcp;
 pub mod throttle;
+pub mod tls;
+pub mod tls_cert;
+pub mod ws;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -57,6 +60,9 @@ pub struct ChannelInfo {
     pub tokens: Vec<UserToken>,
     /// Who is charged for this channel's work (resource isolation).
     pub caller: Option<admission::Caller>,
+    /// The transport itself is encrypted (opc.https inside TLS): a UserName
+    /// password may then arrive without the token's own encryption.
+    pub transport_encrypted: bool,
 }
 
 /// Shared state of the running server.
@@ -85,11 +91,25 @@ pub struct Engine {
     dispatcher: dispatch::Dispatcher,
     /// Live connections and which of them could be reclaimed at capacity.
     reclaimer: reclaim::Reclaimer,
+    /// Every endpoint of every transport (opc.tcp, opc.wss, opc.https), as
+    /// GetEndpoints and CreateSession list them.
+    discovery: Vec<opcua_types::EndpointDescription>,
+    /// The logical secure channel shared by opc.https requests.
+    https: Option<Arc<tls::HttpsChannel>>,
+    /// The TLS certificate of the opc.wss/opc.https listener (live reload).
+    tls_identity: Option<Arc<tls_cert::TlsIdentity>>,
     /// The configuration in force (start-up document plus live changes).
     applied: Mutex<Config>,
     /// The outcome of the last stored configuration change.
     reconfigure: Mutex<reconfigure::ReconfigureStatus>,
 }
+
+/// How often the TLS certificate files are checked for a replacement.
+const TLS_WATCH_PERIOD: Duration = Duration::from_secs(2);
+
+/// The channel id of the opc.https logical channel; UACP channels are
+/// numbered after it.
+const NEXT_CHANNEL_START: u32 = 1;
 
 /// Settings key under which a requested server state is persisted (and audited).
 pub(crate) const STATE_SETTING: &str = "server.requested_state";
@@ -131,6 +151,12 @@ pub struct Gateway {
     pub opc_tcp_addr: SocketAddr,
     /// The opc.tcp endpoint URL advertised to clients.
     pub endpoint_url: String,
+    /// Where the TLS listener (opc.wss + opc.https) actually listens.
+    pub tls_addr: SocketAddr,
+    /// The opc.wss endpoint URL advertised to clients.
+    pub wss_url: String,
+    /// The opc.https endpoint URL advertised to clients.
+    pub https_url: String,
     /// The engine, for in-process inspection (tests, console).
     pub engine: Arc<Engine>,
     cancel: CancellationToken,
@@ -326,6 +352,21 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         None => addr.ip().to_string(),
     };
     let endpoint_url = format!("opc.tcp://{host}:{}/", addr.port());
+    let tls_bind = config.listen.tls_addr();
+    let tls_listener = tokio::net::TcpListener::bind(tls_bind)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: tls_bind,
+            source,
+        })?;
+    let tls_addr = tls_listener
+        .local_addr()
+        .map_err(|source| StartError::Bind {
+            addr: tls_bind,
+            source,
+        })?;
+    let wss_url = format!("opc.wss://{host}:{}/", tls_addr.port());
+    let https_url = format!("opc.https://{host}:{}/", tls_addr.port());
     let application_uri = config
         .server
         .application_uri
@@ -348,17 +389,44 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         &application_uri,
         &hosts,
     )?;
+    let tls_identity = tls_cert::TlsIdentity::load_or_create(data_dir, &hosts)
+        .map_err(|e| StartError::Tls(e.to_string()))?;
     let application = endpoints::application(
         &config.server.application_name,
         &application_uri,
-        &endpoint_url,
+        &[endpoint_url.clone(), wss_url.clone(), https_url.clone()],
     );
+    let configured = config.effective_endpoints();
+    let certificate = identity.cert.as_byte_string();
     let offered = endpoints::build(
         &endpoint_url,
+        endpoints::TCP_PROFILE,
         &application,
-        &identity.cert.as_byte_string(),
-        &config.effective_endpoints(),
+        &certificate,
+        &configured,
     );
+    let https_tokens = endpoints::https_tokens(&configured);
+    let mut discovery: Vec<_> = offered.iter().map(|o| o.description.clone()).collect();
+    discovery.extend(
+        endpoints::build(
+            &wss_url,
+            ws::WSS_PROFILE,
+            &application,
+            &certificate,
+            &configured,
+        )
+        .into_iter()
+        .map(|o| o.description),
+    );
+    discovery.push(endpoints::https(
+        &https_url,
+        &application,
+        &certificate,
+        &https_tokens,
+    ));
+    // The logical channel of opc.https; its responses are routed by request id.
+    let https_channel = Arc::new(tls::HttpsChannel::new(NEXT_CHANNEL_START, https_tokens));
+    let (https_tx, https_rx) = mpsc::channel(1024);
     let s = &config.server;
     let limits = SpaceLimits {
         max_nodes_per_read: s.max_nodes_per_read,
@@ -393,6 +461,9 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
     space.set_hostname(&hostname);
     let engine = Arc::new(Engine {
         sessions: Mutex::new(session::Sessions::new(s.max_session_count as usize)),
+        discovery,
+        https: Some(https_channel.clone()),
+        tls_identity: Some(Arc::new(tls_identity)),
         applied: Mutex::new(config.clone()),
         reconfigure: Mutex::new(reconfigure::ReconfigureStatus::Unchanged),
         config,
@@ -402,8 +473,8 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         offered,
         space: RwLock::new(space),
         throttle: throttle::Throttle::default(),
-        next_channel_id: AtomicU32::new(1),
-        responders: Mutex::new(HashMap::new()),
+        next_channel_id: AtomicU32::new(NEXT_CHANNEL_START + 1),
+        responders: Mutex::new(HashMap::from([(NEXT_CHANNEL_START, https_tx)])),
         control: Mutex::new(health::Control {
             requested: stored_state,
             override_level: None,
@@ -422,7 +493,34 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
     let cancel = CancellationToken::new();
     let accept = tokio::spawn(tcp::accept_loop(engine.clone(), listener, cancel.clone()));
     let dispatcher = tokio::spawn(engine.clone().dispatch_loop(cancel.clone()));
-    let config_watch = tokio::spawn(engine.clone().watch_config(cancel.clone()));
+    let seen = engine.config_seen().await;
+    let config_watch = tokio::spawn(engine.clone().watch_config(seen, cancel.clone()));
+    let https_router = tokio::spawn(https_channel.route(https_rx));
+    // A TLS certificate replaced on disk (`uagate tls set`) is picked up
+    // without dropping any connection.
+    let tls_watch = match engine.tls_identity.clone() {
+        Some(identity) => {
+            let dir = data_dir.to_path_buf();
+            let cancel = cancel.clone();
+            tokio::spawn(async move { identity.watch(&dir, TLS_WATCH_PERIOD, cancel).await })
+        }
+        None => tokio::spawn(async {}),
+    };
+    let tls_accept = {
+        let acceptor = tokio_rustls::TlsAcceptor::from(
+            engine
+                .tls_identity
+                .as_ref()
+                .map(|t| t.server_config())
+                .ok_or_else(|| StartError::Tls("no TLS identity".into()))?,
+        );
+        tokio::spawn(tls::accept_loop(
+            engine.clone(),
+            tls_listener,
+            acceptor,
+            cancel.clone(),
+        ))
+    };
     let housekeeping = {
         let engine = engine.clone();
         let cancel = cancel.clone();
@@ -479,9 +577,15 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         })
     };
     tracing::info!(%endpoint_url, "opc.tcp listening");
+    tracing::info!(%wss_url, %https_url, "opc.wss and opc.https listening");
+    // The router ends with the engine's responder; it is not waited for.
+    drop(https_router);
     Ok(Gateway {
         opc_tcp_addr: addr,
         endpoint_url,
+        tls_addr,
+        wss_url,
+        https_url,
         engine,
         cancel,
         tasks: vec![
@@ -491,6 +595,8 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
             subscription_timer,
             demo_counter,
             config_watch,
+            tls_accept,
+            tls_watch,
         ],
     })
 }

@@ -191,11 +191,25 @@ impl Engine {
         status
     }
 
+    /// The change-log position and the stored document now; the watcher
+    /// starts from them.
+    pub(crate) async fn config_seen(&self) -> (i64, Option<String>) {
+        (
+            self.store.last_seq().await.unwrap_or(0),
+            self.store.setting(CONFIG_KEY).await.ok().flatten(),
+        )
+    }
+
     /// Watches the store for a replaced configuration document until
     /// `cancel`; runs for the life of the server.
-    pub(crate) async fn watch_config(self: Arc<Self>, cancel: CancellationToken) {
-        let mut seen_seq = self.store.last_seq().await.unwrap_or(0);
-        let mut seen_doc = self.store.setting(CONFIG_KEY).await.ok().flatten();
+    /// `seen` is the change-log position and document read before the
+    /// gateway was handed to its caller, so no change after start is missed.
+    pub(crate) async fn watch_config(
+        self: Arc<Self>,
+        seen: (i64, Option<String>),
+        cancel: CancellationToken,
+    ) {
+        let (mut seen_seq, mut seen_doc) = seen;
         let mut tick = tokio::time::interval(WATCH_INTERVAL);
         loop {
             tokio::select! {

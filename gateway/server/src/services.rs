@@ -20,7 +20,7 @@ use opcua_types::{
 };
 use uagate_config::UserToken;
 
-use crate::endpoints::{policy_id, TCP_PROFILE};
+use crate::endpoints::policy_id;
 use crate::error::ServiceError;
 use crate::session::{Active, Created, Phase, Session, UserIdentity};
 use crate::{ChannelInfo, Engine};
@@ -132,12 +132,20 @@ impl Engine {
     }
 
     fn get_endpoints(&self, r: &GetEndpointsRequest) -> ResponseMessage {
+        // Every transport's endpoints, whichever transport asked (a client
+        // may discover over opc.tcp and connect over opc.wss or opc.https).
         let wanted = r.profile_uris.as_deref().unwrap_or(&[]);
-        let endpoints = if wanted.is_empty() || wanted.iter().any(|p| p.as_ref() == TCP_PROFILE) {
-            self.offered.iter().map(|o| o.description.clone()).collect()
-        } else {
-            Vec::new()
-        };
+        let endpoints = self
+            .discovery
+            .iter()
+            .filter(|e| {
+                wanted.is_empty()
+                    || wanted
+                        .iter()
+                        .any(|p| p.as_ref() == e.transport_profile_uri.as_ref())
+            })
+            .cloned()
+            .collect();
         GetEndpointsResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
             endpoints: Some(endpoints),
@@ -238,7 +246,7 @@ impl Engine {
             revised_session_timeout: timeout.as_secs_f64() * 1000.0,
             server_nonce,
             server_certificate: self.identity.cert.as_byte_string(),
-            server_endpoints: Some(self.offered.iter().map(|o| o.description.clone()).collect()),
+            server_endpoints: Some(self.discovery.clone()),
             server_software_certificates: None,
             server_signature,
             max_request_message_size: limits.max_message_size,
@@ -352,7 +360,7 @@ impl Engine {
             let password = if t.encryption_algorithm.is_null() || t.encryption_algorithm.is_empty()
             {
                 // A clear-text password is only acceptable inside an encrypted channel.
-                if chan.mode != MessageSecurityMode::SignAndEncrypt {
+                if chan.mode != MessageSecurityMode::SignAndEncrypt && !chan.transport_encrypted {
                     return Err(ServiceError::IdentityTokenInvalid(
                         "unencrypted password on an unencrypted channel",
                     ));

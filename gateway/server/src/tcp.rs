@@ -123,6 +123,7 @@ impl Engine {
             client_cert: None,
             tokens: offered.tokens.clone(),
             caller: None,
+            transport_encrypted: false,
         };
         if req.policy == SecurityPolicy::None {
             return Ok(info);
@@ -212,11 +213,71 @@ async fn refuse(mut stream: TcpStream) {
     }
 }
 
-/// Drives one admitted connection until it closes or the server stops. The
-/// admission's leases are released when this returns.
+/// The byte transport under one UACP connection: a TCP socket (opc.tcp),
+/// or a WebSocket carrying UACP messages in binary messages (opc.wss).
+pub(crate) trait Transport: Send {
+    /// Waits for input. Reads it into `buf` (`Some(n)`, 0 at the end), or
+    /// with `gated` only waits until input is waiting (`None`) without
+    /// consuming it, so the caller can claim a pipeline slot first.
+    fn read_or_ready(
+        &mut self,
+        buf: &mut [u8],
+        gated: bool,
+    ) -> impl std::future::Future<Output = std::io::Result<Option<usize>>> + Send;
+    /// Reads input that [`Transport::read_or_ready`] found waiting; never
+    /// waits (`WouldBlock` when there is none after all).
+    fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
+    /// Sends bytes the protocol produced (whole UACP messages).
+    fn send(
+        &mut self,
+        bytes: &[u8],
+    ) -> impl std::future::Future<Output = std::io::Result<()>> + Send;
+    /// Ends the connection after the protocol closed it; `status` is why
+    /// (the WebSocket close code follows from it).
+    fn close(&mut self, status: Option<StatusCode>)
+        -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// opc.tcp: the socket itself.
+struct TcpTransport(TcpStream);
+
+impl Transport for TcpTransport {
+    async fn read_or_ready(
+        &mut self,
+        buf: &mut [u8],
+        gated: bool,
+    ) -> std::io::Result<Option<usize>> {
+        read_or_readable(&mut self.0, buf, gated).await
+    }
+
+    fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.try_read(buf)
+    }
+
+    async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.0.write_all(bytes).await
+    }
+
+    async fn close(&mut self, _status: Option<StatusCode>) {
+        let _ = self.0.shutdown().await;
+    }
+}
+
+/// Drives one admitted opc.tcp connection (see [`drive_transport`]).
 async fn drive(
     engine: Arc<Engine>,
-    mut stream: TcpStream,
+    stream: TcpStream,
+    cancel: CancellationToken,
+    admitted: ConnectionAdmission,
+) {
+    drive_transport(engine, TcpTransport(stream), cancel, admitted).await
+}
+
+/// Drives one admitted UACP connection over `stream` until it closes or
+/// the server stops. The admission's leases are released when this returns.
+pub(crate) async fn drive_transport<T: Transport>(
+    engine: Arc<Engine>,
+    mut stream: T,
     cancel: CancellationToken,
     mut admitted: ConnectionAdmission,
 ) {
@@ -239,13 +300,15 @@ async fn drive(
     // while the owner is at its share.
     let mut read_claim: Option<crate::dispatch::FlowClaim> = None;
     let mut flow_wait: Option<crate::dispatch::FlowWait> = None;
+    // Why the protocol closed the connection (for the WebSocket close code).
+    let mut close_status: Option<StatusCode> = None;
     let mut buf = vec![0u8; 64 * 1024];
     // Responses produced later (Publish) arrive here; bounded per channel.
     let (responder, mut later) = tokio::sync::mpsc::channel(RESPONDER_CAPACITY);
     loop {
         // Flush what the protocol wants to send, then act on its events.
         while let Some(bytes) = conn.poll_transmit() {
-            if stream.write_all(&bytes).await.is_err() {
+            if stream.send(&bytes).await.is_err() {
                 return finish(&engine, info);
             }
         }
@@ -305,12 +368,17 @@ async fn drive(
                 Event::Renewed { .. } => {}
                 Event::Closed(reason) => {
                     tracing::debug!(?reason, "connection finished");
+                    close_status = Some(match reason {
+                        uagate_proto::CloseReason::ClientClosed => StatusCode::Good,
+                        uagate_proto::CloseReason::Error(e) => e.status(),
+                        uagate_proto::CloseReason::Server(s) => s,
+                    });
                 }
             }
             continue;
         }
         if conn.is_closed() {
-            let _ = stream.shutdown().await;
+            stream.close(close_status).await;
             return finish(&engine, info);
         }
         // Quiet: open, nothing partial or unread, nothing in flight, no session.
@@ -330,7 +398,7 @@ async fn drive(
         // wait in the socket until a request of the owner leaves.
         let gated = engine.dispatcher.flows.is_some() && owner.is_some();
         tokio::select! {
-            r = read_or_readable(&mut stream, &mut buf, gated), if flow_wait.is_none() => match r {
+            r = stream.read_or_ready(&mut buf, gated), if flow_wait.is_none() => match r {
                 Err(_) | Ok(Some(0)) => return finish(&engine, info),
                 Ok(Some(n)) => conn.handle_input(&buf[..n], Instant::now()),
                 Ok(None) => {

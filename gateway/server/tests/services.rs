@@ -8,6 +8,8 @@ use std::collections::BTreeSet;
 
 use common::{bounded, Chan, TestGateway};
 use opcua_core::ResponseMessage;
+use opcua_crypto::SecurityPolicy;
+use opcua_types::MessageSecurityMode;
 use opcua_types::{
     AttributeId, BrowseDescription, BrowseDirection, BrowseNextRequest, BrowsePath, BrowseRequest,
     BrowseResult, ByteString, ExpandedNodeId, NodeId, QualifiedName, ReadValueId,
@@ -323,15 +325,63 @@ async fn discovery_lists_endpoints_and_our_application() {
     )
     .await
     .unwrap();
-    assert_eq!(endpoints.len(), 7);
+    // 7 opc.tcp, the same 7 on opc.wss, and one opc.https endpoint.
+    assert_eq!(endpoints.len(), 15);
+    let (wss, https) = {
+        let g = gw.gw.as_ref().unwrap();
+        (g.wss_url.clone(), g.https_url.clone())
+    };
     let mut combos = BTreeSet::new();
     for e in &endpoints {
-        assert_eq!(e.endpoint_url.as_ref(), gw.url);
+        let (url, profile) = (e.endpoint_url.as_ref(), e.transport_profile_uri.as_ref());
+        match profile {
+            "http://opcfoundation.org/UA-Profile/Transport/uatcp-uasc-uabinary" => {
+                assert_eq!(url, gw.url)
+            }
+            "http://opcfoundation.org/UA-Profile/Transport/wss-uasc-uabinary" => {
+                assert_eq!(url, wss)
+            }
+            "http://opcfoundation.org/UA-Profile/Transport/https-uabinary" => {
+                assert_eq!(url, https);
+                assert_eq!(e.security_mode, MessageSecurityMode::None);
+            }
+            other => panic!("unexpected transport profile {other}"),
+        }
         assert_eq!(e.server.application_uri.as_ref(), "urn:uagate:test-gateway");
         assert!(!e.server_certificate.is_null());
-        combos.insert((e.security_policy_uri.to_string(), e.security_mode as i32));
+        combos.insert((
+            profile.to_string(),
+            e.security_policy_uri.to_string(),
+            e.security_mode as i32,
+        ));
     }
-    assert_eq!(combos.len(), 7, "no duplicate endpoints");
+    assert_eq!(combos.len(), 15, "no duplicate endpoints");
+    // Asked for one transport only: just its endpoints.
+    let only_https = gw
+        .chan(
+            "discovery-https",
+            SecurityPolicy::None,
+            MessageSecurityMode::None,
+        )
+        .await
+        .send(opcua_types::GetEndpointsRequest {
+            request_header: opcua_types::RequestHeader::new(
+                &NodeId::null(),
+                &opcua_types::DateTime::now(),
+                1,
+            ),
+            endpoint_url: gw.url.as_str().into(),
+            locale_ids: None,
+            profile_uris: Some(vec![
+                "http://opcfoundation.org/UA-Profile/Transport/https-uabinary".into(),
+            ]),
+        })
+        .await
+        .expect("GetEndpoints answered");
+    let ResponseMessage::GetEndpoints(only_https) = only_https else {
+        panic!("GetEndpoints failed: {only_https:?}");
+    };
+    assert_eq!(only_https.endpoints.as_deref().map(<[_]>::len), Some(1));
 
     let servers = bounded(
         "find servers",
@@ -344,10 +394,15 @@ async fn discovery_lists_endpoints_and_our_application() {
         servers[0].application_uri.as_ref(),
         "urn:uagate:test-gateway"
     );
-    assert_eq!(
-        servers[0].discovery_urls.as_deref().unwrap()[0].as_ref(),
-        gw.url
-    );
+    let urls: Vec<String> = servers[0]
+        .discovery_urls
+        .as_deref()
+        .unwrap()
+        .iter()
+        .map(|u| u.to_string())
+        .collect();
+    assert_eq!(urls[0], gw.url);
+    assert_eq!(urls.len(), 3, "{urls:?}");
     let none = bounded(
         "find servers (other uri)",
         client.find_servers(gw.url.as_str(), None, Some(vec!["urn:someone:else".into()])),

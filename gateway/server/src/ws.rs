@@ -1,0 +1,186 @@
+//! opc.wss: UACP over WebSocket (OPC 10000-6 §7.5, subprotocol
+//! `opcua+uacp`). After the HTTP upgrade the connection runs through the
+//! same sans-IO UACP core and driver as opc.tcp; this adapter only moves
+//! bytes: each binary message received is fed to the protocol as it comes
+//! (a message normally holds one chunk; bytes split differently by a bridge
+//! are reassembled by the same framer as on TCP), and each UACP message the
+//! protocol sends goes out as exactly one binary message.
+//!
+//! Close codes: 1009 only when a message exceeds the limit; 1013 (Try Again
+//! Later) when the connection is refused or closed for lack of capacity;
+//! 1003 for a text message; 1000 otherwise.
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use opcua_types::StatusCode;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+use crate::tcp::Transport;
+
+/// The subprotocol of UACP over WebSocket.
+pub const SUBPROTOCOL: &str = "opcua+uacp";
+
+/// Transport profile of opc.wss with UACP/UA Binary (OPC 10000-7).
+pub const WSS_PROFILE: &str = "http://opcfoundation.org/UA-Profile/Transport/wss-uasc-uabinary";
+
+/// The WebSocket close code for the reason a UACP connection ended.
+pub fn close_code(status: Option<StatusCode>) -> CloseCode {
+    match status {
+        Some(
+            StatusCode::BadTcpMessageTooLarge
+            | StatusCode::BadRequestTooLarge
+            | StatusCode::BadResponseTooLarge,
+        ) => CloseCode::Size,
+        Some(
+            StatusCode::BadTcpNotEnoughResources
+            | StatusCode::BadServerTooBusy
+            | StatusCode::BadTcpServerTooBusy
+            | StatusCode::BadTooManySessions,
+        ) => CloseCode::Again,
+        _ => CloseCode::Normal,
+    }
+}
+
+/// A WebSocket as the byte transport of one UACP connection.
+pub(crate) struct WsTransport<S> {
+    ws: WebSocketStream<S>,
+    /// The binary message being read, and how much of it was consumed.
+    pending: Option<(Bytes, usize)>,
+    /// Set when the peer broke a WebSocket rule and was sent a close frame.
+    closed: bool,
+}
+
+impl<S> WsTransport<S> {
+    pub(crate) fn new(ws: WebSocketStream<S>) -> Self {
+        WsTransport {
+            ws,
+            pending: None,
+            closed: false,
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsTransport<S> {
+    /// Sends a close frame (best effort) and remembers it.
+    async fn close_with(&mut self, code: CloseCode, reason: &str) {
+        if !self.closed {
+            self.closed = true;
+            let frame = CloseFrame {
+                code,
+                reason: reason.into(),
+            };
+            let _ = self.ws.close(Some(frame)).await;
+        }
+    }
+
+    /// Waits for the next binary message; `Ok(false)` at the end.
+    async fn fill(&mut self) -> std::io::Result<bool> {
+        loop {
+            if self.pending.as_ref().is_some_and(|(b, at)| *at < b.len()) {
+                return Ok(true);
+            }
+            self.pending = None;
+            match self.ws.next().await {
+                None | Some(Ok(Message::Close(_))) => return Ok(false),
+                Some(Ok(Message::Binary(b))) => self.pending = Some((b, 0)),
+                // Pings are answered by the library when we flush.
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {
+                    let _ = self.ws.flush().await;
+                }
+                Some(Ok(Message::Text(_))) => {
+                    self.close_with(CloseCode::Unsupported, "opcua+uacp carries binary messages")
+                        .await;
+                    return Err(std::io::Error::other("text message on opcua+uacp"));
+                }
+                Some(Err(WsError::Capacity(CapacityError::MessageTooLong { .. }))) => {
+                    self.close_with(CloseCode::Size, "message too large").await;
+                    return Err(std::io::Error::other("WebSocket message too large"));
+                }
+                Some(Err(e)) => return Err(std::io::Error::other(e)),
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Transport for WsTransport<S> {
+    async fn read_or_ready(
+        &mut self,
+        buf: &mut [u8],
+        gated: bool,
+    ) -> std::io::Result<Option<usize>> {
+        if !self.fill().await? {
+            return Ok(Some(0));
+        }
+        if gated {
+            return Ok(None);
+        }
+        self.try_read(buf).map(Some)
+    }
+
+    fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let Some((b, at)) = self.pending.as_mut() else {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        };
+        let n = (b.len() - *at).min(buf.len());
+        if n == 0 {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
+        buf[..n].copy_from_slice(&b[*at..*at + n]);
+        *at += n;
+        Ok(n)
+    }
+
+    async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        // One UACP message (8-byte header with its size) per binary message.
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let size = rest
+                .get(4..8)
+                .and_then(|s| s.try_into().ok())
+                .map(|s: [u8; 4]| u32::from_le_bytes(s) as usize)
+                .filter(|n| *n >= 8 && *n <= rest.len())
+                .unwrap_or(rest.len());
+            let (msg, tail) = rest.split_at(size);
+            self.ws
+                .feed(Message::Binary(Bytes::copy_from_slice(msg)))
+                .await
+                .map_err(std::io::Error::other)?;
+            rest = tail;
+        }
+        self.ws.flush().await.map_err(std::io::Error::other)
+    }
+
+    async fn close(&mut self, status: Option<StatusCode>) {
+        let code = close_code(status);
+        let reason = match code {
+            CloseCode::Size => "message too large",
+            CloseCode::Again => "try again later",
+            _ => "",
+        };
+        self.close_with(code, reason).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn close_codes_follow_the_reason() {
+        assert_eq!(
+            close_code(Some(StatusCode::BadTcpMessageTooLarge)),
+            CloseCode::Size
+        );
+        assert_eq!(
+            close_code(Some(StatusCode::BadTcpNotEnoughResources)),
+            CloseCode::Again
+        );
+        assert_eq!(close_code(Some(StatusCode::Good)), CloseCode::Normal);
+        assert_eq!(close_code(None), CloseCode::Normal);
+    }
+}
