@@ -11,87 +11,17 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::client::TlsStream;
-use tokio_rustls::rustls::client::danger::{
-    HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
-};
-use tokio_rustls::rustls::crypto::{ring, verify_tls12_signature, verify_tls13_signature};
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use tokio_rustls::rustls::{self, ClientConfig, DigitallySignedStruct, SignatureScheme};
+use tokio_rustls::rustls::crypto::ring;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+use tokio_rustls::rustls::{self, ClientConfig};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use uagate_server::tls_cert::{install, TlsError, TlsIdentity, CERT_FILE, KEY_FILE, TLS_DIR};
 
-/// Accepts exactly one server certificate (by DER); signatures are checked
-/// against it with the ring provider.
-#[derive(Debug)]
-struct Pinned {
-    expected: CertificateDer<'static>,
-    provider: Arc<rustls::crypto::CryptoProvider>,
-}
+mod tlsclient;
 
-impl ServerCertVerifier for Pinned {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        if end_entity.as_ref() == self.expected.as_ref() {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General("not the pinned certificate".into()))
-        }
-    }
+use tlsclient::{leaf_of, presented, stored_leaf};
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
-fn leaf_of(cert_pem: &[u8]) -> CertificateDer<'static> {
-    CertificateDer::from_pem_slice(cert_pem).unwrap()
-}
-
-fn stored_leaf(data: &Path) -> CertificateDer<'static> {
-    leaf_of(&std::fs::read(data.join(TLS_DIR).join(CERT_FILE)).unwrap())
-}
-
-fn connector(expected: &CertificateDer<'static>) -> TlsConnector {
-    connector_with(expected, rustls::DEFAULT_VERSIONS, b"http/1.1")
-}
-
+/// A connector pinned to `expected` offering `versions` and one ALPN id.
 fn connector_with(
     expected: &CertificateDer<'static>,
     versions: &[&'static rustls::SupportedProtocolVersion],
@@ -102,7 +32,7 @@ fn connector_with(
         .with_protocol_versions(versions)
         .unwrap()
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Pinned {
+        .with_custom_certificate_verifier(Arc::new(tlsclient::Pinned {
             expected: expected.clone().into_owned(),
             provider,
         }))
@@ -115,15 +45,7 @@ async fn connect(
     addr: std::net::SocketAddr,
     expected: &CertificateDer<'static>,
 ) -> std::io::Result<TlsStream<TcpStream>> {
-    let tcp = TcpStream::connect(addr).await?;
-    let name = ServerName::try_from("localhost").unwrap();
-    connector(expected).connect(name, tcp).await
-}
-
-fn presented(stream: &TlsStream<TcpStream>) -> CertificateDer<'static> {
-    stream.get_ref().1.peer_certificates().unwrap()[0]
-        .clone()
-        .into_owned()
+    tlsclient::connect(addr, expected).await
 }
 
 async fn echo_round_trip(stream: &mut TlsStream<TcpStream>, text: &[u8]) {
