@@ -8,6 +8,7 @@ import { describe, test } from "node:test";
 import opcua from "node-opcua";
 
 import {
+  SELF_CHECK,
   SKIP_UAGATE_ONLY,
   NODE_APP_URI,
   bounded,
@@ -30,6 +31,9 @@ const P = {
   Aes256_Sha256_RsaPss: "http://opcfoundation.org/UA/SecurityPolicy#Aes256_Sha256_RsaPss",
 };
 const M = MessageSecurityMode;
+const TCP_PROFILE = "http://opcfoundation.org/UA-Profile/Transport/uatcp-uasc-uabinary";
+const WSS_PROFILE = "http://opcfoundation.org/UA-Profile/Transport/wss-uasc-uabinary";
+const HTTPS_PROFILE = "http://opcfoundation.org/UA-Profile/Transport/https-uabinary";
 const EXPECTED_ENDPOINTS = [
   [P.None, M.None],
   [P.Basic256Sha256, M.Sign],
@@ -116,6 +120,18 @@ describe("node-opcua client against the server under test", { timeout: TEST_TIME
         endpoints = await bounded(client.getEndpoints(), "getEndpoints");
       } finally {
         await bounded(client.disconnect(), "disconnect");
+      }
+      // uagate lists its opc.wss and opc.https endpoints too; the policy
+      // checks below are about opc.tcp.
+      const all = endpoints;
+      endpoints = all.filter((ep) => ep.transportProfileUri === TCP_PROFILE);
+      if (!SELF_CHECK) {
+        const profiles = new Set(all.map((ep) => ep.transportProfileUri));
+        assert.deepEqual([...profiles].sort(), [HTTPS_PROFILE, TCP_PROFILE, WSS_PROFILE].sort());
+        for (const ep of all.filter((e) => e.transportProfileUri === WSS_PROFILE)) assert.match(ep.endpointUrl, /^opc\.wss:\/\//);
+        const https = all.filter((e) => e.transportProfileUri === HTTPS_PROFILE);
+        assert.equal(https.length, 1);
+        assert.match(https[0].endpointUrl, /^opc\.https:\/\//);
       }
       const offered = endpoints.map((ep) => key(ep.securityPolicyUri, ep.securityMode)).sort();
       assert.deepEqual(offered, EXPECTED_ENDPOINTS.map(([p, m]) => key(p, m)).sort());

@@ -38,6 +38,8 @@ READY_TIMEOUT_S = 60.0
 CLI_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 READY_RE = re.compile(r"^READY opc\.tcp=(opc\.tcp://127\.0\.0\.1:(\d+)/)$")
+# uagate's second stdout line: its TLS listener's opc.wss and opc.https URLs.
+TLS_RE = re.compile(r"^TLS opc\.wss=(opc\.wss://127\.0\.0\.1:\d+/) opc\.https=(opc\.https://127\.0\.0\.1:\d+/)$")
 
 MINIMAL_CONFIG = """\
 [listen]
@@ -111,6 +113,8 @@ class ServerTarget:
         self.log_path = tmp_path / "server.log"
         self.proc: subprocess.Popen[str] | None = None
         self.url: str | None = None
+        self.wss_url: str | None = None
+        self.https_url: str | None = None
         self._stdout_lines: queue.Queue[str | None] = queue.Queue()
         if self.kind == "uagate":
             if not UAGATE_BIN.is_file():
@@ -186,17 +190,33 @@ class ServerTarget:
             self.stop()
             pytest.fail(f"first stdout line is not a READY line: {line!r}\n{self.log_tail()}")
         self.url = match.group(1)
+        if self.kind == "uagate":
+            try:
+                tls_line = self._stdout_lines.get(timeout=READY_TIMEOUT_S)
+            except queue.Empty:
+                tls_line = None
+            tls = TLS_RE.match(tls_line or "")
+            if not tls:
+                self.stop()
+                pytest.fail(f"second stdout line is not the TLS line: {tls_line!r}\n{self.log_tail()}")
+            self.wss_url, self.https_url = tls.group(1), tls.group(2)
         return self.url
+
+    @property
+    def tls_cert_file(self) -> Path:
+        """The gateway's TLS certificate (self-signed on first start)."""
+        return self.data_dir / "tls" / "cert.pem"
 
     def _pump_stdout(self) -> None:
         # Keeps draining stdout after READY so the server never blocks on a full pipe.
         assert self.proc is not None and self.proc.stdout is not None
-        first = True
+        # The first two lines (READY, then uagate's TLS line) are handed over.
+        handed = 0
         for raw in self.proc.stdout:
-            if first:
+            if handed < 2:
                 self._stdout_lines.put(raw.rstrip("\r\n"))
-                first = False
-        if first:
+                handed += 1
+        if handed < 2:
             self._stdout_lines.put(None)
 
     def stop(self) -> None:

@@ -13,7 +13,7 @@ from typing import TypeVar
 import pytest
 from asyncua import Client, ua
 from asyncua.crypto import security_policies as sp
-from conftest import ClientCert, ServerTarget
+from conftest import SELF_CHECK, ClientCert, ServerTarget
 
 T = TypeVar("T")
 
@@ -25,6 +25,10 @@ NONE_URI = "http://opcfoundation.org/UA/SecurityPolicy#None"
 BASIC256SHA256_URI = "http://opcfoundation.org/UA/SecurityPolicy#Basic256Sha256"
 AES128_URI = "http://opcfoundation.org/UA/SecurityPolicy#Aes128_Sha256_RsaOaep"
 AES256_URI = "http://opcfoundation.org/UA/SecurityPolicy#Aes256_Sha256_RsaPss"
+
+TCP_PROFILE = "http://opcfoundation.org/UA-Profile/Transport/uatcp-uasc-uabinary"
+WSS_PROFILE = "http://opcfoundation.org/UA-Profile/Transport/wss-uasc-uabinary"
+HTTPS_PROFILE = "http://opcfoundation.org/UA-Profile/Transport/https-uabinary"
 
 MODE = ua.MessageSecurityMode
 EXPECTED_ENDPOINTS = {
@@ -93,7 +97,20 @@ async def read_status(client: Client) -> ua.ServerStatusDataType:
 
 async def test_get_endpoints_lists_every_policy(server: ServerTarget) -> None:
     client = Client(server.url, timeout=REQUEST_TIMEOUT_S)
-    endpoints = await bounded(client.connect_and_get_server_endpoints())
+    all_endpoints = await bounded(client.connect_and_get_server_endpoints())
+    # uagate also lists its opc.wss and opc.https endpoints (discovery on any
+    # transport shows all three); the policy checks below are about opc.tcp.
+    endpoints = [ep for ep in all_endpoints if ep.TransportProfileUri == TCP_PROFILE]
+    if not SELF_CHECK:
+        by_profile = {}
+        for ep in all_endpoints:
+            by_profile.setdefault(ep.TransportProfileUri, []).append(ep)
+        assert set(by_profile) == {TCP_PROFILE, WSS_PROFILE, HTTPS_PROFILE}, set(by_profile)
+        assert {(ep.SecurityPolicyUri, ep.SecurityMode) for ep in by_profile[WSS_PROFILE]} == EXPECTED_ENDPOINTS
+        assert all(ep.EndpointUrl.startswith("opc.wss://") for ep in by_profile[WSS_PROFILE])
+        (https_ep,) = by_profile[HTTPS_PROFILE]
+        assert https_ep.EndpointUrl.startswith("opc.https://"), https_ep.EndpointUrl
+        assert (https_ep.SecurityPolicyUri, https_ep.SecurityMode) == (NONE_URI, MODE.None_)
 
     offered = {(ep.SecurityPolicyUri, ep.SecurityMode) for ep in endpoints}
     assert offered == EXPECTED_ENDPOINTS
