@@ -16,7 +16,6 @@
 //! keeps the certificate in service when the pair on disk does not validate.
 //! A mismatched pair is therefore never served.
 
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -516,21 +515,10 @@ fn private_key(key_pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
     }
 }
 
-/// SHA-256 of `data` as lowercase hex, with the ring provider's hash.
+/// SHA-256 of `data` as lowercase hex.
 fn sha256_hex(data: &[u8]) -> Result<String, TlsError> {
-    let suite = ring_provider::cipher_suite::TLS13_AES_128_GCM_SHA256
-        .tls13()
-        .ok_or_else(|| TlsError::Config("SHA-256 unavailable".into()))?;
-    let hash = suite.common.hash_provider;
-    if hash.algorithm() != rustls::crypto::hash::HashAlgorithm::SHA256 {
-        return Err(TlsError::Config("SHA-256 unavailable".into()));
-    }
-    let digest = hash.hash(data);
-    let mut hex = String::with_capacity(64);
-    for b in digest.as_ref() {
-        let _ = write!(hex, "{b:02x}");
-    }
-    Ok(hex)
+    use sha2::Digest as _;
+    Ok(hex::encode(sha2::Sha256::digest(data)))
 }
 
 /// Generates a self-signed ECDSA P-256 certificate for `hosts` plus
@@ -594,98 +582,31 @@ fn unix_secs(t: DateTime<Utc>) -> Result<Duration, TlsError> {
 /// extension, or None when the DER is malformed. Other name forms are
 /// skipped.
 fn subject_alt_names(cert_der: &[u8]) -> Option<Vec<String>> {
-    let (tag, cert, _) = der_next(cert_der)?;
-    if tag != 0x30 {
-        return None;
-    }
-    let (tag, mut tbs, _) = der_next(cert)?;
-    if tag != 0x30 {
-        return None;
-    }
+    use x509_cert::der::Decode as _;
+    use x509_cert::ext::pkix::name::GeneralName;
+    use x509_cert::ext::pkix::SubjectAltName;
+    let cert = x509_cert::Certificate::from_der(cert_der).ok()?;
+    let san = match cert.tbs_certificate.get::<SubjectAltName>().ok()? {
+        Some((_critical, san)) => san.0,
+        None => Vec::new(),
+    };
     let mut sans = Vec::new();
-    while !tbs.is_empty() {
-        let (tag, content, rest) = der_next(tbs)?;
-        tbs = rest;
-        if tag != 0xA3 {
-            continue;
-        }
-        // [3] EXPLICIT Extensions ::= SEQUENCE OF Extension
-        let (tag, mut exts, _) = der_next(content)?;
-        if tag != 0x30 {
-            return None;
-        }
-        while !exts.is_empty() {
-            let (tag, ext, rest) = der_next(exts)?;
-            exts = rest;
-            if tag != 0x30 {
-                return None;
+    for name in san {
+        match name {
+            GeneralName::DnsName(n) => sans.push(n.to_string()),
+            GeneralName::IpAddress(ip) => {
+                let b = ip.as_bytes();
+                let addr = match b.len() {
+                    4 => IpAddr::from(<[u8; 4]>::try_from(b).ok()?),
+                    16 => IpAddr::from(<[u8; 16]>::try_from(b).ok()?),
+                    _ => return None,
+                };
+                sans.push(addr.to_string());
             }
-            let (tag, oid, mut fields) = der_next(ext)?;
-            // id-ce-subjectAltName 2.5.29.17
-            if tag != 0x06 || oid != [0x55, 0x1D, 0x11] {
-                continue;
-            }
-            let (mut tag, mut value, rest) = der_next(fields)?;
-            fields = rest;
-            if tag == 0x01 {
-                // critical flag
-                (tag, value, _) = der_next(fields)?;
-            }
-            if tag != 0x04 {
-                return None;
-            }
-            let (tag, mut names, _) = der_next(value)?;
-            if tag != 0x30 {
-                return None;
-            }
-            while !names.is_empty() {
-                let (tag, name, rest) = der_next(names)?;
-                names = rest;
-                match tag {
-                    // dNSName [2] IA5String
-                    0x82 => sans.push(String::from_utf8_lossy(name).into_owned()),
-                    // iPAddress [7] OCTET STRING
-                    0x87 => match name.len() {
-                        4 => {
-                            let b: [u8; 4] = name.try_into().ok()?;
-                            sans.push(IpAddr::from(b).to_string());
-                        }
-                        16 => {
-                            let b: [u8; 16] = name.try_into().ok()?;
-                            sans.push(IpAddr::from(b).to_string());
-                        }
-                        _ => return None,
-                    },
-                    _ => {}
-                }
-            }
+            _ => {}
         }
     }
     Some(sans)
-}
-
-/// One DER element: (tag, content, rest). Single-byte tags and definite
-/// lengths up to 4 bytes only.
-fn der_next(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    if tag & 0x1F == 0x1F {
-        return None;
-    }
-    let (&first, mut rest) = rest.split_first()?;
-    let len = if first < 0x80 {
-        usize::from(first)
-    } else {
-        let n = usize::from(first & 0x7F);
-        if n == 0 || n > 4 {
-            return None;
-        }
-        let (bytes, r) = (rest.get(..n)?, rest.get(n..)?);
-        rest = r;
-        bytes
-            .iter()
-            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b))
-    };
-    Some((tag, rest.get(..len)?, rest.get(len..)?))
 }
 
 fn write_temp(dir: &Path, name: &str, data: &[u8], mode: u32) -> Result<PathBuf, TlsError> {
@@ -864,7 +785,7 @@ mod tests {
     }
 
     #[test]
-    fn der_reader_refuses_truncated_input() {
+    fn truncated_certificates_have_no_subject_alt_names() {
         let (cert, _) = pair(&["a.example"], -1, 30);
         let der = CertificateDer::from_pem_slice(cert.as_bytes()).unwrap();
         assert!(subject_alt_names(&der).is_some());
