@@ -91,6 +91,10 @@ pub struct Listen {
     /// (see [`Listen::tls_addr`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<SocketAddr>,
+    /// Mutual TLS on the opc.wss/opc.https listener: `off` (default; no
+    /// client certificate is asked for), `optional` (a client may present
+    /// one; it must then be on the trust list) or `required`.
+    pub tls_client_auth: TlsClientAuth,
     /// Browser console (later issue).
     pub console: SocketAddr,
     /// Host name put in endpoint URLs; default: the machine's host name, or
@@ -103,10 +107,24 @@ impl Default for Listen {
         Listen {
             opc_tcp: ([0, 0, 0, 0], 4840).into(),
             tls: None,
+            tls_client_auth: TlsClientAuth::Off,
             console: ([0, 0, 0, 0], 8443).into(),
             public_host: None,
         }
     }
+}
+
+/// Whether the TLS listener asks clients for a certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TlsClientAuth {
+    /// No client certificate is asked for.
+    #[default]
+    Off,
+    /// A client may present a certificate; it must be trusted.
+    Optional,
+    /// Every client must present a trusted certificate.
+    Required,
 }
 
 /// The default port of the opc.wss + opc.https listener.

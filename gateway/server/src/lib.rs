@@ -507,13 +507,20 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         None => tokio::spawn(async {}),
     };
     let tls_accept = {
-        let acceptor = tokio_rustls::TlsAcceptor::from(
-            engine
-                .tls_identity
-                .as_ref()
-                .map(|t| t.server_config())
-                .ok_or_else(|| StartError::Tls("no TLS identity".into()))?,
-        );
+        let identity = engine
+            .tls_identity
+            .as_ref()
+            .ok_or_else(|| StartError::Tls("no TLS identity".into()))?;
+        let server_config = match engine.config.listen.tls_client_auth {
+            uagate_config::TlsClientAuth::Off => identity.server_config(),
+            uagate_config::TlsClientAuth::Optional => identity
+                .server_config_with_client_auth(false)
+                .map_err(|e| StartError::Tls(e.to_string()))?,
+            uagate_config::TlsClientAuth::Required => identity
+                .server_config_with_client_auth(true)
+                .map_err(|e| StartError::Tls(e.to_string()))?,
+        };
+        let acceptor = tokio_rustls::TlsAcceptor::from(server_config);
         tokio::spawn(tls::accept_loop(
             engine.clone(),
             tls_listener,

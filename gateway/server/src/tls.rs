@@ -37,7 +37,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use opcua_core::ResponseMessage;
-use opcua_crypto::SecurityPolicy;
+use opcua_crypto::{SecurityPolicy, X509};
 use opcua_types::{ByteString, ContextOwned, MessageSecurityMode};
 use parking_lot::Mutex;
 use tokio::net::{TcpListener, TcpStream};
@@ -190,6 +190,47 @@ struct Conn {
     /// owns the connection.
     admission: Mutex<Option<ConnectionAdmission>>,
     cancel: CancellationToken,
+    /// The verified TLS client certificate (mutual TLS), DER and parsed.
+    client_cert: Option<(ByteString, X509)>,
+}
+
+/// Checks a TLS client certificate against the trust list; an unknown one
+/// is recorded as rejected so the operator can approve it.
+async fn client_certificate(engine: &Engine, der: &[u8]) -> Result<X509, String> {
+    let cert = X509::from_der(der).map_err(|e| format!("unparsable certificate: {e}"))?;
+    let verdict = engine
+        .store
+        .validate_certificate(der, chrono::Utc::now())
+        .await
+        .map_err(|e| format!("trust list lookup failed: {e}"))?;
+    if verdict == uagate_store::TrustVerdict::Untrusted {
+        if let Err(e) = engine.store.record_rejected(der).await {
+            tracing::warn!(error = %e, "could not record rejected certificate");
+        }
+    }
+    if verdict.is_trusted() {
+        Ok(cert)
+    } else {
+        Err(verdict.to_string())
+    }
+}
+
+/// Answers every request on `tls` with `status` and closes.
+async fn refuse_all<S>(tls: S, status: HttpStatus, why: &'static str)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |_req: Request<Incoming>| async move {
+        let mut r = text(status, why);
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        Ok::<_, Infallible>(r)
+    });
+    let _ = tokio::time::timeout(
+        Duration::from_secs(10),
+        Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(tls), service),
+    )
+    .await;
 }
 
 /// Runs the TLS handshake and then HTTP on one admitted connection.
@@ -213,6 +254,26 @@ async fn serve(
             return;
         }
     };
+    // Mutual TLS: a presented client certificate must be on the trust list
+    // (an unknown one is listed for the operator); a refused client gets
+    // HTTP 403 for every request and no upgrade.
+    let presented = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.as_ref().to_vec());
+    let client_cert = match presented {
+        None => None,
+        Some(der) => match client_certificate(&engine, &der).await {
+            Ok(cert) => Some((ByteString::from(der), cert)),
+            Err(why) => {
+                tracing::warn!(%peer, %why, "TLS client certificate refused");
+                refuse_all(tls, HttpStatus::FORBIDDEN, "client certificate not trusted").await;
+                return;
+            }
+        },
+    };
     // The TLS handshake is over; a WebSocket's UACP handshake charges again.
     admitted.handshake = None;
     let conn = Arc::new(Conn {
@@ -220,6 +281,7 @@ async fn serve(
         caller: admitted.caller.clone(),
         admission: Mutex::new(Some(admitted)),
         cancel: cancel.clone(),
+        client_cert,
     });
     let service = hyper::service::service_fn(move |req| {
         let conn = conn.clone();
@@ -446,8 +508,13 @@ async fn https(conn: &Arc<Conn>, req: Request<Incoming>) -> Response<Full<Bytes>
         channel_id: channel.channel_id,
         policy: SecurityPolicy::None,
         mode: MessageSecurityMode::None,
-        client_certificate: ByteString::null(),
-        client_cert: None,
+        // A verified TLS client certificate makes the caller that
+        // application (owner by certificate); otherwise its address.
+        client_certificate: conn
+            .client_cert
+            .as_ref()
+            .map_or_else(ByteString::null, |(der, _)| der.clone()),
+        client_cert: conn.client_cert.as_ref().map(|(_, c)| c.clone()),
         tokens: channel.tokens.clone(),
         caller: Some(conn.caller.clone()),
         transport_encrypted: true,

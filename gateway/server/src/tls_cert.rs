@@ -259,6 +259,30 @@ impl TlsIdentity {
         })
     }
 
+    /// The same server configuration, but asking clients for a certificate
+    /// (mutual TLS; `required` refuses a client without one). The TLS layer
+    /// only checks that the client holds the key of the certificate it
+    /// presents; whether the certificate is trusted is decided against the
+    /// SQLite trust list after the handshake (see `tls.rs`), where unknown
+    /// certificates are also listed for the operator.
+    pub fn server_config_with_client_auth(
+        &self,
+        required: bool,
+    ) -> Result<Arc<ServerConfig>, TlsError> {
+        let provider = Arc::new(ring_provider::default_provider());
+        let verifier = Arc::new(AnyClientCert {
+            required,
+            provider: provider.clone(),
+        });
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Config(e.to_string()))?
+            .with_client_cert_verifier(verifier)
+            .with_cert_resolver(self.resolver.clone());
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+
     /// The server configuration of the TLS listener (TLS 1.2 and 1.3, ring,
     /// no client authentication, ALPN `h2` and `http/1.1`). Built once; its
     /// certificate follows [`TlsIdentity::reload`].
@@ -576,6 +600,73 @@ fn unix_secs(t: DateTime<Utc>) -> Result<Duration, TlsError> {
     u64::try_from(t.timestamp())
         .map(Duration::from_secs)
         .map_err(|_| TlsError::Generate(format!("time before 1970: {t}")))
+}
+
+/// Client certificates for mutual TLS: any certificate is accepted at the
+/// TLS layer as long as the client proves it holds its key (the handshake
+/// signatures are verified); trust is decided afterwards against the trust
+/// list, which lives in SQLite and is consulted asynchronously.
+#[derive(Debug)]
+struct AnyClientCert {
+    required: bool,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl rustls::server::danger::ClientCertVerifier for AnyClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.required
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }
 
 /// DNS names and IP addresses of a certificate's subjectAltName
