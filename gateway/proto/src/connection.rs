@@ -478,7 +478,11 @@ impl ServerConnection {
             return Err(ProtoError::InvalidBufferSizes);
         }
         match hello.endpoint_url.value() {
-            Some(url) if url.len() <= MAX_URL_LEN && url.starts_with("opc.tcp://") => {}
+            // UACP runs over TCP (opc.tcp) and WebSocket (opc.wss); a client
+            // behind a TCP-to-WebSocket bridge names the bridge's opc.tcp URL.
+            Some(url)
+                if url.len() <= MAX_URL_LEN
+                    && (url.starts_with("opc.tcp://") || url.starts_with("opc.wss://")) => {}
             _ => return Err(ProtoError::EndpointUrlInvalid),
         }
         let receive = self.limits.receive_buffer_size.min(hello.send_buffer_size);

@@ -9,6 +9,12 @@
 //! Close codes: 1009 only when a message exceeds the limit; 1013 (Try Again
 //! Later) when the connection is refused or closed for lack of capacity;
 //! 1003 for a text message; 1000 otherwise.
+//!
+//! Keep-alive: pings from the client are answered. When the client has
+//! sent nothing for [`PING_AFTER`], the server pings it; a client that
+//! still sends nothing (not even the pong) for another [`PING_AFTER`] is
+//! taken as gone and the connection ends like a closed socket (a proxy in
+//! between may have dropped it silently).
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -27,6 +33,10 @@ pub const SUBPROTOCOL: &str = "opcua+uacp";
 
 /// Transport profile of opc.wss with UACP/UA Binary (OPC 10000-7).
 pub const WSS_PROFILE: &str = "http://opcfoundation.org/UA-Profile/Transport/wss-uasc-uabinary";
+
+/// Quiet time after which the server pings the client, and then waits as
+/// long again for any message before giving the connection up.
+pub const PING_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The WebSocket close code for the reason a UACP connection ended.
 pub fn close_code(status: Option<StatusCode>) -> CloseCode {
@@ -53,14 +63,26 @@ pub(crate) struct WsTransport<S> {
     pending: Option<(Bytes, usize)>,
     /// Set when the peer broke a WebSocket rule and was sent a close frame.
     closed: bool,
+    /// When the client last sent anything, and whether a ping is out.
+    last_heard: tokio::time::Instant,
+    pinged: bool,
+    ping_after: std::time::Duration,
 }
 
 impl<S> WsTransport<S> {
     pub(crate) fn new(ws: WebSocketStream<S>) -> Self {
+        Self::with_keepalive(ws, PING_AFTER)
+    }
+
+    /// Like [`WsTransport::new`] with another keep-alive period (tests).
+    pub(crate) fn with_keepalive(ws: WebSocketStream<S>, ping_after: std::time::Duration) -> Self {
         WsTransport {
             ws,
             pending: None,
             closed: false,
+            last_heard: tokio::time::Instant::now(),
+            pinged: false,
+            ping_after,
         }
     }
 }
@@ -85,7 +107,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsTransport<S> {
                 return Ok(true);
             }
             self.pending = None;
-            match self.ws.next().await {
+            let deadline = self.last_heard + self.ping_after;
+            let next = match tokio::time::timeout_at(deadline, self.ws.next()).await {
+                Ok(next) => next,
+                Err(_) if self.pinged => {
+                    // Nothing since the ping either: the peer is gone.
+                    self.close_with(CloseCode::Away, "no answer to ping").await;
+                    return Ok(false);
+                }
+                Err(_) => {
+                    self.pinged = true;
+                    self.last_heard = tokio::time::Instant::now();
+                    if self.ws.send(Message::Ping(Bytes::new())).await.is_err() {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+            };
+            self.last_heard = tokio::time::Instant::now();
+            self.pinged = false;
+            match next {
                 None | Some(Ok(Message::Close(_))) => return Ok(false),
                 Some(Ok(Message::Binary(b))) => self.pending = Some((b, 0)),
                 // Pings are answered by the library when we flush.
@@ -169,6 +210,91 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Transport for WsTransport<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    /// A server transport and the raw client end of an in-memory WebSocket.
+    async fn pair(
+        ping_after: std::time::Duration,
+    ) -> (
+        WsTransport<tokio::io::DuplexStream>,
+        WebSocketStream<tokio::io::DuplexStream>,
+    ) {
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let server = WebSocketStream::from_raw_socket(a, Role::Server, None).await;
+        let client = WebSocketStream::from_raw_socket(b, Role::Client, None).await;
+        (WsTransport::with_keepalive(server, ping_after), client)
+    }
+
+    #[tokio::test]
+    async fn a_quiet_client_is_pinged_and_dropped_when_it_stays_silent() {
+        let period = std::time::Duration::from_millis(100);
+        let (mut server, mut client) = pair(period).await;
+        let started = tokio::time::Instant::now();
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 16];
+            let r = server
+                .read_or_ready(&mut buf, false)
+                .await
+                .map(|n| (n, started.elapsed()));
+            // Kept open so the client can read the close frame.
+            (r, server)
+        });
+        // The client hears a ping after one quiet period...
+        let first = tokio::time::timeout(std::time::Duration::from_secs(5), client.next())
+            .await
+            .ok()
+            .flatten()
+            .and_then(Result::ok);
+        assert!(matches!(first, Some(Message::Ping(_))), "{first:?}");
+        // ...and, answering nothing, is given up after another one.
+        let (outcome, _server) = tokio::time::timeout(std::time::Duration::from_secs(5), reader)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .map_or((None, None), |(r, s)| (r.ok(), Some(s)));
+        let Some((Some(0), waited)) = outcome else {
+            panic!("expected the end of the connection, got {outcome:?}");
+        };
+        assert!(waited >= period * 2, "gave up after {waited:?}");
+        let closing = tokio::time::timeout(std::time::Duration::from_secs(5), client.next())
+            .await
+            .ok()
+            .flatten()
+            .and_then(Result::ok);
+        let Some(Message::Close(Some(frame))) = closing else {
+            panic!("expected a close frame, got {closing:?}");
+        };
+        assert_eq!(frame.code, CloseCode::Away);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_answers_pings_stays_and_its_data_is_read() {
+        let period = std::time::Duration::from_millis(100);
+        let (mut server, mut client) = pair(period).await;
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 16];
+            let n = server.read_or_ready(&mut buf, false).await;
+            (n.ok().flatten(), buf)
+        });
+        // Reading makes the client answer the ping (the pong goes out with
+        // the next write); then, well after two periods, it sends data.
+        let ping = tokio::time::timeout(std::time::Duration::from_secs(5), client.next()).await;
+        assert!(matches!(ping, Ok(Some(Ok(Message::Ping(_))))), "{ping:?}");
+        tokio::time::sleep(period / 2).await;
+        client.flush().await.ok();
+        tokio::time::sleep(period / 2).await;
+        client
+            .send(Message::Binary(Bytes::from_static(b"HELF")))
+            .await
+            .ok();
+        let (n, buf) = tokio::time::timeout(std::time::Duration::from_secs(5), reader)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or((None, [0; 16]));
+        assert_eq!(n, Some(4));
+        assert_eq!(&buf[..4], b"HELF");
+    }
 
     #[test]
     fn close_codes_follow_the_reason() {
