@@ -60,6 +60,9 @@ pub const MAX_RATE_REFUSALS: usize = 16;
 /// What a refused caller is told to wait before retrying, in seconds.
 pub const RETRY_AFTER_SECS: u32 = 1;
 
+/// Ping interval and timeout of HTTP/2 connections (dead peers are dropped).
+pub const HTTP2_KEEP_ALIVE: Duration = Duration::from_secs(30);
+
 /// Longest an opc.https request may wait for its response.
 pub const MAX_REQUEST_WAIT: Duration = Duration::from_secs(300);
 
@@ -283,18 +286,56 @@ async fn serve(
         cancel: cancel.clone(),
         client_cert,
     });
-    let service = hyper::service::service_fn(move |req| {
-        let conn = conn.clone();
-        async move { Ok::<_, Infallible>(route(conn, req).await) }
-    });
+    // A connection must start its first request within the handshake
+    // deadline (HTTP/1 heads after that are bounded by hyper's header
+    // timeout; an HTTP/2 connection stays while it is used and answers
+    // keep-alive pings).
+    let started = Arc::new(tokio::sync::Notify::new());
+    let service = {
+        let started = started.clone();
+        hyper::service::service_fn(move |req| {
+            started.notify_one();
+            let conn = conn.clone();
+            async move { Ok::<_, Infallible>(route(conn, req).await) }
+        })
+    };
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(deadline)
         .max_buf_size(64 * 1024);
-    builder.http2().max_concurrent_streams(64);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(64)
+        .keep_alive_interval(Some(HTTP2_KEEP_ALIVE))
+        .keep_alive_timeout(HTTP2_KEEP_ALIVE);
+    // ALPN decides the protocol, so no unbounded sniffing of the first bytes.
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+    let builder = if h2 {
+        builder.http2_only()
+    } else {
+        builder.http1_only()
+    };
     let served = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+    tokio::pin!(served);
+    let first_request = tokio::time::timeout(deadline, started.notified());
+    tokio::select! {
+        r = &mut served => {
+            if let Err(e) = r {
+                tracing::debug!(%peer, error = %e, "HTTP connection ended");
+            }
+            return;
+        }
+        _ = cancel.cancelled() => return,
+        waited = first_request => {
+            if waited.is_err() {
+                tracing::debug!(%peer, "no HTTP request in time after the TLS handshake");
+                return;
+            }
+        }
+    }
     tokio::select! {
         r = served => {
             if let Err(e) = r {
@@ -481,7 +522,17 @@ async fn https(conn: &Arc<Conn>, req: Request<Incoming>) -> Response<Full<Bytes>
             return unavailable("no room for the request body; try again later");
         }
     };
-    let body = match Limited::new(req.into_body(), max).collect().await {
+    // The body must arrive within the handshake deadline: a stalled body
+    // would otherwise keep its ReassemblyBytes charge forever.
+    let deadline = engine.config.isolation.handshake_timeout;
+    let read = tokio::time::timeout(deadline, Limited::new(req.into_body(), max).collect()).await;
+    let Ok(read) = read else {
+        return text(
+            HttpStatus::REQUEST_TIMEOUT,
+            "request body not received in time",
+        );
+    };
+    let body = match read {
         Ok(b) => b.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return text(
