@@ -230,7 +230,7 @@ pub(crate) trait Transport: Send {
     /// Sends bytes the protocol produced (whole UACP messages).
     fn send(
         &mut self,
-        bytes: &[u8],
+        bytes: Vec<u8>,
     ) -> impl std::future::Future<Output = std::io::Result<()>> + Send;
     /// Ends the connection after the protocol closed it; `status` is why
     /// (the WebSocket close code follows from it).
@@ -254,8 +254,8 @@ impl Transport for TcpTransport {
         self.0.try_read(buf)
     }
 
-    async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.0.write_all(bytes).await
+    async fn send(&mut self, bytes: Vec<u8>) -> std::io::Result<()> {
+        self.0.write_all(&bytes).await
     }
 
     async fn close(&mut self, _status: Option<StatusCode>) {
@@ -308,7 +308,7 @@ pub(crate) async fn drive_transport<T: Transport>(
     loop {
         // Flush what the protocol wants to send, then act on its events.
         while let Some(bytes) = conn.poll_transmit() {
-            if stream.send(&bytes).await.is_err() {
+            if stream.send(bytes).await.is_err() {
                 return finish(&engine, info);
             }
         }

@@ -60,6 +60,9 @@ pub const MAX_RATE_REFUSALS: usize = 16;
 /// What a refused caller is told to wait before retrying, in seconds.
 pub const RETRY_AFTER_SECS: u32 = 1;
 
+/// Read buffer of a WebSocket connection (UACP chunks are small).
+const WS_READ_BUFFER: usize = 16 * 1024;
+
 /// Ping interval and timeout of HTTP/2 connections (dead peers are dropped).
 pub const HTTP2_KEEP_ALIVE: Duration = Duration::from_secs(30);
 
@@ -448,9 +451,12 @@ fn websocket(conn: &Arc<Conn>, mut req: Request<Incoming>) -> Response<Full<Byte
             }
         };
         // One UACP chunk per message: at most the receive buffer size.
+        // The read buffer is cleared on every read attempt, so a small one
+        // (messages are single chunks) saves zero-filling 128 KiB per read.
         let config = WebSocketConfig::default()
             .max_message_size(Some(limit))
-            .max_frame_size(Some(limit));
+            .max_frame_size(Some(limit))
+            .read_buffer_size(WS_READ_BUFFER);
         let ws =
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                 .await;

@@ -176,9 +176,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Transport for WsTransport<S> {
         Ok(n)
     }
 
-    async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        // One UACP message (8-byte header with its size) per binary message.
-        let mut rest = bytes;
+    async fn send(&mut self, bytes: Vec<u8>) -> std::io::Result<()> {
+        // One UACP message (8-byte header with its size) per binary message;
+        // the messages share the buffer (no copy).
+        let mut rest = Bytes::from(bytes);
         while !rest.is_empty() {
             let size = rest
                 .get(4..8)
@@ -186,12 +187,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Transport for WsTransport<S> {
                 .map(|s: [u8; 4]| u32::from_le_bytes(s) as usize)
                 .filter(|n| *n >= 8 && *n <= rest.len())
                 .unwrap_or(rest.len());
-            let (msg, tail) = rest.split_at(size);
+            let msg = rest.split_to(size);
             self.ws
-                .feed(Message::Binary(Bytes::copy_from_slice(msg)))
+                .feed(Message::Binary(msg))
                 .await
                 .map_err(std::io::Error::other)?;
-            rest = tail;
         }
         self.ws.flush().await.map_err(std::io::Error::other)
     }
