@@ -11,6 +11,7 @@
 # Env:   SESSIONS="1 16 64"  SECURITY="none basic256sha256"  WARMUP=2
 #        REPEAT=1   how many times to run the whole matrix (rows are numbered)
 #        OUT=<dir for logs and results>  (default: a new temp dir)
+#        UAGATE_EXTRA=<TOML appended to uagate's configuration>
 #        REF=ref|sim   comparison server: the bench's opcua-ref-server
 #                      (default) or `uagate sim` (async-opcua default limit of
 #                      20 sessions, so 64-session cells fail against it).
@@ -84,6 +85,8 @@ max_session_count = 200
 max_channel_count = 220
 max_concurrent_session_establishment = 64
 EOF
+# Extra TOML appended to the uagate configuration (e.g. an [isolation] table).
+if [ -n "${UAGATE_EXTRA:-}" ]; then printf '\n%s\n' "$UAGATE_EXTRA" >>"$OUT/uagate.toml"; fi
 "$BIN/uagate" --data "$DATA" config import "$OUT/uagate.toml" >&2
 "$BIN/uagate" --data "$DATA" trust add "$CLIENT_CERT" >&2
 RUST_LOG="${RUST_LOG:-warn}" start uagate "$BIN/uagate" --data "$DATA" run

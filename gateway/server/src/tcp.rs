@@ -216,17 +216,11 @@ async fn refuse(mut stream: TcpStream) {
 /// The byte transport under one UACP connection: a TCP socket (opc.tcp),
 /// or a WebSocket carrying UACP messages in binary messages (opc.wss).
 pub(crate) trait Transport: Send {
-    /// Waits for input. Reads it into `buf` (`Some(n)`, 0 at the end), or
-    /// with `gated` only waits until input is waiting (`None`) without
-    /// consuming it, so the caller can claim a pipeline slot first.
-    fn read_or_ready(
+    /// Waits for input and reads it into `buf` (0 at the end).
+    fn read(
         &mut self,
         buf: &mut [u8],
-        gated: bool,
-    ) -> impl std::future::Future<Output = std::io::Result<Option<usize>>> + Send;
-    /// Reads input that [`Transport::read_or_ready`] found waiting; never
-    /// waits (`WouldBlock` when there is none after all).
-    fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
+    ) -> impl std::future::Future<Output = std::io::Result<usize>> + Send;
     /// Sends bytes the protocol produced (whole UACP messages).
     fn send(
         &mut self,
@@ -242,16 +236,8 @@ pub(crate) trait Transport: Send {
 struct TcpTransport(TcpStream);
 
 impl Transport for TcpTransport {
-    async fn read_or_ready(
-        &mut self,
-        buf: &mut [u8],
-        gated: bool,
-    ) -> std::io::Result<Option<usize>> {
-        read_or_readable(&mut self.0, buf, gated).await
-    }
-
-    fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0.try_read(buf)
+    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf).await
     }
 
     async fn send(&mut self, bytes: Vec<u8>) -> std::io::Result<()> {
@@ -300,6 +286,8 @@ pub(crate) async fn drive_transport<T: Transport>(
     // while the owner is at its share.
     let mut read_claim: Option<crate::dispatch::FlowClaim> = None;
     let mut flow_wait: Option<crate::dispatch::FlowWait> = None;
+    // Bytes read into `buf` and held until the owner may have a request in.
+    let mut held: usize = 0;
     // Why the protocol closed the connection (for the WebSocket close code).
     let mut close_status: Option<StatusCode> = None;
     let mut buf = vec![0u8; 64 * 1024];
@@ -393,38 +381,23 @@ pub(crate) async fn drive_transport<T: Transport>(
         // The read's claim covers only requests decoded from it.
         read_claim = None;
         let deadline = conn.poll_timeout();
-        // With fair scheduling an open channel reads only while its owner
-        // is under its share of the request pipeline; otherwise its bytes
-        // wait in the socket until a request of the owner leaves.
+        // With fair scheduling the bytes of an open channel are processed
+        // only while its owner is under its share of the request pipeline;
+        // otherwise the last read is held (and nothing more is read, so the
+        // rest waits in the socket) until a request of the owner leaves.
         let gated = engine.dispatcher.flows.is_some() && owner.is_some();
         tokio::select! {
-            r = stream.read_or_ready(&mut buf, gated), if flow_wait.is_none() => match r {
-                Err(_) | Ok(Some(0)) => return finish(&engine, info),
-                Ok(Some(n)) => conn.handle_input(&buf[..n], Instant::now()),
-                Ok(None) => {
-                    let (Some(flows), Some((caller, weight))) =
-                        (engine.dispatcher.flows.as_ref(), owner.as_ref())
-                    else {
-                        continue;
-                    };
-                    let reserved = engine.admission.reserved_execution(caller);
-                    match flows.try_claim(&caller.owner, *weight, reserved) {
-                        Err(wait) => flow_wait = Some(wait),
-                        Ok(claim) => match stream.try_read(&mut buf) {
-                            Ok(0) => return finish(&engine, info),
-                            Ok(n) => {
-                                read_claim = Some(claim);
-                                conn.handle_input(&buf[..n], Instant::now());
-                            }
-                            // Nothing after all: the claim is dropped.
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                            Err(_) => return finish(&engine, info),
-                        },
-                    }
+            r = stream.read(&mut buf), if held == 0 && flow_wait.is_none() => match r {
+                Err(_) | Ok(0) => return finish(&engine, info),
+                Ok(n) if gated => {
+                    held = n;
+                    take_held(&engine, &owner, &buf, &mut held, &mut read_claim, &mut flow_wait, &mut conn);
                 }
+                Ok(n) => conn.handle_input(&buf[..n], Instant::now()),
             },
             _ = async { if let Some(w) = &flow_wait { w.woken().await } }, if flow_wait.is_some() => {
                 flow_wait = None;
+                take_held(&engine, &owner, &buf, &mut held, &mut read_claim, &mut flow_wait, &mut conn);
             }
             _ = cancel.cancelled() => conn.close(if server_cancel.is_cancelled() {
                 StatusCode::BadServerHalted
@@ -463,6 +436,36 @@ impl RenewGate for RenewLease {
 
     fn end(&mut self) {
         self.lease = None;
+    }
+}
+
+/// Processes the held bytes of a read when the connection's owner may
+/// have one more request in the server (the claim goes with the requests
+/// they decode); otherwise keeps them and waits for the owner's turn.
+fn take_held(
+    engine: &Engine,
+    owner: &Option<(Caller, u32)>,
+    buf: &[u8],
+    held: &mut usize,
+    read_claim: &mut Option<crate::dispatch::FlowClaim>,
+    flow_wait: &mut Option<crate::dispatch::FlowWait>,
+    conn: &mut ServerConnection,
+) {
+    if *held == 0 {
+        return;
+    }
+    let (Some(flows), Some((caller, weight))) = (engine.dispatcher.flows.as_ref(), owner.as_ref())
+    else {
+        return;
+    };
+    let reserved = engine.admission.reserved_execution(caller);
+    match flows.try_claim(&caller.owner, *weight, reserved) {
+        Ok(claim) => {
+            *read_claim = Some(claim);
+            conn.handle_input(&buf[..*held], Instant::now());
+            *held = 0;
+        }
+        Err(wait) => *flow_wait = Some(wait),
     }
 }
 
@@ -550,27 +553,6 @@ impl ReassemblyBudget for ReassemblyLeases {
 
     fn release(&mut self) {
         self.leases.clear();
-    }
-}
-
-/// Reads into `buf` (`Some(n)`, 0 at end of stream), or with `gated` only
-/// waits until bytes are waiting (`None`) so the caller can claim a
-/// pipeline slot before reading them.
-async fn read_or_readable(
-    stream: &mut TcpStream,
-    buf: &mut [u8],
-    gated: bool,
-) -> std::io::Result<Option<usize>> {
-    if gated {
-        // Peek rather than `readable()`: readiness stays set after a short
-        // read, and a claim taken on stale readiness would block others.
-        let mut one = [0u8; 1];
-        match stream.peek(&mut one).await? {
-            0 => Ok(Some(0)),
-            _ => Ok(None),
-        }
-    } else {
-        stream.read(buf).await.map(Some)
     }
 }
 

@@ -149,28 +149,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsTransport<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Transport for WsTransport<S> {
-    async fn read_or_ready(
-        &mut self,
-        buf: &mut [u8],
-        gated: bool,
-    ) -> std::io::Result<Option<usize>> {
+    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         if !self.fill().await? {
-            return Ok(Some(0));
+            return Ok(0);
         }
-        if gated {
-            return Ok(None);
-        }
-        self.try_read(buf).map(Some)
-    }
-
-    fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let Some((b, at)) = self.pending.as_mut() else {
-            return Err(std::io::ErrorKind::WouldBlock.into());
+            return Ok(0);
         };
         let n = (b.len() - *at).min(buf.len());
-        if n == 0 {
-            return Err(std::io::ErrorKind::WouldBlock.into());
-        }
         buf[..n].copy_from_slice(&b[*at..*at + n]);
         *at += n;
         Ok(n)
@@ -233,9 +219,9 @@ mod tests {
         let reader = tokio::spawn(async move {
             let mut buf = [0u8; 16];
             let r = server
-                .read_or_ready(&mut buf, false)
+                .read(&mut buf)
                 .await
-                .map(|n| (n, started.elapsed()));
+                .map(|n| (Some(n), started.elapsed()));
             // Kept open so the client can read the close frame.
             (r, server)
         });
@@ -273,8 +259,8 @@ mod tests {
         let (mut server, mut client) = pair(period).await;
         let reader = tokio::spawn(async move {
             let mut buf = [0u8; 16];
-            let n = server.read_or_ready(&mut buf, false).await;
-            (n.ok().flatten(), buf)
+            let n = server.read(&mut buf).await;
+            (n.ok(), buf)
         });
         // Reading makes the client answer the ping (the pong goes out with
         // the next write); then, well after two periods, it sends data.
