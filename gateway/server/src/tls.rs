@@ -173,17 +173,12 @@ async fn refuse_rate(engine: &Engine, stream: TcpStream, acceptor: TlsAcceptor) 
         let Ok(tls) = acceptor.accept(stream).await else {
             return;
         };
-        let service = hyper::service::service_fn(|_req: Request<Incoming>| async {
-            let mut r = text(HttpStatus::TOO_MANY_REQUESTS, "connection rate exceeded");
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-            r.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            Ok::<_, Infallible>(r)
-        });
-        let _ = Builder::new(TokioExecutor::new())
-            .serve_connection(TokioIo::new(tls), service)
-            .await;
+        refuse_all(
+            tls,
+            HttpStatus::TOO_MANY_REQUESTS,
+            "connection rate exceeded",
+        )
+        .await;
     })
     .await;
 }
@@ -221,13 +216,21 @@ async fn client_certificate(engine: &Engine, der: &[u8]) -> Result<X509, String>
     }
 }
 
-/// Answers every request on `tls` with `status` and closes.
+/// Answers every request on `tls` with `status` (429 and 503 with
+/// `Retry-After`) and closes.
 async fn refuse_all<S>(tls: S, status: HttpStatus, why: &'static str)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |_req: Request<Incoming>| async move {
         let mut r = text(status, why);
+        if matches!(
+            status,
+            HttpStatus::TOO_MANY_REQUESTS | HttpStatus::SERVICE_UNAVAILABLE
+        ) {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
         r.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         Ok::<_, Infallible>(r)
