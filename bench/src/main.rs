@@ -18,9 +18,9 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use opcua_client::{Client, ClientBuilder, IdentityToken, Session};
 use opcua_crypto::SecurityPolicy;
-use opcua_types::{
-    EndpointDescription, MessageSecurityMode, NodeId, ReadValueId, TimestampsToReturn, VariableId,
-};
+use opcua_types::{EndpointDescription, MessageSecurityMode, TimestampsToReturn};
+use uagate_bench::stats::{cpu_ticks, percentile};
+use uagate_bench::{nodes_to_read, NODES, STEP};
 
 /// Command line of the benchmark client.
 #[derive(Parser)]
@@ -86,31 +86,6 @@ impl Security {
             Security::Basic256sha256 => "basic256sha256",
         }
     }
-}
-
-/// The ten Value attributes read by every request: namespace-0 Server nodes
-/// that both uagate and async-opcua-server implement.
-const NODES: [VariableId; 10] = [
-    VariableId::Server_ServerArray,
-    VariableId::Server_NamespaceArray,
-    VariableId::Server_ServerStatus,
-    VariableId::Server_ServerStatus_StartTime,
-    VariableId::Server_ServerStatus_CurrentTime,
-    VariableId::Server_ServerStatus_State,
-    VariableId::Server_ServerStatus_BuildInfo_ProductName,
-    VariableId::Server_ServerStatus_BuildInfo_ProductUri,
-    VariableId::Server_ServerStatus_BuildInfo_ManufacturerName,
-    VariableId::Server_ServiceLevel,
-];
-
-/// Timeout for connecting and for any single request.
-const STEP: Duration = Duration::from_secs(30);
-
-fn nodes_to_read() -> Vec<ReadValueId> {
-    NODES
-        .iter()
-        .map(|v| ReadValueId::from(NodeId::from(*v)))
-        .collect()
 }
 
 fn client(pki: &Path) -> Result<Client> {
@@ -238,27 +213,6 @@ async fn session_loop(session: Arc<Session>, measure_from: Instant, end: Instant
         }
     }
     out
-}
-
-/// utime + stime of a process in clock ticks, from /proc/<pid>/stat.
-fn cpu_ticks(pid: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces; fields after ')' are fixed.
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state); utime is field 14, stime field 15.
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    // Nearest-rank method.
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 #[tokio::main]

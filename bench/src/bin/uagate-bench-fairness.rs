@@ -11,9 +11,10 @@
 //! A's share of all completed requests during the overlap and A's p99
 //! (together) / A's p99 (solo).
 //!
-//! async-opcua-client cannot bind a source address, so this is a small
-//! hand-made UA-TCP client for SecurityPolicy None: Hello, OpenSecureChannel,
-//! CreateSession, anonymous ActivateSession, Read. It is a measuring tool,
+//! async-opcua-client cannot bind a source address, so this uses the small
+//! hand-made UA-TCP client of `uagate_bench::uacp` for SecurityPolicy None
+//! (Hello, OpenSecureChannel, CreateSession, anonymous ActivateSession,
+//! Read) over sockets bound to the owner's address. It is a measuring tool,
 //! not a test: it asserts nothing about timing. `bench/run-fairness.sh`
 //! drives it over the isolation modes.
 
@@ -22,16 +23,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
-use opcua_types::{
-    ActivateSessionRequest, ActivateSessionResponse, AnonymousIdentityToken, BinaryDecodable,
-    BinaryEncodable, ByteString, ContextOwned, CreateSessionRequest, CreateSessionResponse,
-    DateTime, ExtensionObject, MessageInfo, MessageSecurityMode, NodeId, ObjectId,
-    OpenSecureChannelRequest, OpenSecureChannelResponse, ReadRequest, ReadResponse, ReadValueId,
-    RequestHeader, SecurityTokenRequestType, ServiceFault, StatusCode, TimestampsToReturn,
-    VariableId,
-};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
+use uagate_bench::service::read;
+use uagate_bench::stats::{cpu_ticks, percentile, session_loop};
+use uagate_bench::{uacp, NODES, STEP};
 
 /// Command line of the fairness benchmark client.
 #[derive(Parser)]
@@ -81,345 +76,13 @@ struct Args {
     client_threads: usize,
 }
 
-/// The ten Value attributes read by every request (as in `uagate-bench`).
-const NODES: [VariableId; 10] = [
-    VariableId::Server_ServerArray,
-    VariableId::Server_NamespaceArray,
-    VariableId::Server_ServerStatus,
-    VariableId::Server_ServerStatus_StartTime,
-    VariableId::Server_ServerStatus_CurrentTime,
-    VariableId::Server_ServerStatus_State,
-    VariableId::Server_ServerStatus_BuildInfo_ProductName,
-    VariableId::Server_ServerStatus_BuildInfo_ProductUri,
-    VariableId::Server_ServerStatus_BuildInfo_ManufacturerName,
-    VariableId::Server_ServiceLevel,
-];
-
-/// Timeout for connecting and for any single request.
-const STEP: Duration = Duration::from_secs(30);
-const NONE_URI: &str = "http://opcfoundation.org/UA/SecurityPolicy#None";
-/// Receive/send buffer size offered in Hello; larger responses come in chunks.
-const BUFFER: u32 = 65_536;
-/// Largest frame accepted from the server.
-const MAX_FRAME: usize = 1 << 24;
-
-/// Puts the frame length into bytes 4..8 of a UA-TCP frame.
-fn with_size(mut frame: Vec<u8>) -> Result<Vec<u8>> {
-    let n = u32::try_from(frame.len()).context("frame too large")?;
-    frame[4..8].copy_from_slice(&n.to_le_bytes());
-    Ok(frame)
-}
-
-fn put_string(out: &mut Vec<u8>, s: &str) -> Result<()> {
-    let n = i32::try_from(s.len()).context("string too long")?;
-    out.extend_from_slice(&n.to_le_bytes());
-    out.extend_from_slice(s.as_bytes());
-    Ok(())
-}
-
-fn le_u32(b: &[u8], at: usize) -> Result<u32> {
-    let s = b.get(at..at + 4).context("truncated frame")?;
-    Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-}
-
-/// What a response body decoded to.
-enum Reply {
-    Opn(Box<OpenSecureChannelResponse>),
-    Created(Box<CreateSessionResponse>),
-    Activated,
-    Read(Box<ReadResponse>),
-    Fault(StatusCode),
-}
-
 /// One session on its own TCP connection and secure channel.
-struct HandSession {
-    s: TcpStream,
-    channel: u32,
-    token: u32,
-    seq: u32,
-    auth: NodeId,
-    ctx: ContextOwned,
-}
+type HandSession = uacp::Session<TcpStream>;
 
-impl HandSession {
-    /// Connects from `src`, opens a channel (None) and an anonymous session.
-    async fn connect(src: IpAddr, to: SocketAddr, url: &str) -> Result<HandSession> {
-        let socket = if src.is_ipv4() {
-            TcpSocket::new_v4()?
-        } else {
-            TcpSocket::new_v6()?
-        };
-        socket
-            .bind(SocketAddr::new(src, 0))
-            .with_context(|| format!("binding {src}"))?;
-        let mut s = socket.connect(to).await.context("connect")?;
-        s.set_nodelay(true)?;
-
-        let mut hel = b"HELF\0\0\0\0".to_vec();
-        for v in [0, BUFFER, BUFFER, 0, 0] {
-            hel.extend_from_slice(&v.to_le_bytes());
-        }
-        put_string(&mut hel, url)?;
-        s.write_all(&with_size(hel)?).await?;
-        let ack = read_frame(&mut s).await?;
-        match ack.get(..4) {
-            Some(b"ACKF") => {}
-            Some(b"ERRF") => bail!("Hello refused: {}", StatusCode::from(le_u32(&ack, 8)?)),
-            _ => bail!("unexpected answer to Hello"),
-        }
-
-        let ctx = ContextOwned::default();
-        let mut opn = b"OPNF\0\0\0\0".to_vec();
-        opn.extend_from_slice(&0u32.to_le_bytes());
-        put_string(&mut opn, NONE_URI)?;
-        opn.extend_from_slice(&(-1i32).to_le_bytes());
-        opn.extend_from_slice(&(-1i32).to_le_bytes());
-        opn.extend_from_slice(&1u32.to_le_bytes());
-        opn.extend_from_slice(&1u32.to_le_bytes());
-        encode_body(
-            &mut opn,
-            &OpenSecureChannelRequest {
-                request_header: RequestHeader::new(&NodeId::null(), &DateTime::now(), 1),
-                client_protocol_version: 0,
-                request_type: SecurityTokenRequestType::Issue,
-                security_mode: MessageSecurityMode::None,
-                client_nonce: ByteString::null(),
-                requested_lifetime: 600_000,
-            },
-            &ctx,
-        )?;
-        s.write_all(&with_size(opn)?).await?;
-        let resp = read_frame(&mut s).await?;
-        if resp.get(..4) != Some(b"OPNF") {
-            bail!("unexpected answer to OpenSecureChannel");
-        }
-        let channel = le_u32(&resp, 8)?;
-        // Skip policy URI, sender certificate, receiver thumbprint, sequence header.
-        let mut at = 12;
-        for _ in 0..3 {
-            let n = le_u32(&resp, at)? as i32;
-            at += 4 + usize::try_from(n.max(0))?;
-        }
-        at += 8;
-        let body = resp.get(at..).context("truncated OPN response")?;
-        let Reply::Opn(r) = decode_body(body, &ctx)? else {
-            bail!("OpenSecureChannel failed");
-        };
-        let mut session = HandSession {
-            s,
-            channel,
-            token: r.security_token.token_id,
-            seq: 2,
-            auth: NodeId::null(),
-            ctx,
-        };
-        session.open_session().await?;
-        Ok(session)
-    }
-
-    fn header(&self) -> RequestHeader {
-        RequestHeader::new(&self.auth, &DateTime::now(), self.seq)
-    }
-
-    async fn open_session(&mut self) -> Result<()> {
-        let create = CreateSessionRequest {
-            request_header: self.header(),
-            session_name: "uagate-bench-fairness".into(),
-            requested_session_timeout: 600_000.0,
-            ..Default::default()
-        };
-        let Reply::Created(created) = self.call(&create).await? else {
-            bail!("CreateSession failed");
-        };
-        self.auth = created.authentication_token.clone();
-        let activate = ActivateSessionRequest {
-            request_header: self.header(),
-            user_identity_token: ExtensionObject::from_message(AnonymousIdentityToken {
-                policy_id: "anonymous".into(),
-            }),
-            ..Default::default()
-        };
-        match self.call(&activate).await? {
-            Reply::Activated => Ok(()),
-            Reply::Fault(s) => bail!("ActivateSession failed: {s}"),
-            _ => bail!("ActivateSession: unexpected response"),
-        }
-    }
-
-    /// Sends one request (single chunk) and waits for its whole response.
-    async fn call<M: BinaryEncodable + MessageInfo>(&mut self, request: &M) -> Result<Reply> {
-        let mut m = b"MSGF\0\0\0\0".to_vec();
-        m.extend_from_slice(&self.channel.to_le_bytes());
-        m.extend_from_slice(&self.token.to_le_bytes());
-        m.extend_from_slice(&self.seq.to_le_bytes());
-        m.extend_from_slice(&self.seq.to_le_bytes());
-        self.seq = self.seq.wrapping_add(1);
-        encode_body(&mut m, request, &self.ctx)?;
-        self.s.write_all(&with_size(m)?).await?;
-        // Intermediate chunks (MSGC) are concatenated until the final one.
-        let mut body = Vec::new();
-        loop {
-            let frame = read_frame(&mut self.s).await?;
-            let part = frame.get(24..).context("truncated MSG frame")?;
-            match frame.get(..4) {
-                Some(b"MSGF") => {
-                    body.extend_from_slice(part);
-                    break;
-                }
-                Some(b"MSGC") => body.extend_from_slice(part),
-                Some(b"ERRF") => bail!("server error {}", StatusCode::from(le_u32(&frame, 8)?)),
-                _ => bail!("unexpected frame type"),
-            }
-        }
-        decode_body(&body, &self.ctx)
-    }
-
-    /// One Read of the ten nodes: Ok(true) when every result is Good.
-    async fn read(&mut self) -> Result<Result<bool, StatusCode>> {
-        let request = ReadRequest {
-            request_header: self.header(),
-            max_age: 0.0,
-            timestamps_to_return: TimestampsToReturn::Neither,
-            nodes_to_read: Some(
-                NODES
-                    .iter()
-                    .map(|v| ReadValueId::from(NodeId::from(*v)))
-                    .collect(),
-            ),
-        };
-        match self.call(&request).await? {
-            Reply::Read(r) => {
-                let results = r.results.unwrap_or_default();
-                Ok(Ok(results.len() == NODES.len()
-                    && results.iter().all(|dv| {
-                        dv.status.is_none_or(|s| s.is_good()) && dv.value.is_some()
-                    })))
-            }
-            Reply::Fault(s) => Ok(Err(s)),
-            _ => bail!("Read: unexpected response"),
-        }
-    }
-}
-
-fn encode_body<M: BinaryEncodable + MessageInfo>(
-    out: &mut Vec<u8>,
-    message: &M,
-    ctx: &ContextOwned,
-) -> Result<()> {
-    let ctx = ctx.context();
-    NodeId::from(message.type_id())
-        .encode(out, &ctx)
-        .map_err(|e| anyhow::anyhow!("encoding type id: {e}"))?;
-    message
-        .encode(out, &ctx)
-        .map_err(|e| anyhow::anyhow!("encoding request: {e}"))?;
-    Ok(())
-}
-
-fn decode_body(mut body: &[u8], ctx: &ContextOwned) -> Result<Reply> {
-    let ctx = ctx.context();
-    let err = |e: opcua_types::Error| anyhow::anyhow!("decoding response: {e}");
-    let type_id = NodeId::decode(&mut body, &ctx).map_err(err)?;
-    let id = type_id
-        .as_object_id()
-        .map_err(|_| anyhow::anyhow!("response type {type_id} is not an ns0 object"))?;
-    Ok(match id {
-        ObjectId::OpenSecureChannelResponse_Encoding_DefaultBinary => Reply::Opn(Box::new(
-            OpenSecureChannelResponse::decode(&mut body, &ctx).map_err(err)?,
-        )),
-        ObjectId::CreateSessionResponse_Encoding_DefaultBinary => Reply::Created(Box::new(
-            CreateSessionResponse::decode(&mut body, &ctx).map_err(err)?,
-        )),
-        ObjectId::ActivateSessionResponse_Encoding_DefaultBinary => {
-            let r = ActivateSessionResponse::decode(&mut body, &ctx).map_err(err)?;
-            if r.response_header.service_result.is_good() {
-                Reply::Activated
-            } else {
-                Reply::Fault(r.response_header.service_result)
-            }
-        }
-        ObjectId::ReadResponse_Encoding_DefaultBinary => Reply::Read(Box::new(
-            ReadResponse::decode(&mut body, &ctx).map_err(err)?,
-        )),
-        ObjectId::ServiceFault_Encoding_DefaultBinary => Reply::Fault(
-            ServiceFault::decode(&mut body, &ctx)
-                .map_err(err)?
-                .response_header
-                .service_result,
-        ),
-        other => bail!("unexpected response type {other:?}"),
-    })
-}
-
-/// Reads one whole UA-TCP frame (header + body).
-async fn read_frame(s: &mut TcpStream) -> Result<Vec<u8>> {
-    tokio::time::timeout(STEP, async {
-        let mut header = [0u8; 8];
-        s.read_exact(&mut header).await?;
-        let size = le_u32(&header, 4)? as usize;
-        if !(8..=MAX_FRAME).contains(&size) {
-            bail!("bad frame size {size}");
-        }
-        let mut frame = header.to_vec();
-        frame.resize(size, 0);
-        s.read_exact(&mut frame[8..]).await?;
-        Ok(frame)
-    })
-    .await
-    .context("no response within 30 s")?
-}
-
-/// What one session measured in one phase.
-#[derive(Default)]
-struct Measured {
-    /// Latencies (µs) of Good requests that started and ended in the window.
-    latencies_us: Vec<u64>,
-    /// Failed reads in the window (Bad results, faults, transport errors).
-    errors: u64,
-    /// Of those, ServiceFault BadServerTooBusy.
-    busy: u64,
-}
-
-/// Loops Reads until `end`; the session is handed back unless it broke.
-async fn session_loop(
-    mut s: HandSession,
-    measure_from: Instant,
-    end: Instant,
-) -> (Option<HandSession>, Measured) {
-    let mut out = Measured::default();
-    loop {
-        let start = Instant::now();
-        if start >= end {
-            return (Some(s), out);
-        }
-        let r = s.read().await;
-        let done = Instant::now();
-        let counted = start >= measure_from && done <= end;
-        match r {
-            Ok(Ok(true)) => {
-                if counted {
-                    out.latencies_us.push(
-                        u64::try_from(done.duration_since(start).as_micros()).unwrap_or(u64::MAX),
-                    );
-                }
-            }
-            Ok(Ok(false)) | Ok(Err(_)) => {
-                if counted {
-                    out.errors += 1;
-                    if matches!(r, Ok(Err(StatusCode::BadServerTooBusy))) {
-                        out.busy += 1;
-                    }
-                }
-                // Honour the server's hint loosely; do not spin.
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            Err(e) => {
-                eprintln!("session broke: {e:#}");
-                out.errors += 1;
-                return (None, out);
-            }
-        }
-    }
+/// Connects from `src`, opens a channel (None) and an anonymous session.
+async fn connect(src: IpAddr, to: SocketAddr, url: &str) -> Result<HandSession> {
+    let s = uacp::tcp_connect(to, Some(src)).await?;
+    uacp::Session::open(s, url, "uagate-bench-fairness").await
 }
 
 /// One owner's totals in one phase.
@@ -486,6 +149,9 @@ async fn phase(
         };
         for t in owner {
             let (s, m) = t.await.context("session task panicked")?;
+            if let Some(e) = &m.broke {
+                eprintln!("session broke: {e}");
+            }
             sessions.extend(s);
             st.per_session.push(m.latencies_us.len());
             st.latencies_us.extend(m.latencies_us);
@@ -503,24 +169,6 @@ async fn phase(
     Ok((back, stats, [delta(cpu0, cpu1), delta(own0, own1)]))
 }
 
-/// utime + stime of a process in clock ticks, from /proc/<pid>/stat.
-fn cpu_ticks(pid: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = stat.get(stat.rfind(')')? + 2..)?;
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // Field 3 (state) is index 0 here; utime and stime are fields 14 and 15.
-    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
-}
-
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 async fn connect_owner(
     n: usize,
     src: IpAddr,
@@ -529,11 +177,11 @@ async fn connect_owner(
 ) -> Result<Vec<HandSession>> {
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
-        let mut s = tokio::time::timeout(STEP, HandSession::connect(src, to, url))
+        let mut s = tokio::time::timeout(STEP, connect(src, to, url))
             .await
             .with_context(|| format!("{src} session {i}: connect timed out"))?
             .with_context(|| format!("{src} session {i}"))?;
-        match s.read().await? {
+        match read(&mut s).await? {
             Ok(true) => {}
             Ok(false) => bail!("{src} session {i}: a benchmark node does not read Good"),
             Err(status) => bail!("{src} session {i}: verification read failed: {status}"),

@@ -37,6 +37,8 @@ use opcua_types::{
     NotificationMessage, ReadValueId, StatusChangeNotification, TimestampsToReturn, VariableId,
     Variant,
 };
+use uagate_bench::stats::cpu_ticks;
+use uagate_bench::STEP;
 
 /// Command line of the notification benchmark client.
 #[derive(Parser)]
@@ -80,9 +82,6 @@ struct Args {
     #[arg(long, default_value = "")]
     label: String,
 }
-
-/// Timeout for connecting and for any single request.
-const STEP: Duration = Duration::from_secs(30);
 
 fn client(pki: &Path) -> Result<Client> {
     ClientBuilder::new()
@@ -292,16 +291,6 @@ async fn read_one(session: &Session, node: NodeId) -> Result<DataValue> {
     Ok(dv)
 }
 
-/// utime + stime of a process in clock ticks, from /proc/<pid>/stat.
-fn cpu_ticks(pid: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
 /// VmRSS of a process in KiB, from /proc/<pid>/status.
 fn rss_kib(pid: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -309,12 +298,9 @@ fn rss_kib(pid: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Nearest-rank percentile of sorted values; None when there are none.
 fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+    (!sorted.is_empty()).then(|| uagate_bench::stats::percentile(sorted, p))
 }
 
 fn ms(v: Option<u64>) -> serde_json::Value {

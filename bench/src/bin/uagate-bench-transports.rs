@@ -39,14 +39,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use opcua_types::{
-    ActivateSessionRequest, ActivateSessionResponse, AnonymousIdentityToken, BinaryDecodable,
-    BinaryEncodable, ByteString, CloseSecureChannelRequest, CloseSessionRequest, ContextOwned,
-    CreateSessionRequest, CreateSessionResponse, DateTime, ExtensionObject, MessageInfo,
-    MessageSecurityMode, NodeId, ObjectId, OpenSecureChannelRequest, OpenSecureChannelResponse,
-    ReadRequest, ReadResponse, ReadValueId, RequestHeader, SecurityTokenRequestType, ServiceFault,
-    StatusCode, TimestampsToReturn, VariableId,
+    BinaryEncodable, CloseSessionRequest, ContextOwned, DateTime, MessageInfo, NodeId,
+    RequestHeader,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls;
@@ -66,6 +61,10 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
+use uagate_bench::service::{decode_body, encode_body, open_session, read, Call, Reply};
+use uagate_bench::stats::{cpu_ticks, percentile, session_loop};
+use uagate_bench::uacp::{self, Frames, MAX_FRAME};
+use uagate_bench::{NODES, STEP};
 
 /// Command line of the transport benchmark client.
 #[derive(Parser)]
@@ -114,112 +113,10 @@ struct Args {
     label: String,
 }
 
-/// The ten Value attributes read by every request (as in `uagate-bench`
-/// and `uagate-bench-fairness`).
-const NODES: [VariableId; 10] = [
-    VariableId::Server_ServerArray,
-    VariableId::Server_NamespaceArray,
-    VariableId::Server_ServerStatus,
-    VariableId::Server_ServerStatus_StartTime,
-    VariableId::Server_ServerStatus_CurrentTime,
-    VariableId::Server_ServerStatus_State,
-    VariableId::Server_ServerStatus_BuildInfo_ProductName,
-    VariableId::Server_ServerStatus_BuildInfo_ProductUri,
-    VariableId::Server_ServerStatus_BuildInfo_ManufacturerName,
-    VariableId::Server_ServiceLevel,
-];
-
-/// Timeout for connecting and for any single request.
-const STEP: Duration = Duration::from_secs(30);
-const NONE_URI: &str = "http://opcfoundation.org/UA/SecurityPolicy#None";
-/// Receive/send buffer size offered in Hello; larger responses come in chunks.
-const BUFFER: u32 = 65_536;
-/// Largest frame or HTTP body accepted from the server.
-const MAX_FRAME: usize = 1 << 24;
+/// Session name of every session.
+const SESSION_NAME: &str = "uagate-bench-transports";
 /// The WebSocket subprotocol of UACP.
 const SUBPROTOCOL: &str = "opcua+uacp";
-
-// ---------------------------------------------------------------- encoding
-
-/// Puts the frame length into bytes 4..8 of a UA-TCP frame.
-fn with_size(mut frame: Vec<u8>) -> Result<Vec<u8>> {
-    let n = u32::try_from(frame.len()).context("frame too large")?;
-    frame[4..8].copy_from_slice(&n.to_le_bytes());
-    Ok(frame)
-}
-
-fn put_string(out: &mut Vec<u8>, s: &str) -> Result<()> {
-    let n = i32::try_from(s.len()).context("string too long")?;
-    out.extend_from_slice(&n.to_le_bytes());
-    out.extend_from_slice(s.as_bytes());
-    Ok(())
-}
-
-fn le_u32(b: &[u8], at: usize) -> Result<u32> {
-    let s = b.get(at..at + 4).context("truncated frame")?;
-    Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-}
-
-fn encode_body<M: BinaryEncodable + MessageInfo>(
-    out: &mut Vec<u8>,
-    message: &M,
-    ctx: &ContextOwned,
-) -> Result<()> {
-    let ctx = ctx.context();
-    NodeId::from(message.type_id())
-        .encode(out, &ctx)
-        .map_err(|e| anyhow::anyhow!("encoding type id: {e}"))?;
-    message
-        .encode(out, &ctx)
-        .map_err(|e| anyhow::anyhow!("encoding request: {e}"))?;
-    Ok(())
-}
-
-/// What a response body decoded to.
-enum Reply {
-    Opn(Box<OpenSecureChannelResponse>),
-    Created(Box<CreateSessionResponse>),
-    Activated,
-    Read(Box<ReadResponse>),
-    Closed,
-    Fault(StatusCode),
-}
-
-fn decode_body(mut body: &[u8], ctx: &ContextOwned) -> Result<Reply> {
-    let ctx = ctx.context();
-    let err = |e: opcua_types::Error| anyhow::anyhow!("decoding response: {e}");
-    let type_id = NodeId::decode(&mut body, &ctx).map_err(err)?;
-    let id = type_id
-        .as_object_id()
-        .map_err(|_| anyhow::anyhow!("response type {type_id} is not an ns0 object"))?;
-    Ok(match id {
-        ObjectId::OpenSecureChannelResponse_Encoding_DefaultBinary => Reply::Opn(Box::new(
-            OpenSecureChannelResponse::decode(&mut body, &ctx).map_err(err)?,
-        )),
-        ObjectId::CreateSessionResponse_Encoding_DefaultBinary => Reply::Created(Box::new(
-            CreateSessionResponse::decode(&mut body, &ctx).map_err(err)?,
-        )),
-        ObjectId::ActivateSessionResponse_Encoding_DefaultBinary => {
-            let r = ActivateSessionResponse::decode(&mut body, &ctx).map_err(err)?;
-            if r.response_header.service_result.is_good() {
-                Reply::Activated
-            } else {
-                Reply::Fault(r.response_header.service_result)
-            }
-        }
-        ObjectId::ReadResponse_Encoding_DefaultBinary => Reply::Read(Box::new(
-            ReadResponse::decode(&mut body, &ctx).map_err(err)?,
-        )),
-        ObjectId::CloseSessionResponse_Encoding_DefaultBinary => Reply::Closed,
-        ObjectId::ServiceFault_Encoding_DefaultBinary => Reply::Fault(
-            ServiceFault::decode(&mut body, &ctx)
-                .map_err(err)?
-                .response_header
-                .service_result,
-        ),
-        other => bail!("unexpected response type {other:?}"),
-    })
-}
 
 // --------------------------------------------------------------------- TLS
 
@@ -302,8 +199,7 @@ async fn tls_connect(
     connector: &TlsConnector,
     to: SocketAddr,
 ) -> Result<(TlsStream<TcpStream>, String)> {
-    let tcp = TcpStream::connect(to).await.context("connect")?;
-    tcp.set_nodelay(true)?;
+    let tcp = uacp::tcp_connect(to, None).await?;
     let name = ServerName::from(to.ip());
     let tls = connector
         .connect(name, tcp)
@@ -330,10 +226,10 @@ enum Pipe {
     },
 }
 
-impl Pipe {
+impl Frames for Pipe {
     async fn send(&mut self, frame: Vec<u8>) -> Result<()> {
         match self {
-            Pipe::Tcp(s) => s.write_all(&frame).await.context("write"),
+            Pipe::Tcp(s) => s.send(frame).await,
             Pipe::Wss { ws, .. } => ws
                 .send(Message::Binary(Bytes::from(frame)))
                 .await
@@ -341,198 +237,40 @@ impl Pipe {
         }
     }
 
-    /// Reads one whole UA-TCP frame (header + body).
     async fn recv(&mut self) -> Result<Vec<u8>> {
-        tokio::time::timeout(STEP, async {
-            match self {
-                Pipe::Tcp(s) => {
-                    let mut header = [0u8; 8];
-                    s.read_exact(&mut header).await?;
-                    let size = le_u32(&header, 4)? as usize;
-                    if !(8..=MAX_FRAME).contains(&size) {
-                        bail!("bad frame size {size}");
+        match self {
+            Pipe::Tcp(s) => s.recv().await,
+            Pipe::Wss { ws, buf } => loop {
+                // A frame may in principle span or share messages;
+                // the server sends exactly one per message.
+                if buf.len() >= 8 {
+                    let size = uacp::frame_size(buf)?;
+                    if buf.len() >= size {
+                        let rest = buf.split_off(size);
+                        return Ok(std::mem::replace(buf, rest));
                     }
-                    let mut frame = header.to_vec();
-                    frame.resize(size, 0);
-                    s.read_exact(&mut frame[8..]).await?;
-                    Ok(frame)
                 }
-                Pipe::Wss { ws, buf } => loop {
-                    // A frame may in principle span or share messages;
-                    // the server sends exactly one per message.
-                    if buf.len() >= 8 {
-                        let size = le_u32(buf, 4)? as usize;
-                        if !(8..=MAX_FRAME).contains(&size) {
-                            bail!("bad frame size {size}");
-                        }
-                        if buf.len() >= size {
-                            let rest = buf.split_off(size);
-                            return Ok(std::mem::replace(buf, rest));
+                match ws.next().await {
+                    Some(Ok(Message::Binary(b))) => {
+                        if buf.is_empty() {
+                            *buf = b.to_vec();
+                        } else {
+                            buf.extend_from_slice(&b);
                         }
                     }
-                    match ws.next().await {
-                        Some(Ok(Message::Binary(b))) => {
-                            if buf.is_empty() {
-                                *buf = b.to_vec();
-                            } else {
-                                buf.extend_from_slice(&b);
-                            }
-                        }
-                        Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
-                        Some(Ok(Message::Text(_))) => bail!("text message on opcua+uacp"),
-                        Some(Ok(Message::Close(c))) => bail!("WebSocket closed by server: {c:?}"),
-                        Some(Err(e)) => bail!("WebSocket: {e}"),
-                        None => bail!("WebSocket ended"),
-                    }
-                },
-            }
-        })
-        .await
-        .context("no response within 30 s")?
+                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+                    Some(Ok(Message::Text(_))) => bail!("text message on opcua+uacp"),
+                    Some(Ok(Message::Close(c))) => bail!("WebSocket closed by server: {c:?}"),
+                    Some(Err(e)) => bail!("WebSocket: {e}"),
+                    None => bail!("WebSocket ended"),
+                }
+            },
+        }
     }
 }
 
 /// One session on its own UACP connection and secure channel.
-struct UacpSession {
-    pipe: Pipe,
-    channel: u32,
-    token: u32,
-    seq: u32,
-    auth: NodeId,
-    ctx: ContextOwned,
-}
-
-impl UacpSession {
-    /// Hello, OpenSecureChannel (None) and an anonymous session.
-    async fn open(mut pipe: Pipe, url: &str) -> Result<UacpSession> {
-        let mut hel = b"HELF\0\0\0\0".to_vec();
-        for v in [0, BUFFER, BUFFER, 0, 0] {
-            hel.extend_from_slice(&v.to_le_bytes());
-        }
-        put_string(&mut hel, url)?;
-        pipe.send(with_size(hel)?).await?;
-        let ack = pipe.recv().await?;
-        match ack.get(..4) {
-            Some(b"ACKF") => {}
-            Some(b"ERRF") => bail!("Hello refused: {}", StatusCode::from(le_u32(&ack, 8)?)),
-            _ => bail!("unexpected answer to Hello"),
-        }
-
-        let ctx = ContextOwned::default();
-        let mut opn = b"OPNF\0\0\0\0".to_vec();
-        opn.extend_from_slice(&0u32.to_le_bytes());
-        put_string(&mut opn, NONE_URI)?;
-        opn.extend_from_slice(&(-1i32).to_le_bytes());
-        opn.extend_from_slice(&(-1i32).to_le_bytes());
-        opn.extend_from_slice(&1u32.to_le_bytes());
-        opn.extend_from_slice(&1u32.to_le_bytes());
-        encode_body(
-            &mut opn,
-            &OpenSecureChannelRequest {
-                request_header: RequestHeader::new(&NodeId::null(), &DateTime::now(), 1),
-                client_protocol_version: 0,
-                request_type: SecurityTokenRequestType::Issue,
-                security_mode: MessageSecurityMode::None,
-                client_nonce: ByteString::null(),
-                requested_lifetime: 600_000,
-            },
-            &ctx,
-        )?;
-        pipe.send(with_size(opn)?).await?;
-        let resp = pipe.recv().await?;
-        match resp.get(..4) {
-            Some(b"OPNF") => {}
-            Some(b"ERRF") => bail!(
-                "OpenSecureChannel refused: {}",
-                StatusCode::from(le_u32(&resp, 8)?)
-            ),
-            _ => bail!("unexpected answer to OpenSecureChannel"),
-        }
-        let channel = le_u32(&resp, 8)?;
-        // Skip policy URI, sender certificate, receiver thumbprint, sequence header.
-        let mut at = 12;
-        for _ in 0..3 {
-            let n = le_u32(&resp, at)? as i32;
-            at += 4 + usize::try_from(n.max(0))?;
-        }
-        at += 8;
-        let body = resp.get(at..).context("truncated OPN response")?;
-        let Reply::Opn(r) = decode_body(body, &ctx)? else {
-            bail!("OpenSecureChannel failed");
-        };
-        let mut session = UacpSession {
-            pipe,
-            channel,
-            token: r.security_token.token_id,
-            seq: 2,
-            auth: NodeId::null(),
-            ctx,
-        };
-        let auth = open_session(&mut session).await?;
-        session.auth = auth;
-        Ok(session)
-    }
-
-    fn frame<M: BinaryEncodable + MessageInfo>(
-        &mut self,
-        kind: &[u8; 4],
-        m: &M,
-    ) -> Result<Vec<u8>> {
-        let mut f = kind.to_vec();
-        f.extend_from_slice(&[0; 4]);
-        f.extend_from_slice(&self.channel.to_le_bytes());
-        f.extend_from_slice(&self.token.to_le_bytes());
-        f.extend_from_slice(&self.seq.to_le_bytes());
-        f.extend_from_slice(&self.seq.to_le_bytes());
-        self.seq = self.seq.wrapping_add(1);
-        encode_body(&mut f, m, &self.ctx)?;
-        with_size(f)
-    }
-
-    /// Sends one request (single chunk) and waits for its whole response.
-    async fn call<M: BinaryEncodable + MessageInfo>(&mut self, request: &M) -> Result<Reply> {
-        let m = self.frame(b"MSGF", request)?;
-        self.pipe.send(m).await?;
-        // Intermediate chunks (MSGC) are concatenated until the final one.
-        let mut body = Vec::new();
-        loop {
-            let frame = self.pipe.recv().await?;
-            let part = frame.get(24..).context("truncated MSG frame")?;
-            match frame.get(..4) {
-                Some(b"MSGF") => {
-                    body.extend_from_slice(part);
-                    break;
-                }
-                Some(b"MSGC") => body.extend_from_slice(part),
-                Some(b"ERRF") => bail!("server error {}", StatusCode::from(le_u32(&frame, 8)?)),
-                _ => bail!("unexpected frame type"),
-            }
-        }
-        decode_body(&body, &self.ctx)
-    }
-
-    /// CloseSession, then CLO (no answer expected).
-    async fn close(mut self) -> Result<()> {
-        let header = RequestHeader::new(&self.auth, &DateTime::now(), self.seq);
-        let _ = self
-            .call(&CloseSessionRequest {
-                request_header: header,
-                delete_subscriptions: true,
-            })
-            .await?;
-        let clo = self.frame(
-            b"CLOF",
-            &CloseSecureChannelRequest {
-                request_header: RequestHeader::new(&NodeId::null(), &DateTime::now(), self.seq),
-            },
-        )?;
-        self.pipe.send(clo).await?;
-        if let Pipe::Wss { ws, .. } = &mut self.pipe {
-            let _ = WebSocketStream::close(ws.as_mut(), None).await;
-        }
-        Ok(())
-    }
-}
+type UacpSession = uacp::Session<Pipe>;
 
 // ------------------------------------------------------------- HTTPS session
 
@@ -573,11 +311,31 @@ impl HttpsSession {
             auth: NodeId::null(),
             ctx: ContextOwned::default(),
         };
-        s.auth = open_session(&mut s).await?;
+        s.auth = open_session(&mut s, SESSION_NAME).await?;
         Ok(s)
     }
 
-    async fn call<M: BinaryEncodable + MessageInfo>(&mut self, request: &M) -> Result<Reply> {
+    async fn close(mut self) -> Result<()> {
+        let header = self.header();
+        let _ = self
+            .call(&CloseSessionRequest {
+                request_header: header,
+                delete_subscriptions: true,
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+impl Call for HttpsSession {
+    fn header(&self) -> RequestHeader {
+        RequestHeader::new(&self.auth, &DateTime::now(), self.handle)
+    }
+
+    async fn call<M: BinaryEncodable + MessageInfo + Sync>(
+        &mut self,
+        request: &M,
+    ) -> Result<Reply> {
         let mut body = Vec::new();
         encode_body(&mut body, request, &self.ctx)?;
         self.handle = self.handle.wrapping_add(1);
@@ -612,17 +370,6 @@ impl HttpsSession {
         }
         decode_body(&body, &self.ctx)
     }
-
-    async fn close(mut self) -> Result<()> {
-        let header = RequestHeader::new(&self.auth, &DateTime::now(), self.handle);
-        let _ = self
-            .call(&CloseSessionRequest {
-                request_header: header,
-                delete_subscriptions: true,
-            })
-            .await?;
-        Ok(())
-    }
 }
 
 // ------------------------------------------------------------ both sessions
@@ -632,100 +379,34 @@ enum Session {
     Https(Box<HttpsSession>),
 }
 
-/// CreateSession + anonymous ActivateSession; the authentication token.
-async fn open_session<S: Call>(s: &mut S) -> Result<NodeId> {
-    let create = CreateSessionRequest {
-        request_header: RequestHeader::new(&NodeId::null(), &DateTime::now(), 1000),
-        session_name: "uagate-bench-transports".into(),
-        requested_session_timeout: 600_000.0,
-        ..Default::default()
-    };
-    let auth = match s.call_dyn(Request::Create(create)).await? {
-        Reply::Created(created) => created.authentication_token.clone(),
-        Reply::Fault(st) => bail!("CreateSession failed: {st}"),
-        _ => bail!("CreateSession: unexpected response"),
-    };
-    let activate = ActivateSessionRequest {
-        request_header: RequestHeader::new(&auth, &DateTime::now(), 1001),
-        user_identity_token: ExtensionObject::from_message(AnonymousIdentityToken {
-            policy_id: "anonymous".into(),
-        }),
-        ..Default::default()
-    };
-    match s.call_dyn(Request::Activate(activate)).await? {
-        Reply::Activated => Ok(auth),
-        Reply::Fault(st) => bail!("ActivateSession failed: {st}"),
-        _ => bail!("ActivateSession: unexpected response"),
-    }
-}
-
-/// The two requests of session setup (so `open_session` needs no generic
-/// async trait method).
-enum Request {
-    Create(CreateSessionRequest),
-    Activate(ActivateSessionRequest),
-}
-
-trait Call {
-    async fn call_dyn(&mut self, r: Request) -> Result<Reply>;
-}
-
-impl Call for UacpSession {
-    async fn call_dyn(&mut self, r: Request) -> Result<Reply> {
-        match r {
-            Request::Create(m) => self.call(&m).await,
-            Request::Activate(m) => self.call(&m).await,
+impl Call for Session {
+    fn header(&self) -> RequestHeader {
+        match self {
+            Session::Uacp(s) => s.header(),
+            Session::Https(s) => s.header(),
         }
     }
-}
 
-impl Call for HttpsSession {
-    async fn call_dyn(&mut self, r: Request) -> Result<Reply> {
-        match r {
-            Request::Create(m) => self.call(&m).await,
-            Request::Activate(m) => self.call(&m).await,
+    async fn call<M: BinaryEncodable + MessageInfo + Sync>(
+        &mut self,
+        request: &M,
+    ) -> Result<Reply> {
+        match self {
+            Session::Uacp(s) => s.call(request).await,
+            Session::Https(s) => s.call(request).await,
         }
     }
 }
 
 impl Session {
-    /// One Read of the ten nodes: Ok(true) when every result is Good.
-    async fn read(&mut self) -> Result<Result<bool, StatusCode>> {
-        let (auth, handle) = match self {
-            Session::Uacp(s) => (&s.auth, s.seq),
-            Session::Https(s) => (&s.auth, s.handle),
-        };
-        let request = ReadRequest {
-            request_header: RequestHeader::new(auth, &DateTime::now(), handle),
-            max_age: 0.0,
-            timestamps_to_return: TimestampsToReturn::Neither,
-            nodes_to_read: Some(
-                NODES
-                    .iter()
-                    .map(|v| ReadValueId::from(NodeId::from(*v)))
-                    .collect(),
-            ),
-        };
-        let reply = match self {
-            Session::Uacp(s) => s.call(&request).await?,
-            Session::Https(s) => s.call(&request).await?,
-        };
-        match reply {
-            Reply::Read(r) => {
-                let results = r.results.unwrap_or_default();
-                Ok(Ok(results.len() == NODES.len()
-                    && results.iter().all(|dv| {
-                        dv.status.is_none_or(|s| s.is_good()) && dv.value.is_some()
-                    })))
-            }
-            Reply::Fault(s) => Ok(Err(s)),
-            _ => bail!("Read: unexpected response"),
-        }
-    }
-
     async fn close(self) -> Result<()> {
         match self {
-            Session::Uacp(s) => s.close().await,
+            Session::Uacp(s) => {
+                if let Pipe::Wss { ws, .. } = &mut s.close().await? {
+                    let _ = WebSocketStream::close(ws.as_mut(), None).await;
+                }
+                Ok(())
+            }
             Session::Https(s) => s.close().await,
         }
     }
@@ -777,10 +458,11 @@ async fn connect(
     let (mut session, version) = match kind {
         Kind::Tcp => {
             let (to, _) = split_url(url, "opc.tcp")?;
-            let s = TcpStream::connect(to).await.context("connect")?;
-            s.set_nodelay(true)?;
+            let s = uacp::tcp_connect(to, None).await?;
             (
-                Session::Uacp(Box::new(UacpSession::open(Pipe::Tcp(s), url).await?)),
+                Session::Uacp(Box::new(
+                    UacpSession::open(Pipe::Tcp(s), url, SESSION_NAME).await?,
+                )),
                 None,
             )
         }
@@ -814,7 +496,7 @@ async fn connect(
                 buf: Vec::new(),
             };
             (
-                Session::Uacp(Box::new(UacpSession::open(pipe, url).await?)),
+                Session::Uacp(Box::new(UacpSession::open(pipe, url, SESSION_NAME).await?)),
                 Some(version),
             )
         }
@@ -829,80 +511,11 @@ async fn connect(
             )
         }
     };
-    match session.read().await? {
+    match read(&mut session).await? {
         Ok(true) => Ok((session, version)),
         Ok(false) => bail!("a benchmark node does not read Good"),
         Err(status) => bail!("verification read failed: {status}"),
     }
-}
-
-// --------------------------------------------------------------- measuring
-
-/// What one session measured.
-#[derive(Default)]
-struct Measured {
-    /// Latencies (µs) of Good requests that started and ended in the window.
-    latencies_us: Vec<u64>,
-    /// Failed reads in the window (Bad results, faults).
-    errors: u64,
-    /// Whether the session broke (transport error), with the message.
-    broke: Option<String>,
-}
-
-/// Loops Reads until `end`; the session is handed back unless it broke.
-async fn session_loop(
-    mut s: Session,
-    measure_from: Instant,
-    end: Instant,
-) -> (Option<Session>, Measured) {
-    let mut out = Measured::default();
-    loop {
-        let start = Instant::now();
-        if start >= end {
-            return (Some(s), out);
-        }
-        let r = s.read().await;
-        let done = Instant::now();
-        let counted = start >= measure_from && done <= end;
-        match r {
-            Ok(Ok(true)) => {
-                if counted {
-                    out.latencies_us.push(
-                        u64::try_from(done.duration_since(start).as_micros()).unwrap_or(u64::MAX),
-                    );
-                }
-            }
-            Ok(Ok(false)) | Ok(Err(_)) => {
-                if counted {
-                    out.errors += 1;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            Err(e) => {
-                out.broke = Some(format!("{e:#}"));
-                out.errors += 1;
-                return (None, out);
-            }
-        }
-    }
-}
-
-/// utime + stime of a process in clock ticks, from /proc/<pid>/stat.
-fn cpu_ticks(pid: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = stat.get(stat.rfind(')')? + 2..)?;
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // Field 3 (state) is index 0 here; utime and stime are fields 14 and 15.
-    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
-}
-
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 /// Opens the sessions of one transport, measures, closes them; one JSON line.
