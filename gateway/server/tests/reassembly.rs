@@ -24,13 +24,15 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{bounded, hello_bytes, read_frame, TestGateway};
-use opcua_core::{Message, RequestMessage, ResponseMessage};
+use common::{
+    bounded, decode_response, encode_request, hello_bytes, opn_none_frame, parse_opn_none,
+    read_frame, with_size, TestGateway,
+};
+use opcua_core::{RequestMessage, ResponseMessage};
 use opcua_types::{
-    ActivateSessionRequest, AnonymousIdentityToken, BinaryDecodable, BinaryEncodable, ByteString,
-    ContextOwned, CreateSessionRequest, DateTime, ExtensionObject, MessageSecurityMode, NodeId,
-    OpenSecureChannelRequest, ReadRequest, ReadValueId, RequestHeader, SecurityTokenRequestType,
-    StatusCode, TimestampsToReturn,
+    ActivateSessionRequest, AnonymousIdentityToken, CreateSessionRequest, DateTime,
+    ExtensionObject, NodeId, ReadRequest, ReadValueId, RequestHeader, StatusCode,
+    TimestampsToReturn,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
@@ -38,7 +40,6 @@ use uagate_config::Stage;
 use uagate_isolation::provider::RejectReason;
 
 const WAIT: Duration = Duration::from_secs(5);
-const NONE_URI: &str = "http://opcfoundation.org/UA/SecurityPolicy#None";
 const CHUNK: usize = 8192;
 /// Message header (8), channel id, token id, sequence number, request id.
 const MSG_HEADER: usize = 24;
@@ -57,20 +58,6 @@ async fn connect_from(src: [u8; 4], to: SocketAddr) -> TcpStream {
     bounded("connect", socket.connect(to)).await.unwrap()
 }
 
-fn with_size(mut frame: Vec<u8>) -> Vec<u8> {
-    let n = (frame.len() as u32).to_le_bytes();
-    frame[4..8].copy_from_slice(&n);
-    frame
-}
-
-/// Type id and body of `request`, as carried in MSG chunks.
-fn encode(request: &RequestMessage, ctx: &ContextOwned) -> Vec<u8> {
-    let mut body = Vec::new();
-    request.type_id().encode(&mut body, &ctx.context()).unwrap();
-    request.encode(&mut body, &ctx.context()).unwrap();
-    body
-}
-
 /// A hand-made None channel that can send chunks of its choosing.
 struct Chan {
     s: TcpStream,
@@ -79,7 +66,6 @@ struct Chan {
     seq: u32,
     next_request: u32,
     auth: NodeId,
-    ctx: ContextOwned,
 }
 
 impl Chan {
@@ -89,46 +75,16 @@ impl Chan {
         s.write_all(&hello_bytes(&gw.url)).await.unwrap();
         let ack = read_frame(&mut s, WAIT).await.expect("ACK");
         assert_eq!(&ack[..4], b"ACKF");
-        let ctx = ContextOwned::default();
-        let mut opn = b"OPNF\0\0\0\0".to_vec();
-        opn.extend_from_slice(&0u32.to_le_bytes());
-        opn.extend_from_slice(&(NONE_URI.len() as i32).to_le_bytes());
-        opn.extend_from_slice(NONE_URI.as_bytes());
-        opn.extend_from_slice(&(-1i32).to_le_bytes());
-        opn.extend_from_slice(&(-1i32).to_le_bytes());
-        opn.extend_from_slice(&1u32.to_le_bytes());
-        opn.extend_from_slice(&1u32.to_le_bytes());
-        let request = RequestMessage::from(OpenSecureChannelRequest {
-            request_header: RequestHeader::new(&NodeId::null(), &DateTime::now(), 1),
-            client_protocol_version: 0,
-            request_type: SecurityTokenRequestType::Issue,
-            security_mode: MessageSecurityMode::None,
-            client_nonce: ByteString::null(),
-            requested_lifetime: 60_000,
-        });
-        opn.extend_from_slice(&encode(&request, &ctx));
-        s.write_all(&with_size(opn)).await.unwrap();
+        s.write_all(&opn_none_frame()).await.unwrap();
         let resp = read_frame(&mut s, WAIT).await.expect("OPN response");
-        assert_eq!(&resp[..4], b"OPNF");
-        let channel = u32::from_le_bytes(resp[8..12].try_into().unwrap());
-        let uri_len = i32::from_le_bytes(resp[12..16].try_into().unwrap()).max(0) as usize;
-        let mut at = 16 + uri_len;
-        for _ in 0..2 {
-            let n = i32::from_le_bytes(resp[at..at + 4].try_into().unwrap()).max(0) as usize;
-            at += 4 + n;
-        }
-        at += 8;
-        let ResponseMessage::OpenSecureChannel(r) = decode(&resp[at..], &ctx) else {
-            panic!("not an OpenSecureChannelResponse");
-        };
+        let (channel, token) = parse_opn_none(&resp);
         Chan {
             s,
             channel,
-            token: r.security_token.token_id,
+            token,
             seq: 2,
             next_request: 2,
             auth: NodeId::null(),
-            ctx,
         }
     }
 
@@ -160,7 +116,7 @@ impl Chan {
 
     /// Sends `request` split into `parts` chunks.
     async fn send_split(&mut self, request: RequestMessage, parts: usize) {
-        let body = encode(&request, &self.ctx);
+        let body = encode_request(&request);
         let id = self.request_id();
         let size = body.len().div_ceil(parts);
         let pieces: Vec<&[u8]> = body.chunks(size).collect();
@@ -185,7 +141,7 @@ impl Chan {
             );
             body.extend_from_slice(&frame[MSG_HEADER..]);
             if frame[3] == b'F' {
-                return decode(&body, &self.ctx);
+                return decode_response(&body);
             }
         }
     }
@@ -254,12 +210,6 @@ impl Chan {
     async fn expect_error(&mut self) -> StatusCode {
         common::expect_error(&mut self.s, WAIT).await
     }
-}
-
-fn decode(mut body: &[u8], ctx: &ContextOwned) -> ResponseMessage {
-    let ctx = ctx.context();
-    let type_id = NodeId::decode(&mut body, &ctx).unwrap();
-    ResponseMessage::decode_by_object_id(&mut body, type_id.as_object_id().unwrap(), &ctx).unwrap()
 }
 
 /// Bytes currently charged to ReassemblyBytes.

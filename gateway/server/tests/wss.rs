@@ -15,17 +15,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{bounded, data_changes, demo, hello_bytes, read_frame, value_item, Chan, TestGateway};
+use common::{
+    bounded, data_changes, demo, hello_bytes, read_frame, value_item, with_size, Chan, TestGateway,
+};
 use futures_util::{SinkExt, StreamExt};
 use opcua_client::IdentityToken;
 use opcua_core::comms::tcp_types::ErrorMessage;
-use opcua_core::{Message as _, RequestMessage, ResponseMessage};
+use opcua_core::ResponseMessage;
 use opcua_crypto::SecurityPolicy;
 use opcua_types::{
-    BinaryDecodable, BinaryEncodable, ByteString, ContextOwned, DataValue, DateTime,
-    DecodingOptions, EndpointDescription, MessageSecurityMode, NodeId, OpenSecureChannelRequest,
-    ReadValueId, RequestHeader, SecurityTokenRequestType, ServerState, ServerStatusDataType,
-    StatusCode, Variant,
+    DataValue, DecodingOptions, EndpointDescription, MessageSecurityMode, NodeId, ReadValueId,
+    ServerState, ServerStatusDataType, StatusCode, Variant,
 };
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -42,7 +42,6 @@ use uagate_config::Stage;
 
 const WAIT: Duration = Duration::from_secs(5);
 const SUBPROTOCOL: &str = "opcua+uacp";
-const NONE_URI: &str = "http://opcfoundation.org/UA/SecurityPolicy#None";
 const COUNTER: &str = "Gateway.Demo.Counter";
 /// Small buffers (see tests/reassembly.rs): ReassemblyBytes total 73728,
 /// shared 24576; chunks are at most 8192 bytes, which is also the
@@ -283,12 +282,6 @@ async fn pump(
 
 // ----------------------------------------------- hand-made UACP channel
 
-fn with_size(mut frame: Vec<u8>) -> Vec<u8> {
-    let n = (frame.len() as u32).to_le_bytes();
-    frame[4..8].copy_from_slice(&n);
-    frame
-}
-
 /// A hand-made None channel over TCP (here: to the bridge) that can send
 /// chunks of its choosing.
 struct RawChan {
@@ -306,51 +299,13 @@ impl RawChan {
         s.write_all(&hello_bytes(url)).await.unwrap();
         let ack = read_frame(&mut s, WAIT).await.expect("ACK");
         assert_eq!(&ack[..4], b"ACKF");
-        let ctx = ContextOwned::default();
-        let mut opn = b"OPNF\0\0\0\0".to_vec();
-        opn.extend_from_slice(&0u32.to_le_bytes());
-        opn.extend_from_slice(&(NONE_URI.len() as i32).to_le_bytes());
-        opn.extend_from_slice(NONE_URI.as_bytes());
-        opn.extend_from_slice(&(-1i32).to_le_bytes());
-        opn.extend_from_slice(&(-1i32).to_le_bytes());
-        opn.extend_from_slice(&1u32.to_le_bytes());
-        opn.extend_from_slice(&1u32.to_le_bytes());
-        let request = RequestMessage::from(OpenSecureChannelRequest {
-            request_header: RequestHeader::new(&NodeId::null(), &DateTime::now(), 1),
-            client_protocol_version: 0,
-            request_type: SecurityTokenRequestType::Issue,
-            security_mode: MessageSecurityMode::None,
-            client_nonce: ByteString::null(),
-            requested_lifetime: 60_000,
-        });
-        request.type_id().encode(&mut opn, &ctx.context()).unwrap();
-        request.encode(&mut opn, &ctx.context()).unwrap();
-        s.write_all(&with_size(opn)).await.unwrap();
+        s.write_all(&common::opn_none_frame()).await.unwrap();
         let resp = read_frame(&mut s, WAIT).await.expect("OPN response");
-        assert_eq!(&resp[..4], b"OPNF");
-        let channel = u32::from_le_bytes(resp[8..12].try_into().unwrap());
-        let uri_len = i32::from_le_bytes(resp[12..16].try_into().unwrap()).max(0) as usize;
-        let mut at = 16 + uri_len;
-        for _ in 0..2 {
-            let n = i32::from_le_bytes(resp[at..at + 4].try_into().unwrap()).max(0) as usize;
-            at += 4 + n;
-        }
-        at += 8;
-        let mut body = &resp[at..];
-        let type_id = NodeId::decode(&mut body, &ctx.context()).unwrap();
-        let decoded = ResponseMessage::decode_by_object_id(
-            &mut body,
-            type_id.as_object_id().unwrap(),
-            &ctx.context(),
-        )
-        .unwrap();
-        let ResponseMessage::OpenSecureChannel(r) = decoded else {
-            panic!("not an OpenSecureChannelResponse");
-        };
+        let (channel, token) = common::parse_opn_none(&resp);
         RawChan {
             s,
             channel,
-            token: r.security_token.token_id,
+            token,
             seq: 2,
             next_request: 2,
         }

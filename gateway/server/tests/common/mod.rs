@@ -417,6 +417,76 @@ pub fn hello_bytes(url: &str) -> Vec<u8> {
     out
 }
 
+/// A UACP frame with its size (bytes 4..8) filled in.
+pub fn with_size(mut frame: Vec<u8>) -> Vec<u8> {
+    let n = (frame.len() as u32).to_le_bytes();
+    frame[4..8].copy_from_slice(&n);
+    frame
+}
+
+/// The type id and fields of `request`, as a message body carries them.
+pub fn encode_request(request: &RequestMessage) -> Vec<u8> {
+    use opcua_core::Message as _;
+    use opcua_types::BinaryEncodable as _;
+    let ctx = opcua_types::ContextOwned::default();
+    let mut body = Vec::new();
+    request.type_id().encode(&mut body, &ctx.context()).unwrap();
+    request.encode(&mut body, &ctx.context()).unwrap();
+    body
+}
+
+/// The response in a message body (type id then fields).
+pub fn decode_response(mut body: &[u8]) -> ResponseMessage {
+    use opcua_core::Message as _;
+    use opcua_types::BinaryDecodable as _;
+    let ctx = opcua_types::ContextOwned::default();
+    let ctx = ctx.context();
+    let type_id = NodeId::decode(&mut body, &ctx).unwrap();
+    ResponseMessage::decode_by_object_id(&mut body, type_id.as_object_id().unwrap(), &ctx).unwrap()
+}
+
+/// An OpenSecureChannel (Issue, SecurityPolicy None) request frame.
+pub fn opn_none_frame() -> Vec<u8> {
+    const NONE_URI: &str = "http://opcfoundation.org/UA/SecurityPolicy#None";
+    let mut opn = b"OPNF\0\0\0\0".to_vec();
+    opn.extend_from_slice(&0u32.to_le_bytes());
+    opn.extend_from_slice(&(NONE_URI.len() as i32).to_le_bytes());
+    opn.extend_from_slice(NONE_URI.as_bytes());
+    opn.extend_from_slice(&(-1i32).to_le_bytes());
+    opn.extend_from_slice(&(-1i32).to_le_bytes());
+    opn.extend_from_slice(&1u32.to_le_bytes());
+    opn.extend_from_slice(&1u32.to_le_bytes());
+    let request = RequestMessage::from(opcua_types::OpenSecureChannelRequest {
+        request_header: RequestHeader::new(&NodeId::null(), &DateTime::now(), 1),
+        client_protocol_version: 0,
+        request_type: opcua_types::SecurityTokenRequestType::Issue,
+        security_mode: MessageSecurityMode::None,
+        client_nonce: opcua_types::ByteString::null(),
+        requested_lifetime: 60_000,
+    });
+    opn.extend_from_slice(&encode_request(&request));
+    with_size(opn)
+}
+
+/// The channel id and token id of an OpenSecureChannel response frame
+/// (SecurityPolicy None); panics on anything else.
+pub fn parse_opn_none(resp: &[u8]) -> (u32, u32) {
+    assert_eq!(&resp[..4], b"OPNF", "OPN response expected");
+    let channel = u32::from_le_bytes(resp[8..12].try_into().unwrap());
+    let uri_len = i32::from_le_bytes(resp[12..16].try_into().unwrap()).max(0) as usize;
+    let mut at = 16 + uri_len;
+    for _ in 0..2 {
+        let n = i32::from_le_bytes(resp[at..at + 4].try_into().unwrap()).max(0) as usize;
+        at += 4 + n;
+    }
+    at += 8;
+    let response = decode_response(&resp[at..]);
+    let ResponseMessage::OpenSecureChannel(r) = response else {
+        panic!("not an OpenSecureChannelResponse: {response:?}");
+    };
+    (channel, r.security_token.token_id)
+}
+
 /// Reads one whole frame (header + body) within `wait`; `None` when the
 /// peer closed before a whole frame arrived.
 pub async fn read_frame(stream: &mut TcpStream, wait: Duration) -> Option<Vec<u8>> {

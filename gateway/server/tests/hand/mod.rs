@@ -5,19 +5,17 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::common::{self, hello_bytes, read_frame};
+use crate::common::{self, hello_bytes, read_frame, with_size};
 use opcua_core::{Message, RequestMessage, ResponseMessage};
 use opcua_types::{
-    ActivateSessionRequest, AnonymousIdentityToken, BinaryDecodable, BinaryEncodable, ByteString,
-    ContextOwned, CreateSessionRequest, DateTime, ExtensionObject, MessageSecurityMode, NodeId,
-    OpenSecureChannelRequest, ReadRequest, ReadValueId, RequestHeader, SecurityTokenRequestType,
-    StatusCode, TimestampsToReturn,
+    ActivateSessionRequest, AnonymousIdentityToken, BinaryDecodable, BinaryEncodable, ContextOwned,
+    CreateSessionRequest, DateTime, ExtensionObject, NodeId, ReadRequest, ReadValueId,
+    RequestHeader, StatusCode, TimestampsToReturn,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
 pub const WAIT: Duration = Duration::from_secs(5);
-const NONE_URI: &str = "http://opcfoundation.org/UA/SecurityPolicy#None";
 
 /// A TCP connection to the gateway from source address `src`.
 pub async fn connect_from(src: [u8; 4], to: SocketAddr) -> TcpStream {
@@ -41,12 +39,6 @@ pub async fn hello(s: &mut TcpStream, url: &str) -> Result<(), StatusCode> {
     }
 }
 
-fn with_size(mut frame: Vec<u8>) -> Vec<u8> {
-    let n = (frame.len() as u32).to_le_bytes();
-    frame[4..8].copy_from_slice(&n);
-    frame
-}
-
 /// A minimal hand-made UA-TCP client on a socket bound to a chosen source.
 pub struct HandClient {
     s: TcpStream,
@@ -61,44 +53,14 @@ impl HandClient {
     /// Hello + OpenSecureChannel (None) on an already connected socket.
     pub async fn open(mut s: TcpStream, url: &str) -> HandClient {
         hello(&mut s, url).await.expect("admitted");
-        let ctx = ContextOwned::default();
-        let mut opn = b"OPNF\0\0\0\0".to_vec();
-        opn.extend_from_slice(&0u32.to_le_bytes());
-        opn.extend_from_slice(&(NONE_URI.len() as i32).to_le_bytes());
-        opn.extend_from_slice(NONE_URI.as_bytes());
-        opn.extend_from_slice(&(-1i32).to_le_bytes());
-        opn.extend_from_slice(&(-1i32).to_le_bytes());
-        opn.extend_from_slice(&1u32.to_le_bytes());
-        opn.extend_from_slice(&1u32.to_le_bytes());
-        let request = RequestMessage::from(OpenSecureChannelRequest {
-            request_header: RequestHeader::new(&NodeId::null(), &DateTime::now(), 1),
-            client_protocol_version: 0,
-            request_type: SecurityTokenRequestType::Issue,
-            security_mode: MessageSecurityMode::None,
-            client_nonce: ByteString::null(),
-            requested_lifetime: 60_000,
-        });
-        request.type_id().encode(&mut opn, &ctx.context()).unwrap();
-        request.encode(&mut opn, &ctx.context()).unwrap();
-        s.write_all(&with_size(opn)).await.unwrap();
+        s.write_all(&common::opn_none_frame()).await.unwrap();
         let resp = read_frame(&mut s, WAIT).await.expect("OPN response");
-        assert_eq!(&resp[..4], b"OPNF");
-        let channel = u32::from_le_bytes(resp[8..12].try_into().unwrap());
-        let uri_len = i32::from_le_bytes(resp[12..16].try_into().unwrap()).max(0) as usize;
-        let mut at = 16 + uri_len;
-        for _ in 0..2 {
-            let n = i32::from_le_bytes(resp[at..at + 4].try_into().unwrap()).max(0) as usize;
-            at += 4 + n;
-        }
-        at += 8;
-        let response = Self::decode(&resp[at..], &ctx);
-        let ResponseMessage::OpenSecureChannel(r) = response else {
-            panic!("not an OpenSecureChannelResponse: {response:?}");
-        };
+        let (channel, token) = common::parse_opn_none(&resp);
+        let ctx = ContextOwned::default();
         HandClient {
             s,
             channel,
-            token: r.security_token.token_id,
+            token,
             seq: 2,
             auth: NodeId::null(),
             ctx,
