@@ -325,23 +325,15 @@ async fn serve(
         builder.http1_only()
     };
     let served = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-    tokio::pin!(served);
-    let first_request = tokio::time::timeout(deadline, started.notified());
-    tokio::select! {
-        r = &mut served => {
-            if let Err(e) = r {
-                tracing::debug!(%peer, error = %e, "HTTP connection ended");
-            }
-            return;
+    // Resolves only when no request started within the deadline.
+    let no_request_in_time = async {
+        if tokio::time::timeout(deadline, started.notified())
+            .await
+            .is_ok()
+        {
+            std::future::pending::<()>().await;
         }
-        _ = cancel.cancelled() => return,
-        waited = first_request => {
-            if waited.is_err() {
-                tracing::debug!(%peer, "no HTTP request in time after the TLS handshake");
-                return;
-            }
-        }
-    }
+    };
     tokio::select! {
         r = served => {
             if let Err(e) = r {
@@ -349,6 +341,9 @@ async fn serve(
             }
         }
         _ = cancel.cancelled() => {}
+        _ = no_request_in_time => {
+            tracing::debug!(%peer, "no HTTP request in time after the TLS handshake");
+        }
     }
 }
 
