@@ -8,6 +8,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+mod field;
+
+pub use field::{
+    BackoffStrategy, FieldEndpoint, FieldIdentity, FieldRedundancy, FieldServer,
+    OperationLimitOverrides, ReconnectSettings, MAX_ALTERNATES, MAX_FIELD_ENDPOINTS,
+    MAX_FIELD_SERVERS, MAX_FIELD_SERVER_NAME_LEN,
+};
+
 /// Errors from parsing or validating a configuration document.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -46,6 +54,9 @@ pub struct Config {
     pub endpoints: Vec<Endpoint>,
     /// How this server presents itself in a redundant set (Server.ServerRedundancy).
     pub redundancy: Redundancy,
+    /// The field OPC UA servers the gateway connects to as a client
+    /// (`[[field_servers]]`, at most [`MAX_FIELD_SERVERS`]).
+    pub field_servers: Vec<FieldServer>,
 }
 
 /// The RedundancySupport this server announces.
@@ -896,6 +907,7 @@ impl Config {
                 ));
             }
         }
+        field::validate_field_servers(&self.field_servers)?;
         Ok(())
     }
 
@@ -1164,6 +1176,15 @@ mod doc_example {
         let end = start + doc[start..].find("```").expect("example closed");
         let cfg = super::Config::from_toml(&doc[start..end]).expect("docs example is valid");
         assert_eq!(cfg.effective_endpoints().len(), 2);
+        let fs = &cfg.field_servers;
+        assert_eq!(fs.len(), 1);
+        assert_eq!(fs[0].redundancy, super::FieldRedundancy::Hot);
+        assert_eq!(fs[0].endpoints.len(), 2);
+        assert_eq!(fs[0].endpoints[0].alternates.len(), 1);
+        assert!(matches!(
+            fs[0].identity,
+            super::FieldIdentity::Username { .. }
+        ));
     }
 }
 

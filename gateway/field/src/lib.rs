@@ -1,5 +1,22 @@
 #![forbid(unsafe_code)]
-//! Southbound field connections (issue 6, in progress): managed sessions
-//! toward field servers. So far: the sans-IO reconnect policy.
+//! Southbound field connections: managed, redundant sessions toward field
+//! servers (reference Sessions.md and HighAvailability.md).
+//!
+//! Sans-IO parts (plain data, time as an argument): [`policy`] (reconnect
+//! delays), [`redundancy`] (ServiceLevel subranges, failover decisions),
+//! [`limits`] (operation limits and batching), [`remap`] (namespace
+//! allocation and node id remapping between the gateway and a field server).
 
+pub mod conn;
+pub mod items;
+pub mod limits;
 pub mod policy;
+pub mod proxy;
+pub mod redundancy;
+pub mod remap;
+
+pub use conn::{
+    ClientSetup, ConnState, FieldConnection, FieldSettings, FieldStatus, Handling, Identity,
+    LinkSession, NamespaceHook, ServerView, TrustCheck,
+};
+pub use items::{ItemKey, ItemTable};

@@ -7,11 +7,13 @@ pub mod admission;
 pub mod dispatch;
 pub mod endpoints;
 pub mod error;
+pub mod fields;
 pub mod health;
 mod methods;
 pub mod pki;
 pub mod reclaim;
 pub mod reconfigure;
+mod routed;
 mod services;
 pub mod session;
 pub mod subscriptions;
@@ -102,6 +104,8 @@ pub struct Engine {
     applied: Mutex<Config>,
     /// The outcome of the last stored configuration change.
     reconfigure: Mutex<reconfigure::ReconfigureStatus>,
+    /// Mounted field connections (set once at start-up).
+    fields: std::sync::OnceLock<fields::Fields>,
 }
 
 /// How often the TLS certificate files are checked for a replacement.
@@ -166,6 +170,7 @@ pub struct Gateway {
 impl Gateway {
     /// Stops accepting, closes every connection and waits for the tasks.
     pub async fn shutdown(self) {
+        self.engine.close_fields().await;
         self.cancel.cancel();
         for t in self.tasks {
             let _ = t.await;
@@ -466,6 +471,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         tls_identity: Some(Arc::new(tls_identity)),
         applied: Mutex::new(config.clone()),
         reconfigure: Mutex::new(reconfigure::ReconfigureStatus::Unchanged),
+        fields: std::sync::OnceLock::new(),
         config,
         store,
         identity,
@@ -491,6 +497,9 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
     });
     engine.refresh_server_state();
     let cancel = CancellationToken::new();
+    let field_tasks = engine
+        .start_fields(&application_uri, &data_dir.join("pki"), &cancel)
+        .await;
     let accept = tokio::spawn(tcp::accept_loop(engine.clone(), listener, cancel.clone()));
     let dispatcher = tokio::spawn(engine.clone().dispatch_loop(cancel.clone()));
     let seen = engine.config_seen().await;
@@ -536,7 +545,10 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
             loop {
                 tokio::select! {
                     _ = cancel.cancelled() => break,
-                    _ = tick.tick() => engine.expire_sessions(),
+                    _ = tick.tick() => {
+                        engine.expire_sessions();
+                        engine.sync_field_demand();
+                    }
                 }
             }
         })
@@ -595,7 +607,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         https_url,
         engine,
         cancel,
-        tasks: vec![
+        tasks: [
             accept,
             dispatcher,
             housekeeping,
@@ -604,6 +616,9 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
             config_watch,
             tls_accept,
             tls_watch,
-        ],
+        ]
+        .into_iter()
+        .chain(field_tasks)
+        .collect(),
     })
 }

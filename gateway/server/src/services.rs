@@ -85,14 +85,17 @@ impl Engine {
             RequestMessage::ActivateSession(r) => self.activate_session(chan, &r).await,
             RequestMessage::CloseSession(r) => self.close_session(chan, &r),
             RequestMessage::Cancel(r) => self.cancel(chan, &r),
-            RequestMessage::Browse(r) => self.browse(chan, &r),
-            RequestMessage::BrowseNext(r) => self.browse_next(chan, &r),
-            RequestMessage::TranslateBrowsePathsToNodeIds(r) => self.translate(chan, &r),
+            RequestMessage::Browse(r) => self.browse_routed(chan, &r).await,
+            RequestMessage::BrowseNext(r) => self.browse_next_routed(chan, &r).await,
+            RequestMessage::TranslateBrowsePathsToNodeIds(r) => {
+                self.translate_routed(chan, &r).await
+            }
             RequestMessage::RegisterNodes(r) => self.register_nodes(chan, &r),
             RequestMessage::UnregisterNodes(r) => self.unregister_nodes(chan, &r),
-            RequestMessage::Read(r) => self.read(chan, &r),
-            RequestMessage::Write(r) => self.write(chan, &r),
-            RequestMessage::Call(r) => self.call(chan, &r).await,
+            RequestMessage::Read(r) => self.read_routed(chan, &r).await,
+            RequestMessage::Write(r) => self.write_routed(chan, &r).await,
+            RequestMessage::HistoryRead(r) => self.history_read(chan, &r).await,
+            RequestMessage::Call(r) => self.call_routed(chan, &r).await,
             RequestMessage::CreateSubscription(r) => self.create_subscription(chan, &r),
             RequestMessage::ModifySubscription(r) => self.modify_subscription(chan, &r),
             RequestMessage::SetPublishingMode(r) => self.set_publishing_mode(chan, &r),
@@ -465,7 +468,7 @@ impl Engine {
         .into())
     }
 
-    fn browse(&self, chan: &ChannelInfo, r: &BrowseRequest) -> Result<ResponseMessage> {
+    pub(crate) fn browse(&self, chan: &ChannelInfo, r: &BrowseRequest) -> Result<ResponseMessage> {
         let nodes = r.nodes_to_browse.as_deref().unwrap_or(&[]);
         let space = self.space.read();
         check_count(nodes.len(), space.limits().max_nodes_per_browse)?;
@@ -487,7 +490,11 @@ impl Engine {
         .into())
     }
 
-    fn browse_next(&self, chan: &ChannelInfo, r: &BrowseNextRequest) -> Result<ResponseMessage> {
+    pub(crate) fn browse_next(
+        &self,
+        chan: &ChannelInfo,
+        r: &BrowseNextRequest,
+    ) -> Result<ResponseMessage> {
         let cps = r.continuation_points.as_deref().unwrap_or(&[]);
         let space = self.space.read();
         check_count(cps.len(), space.limits().max_nodes_per_browse)?;
@@ -506,7 +513,7 @@ impl Engine {
         .into())
     }
 
-    fn translate(
+    pub(crate) fn translate(
         &self,
         chan: &ChannelInfo,
         r: &TranslateBrowsePathsToNodeIdsRequest,
@@ -555,7 +562,7 @@ impl Engine {
         .into())
     }
 
-    fn read(&self, chan: &ChannelInfo, r: &ReadRequest) -> Result<ResponseMessage> {
+    pub(crate) fn read(&self, chan: &ChannelInfo, r: &ReadRequest) -> Result<ResponseMessage> {
         let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
         let space = self.space.read();
         check_count(nodes.len(), space.limits().max_nodes_per_read)?;

@@ -140,6 +140,11 @@ impl Sessions {
         self.by_token.values().any(|s| s.channel_id == channel_id)
     }
 
+    /// Every session, read-only (field item demand).
+    pub fn iter(&self) -> impl Iterator<Item = &Session> {
+        self.by_token.values()
+    }
+
     /// Every session, for the subscription timer and event delivery.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Session> {
         self.by_token.values_mut()

@@ -29,11 +29,43 @@ use crate::{ChannelInfo, Engine};
 
 type Result<T> = std::result::Result<T, ServiceError>;
 
-/// Monitored items on local nodes sample the local address space.
-pub(crate) struct SpaceSource<'a>(pub &'a LocalSpace);
+/// Monitored items on local nodes sample the local address space; items on
+/// mounted field nodes sample the shared southbound item they need.
+pub(crate) struct SpaceSource<'a>(pub &'a LocalSpace, pub Option<&'a crate::fields::Fields>);
+
+impl SpaceSource<'_> {
+    /// The field connection serving `node`, when it is a mounted field node
+    /// (not a mount folder, which is local).
+    fn field(&self, node: &NodeId) -> Option<&uagate_field::FieldConnection> {
+        let fields = self.1?;
+        let m = fields.route(node)?;
+        if fields.is_mount_folder(m, node) {
+            return None;
+        }
+        fields.conns.get(m).map(|c| c.as_ref())
+    }
+}
 
 impl ItemSource for SpaceSource<'_> {
+    fn sample_monitored(
+        &self,
+        item: &ReadValueId,
+        demand: &uagate_subs::ItemDemand,
+        now: DateTime,
+    ) -> DataValue {
+        match self.field(&item.node_id) {
+            Some(conn) => conn.value(&crate::fields::Fields::item_key(item, demand)),
+            None => self.sample(item, now),
+        }
+    }
+
     fn check(&self, item: &ReadValueId) -> std::result::Result<(), StatusCode> {
+        if self.field(&item.node_id).is_some() {
+            // The field server validates the node; a failure shows up as the
+            // item's status (e.g. BadNodeIdUnknown) once the southbound
+            // item is created.
+            return Ok(());
+        }
         let probe = ReadValueId {
             node_id: item.node_id.clone(),
             attribute_id: item.attribute_id,
@@ -54,6 +86,12 @@ impl ItemSource for SpaceSource<'_> {
     }
 
     fn sample(&self, item: &ReadValueId, now: DateTime) -> DataValue {
+        if self.field(&item.node_id).is_some() {
+            return DataValue {
+                status: Some(StatusCode::BadWaitingForInitialData),
+                ..Default::default()
+            };
+        }
         self.0.read(now, item, TimestampsToReturn::Both, 0.0)
     }
 
@@ -231,9 +269,11 @@ impl Engine {
         f: impl FnOnce(&mut Session, &SpaceSource<'_>) -> Result<T>,
     ) -> Result<T> {
         let space = self.space.read();
-        let source = SpaceSource(&space);
+        let source = SpaceSource(&space, self.fields());
         let result = self.with_session(chan, header, |s| f(s, &source));
+        drop(space);
         self.subs_changed.notify_one();
+        self.sync_field_demand();
         result
     }
 
@@ -597,7 +637,7 @@ impl Engine {
         let mut next: Option<Instant> = None;
         {
             let space = self.space.read();
-            let source = SpaceSource(&space);
+            let source = SpaceSource(&space, self.fields());
             let mut sessions = self.sessions.lock();
             for s in sessions.iter_mut() {
                 let mut answers = s.subscriptions.take_ready();
@@ -614,6 +654,22 @@ impl Engine {
             self.respond(channel, id, publish_answer(answer));
         }
         next
+    }
+
+    /// Recomputes which shared field items the northbound data items need
+    /// (reference counts per key) and hands them to the field connections.
+    /// Called after every item/subscription service and once a second (for
+    /// subscriptions that expire and sessions that close).
+    pub(crate) fn sync_field_demand(&self) {
+        let Some(fields) = self.fields() else { return };
+        let items: Vec<_> = {
+            let sessions = self.sessions.lock();
+            sessions
+                .iter()
+                .flat_map(|s| s.subscriptions.data_items())
+                .collect()
+        };
+        fields.set_demand(items.into_iter());
     }
 
     /// The handles of subscription `id` if it belongs to session `session`.

@@ -9,7 +9,9 @@
 //! with live `ServerStatus`, `NamespaceArray`, `ServerCapabilities`, ...) and
 //! the gateway namespace `urn:uagate:gateway` with an `Objects/Gateway` folder
 //! and the `Gateway/Demo` object (writable variables, an AnalogItem, a
-//! counter the engine drives and the `Add` method).
+//! counter the engine drives and the `Add` method). For each mounted field
+//! connection it holds the mount folder `Objects/<name>` and the status object
+//! `Objects/Gateway/FieldConnections/<name>` (see [`LocalSpace::add_mount`]).
 //!
 //! Nothing here performs I/O or reads a clock: the session dispatcher passes the
 //! current time (`now`) into every call that needs it, and owns one
@@ -20,6 +22,7 @@ mod demo;
 mod limits;
 mod live;
 mod method;
+mod mounts;
 mod read;
 mod redundancy;
 mod space;
@@ -28,6 +31,8 @@ mod write;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_mounts;
 #[cfg(test)]
 mod tests_ops;
 
@@ -38,6 +43,7 @@ pub use demo::{
 };
 pub use limits::{BuildInfo, SpaceLimits};
 pub use method::{arguments_status, MethodSignature};
+pub use mounts::{FieldStatusValues, FIELD_STATUS_VARS, GATEWAY_FIELD_CONNECTIONS};
 pub use space::{
     LocalSpace, GATEWAY_FOLDER, GATEWAY_HOSTNAME, GATEWAY_NAMESPACE_URI, GATEWAY_NS,
     GATEWAY_SESSION_COUNT, GATEWAY_UPTIME,
@@ -68,4 +74,23 @@ pub enum SpaceError {
     /// DataType or ValueRank.
     #[error("value does not match the data type or value rank of {0}")]
     TypeMismatch(opcua_types::NodeId),
+    /// [`LocalSpace::add_mount`]: the mount name is empty.
+    #[error("invalid field connection name {0:?}")]
+    InvalidMountName(String),
+    /// [`LocalSpace::add_mount`]: a field connection of that name is
+    /// already mounted.
+    #[error("field connection {0} is already mounted")]
+    MountExists(String),
+    /// [`LocalSpace::add_mount`]: the Objects folder already has a child
+    /// with the mount's browse name (e.g. `Gateway`).
+    #[error("the Objects folder already has a child named {0}")]
+    BrowseNameInUse(String),
+    /// [`LocalSpace::add_mount`]: a node id the mount needs is already used
+    /// by another node.
+    #[error("node id {0} is already in use")]
+    NodeIdInUse(opcua_types::NodeId),
+    /// [`LocalSpace::set_field_status`]: no field connection of that name is
+    /// mounted.
+    #[error("field connection {0} is not mounted")]
+    UnknownMount(String),
 }

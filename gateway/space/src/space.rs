@@ -60,6 +60,9 @@ pub struct LocalSpace {
     pub(crate) namespaces: Vec<String>,
     pub(crate) limits: SpaceLimits,
     pub(crate) rt: ServerRuntime,
+    /// Names of the mounted field connections, in creation order
+    /// (see [`LocalSpace::add_mount`]).
+    pub(crate) mounts: Vec<String>,
 }
 
 impl std::fmt::Debug for LocalSpace {
@@ -68,6 +71,7 @@ impl std::fmt::Debug for LocalSpace {
             .field("namespaces", &self.namespaces)
             .field("limits", &self.limits)
             .field("state", &self.rt.state)
+            .field("mounts", &self.mounts)
             .finish_non_exhaustive()
     }
 }
@@ -123,6 +127,7 @@ impl LocalSpace {
             ],
             limits: limits.clone(),
             rt,
+            mounts: Vec::new(),
         };
         me.link_redundancy_nodes();
         me
@@ -141,7 +146,8 @@ impl LocalSpace {
 
     /// Appends a namespace URI to the `NamespaceArray` (e.g. for a mounted
     /// field server) and returns its index; returns the existing index when
-    /// the URI is already present.
+    /// the URI is already present. Reads of `Server/NamespaceArray` (i=2255)
+    /// reflect the addition immediately.
     pub fn add_namespace(&mut self, uri: &str) -> Result<u16, SpaceError> {
         if uri.is_empty() {
             return Err(SpaceError::EmptyNamespaceUri);
@@ -153,6 +159,9 @@ impl LocalSpace {
             .map_err(|_| SpaceError::NamespaceTableFull(uri.into()))?;
         self.namespaces.push(uri.to_string());
         self.space.add_namespace(uri, idx);
+        // Keep the type tree's namespace map in step (it assigns the next
+        // free index, which is `idx` as both tables grow together).
+        self.types.namespaces_mut().add_namespace(uri);
         Ok(idx)
     }
 

@@ -403,8 +403,29 @@ impl MonitoredItem {
         while self.next_sample <= now {
             self.next_sample += step;
         }
-        let dv = sample_now(source, &self.rvi, now_dt);
+        let Some(demand) = self.demand() else {
+            return;
+        };
+        let mut dv = source.sample_monitored(&self.rvi, &demand, now_dt);
+        if dv.server_timestamp.is_none() {
+            dv.server_timestamp = Some(now_dt);
+        }
         self.offer(dv);
+    }
+
+    /// What this item asks of its source; None for event items and disabled items.
+    pub fn demand(&self) -> Option<crate::ItemDemand> {
+        match (&self.kind, self.mode) {
+            (_, MonitoringMode::Disabled) | (ItemKind::Event { .. }, _) => None,
+            (ItemKind::Data { filter, .. }, _) => Some(crate::ItemDemand {
+                sampling_ms: self.sampling_ms,
+                trigger: filter.trigger,
+                deadband: match filter.deadband {
+                    Deadband::None => None,
+                    Deadband::Threshold(t) => Some(t),
+                },
+            }),
+        }
     }
 
     /// Next instant this item must be sampled (None for event or disabled items).

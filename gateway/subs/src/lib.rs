@@ -89,6 +89,18 @@ impl Default for Limits {
     }
 }
 
+/// What a data monitored item asks of its source: the revised sampling interval and the
+/// data change filter. Shared field items are keyed by it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ItemDemand {
+    /// Revised sampling interval in milliseconds.
+    pub sampling_ms: f64,
+    /// Data change trigger of the filter (StatusValue when the client sent none).
+    pub trigger: opcua_types::DataChangeTrigger,
+    /// Absolute deadband threshold, if any (a percent deadband is already resolved).
+    pub deadband: Option<f64>,
+}
+
 /// Where monitored item values come from: a local node now, a shared field item later.
 pub trait ItemSource {
     /// Validates an item at creation (BadNodeIdUnknown, BadAttributeIdInvalid,
@@ -96,6 +108,19 @@ pub trait ItemSource {
     fn check(&self, item: &ReadValueId) -> Result<(), StatusCode>;
     /// Samples the current value.
     fn sample(&self, item: &ReadValueId, now: DateTime) -> DataValue;
+    /// Samples the value for an existing monitored item, called at each of its sampling
+    /// instants. `demand` carries the item's revised sampling interval and filter, so a source
+    /// that shares upstream items between subscribers (field nodes) can find the one serving
+    /// this item. The default ignores it.
+    fn sample_monitored(
+        &self,
+        item: &ReadValueId,
+        demand: &ItemDemand,
+        now: DateTime,
+    ) -> DataValue {
+        let _ = demand;
+        self.sample(item, now)
+    }
     /// EURange (low, high) of a node for percent deadband; None -> BadFilterNotAllowed.
     fn eu_range(&self, node: &NodeId) -> Option<(f64, f64)>;
     /// Whether the node is an event notifier (for event items on attribute EventNotifier).
@@ -1020,6 +1045,17 @@ impl SessionSubscriptions {
     /// Number of queued Publish requests.
     pub fn pending_publish_count(&self) -> usize {
         self.queue.len()
+    }
+
+    /// Every data monitored item of this session that is sampling (mode Sampling or
+    /// Reporting), with what it asks of its source. The engine calls this after item services
+    /// and ticks to keep shared upstream items in step with the items that need them.
+    pub fn data_items(&self) -> Vec<(ReadValueId, ItemDemand)> {
+        self.subs
+            .values()
+            .flat_map(|s| s.items.values())
+            .filter_map(|mi| mi.demand().map(|d| (mi.rvi.clone(), d)))
+            .collect()
     }
 
     /// Ids of this session's subscriptions.

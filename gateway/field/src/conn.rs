@@ -1,0 +1,1346 @@
+//! The managed field connection: one per configured field server (or
+//! redundant field-server set). It keeps sessions toward the servers the
+//! redundancy mode needs, reconnects under the [`ReconnectPolicy`], picks the
+//! active server with [`crate::redundancy`], keeps the shared southbound
+//! monitored items of [`ItemTable`] on every connected server, and gives
+//! northbound services the active [`LinkSession`] (waiting for it up to the
+//! request's deadline).
+//!
+//! The protocol client is async-opcua-client, used with its own reconnect
+//! disabled (`session_retry_limit(0)`): when its event loop reports a lost
+//! connection the link is dropped and this state machine decides what
+//! happens next.
+//!
+//! States (reported in [`FieldStatus`]): `Disconnected` (not enabled, or not
+//! started), `Connecting` (never connected yet), `Connected` (an active
+//! server is serving), `Reconnecting` (the active server was lost and no
+//! other one is usable yet), `Closing` and `Closed` (shut down, or every
+//! reconnect cycle ran out of retries or budget).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use futures_util::StreamExt;
+use opcua_client::services::{Read, SetPublishingMode};
+use opcua_client::{
+    ClientBuilder, DataChangeCallback, IdentityToken, MonitoredItem, Session, SessionPollResult,
+    UARequest,
+};
+use opcua_types::{
+    AttributeId, DataChangeFilter, DataValue, DateTime, DeadbandType, EndpointDescription,
+    ExtensionObject, MessageSecurityMode, MonitoredItemCreateRequest, MonitoringMode,
+    MonitoringParameters, NodeId, ReadValueId, ServerState, StatusCode, TimestampsToReturn,
+    VariableId, Variant,
+};
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::items::{ItemKey, ItemTable};
+use crate::limits::{batches, OperationLimits};
+use crate::policy::{retry_after_from_reason, Failure, ReconnectCycle, ReconnectPolicy};
+use crate::redundancy::{self, PeerStatus};
+use crate::remap::{NamespaceTable, SessionMap};
+
+/// Connection states of a managed field connection (reference Sessions.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConnState {
+    /// Not enabled or not started.
+    #[default]
+    Disconnected,
+    /// First connect in progress (retrying under the policy).
+    Connecting,
+    /// An active server serves the connection.
+    Connected,
+    /// The active server was lost; reconnecting or failing over.
+    Reconnecting,
+    /// Close requested.
+    Closing,
+    /// Closed, or the reconnect policy gave up.
+    Closed,
+}
+
+impl ConnState {
+    /// The state's name, as shown on the gateway status nodes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnState::Disconnected => "Disconnected",
+            ConnState::Connecting => "Connecting",
+            ConnState::Connected => "Connected",
+            ConnState::Reconnecting => "Reconnecting",
+            ConnState::Closing => "Closing",
+            ConnState::Closed => "Closed",
+        }
+    }
+}
+
+/// How the servers of a redundant set are used (Part 4 Table 107).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handling {
+    /// One server (plus its network alternates).
+    None,
+    /// Only the active server is connected; on failover the next one is
+    /// connected and the items are created there.
+    Cold,
+    /// All servers connected, items created everywhere; backups' items are
+    /// Disabled and their publishing off until they become active.
+    Warm,
+    /// All servers sample; only the active one reports (reporting handoff).
+    Hot,
+    /// All servers report; the gateway drops the duplicates.
+    HotMerge,
+    /// One session, moved to the backup on failover. (The mirrored-token
+    /// ActivateSession is not implemented yet: behaves like `Cold`.)
+    HotAndMirrored,
+}
+
+impl Handling {
+    /// True when every server of the set keeps a session.
+    fn connects_all(self) -> bool {
+        matches!(self, Handling::Warm | Handling::Hot | Handling::HotMerge)
+    }
+}
+
+/// The user identity presented to the field server.
+#[derive(Clone)]
+pub enum Identity {
+    /// Anonymous.
+    Anonymous,
+    /// User name and password.
+    UserName {
+        /// User name.
+        user: String,
+        /// Password (never logged).
+        password: String,
+    },
+    /// X.509 user certificate and key (PEM/DER files).
+    Certificate {
+        /// Certificate file.
+        cert: PathBuf,
+        /// Private key file.
+        key: PathBuf,
+    },
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Identity::Anonymous => f.write_str("Anonymous"),
+            Identity::UserName { user, .. } => f
+                .debug_struct("UserName")
+                .field("user", user)
+                .field("password", &"<redacted>")
+                .finish(),
+            Identity::Certificate { cert, .. } => {
+                f.debug_struct("Certificate").field("cert", cert).finish()
+            }
+        }
+    }
+}
+
+/// Everything a field connection needs from the configuration.
+#[derive(Debug, Clone)]
+pub struct FieldSettings {
+    /// Mount name (`Objects/<name>`).
+    pub name: String,
+    /// Servers of the redundant set; each entry is the server's URL followed
+    /// by its alternate network paths.
+    pub servers: Vec<Vec<String>>,
+    /// Security policy URI.
+    pub security_policy_uri: String,
+    /// Message security mode.
+    pub security_mode: MessageSecurityMode,
+    /// User identity.
+    pub identity: Identity,
+    /// Redundancy handling.
+    pub handling: Handling,
+    /// Reconnect policy.
+    pub reconnect: ReconnectPolicy,
+    /// Operator overrides of the operation limits (0 = the server's).
+    pub overrides: OperationLimits,
+    /// Timeout of each southbound request.
+    pub request_timeout: Duration,
+    /// Requested session timeout.
+    pub session_timeout: Duration,
+    /// Keep-alive interval, also the ServiceLevel subscription's publishing interval.
+    pub keep_alive_interval: Duration,
+}
+
+/// Checks a field server's certificate (DER) against the gateway's trust
+/// list; an unknown certificate is recorded as rejected and refused with
+/// `BadCertificateUntrusted`.
+pub type TrustCheck =
+    Arc<dyn Fn(Vec<u8>) -> BoxFuture<'static, Result<(), StatusCode>> + Send + Sync>;
+
+/// Called after new namespaces were allocated, with the whole table (the
+/// gateway persists it and extends its NamespaceArray).
+pub type NamespaceHook = Arc<dyn Fn(&NamespaceTable) + Send + Sync>;
+
+/// The gateway's client identity and trust decisions, shared by all field connections.
+#[derive(Clone)]
+pub struct ClientSetup {
+    /// PKI directory holding the gateway's application certificate
+    /// (`own/cert.der`, `private/private.pem`).
+    pub pki_dir: PathBuf,
+    /// Application URI (must match the certificate).
+    pub application_uri: String,
+    /// Application name.
+    pub application_name: String,
+    /// Trust decision for field server certificates.
+    pub trust: TrustCheck,
+}
+
+/// What the gateway shows about one server of the set.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServerView {
+    /// URL currently used (or last tried).
+    pub url: String,
+    /// A session is up.
+    pub reachable: bool,
+    /// Last ServiceLevel seen.
+    pub service_level: Option<u8>,
+}
+
+/// The observable state of a field connection (gateway status nodes, metrics).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FieldStatus {
+    /// State machine state.
+    pub state: ConnState,
+    /// Index of the active server in the configured set.
+    pub active_server: Option<usize>,
+    /// URL of the active server's session.
+    pub active_endpoint: Option<String>,
+    /// ServiceLevel of the active server.
+    pub service_level: Option<u8>,
+    /// Successful reconnects after a loss.
+    pub reconnect_count: u64,
+    /// Failed connect attempts.
+    pub failed_attempts: u64,
+    /// Changes of the active server.
+    pub failover_count: u64,
+    /// Last protocol-level error.
+    pub last_error: Option<StatusCode>,
+    /// Per-server view.
+    pub servers: Vec<ServerView>,
+}
+
+/// Southbound subscriptions and items of one link.
+#[derive(Debug, Default)]
+struct LinkSubs {
+    /// Sampling class (ms) → subscription id.
+    by_class: HashMap<u32, u32>,
+    /// Our item id → (class, server monitored item id).
+    items: HashMap<u32, (u32, u32)>,
+    /// Monitoring mode the items currently have.
+    mode: Option<MonitoringMode>,
+}
+
+/// One live session to one server of the set.
+pub struct LinkSession {
+    /// Index of the server in the set.
+    pub server: usize,
+    /// URL the session is connected to.
+    pub url: String,
+    session: Arc<Session>,
+    /// Node id translation for this session.
+    pub map: Arc<SessionMap>,
+    /// Effective operation limits.
+    pub limits: OperationLimits,
+    request_timeout: Duration,
+    subs: tokio::sync::Mutex<LinkSubs>,
+    lost: CancellationToken,
+    generation: u64,
+}
+
+impl std::fmt::Debug for LinkSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkSession")
+            .field("server", &self.server)
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LinkSession {
+    /// The async-opcua session (for the proxied services).
+    pub(crate) fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Timeout for a southbound request: the session's, capped by the
+    /// northbound deadline.
+    pub(crate) fn timeout_until(&self, deadline: Instant) -> Duration {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .min(self.request_timeout)
+            .max(Duration::from_millis(1))
+    }
+
+    /// True once the connection behind this session is gone.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+}
+
+struct Inner {
+    settings: FieldSettings,
+    setup: ClientSetup,
+    mount_folder: NodeId,
+    namespaces: Arc<Mutex<NamespaceTable>>,
+    on_namespaces: NamespaceHook,
+    status: watch::Sender<FieldStatus>,
+    active: watch::Sender<Option<Arc<LinkSession>>>,
+    items: Mutex<ItemTable>,
+    items_changed: Notify,
+    peers_changed: Notify,
+    peers: Mutex<Vec<PeerStatus>>,
+    cancel: CancellationToken,
+}
+
+/// A managed field connection (see the module docs). Created with
+/// [`FieldConnection::start`] by the gateway at start-up, one per enabled
+/// `[[field_servers]]` entry.
+pub struct FieldConnection {
+    inner: Arc<Inner>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl FieldConnection {
+    /// Starts the connection's state machine on the current tokio runtime
+    /// (when `enabled`; a disabled connection stays `Disconnected`).
+    /// Returns at once; the first connect runs in the background.
+    pub fn start(
+        settings: FieldSettings,
+        setup: ClientSetup,
+        mount_folder: NodeId,
+        namespaces: Arc<Mutex<NamespaceTable>>,
+        on_namespaces: NamespaceHook,
+        enabled: bool,
+    ) -> FieldConnection {
+        let n = settings.servers.len();
+        let status = FieldStatus {
+            state: if enabled {
+                ConnState::Connecting
+            } else {
+                ConnState::Disconnected
+            },
+            servers: settings
+                .servers
+                .iter()
+                .map(|urls| ServerView {
+                    url: urls.first().cloned().unwrap_or_default(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let inner = Arc::new(Inner {
+            settings,
+            setup,
+            mount_folder,
+            namespaces,
+            on_namespaces,
+            status: watch::Sender::new(status),
+            active: watch::Sender::new(None),
+            items: Mutex::new(ItemTable::default()),
+            items_changed: Notify::new(),
+            peers_changed: Notify::new(),
+            peers: Mutex::new(vec![PeerStatus::default(); n]),
+            cancel: CancellationToken::new(),
+        });
+        let task = enabled.then(|| tokio::spawn(run(inner.clone())));
+        FieldConnection {
+            inner,
+            task: Mutex::new(task),
+        }
+    }
+
+    /// The mount name.
+    pub fn name(&self) -> &str {
+        &self.inner.settings.name
+    }
+
+    /// The gateway node standing for the field server's Objects folder.
+    pub fn mount_folder(&self) -> &NodeId {
+        &self.inner.mount_folder
+    }
+
+    /// A receiver of the connection's status.
+    pub fn status(&self) -> watch::Receiver<FieldStatus> {
+        self.inner.status.subscribe()
+    }
+
+    /// The active session, waiting for one until `deadline`. While the
+    /// connection is (re)connecting northbound calls wait here; past the
+    /// deadline, or once closed, they get `BadServerNotConnected`.
+    pub async fn link(&self, deadline: Instant) -> Result<Arc<LinkSession>, StatusCode> {
+        let mut rx = self.inner.active.subscribe();
+        let wait = async {
+            loop {
+                if let Some(l) = rx.borrow_and_update().clone() {
+                    if !l.is_lost() {
+                        return Ok(l);
+                    }
+                }
+                if matches!(
+                    self.inner.status.borrow().state,
+                    ConnState::Closed | ConnState::Closing | ConnState::Disconnected
+                ) {
+                    return Err(StatusCode::BadServerNotConnected);
+                }
+                let closed = self.inner.status.subscribe();
+                tokio::select! {
+                    r = rx.changed() => if r.is_err() { return Err(StatusCode::BadServerNotConnected) },
+                    _ = wait_closed(closed) => return Err(StatusCode::BadServerNotConnected),
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline.into(), wait).await {
+            Ok(r) => r,
+            Err(_) => Err(StatusCode::BadServerNotConnected),
+        }
+    }
+
+    /// Replaces the demand for shared items (key → number of northbound
+    /// items); the connection creates and deletes southbound items to match.
+    pub fn set_demand(&self, demand: HashMap<ItemKey, usize>) {
+        let changed = self.inner.items.lock().set_demand(demand);
+        if changed {
+            self.inner.items_changed.notify_one();
+        }
+    }
+
+    /// The latest value of a shared item.
+    pub fn value(&self, key: &ItemKey) -> DataValue {
+        self.inner.items.lock().value(key)
+    }
+
+    /// Number of shared (southbound) items wanted.
+    pub fn shared_item_count(&self) -> usize {
+        self.inner.items.lock().len()
+    }
+
+    /// Duplicates dropped in hot-merge mode.
+    pub fn duplicates_suppressed(&self) -> u64 {
+        self.inner.items.lock().duplicates_suppressed()
+    }
+
+    /// Closes the connection: cancels any attempt in flight, closes the
+    /// sessions, and returns within `timeout` (`BadTimeout` if the close did
+    /// not settle in time; the sessions are then dropped).
+    pub async fn close(&self, timeout: Duration) -> StatusCode {
+        self.inner
+            .status
+            .send_modify(|s| s.state = ConnState::Closing);
+        self.inner.cancel.cancel();
+        let task = self.task.lock().take();
+        let status = match task {
+            Some(t) => match tokio::time::timeout(timeout, t).await {
+                Ok(_) => StatusCode::Good,
+                Err(_) => StatusCode::BadTimeout,
+            },
+            None => StatusCode::Good,
+        };
+        self.inner.active.send_replace(None);
+        self.inner
+            .status
+            .send_modify(|s| s.state = ConnState::Closed);
+        status
+    }
+}
+
+impl Drop for FieldConnection {
+    fn drop(&mut self) {
+        self.inner.cancel.cancel();
+        if let Some(t) = self.task.lock().take() {
+            t.abort();
+        }
+    }
+}
+
+async fn wait_closed(mut rx: watch::Receiver<FieldStatus>) {
+    loop {
+        if matches!(
+            rx.borrow_and_update().state,
+            ConnState::Closed | ConnState::Closing
+        ) {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Events from the connect and event-loop tasks to the state machine.
+enum Event {
+    Up(usize, u64, Arc<LinkSession>),
+    Failed(usize, u64, Failure, String),
+    Lost(usize, u64, StatusCode),
+}
+
+/// Where one server's link is.
+enum Phase {
+    /// Not wanted, or waiting to be wanted.
+    Idle,
+    /// A connect attempt is running.
+    Connecting(tokio::task::JoinHandle<()>),
+    /// Waiting for the next attempt.
+    Waiting(Instant),
+    /// Session up.
+    Up(Arc<LinkSession>),
+    /// The reconnect cycle ran out.
+    Exhausted,
+}
+
+struct Link {
+    urls: Vec<String>,
+    next_url: usize,
+    phase: Phase,
+    cycle: ReconnectCycle,
+    generation: u64,
+    ever_up: bool,
+}
+
+/// The state machine task of one connection.
+async fn run(inner: Arc<Inner>) {
+    let s = &inner.settings;
+    let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
+    let now = Instant::now();
+    let mut links: Vec<Link> = s
+        .servers
+        .iter()
+        .map(|urls| Link {
+            urls: urls.clone(),
+            next_url: 0,
+            phase: Phase::Idle,
+            cycle: ReconnectCycle::start(now),
+            generation: 0,
+            ever_up: false,
+        })
+        .collect();
+    // Cold-style modes connect only `candidate`.
+    let mut candidate = 0usize;
+    let mut active: Option<usize> = None;
+    let mut was_connected = false;
+    let mut items_rev_seen = u64::MAX;
+
+    loop {
+        let now = Instant::now();
+        let now_dt = DateTime::now();
+        // 1. Start the links that are wanted and due.
+        for (i, link) in links.iter_mut().enumerate() {
+            let wanted = s.handling.connects_all() || i == candidate;
+            match &link.phase {
+                Phase::Idle if wanted => {
+                    start_connect(&inner, i, link, &tx);
+                }
+                Phase::Waiting(at) if wanted && *at <= now => {
+                    start_connect(&inner, i, link, &tx);
+                }
+                Phase::Up(l) if !wanted => {
+                    let l = l.clone();
+                    tokio::spawn(async move { close_link(&l).await });
+                    link.phase = Phase::Idle;
+                    inner.peers.lock()[i] = PeerStatus::default();
+                }
+                _ => {}
+            }
+        }
+
+        // 2. Choose the active server.
+        let peers = inner.peers.lock().clone();
+        let chosen = redundancy::select(&peers, active, now_dt);
+        if chosen != active {
+            if let Some(c) = chosen {
+                if active.is_some() {
+                    inner.status.send_modify(|st| st.failover_count += 1);
+                    tracing::info!(field = %s.name, from = ?active, to = c, "field failover");
+                }
+            }
+            active = chosen;
+            let link = active.and_then(|a| match &links[a].phase {
+                Phase::Up(l) => Some(l.clone()),
+                _ => None,
+            });
+            if link.is_none() && was_connected {
+                inner
+                    .items
+                    .lock()
+                    .mark_all(StatusCode::BadNoCommunication, now_dt);
+            }
+            inner.active.send_replace(link);
+            // Modes of every link follow the new active server.
+            for l in links.iter() {
+                if let Phase::Up(ls) = &l.phase {
+                    spawn_reconcile(&inner, ls.clone(), active);
+                }
+            }
+        }
+        // Cold-style: the candidate is unusable → try the next server.
+        if !s.handling.connects_all() && links.len() > 1 {
+            let c = &links[candidate];
+            let unusable = match &c.phase {
+                Phase::Up(_) => {
+                    let p = &peers[candidate];
+                    p.service_level.is_some()
+                        && p.state.is_some()
+                        && chosen.is_none()
+                        && redundancy::should_failover(p, now_dt)
+                }
+                Phase::Waiting(_) | Phase::Exhausted => true,
+                _ => false,
+            };
+            if unusable {
+                let next = (candidate + 1) % links.len();
+                tracing::info!(field = %s.name, from = candidate, to = next, "cold failover candidate");
+                candidate = next;
+                if let Phase::Exhausted = links[candidate].phase {
+                    links[candidate].phase = Phase::Idle;
+                    links[candidate].cycle = ReconnectCycle::start(now);
+                }
+                if matches!(links[candidate].phase, Phase::Waiting(_)) {
+                    links[candidate].phase = Phase::Idle;
+                }
+                continue;
+            }
+        }
+
+        // 3. Publish the status.
+        let all_exhausted = links.iter().all(|l| matches!(l.phase, Phase::Exhausted));
+        let state = if all_exhausted {
+            ConnState::Closed
+        } else if active.is_some() {
+            was_connected = true;
+            ConnState::Connected
+        } else if was_connected {
+            ConnState::Reconnecting
+        } else {
+            ConnState::Connecting
+        };
+        inner.status.send_modify(|st| {
+            st.state = state;
+            st.active_server = active;
+            st.active_endpoint = active.and_then(|a| match &links[a].phase {
+                Phase::Up(l) => Some(l.url.clone()),
+                _ => None,
+            });
+            st.service_level = active.and_then(|a| peers[a].service_level);
+            for (i, l) in links.iter().enumerate() {
+                if let Some(v) = st.servers.get_mut(i) {
+                    v.url = match &l.phase {
+                        Phase::Up(ls) => ls.url.clone(),
+                        _ => l.urls.get(l.next_url).cloned().unwrap_or_default(),
+                    };
+                    v.reachable = matches!(l.phase, Phase::Up(_));
+                    v.service_level = peers[i].service_level;
+                }
+            }
+        });
+        if all_exhausted {
+            inner.active.send_replace(None);
+            inner
+                .items
+                .lock()
+                .mark_all(StatusCode::BadNoCommunication, now_dt);
+            tracing::warn!(field = %s.name, "reconnect policy exhausted; field connection closed");
+            return;
+        }
+
+        // 4. Items changed → reconcile every link.
+        let rev = inner.items.lock().revision();
+        if rev != items_rev_seen {
+            items_rev_seen = rev;
+            for l in links.iter() {
+                if let Phase::Up(ls) = &l.phase {
+                    spawn_reconcile(&inner, ls.clone(), active);
+                }
+            }
+        }
+
+        // 5. Wait for something to happen.
+        let next_timer = links
+            .iter()
+            .filter_map(|l| match l.phase {
+                Phase::Waiting(at) => Some(at),
+                _ => None,
+            })
+            .min();
+        let recheck = redundancy::next_recheck(&peers, now_dt).map(|t| {
+            let ms = (t.ticks() - now_dt.ticks()).max(0) / 10_000;
+            now + Duration::from_millis(ms as u64)
+        });
+        let wake = [next_timer, recheck].into_iter().flatten().min();
+        let sleep = async {
+            match wake {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = inner.cancel.cancelled() => break,
+            ev = rx.recv() => {
+                let Some(ev) = ev else { break };
+                handle_event(&inner, &mut links, ev, &mut active);
+            }
+            _ = inner.items_changed.notified() => {}
+            _ = inner.peers_changed.notified() => {}
+            _ = sleep => {}
+        }
+    }
+
+    // Close: cancel attempts, close sessions (bounded by the caller's timeout).
+    inner.active.send_replace(None);
+    let mut closing = Vec::new();
+    for l in links {
+        match l.phase {
+            Phase::Connecting(h) => h.abort(),
+            Phase::Up(ls) => closing.push(ls),
+            _ => {}
+        }
+    }
+    for ls in closing {
+        close_link(&ls).await;
+    }
+}
+
+fn handle_event(inner: &Arc<Inner>, links: &mut [Link], ev: Event, active: &mut Option<usize>) {
+    let s = &inner.settings;
+    let now = Instant::now();
+    match ev {
+        Event::Up(i, generation, ls) => {
+            let Some(link) = links.get_mut(i) else { return };
+            if generation != link.generation {
+                return;
+            }
+            if link.ever_up {
+                inner.status.send_modify(|st| st.reconnect_count += 1);
+            }
+            link.ever_up = true;
+            link.cycle = ReconnectCycle::start(now);
+            tracing::info!(field = %s.name, server = i, url = %ls.url, "field session up");
+            link.phase = Phase::Up(ls.clone());
+            if *active == Some(i) {
+                inner.active.send_replace(Some(ls.clone()));
+            }
+            spawn_reconcile(inner, ls, *active);
+        }
+        Event::Failed(i, generation, failure, detail) => {
+            let Some(link) = links.get_mut(i) else { return };
+            if generation != link.generation {
+                return;
+            }
+            inner.status.send_modify(|st| {
+                st.failed_attempts += 1;
+                st.last_error = Some(failure.status);
+            });
+            tracing::warn!(field = %s.name, server = i, status = %failure.status, %detail, "field connect failed");
+            link.next_url = (link.next_url + 1) % link.urls.len().max(1);
+            let jitter = rand::random::<f64>() * 2.0 - 1.0;
+            link.phase = match link.cycle.next_delay(&s.reconnect, failure, now, jitter) {
+                Some(d) => Phase::Waiting(now + d),
+                None => Phase::Exhausted,
+            };
+        }
+        Event::Lost(i, generation, status) => {
+            let Some(link) = links.get_mut(i) else { return };
+            if generation != link.generation {
+                return;
+            }
+            if let Phase::Up(ls) = &link.phase {
+                ls.lost.cancel();
+            }
+            tracing::warn!(field = %s.name, server = i, %status, "field session lost");
+            inner.status.send_modify(|st| st.last_error = Some(status));
+            inner.peers.lock()[i] = PeerStatus::default();
+            link.cycle = ReconnectCycle::start(now);
+            // The first reconnect attempt follows the policy's initial delay.
+            let jitter = rand::random::<f64>() * 2.0 - 1.0;
+            let failure = Failure {
+                status,
+                retry_after: None,
+            };
+            link.phase = match link.cycle.next_delay(&s.reconnect, failure, now, jitter) {
+                Some(d) => Phase::Waiting(now + d.min(s.reconnect.initial_delay)),
+                None => Phase::Exhausted,
+            };
+            if *active == Some(i) {
+                inner.active.send_replace(None);
+            }
+        }
+    }
+}
+
+fn start_connect(inner: &Arc<Inner>, i: usize, link: &mut Link, tx: &mpsc::UnboundedSender<Event>) {
+    link.generation += 1;
+    let generation = link.generation;
+    let url = link.urls.get(link.next_url).cloned().unwrap_or_default();
+    let inner2 = inner.clone();
+    let tx = tx.clone();
+    let h = tokio::spawn(async move {
+        // One attempt is bounded: GetEndpoints, OpenSecureChannel,
+        // CreateSession, ActivateSession and the first reads.
+        let budget = inner2.settings.request_timeout.saturating_mul(3);
+        let r =
+            tokio::time::timeout(budget, connect(&inner2, i, &url, generation, tx.clone())).await;
+        let ev = match r {
+            Ok(Ok(ls)) => Event::Up(i, generation, ls),
+            Ok(Err((f, detail))) => Event::Failed(i, generation, f, detail),
+            Err(_) => Event::Failed(
+                i,
+                generation,
+                Failure {
+                    status: StatusCode::BadTimeout,
+                    retry_after: None,
+                },
+                "connect attempt timed out".into(),
+            ),
+        };
+        let _ = tx.send(ev);
+    });
+    link.phase = Phase::Connecting(h);
+}
+
+fn fail(status: StatusCode, detail: impl Into<String>) -> (Failure, String) {
+    let detail = detail.into();
+    (
+        Failure {
+            status,
+            retry_after: retry_after_from_reason(&detail),
+        },
+        detail,
+    )
+}
+
+fn client_error(e: opcua_types::Error) -> (Failure, String) {
+    let detail = format!("{e} {e:?}");
+    fail(e.status(), detail)
+}
+
+/// One connect attempt to server `i` at `url`.
+async fn connect(
+    inner: &Arc<Inner>,
+    i: usize,
+    url: &str,
+    generation: u64,
+    tx: mpsc::UnboundedSender<Event>,
+) -> Result<Arc<LinkSession>, (Failure, String)> {
+    let s = &inner.settings;
+    let su = &inner.setup;
+    let mut client = ClientBuilder::new()
+        .application_name(su.application_name.clone())
+        .application_uri(su.application_uri.clone())
+        .product_uri("urn:uagate")
+        .pki_dir(su.pki_dir.clone())
+        .create_sample_keypair(false)
+        // The server certificate is checked against the gateway's trust
+        // list below (exact certificate); the channel is then bound to it.
+        .trust_server_certs(true)
+        .verify_server_certs(false)
+        .session_retry_limit(0)
+        .recreate_subscriptions(false)
+        .request_timeout(s.request_timeout)
+        .session_timeout(u32::try_from(s.session_timeout.as_millis()).unwrap_or(u32::MAX))
+        .keep_alive_interval(s.keep_alive_interval)
+        .max_failed_keep_alive_count(3)
+        .session_name(format!("uagate:{}", s.name))
+        .client()
+        .map_err(|e| fail(StatusCode::BadConfigurationError, e.join("; ")))?;
+    let endpoints = client
+        .get_server_endpoints_from_url(url)
+        .await
+        .map_err(client_error)?;
+    let mut endpoint: EndpointDescription = endpoints
+        .into_iter()
+        .find(|e| {
+            e.security_policy_uri.as_ref() == s.security_policy_uri
+                && e.security_mode == s.security_mode
+        })
+        .ok_or_else(|| {
+            fail(
+                StatusCode::BadSecurityPolicyRejected,
+                "the field server offers no endpoint with the configured security policy and mode",
+            )
+        })?;
+    // Field servers often announce a host name the gateway cannot resolve;
+    // the configured URL is the one that works.
+    endpoint.endpoint_url = url.into();
+    if s.security_mode != MessageSecurityMode::None {
+        let der = endpoint.server_certificate.as_ref().to_vec();
+        if der.is_empty() {
+            return Err(fail(
+                StatusCode::BadCertificateInvalid,
+                "no server certificate",
+            ));
+        }
+        (su.trust)(der)
+            .await
+            .map_err(|st| fail(st, "field server certificate not trusted"))?;
+    }
+    let token = match &s.identity {
+        Identity::Anonymous => IdentityToken::new_anonymous(),
+        Identity::UserName { user, password } => {
+            IdentityToken::new_user_name(user.clone(), password.clone())
+        }
+        Identity::Certificate { cert, key } => IdentityToken::new_x509_path(cert, key)
+            .map_err(|e| fail(StatusCode::BadIdentityTokenInvalid, e.to_string()))?,
+    };
+    let (session, event_loop) = client
+        .connect_to_endpoint_directly(endpoint, token)
+        .map_err(client_error)?;
+    let mut stream = Box::pin(event_loop.enter());
+    loop {
+        match stream.next().await {
+            Some(Ok(SessionPollResult::Reconnected(_))) => break,
+            Some(Ok(SessionPollResult::ReconnectFailed(st))) | Some(Err(st)) => {
+                return Err(fail(st, "session establishment failed"))
+            }
+            None => return Err(fail(StatusCode::BadConnectionClosed, "closed")),
+            Some(Ok(_)) => {}
+        }
+    }
+    let lost = CancellationToken::new();
+    {
+        // Keep polling the event loop; a lost connection ends the link.
+        let lost = lost.clone();
+        let tx = tx.clone();
+        let cancel = inner.cancel.clone();
+        tokio::spawn(async move {
+            let status = loop {
+                tokio::select! {
+                    _ = lost.cancelled() => break StatusCode::BadConnectionClosed,
+                    _ = cancel.cancelled() => break StatusCode::BadShutdown,
+                    ev = stream.next() => match ev {
+                        Some(Ok(SessionPollResult::ConnectionLost(st))) => break st,
+                        Some(Err(st)) => break st,
+                        None => break StatusCode::BadConnectionClosed,
+                        Some(Ok(_)) => {}
+                    }
+                }
+            };
+            lost.cancel();
+            let _ = tx.send(Event::Lost(i, generation, status));
+        });
+    }
+    let setup = async {
+        // Namespaces → allocation → session map.
+        let ns = read_values(
+            &session,
+            &[VariableId::Server_NamespaceArray.into()],
+            s.request_timeout,
+        )
+        .await?;
+        let uris: Vec<String> = match ns.first().and_then(|d| d.value.clone()) {
+            Some(Variant::Array(a)) => a
+                .values
+                .iter()
+                .map(|v| match v {
+                    Variant::String(s) => s.as_ref().to_string(),
+                    _ => String::new(),
+                })
+                .collect(),
+            _ => {
+                return Err(fail(
+                    StatusCode::BadUnexpectedError,
+                    "field server NamespaceArray unreadable",
+                ))
+            }
+        };
+        let map = {
+            let mut table = inner.namespaces.lock();
+            let mut added = false;
+            for uri in uris.iter().skip(1) {
+                let (_, new) = table
+                    .allocate(&s.name, uri)
+                    .map_err(|e| fail(StatusCode::BadUnexpectedError, e.to_string()))?;
+                added |= new;
+            }
+            if added {
+                (inner.on_namespaces)(&table);
+            }
+            SessionMap::new(&s.name, &table, &uris, inner.mount_folder.clone())
+                .map_err(|e| fail(StatusCode::BadUnexpectedError, e.to_string()))?
+        };
+        let lim = read_values(&session, &OperationLimits::node_ids(), s.request_timeout).await?;
+        let client_max = u32::try_from(session.decoding_options().max_array_length).unwrap_or(0);
+        let limits = OperationLimits::effective(
+            &OperationLimits::from_values(&lim),
+            client_max,
+            &s.overrides,
+        );
+        Ok((map, limits))
+    };
+    let (map, limits) = match setup.await {
+        Ok(x) => x,
+        Err(e) => {
+            lost.cancel();
+            return Err(e);
+        }
+    };
+    let ls = Arc::new(LinkSession {
+        server: i,
+        url: url.to_string(),
+        session: session.clone(),
+        map: Arc::new(map),
+        limits,
+        request_timeout: s.request_timeout,
+        subs: tokio::sync::Mutex::new(LinkSubs::default()),
+        lost: lost.clone(),
+        generation,
+    });
+    if let Err(e) = watch_server_status(inner, &ls).await {
+        lost.cancel();
+        return Err(e);
+    }
+    Ok(ls)
+}
+
+async fn read_values(
+    session: &Session,
+    nodes: &[NodeId],
+    timeout: Duration,
+) -> Result<Vec<DataValue>, (Failure, String)> {
+    let r = Read::new(session)
+        .nodes_to_read(
+            nodes
+                .iter()
+                .map(|n| ReadValueId {
+                    node_id: n.clone(),
+                    attribute_id: AttributeId::Value as u32,
+                    ..Default::default()
+                })
+                .collect(),
+        )
+        .timeout(timeout)
+        .send(session.channel())
+        .await
+        .map_err(client_error)?;
+    Ok(r.results.unwrap_or_default())
+}
+
+const SL_HANDLE: u32 = 1;
+const STATE_HANDLE: u32 = 2;
+const ERT_HANDLE: u32 = 3;
+
+/// Subscribes to ServiceLevel, ServerStatus/State and EstimatedReturnTime
+/// of the server behind `ls`, so a change is seen within one publishing
+/// interval; values update the peer table and wake the state machine.
+async fn watch_server_status(
+    inner: &Arc<Inner>,
+    ls: &Arc<LinkSession>,
+) -> Result<(), (Failure, String)> {
+    let s = &inner.settings;
+    let server = ls.server;
+    let weak: Weak<Inner> = Arc::downgrade(inner);
+    let lost = ls.lost.clone();
+    let cb = DataChangeCallback::new(move |dv: DataValue, item: &MonitoredItem| {
+        let Some(inner) = weak.upgrade() else { return };
+        if lost.is_cancelled() {
+            return;
+        }
+        {
+            let mut peers = inner.peers.lock();
+            let Some(p) = peers.get_mut(server) else {
+                return;
+            };
+            p.reachable = true;
+            let good = dv.status.is_none_or(|s| s.is_good());
+            match (item.client_handle(), dv.value) {
+                (SL_HANDLE, Some(Variant::Byte(level))) if good => {
+                    if level == 0 && p.service_level != Some(0) {
+                        p.maintenance_since = Some(DateTime::now());
+                    } else if level != 0 {
+                        p.maintenance_since = None;
+                    }
+                    p.service_level = Some(level);
+                }
+                (STATE_HANDLE, Some(Variant::Int32(st))) if good => {
+                    p.state = server_state(st);
+                }
+                (ERT_HANDLE, Some(Variant::DateTime(t))) if good => {
+                    p.estimated_return_time = (!t.is_null()).then_some(*t);
+                }
+                (ERT_HANDLE, _) => p.estimated_return_time = None,
+                _ => {}
+            }
+        }
+        inner.peers_changed.notify_one();
+    });
+    let session = ls.session();
+    let sub = session
+        .create_subscription(s.keep_alive_interval, 30, 5, 0, 0, true, cb)
+        .await
+        .map_err(client_error)?;
+    let item = |id: VariableId, handle: u32| MonitoredItemCreateRequest {
+        item_to_monitor: ReadValueId {
+            node_id: id.into(),
+            attribute_id: AttributeId::Value as u32,
+            ..Default::default()
+        },
+        monitoring_mode: MonitoringMode::Reporting,
+        requested_parameters: MonitoringParameters {
+            client_handle: handle,
+            sampling_interval: s.keep_alive_interval.as_secs_f64() * 1000.0,
+            queue_size: 1,
+            discard_oldest: true,
+            ..Default::default()
+        },
+    };
+    session
+        .create_monitored_items(
+            sub,
+            TimestampsToReturn::Neither,
+            vec![
+                item(VariableId::Server_ServiceLevel, SL_HANDLE),
+                item(VariableId::Server_ServerStatus_State, STATE_HANDLE),
+                item(VariableId::Server_EstimatedReturnTime, ERT_HANDLE),
+            ],
+        )
+        .await
+        .map_err(client_error)?;
+    // Mark reachable now; ServiceLevel/State arrive with the first publish.
+    inner.peers.lock()[server].reachable = true;
+    inner.peers_changed.notify_one();
+    Ok(())
+}
+
+fn server_state(v: i32) -> Option<ServerState> {
+    Some(match v {
+        0 => ServerState::Running,
+        1 => ServerState::Failed,
+        2 => ServerState::NoConfiguration,
+        3 => ServerState::Suspended,
+        4 => ServerState::Shutdown,
+        5 => ServerState::Test,
+        6 => ServerState::CommunicationFault,
+        _ => ServerState::Unknown,
+    })
+}
+
+async fn close_link(ls: &LinkSession) {
+    let _ = tokio::time::timeout(ls.request_timeout, ls.session.disconnect()).await;
+    ls.lost.cancel();
+}
+
+/// The monitoring mode and publishing state items on `ls` should have.
+fn desired_mode(
+    handling: Handling,
+    ls: &LinkSession,
+    active: Option<usize>,
+) -> (MonitoringMode, bool) {
+    let is_active = active == Some(ls.server);
+    match handling {
+        _ if is_active => (MonitoringMode::Reporting, true),
+        Handling::HotMerge => (MonitoringMode::Reporting, true),
+        Handling::Hot => (MonitoringMode::Sampling, true),
+        Handling::Warm => (MonitoringMode::Disabled, false),
+        // Not active in a single-session mode: nothing reports until chosen.
+        _ => (MonitoringMode::Sampling, true),
+    }
+}
+
+fn spawn_reconcile(inner: &Arc<Inner>, ls: Arc<LinkSession>, active: Option<usize>) {
+    let inner = inner.clone();
+    tokio::spawn(async move {
+        if let Err(st) = reconcile(&inner, &ls, active).await {
+            tracing::debug!(field = %inner.settings.name, server = ls.server, %st, "item reconcile failed");
+        }
+    });
+}
+
+/// Brings the southbound items of `ls` in line with the item table and the
+/// monitoring mode the link's role needs. Serialized per link.
+async fn reconcile(
+    inner: &Arc<Inner>,
+    ls: &Arc<LinkSession>,
+    active: Option<usize>,
+) -> Result<(), StatusCode> {
+    let s = &inner.settings;
+    let mut subs = ls.subs.lock().await;
+    if ls.is_lost() {
+        return Ok(());
+    }
+    let wanted: HashMap<u32, ItemKey> = inner.items.lock().keys().into_iter().collect();
+    let session = ls.session();
+    let (mode, publishing) = desired_mode(s.handling, ls, active);
+    let merge = s.handling == Handling::HotMerge;
+
+    // Delete items nobody needs.
+    let mut gone: HashMap<u32, Vec<(u32, u32)>> = HashMap::new();
+    for (id, (class, mi)) in subs.items.iter() {
+        if !wanted.contains_key(id) {
+            if let Some(sub) = subs.by_class.get(class) {
+                gone.entry(*sub).or_default().push((*id, *mi));
+            }
+        }
+    }
+    for (sub, list) in gone {
+        let mis: Vec<u32> = list.iter().map(|(_, mi)| *mi).collect();
+        for chunk in batches(mis.len(), ls.limits.max_monitored_items_per_call) {
+            session
+                .delete_monitored_items(sub, &mis[chunk])
+                .await
+                .map_err(|e| e.status())?;
+        }
+        for (id, _) in list {
+            subs.items.remove(&id);
+        }
+    }
+
+    // Create missing items, grouped by class.
+    let mut missing: HashMap<u32, Vec<(u32, ItemKey)>> = HashMap::new();
+    for (id, key) in wanted.iter() {
+        if !subs.items.contains_key(id) {
+            missing
+                .entry(key.class_ms)
+                .or_default()
+                .push((*id, key.clone()));
+        }
+    }
+    for (class, list) in missing {
+        let sub = match subs.by_class.get(&class) {
+            Some(sub) => *sub,
+            None => {
+                let weak = Arc::downgrade(inner);
+                let map = ls.map.clone();
+                let server = ls.server;
+                let lost = ls.lost.clone();
+                let generation = ls.generation;
+                let cb = DataChangeCallback::new(move |dv: DataValue, item: &MonitoredItem| {
+                    let Some(inner) = weak.upgrade() else { return };
+                    if lost.is_cancelled() {
+                        return;
+                    }
+                    let is_active = inner
+                        .active
+                        .borrow()
+                        .as_ref()
+                        .is_some_and(|a| a.server == server && a.generation == generation);
+                    if !is_active && !merge {
+                        return;
+                    }
+                    let dv = map.data_value_to_gateway(dv);
+                    inner.items.lock().offer(item.client_handle(), dv, merge);
+                });
+                let interval = Duration::from_millis(u64::from(class));
+                let keep_alive = u32::try_from(10_000 / u64::from(class).max(1))
+                    .unwrap_or(10)
+                    .clamp(3, 100);
+                let sub = session
+                    .create_subscription(interval, keep_alive * 3, keep_alive, 0, 0, publishing, cb)
+                    .await
+                    .map_err(|e| e.status())?;
+                subs.by_class.insert(class, sub);
+                sub
+            }
+        };
+        let mut reqs = Vec::with_capacity(list.len());
+        let mut ids = Vec::with_capacity(list.len());
+        for (id, key) in &list {
+            let rvi = ReadValueId {
+                node_id: key.node.clone(),
+                attribute_id: key.attribute,
+                index_range: key.index_range.parse().unwrap_or_default(),
+                ..Default::default()
+            };
+            match ls.map.read_value_id_to_field(&rvi) {
+                Ok(item_to_monitor) => {
+                    reqs.push(MonitoredItemCreateRequest {
+                        item_to_monitor,
+                        monitoring_mode: subs.mode.unwrap_or(mode),
+                        requested_parameters: MonitoringParameters {
+                            client_handle: *id,
+                            sampling_interval: f64::from(class),
+                            filter: filter_of(key),
+                            queue_size: 1,
+                            discard_oldest: true,
+                        },
+                    });
+                    ids.push(*id);
+                }
+                Err(st) => {
+                    inner.items.lock().offer(*id, status_value(st), false);
+                }
+            }
+        }
+        for chunk in batches(reqs.len(), ls.limits.max_monitored_items_per_call) {
+            let created = session
+                .create_monitored_items(sub, TimestampsToReturn::Both, reqs[chunk.clone()].to_vec())
+                .await
+                .map_err(|e| e.status())?;
+            for (k, c) in created.iter().enumerate() {
+                let Some(id) = ids.get(chunk.start + k) else {
+                    continue;
+                };
+                if c.result.status_code.is_good() {
+                    subs.items.insert(*id, (class, c.result.monitored_item_id));
+                } else {
+                    inner
+                        .items
+                        .lock()
+                        .offer(*id, status_value(c.result.status_code), false);
+                }
+            }
+        }
+    }
+
+    // Role changes: monitoring mode and publishing.
+    if subs.mode != Some(mode) {
+        let mut per_sub: HashMap<u32, Vec<u32>> = HashMap::new();
+        for (class, mi) in subs.items.values() {
+            if let Some(sub) = subs.by_class.get(class) {
+                per_sub.entry(*sub).or_default().push(*mi);
+            }
+        }
+        for (sub, mis) in per_sub {
+            for chunk in batches(mis.len(), ls.limits.max_monitored_items_per_call) {
+                session
+                    .set_monitoring_mode(sub, mode, &mis[chunk])
+                    .await
+                    .map_err(|e| e.status())?;
+            }
+        }
+        let sub_ids: Vec<u32> = subs.by_class.values().copied().collect();
+        if !sub_ids.is_empty() {
+            SetPublishingMode::new(publishing, session)
+                .subscription_ids(sub_ids)
+                .send(session.channel())
+                .await
+                .map_err(|e| e.status())?;
+        }
+        subs.mode = Some(mode);
+    }
+    Ok(())
+}
+
+fn status_value(st: StatusCode) -> DataValue {
+    DataValue {
+        status: Some(st),
+        server_timestamp: Some(DateTime::now()),
+        ..Default::default()
+    }
+}
+
+fn filter_of(key: &ItemKey) -> ExtensionObject {
+    let trigger = match key.trigger {
+        0 => opcua_types::DataChangeTrigger::Status,
+        2 => opcua_types::DataChangeTrigger::StatusValueTimestamp,
+        _ => opcua_types::DataChangeTrigger::StatusValue,
+    };
+    let deadband = key.deadband();
+    if trigger == opcua_types::DataChangeTrigger::StatusValue && deadband.is_none() {
+        return ExtensionObject::null();
+    }
+    ExtensionObject::from_message(DataChangeFilter {
+        trigger,
+        deadband_type: if deadband.is_some() {
+            DeadbandType::Absolute as u32
+        } else {
+            DeadbandType::None as u32
+        },
+        deadband_value: deadband.unwrap_or(0.0),
+    })
+}

@@ -1,0 +1,328 @@
+//! Shared monitored items: one southbound monitored item per distinct
+//! (node, attribute, index range, sampling interval class, filter), whatever
+//! the number of northbound monitored items that need it.
+//!
+//! Plain data. The gateway computes its *demand* (how many northbound items
+//! need each key) after item services and once a second, and hands it to
+//! [`ItemTable::set_demand`]: keys nobody needs any more are dropped (their
+//! southbound item is deleted by the connection), new keys get an id (the
+//! southbound client handle). Southbound notifications land in
+//! [`ItemTable::offer`]; northbound items sample the latest value with
+//! [`ItemTable::value`]. In hot-merge redundancy every server reports, and
+//! `offer` suppresses the duplicates.
+
+use std::collections::HashMap;
+
+use opcua_types::{DataChangeTrigger, DataValue, DateTime, NodeId, StatusCode};
+
+/// The sampling interval classes (ms) southbound items are created with. A
+/// northbound sampling interval is rounded *down* to a class, so the shared
+/// item samples at least as fast as every northbound item it serves.
+pub const SAMPLING_CLASSES_MS: [u32; 10] =
+    [50, 100, 250, 500, 1000, 2000, 5000, 10_000, 30_000, 60_000];
+
+/// The sampling class of a revised northbound sampling interval.
+pub fn sampling_class(ms: f64) -> u32 {
+    let mut class = SAMPLING_CLASSES_MS[0];
+    for c in SAMPLING_CLASSES_MS {
+        if f64::from(c) <= ms {
+            class = c;
+        }
+    }
+    class
+}
+
+/// What makes two northbound items share one southbound item. The node id is
+/// the gateway's (remapped) id, so it stays valid across failovers between
+/// servers whose namespace tables differ.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ItemKey {
+    /// Node in the gateway's namespace numbering.
+    pub node: NodeId,
+    /// Attribute id.
+    pub attribute: u32,
+    /// Index range ("" = whole value).
+    pub index_range: String,
+    /// Sampling class in ms, see [`sampling_class`].
+    pub class_ms: u32,
+    /// Data change trigger of the filter.
+    pub trigger: u32,
+    /// Absolute deadband as `f64::to_bits`, 0 = no deadband.
+    pub deadband_bits: u64,
+}
+
+impl ItemKey {
+    /// The key of a northbound data item.
+    pub fn new(
+        node: NodeId,
+        attribute: u32,
+        index_range: String,
+        sampling_ms: f64,
+        trigger: DataChangeTrigger,
+        deadband: Option<f64>,
+    ) -> ItemKey {
+        ItemKey {
+            node,
+            attribute,
+            index_range,
+            class_ms: sampling_class(sampling_ms),
+            trigger: trigger as u32,
+            deadband_bits: deadband.filter(|d| *d > 0.0).map_or(0, f64::to_bits),
+        }
+    }
+
+    /// The absolute deadband, if any.
+    pub fn deadband(&self) -> Option<f64> {
+        (self.deadband_bits != 0).then(|| f64::from_bits(self.deadband_bits))
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: u32,
+    refs: usize,
+    value: Option<DataValue>,
+}
+
+/// The table of shared items of one field connection.
+#[derive(Debug, Default)]
+pub struct ItemTable {
+    entries: HashMap<ItemKey, Entry>,
+    by_id: HashMap<u32, ItemKey>,
+    next_id: u32,
+    duplicates_suppressed: u64,
+    revision: u64,
+}
+
+impl ItemTable {
+    /// Replaces the reference counts with `demand` (key → number of
+    /// northbound items). Keys absent from `demand` are removed; new keys
+    /// get a fresh id. Returns true when the set of keys changed (the
+    /// connection must then create or delete southbound items).
+    pub fn set_demand(&mut self, demand: HashMap<ItemKey, usize>) -> bool {
+        let before = self.entries.len();
+        let mut changed = false;
+        self.entries.retain(|k, e| {
+            let keep = demand.get(k).is_some_and(|n| *n > 0);
+            if !keep {
+                self.by_id.remove(&e.id);
+                changed = true;
+            }
+            keep
+        });
+        for (key, refs) in demand {
+            if refs == 0 {
+                continue;
+            }
+            match self.entries.get_mut(&key) {
+                Some(e) => e.refs = refs,
+                None => {
+                    self.next_id = self.next_id.wrapping_add(1).max(1);
+                    while self.by_id.contains_key(&self.next_id) {
+                        self.next_id = self.next_id.wrapping_add(1).max(1);
+                    }
+                    let id = self.next_id;
+                    self.by_id.insert(id, key.clone());
+                    self.entries.insert(
+                        key,
+                        Entry {
+                            id,
+                            refs,
+                            value: None,
+                        },
+                    );
+                    changed = true;
+                }
+            }
+        }
+        if changed || before != self.entries.len() {
+            self.revision += 1;
+        }
+        changed
+    }
+
+    /// Incremented each time the key set changes.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Number of shared (southbound) items.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no item is needed.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Number of northbound items served by `key` (0 if none).
+    pub fn refs(&self, key: &ItemKey) -> usize {
+        self.entries.get(key).map_or(0, |e| e.refs)
+    }
+
+    /// (id, key) of every shared item, for creating southbound items.
+    pub fn keys(&self) -> Vec<(u32, ItemKey)> {
+        self.entries
+            .iter()
+            .map(|(k, e)| (e.id, k.clone()))
+            .collect()
+    }
+
+    /// The latest value of a key; `BadWaitingForInitialData` until the
+    /// first southbound notification, `BadNodeIdUnknown`-style statuses as
+    /// reported by the field server.
+    pub fn value(&self, key: &ItemKey) -> DataValue {
+        match self.entries.get(key).and_then(|e| e.value.clone()) {
+            Some(v) => v,
+            None => DataValue {
+                status: Some(StatusCode::BadWaitingForInitialData),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// A southbound notification (already remapped) for item `id`. With
+    /// `merge` (hot-merge redundancy, several servers report the same item)
+    /// a value whose source timestamp is not newer than the last accepted
+    /// one is a duplicate and is dropped. Returns whether it was accepted.
+    pub fn offer(&mut self, id: u32, dv: DataValue, merge: bool) -> bool {
+        let Some(key) = self.by_id.get(&id) else {
+            return false;
+        };
+        let Some(entry) = self.entries.get_mut(key) else {
+            return false;
+        };
+        if merge {
+            if let (Some(last), Some(new_ts)) = (
+                entry.value.as_ref().and_then(|v| v.source_timestamp),
+                dv.source_timestamp,
+            ) {
+                let last_good = entry
+                    .value
+                    .as_ref()
+                    .and_then(|v| v.status)
+                    .is_none_or(|s| s.is_good());
+                if new_ts <= last && last_good {
+                    self.duplicates_suppressed += 1;
+                    return false;
+                }
+            }
+        }
+        entry.value = Some(dv);
+        true
+    }
+
+    /// Marks every value with `status` (keeping the last value), called when
+    /// the source is gone (no server reachable): northbound subscribers see
+    /// the status change, then good values again after the reconnect.
+    pub fn mark_all(&mut self, status: StatusCode, now: DateTime) {
+        for e in self.entries.values_mut() {
+            let mut v = e.value.take().unwrap_or_default();
+            v.status = Some(status);
+            v.server_timestamp = Some(now);
+            e.value = Some(v);
+        }
+    }
+
+    /// Duplicates dropped by [`ItemTable::offer`] in merge mode.
+    pub fn duplicates_suppressed(&self) -> u64 {
+        self.duplicates_suppressed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opcua_types::Variant;
+
+    fn key(n: u32, ms: f64) -> ItemKey {
+        ItemKey::new(
+            NodeId::new(3, n),
+            13,
+            String::new(),
+            ms,
+            DataChangeTrigger::StatusValue,
+            None,
+        )
+    }
+
+    fn dv(v: i32, ts_ms: i64) -> DataValue {
+        DataValue {
+            value: Some(Variant::Int32(v)),
+            status: Some(StatusCode::Good),
+            source_timestamp: Some(DateTime::from(ts_ms * 10_000)),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn classes_round_down() {
+        assert_eq!(sampling_class(0.0), 50);
+        assert_eq!(sampling_class(50.0), 50);
+        assert_eq!(sampling_class(99.0), 50);
+        assert_eq!(sampling_class(100.0), 100);
+        assert_eq!(sampling_class(999.0), 500);
+        assert_eq!(sampling_class(1000.0), 1000);
+        assert_eq!(sampling_class(1e9), 60_000);
+        // 800 ms and 900 ms share one item
+        assert_eq!(key(1, 800.0), key(1, 900.0));
+        assert_ne!(key(1, 800.0), key(1, 1000.0));
+    }
+
+    #[test]
+    fn one_entry_for_many_refs_and_removed_with_the_last() {
+        let mut t = ItemTable::default();
+        assert!(t.set_demand(HashMap::from([(key(1, 1000.0), 10)])));
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.refs(&key(1, 1000.0)), 10);
+        // fewer refs: same key set, no change
+        assert!(!t.set_demand(HashMap::from([(key(1, 1000.0), 3)])));
+        assert_eq!(t.refs(&key(1, 1000.0)), 3);
+        let id = t.keys()[0].0;
+        // last one gone
+        assert!(t.set_demand(HashMap::new()));
+        assert!(t.is_empty());
+        assert!(!t.offer(id, dv(1, 1), false));
+    }
+
+    #[test]
+    fn value_waits_then_follows_offers() {
+        let mut t = ItemTable::default();
+        t.set_demand(HashMap::from([(key(1, 1000.0), 1)]));
+        let k = key(1, 1000.0);
+        assert_eq!(
+            t.value(&k).status,
+            Some(StatusCode::BadWaitingForInitialData)
+        );
+        let id = t.keys()[0].0;
+        assert!(t.offer(id, dv(7, 1), false));
+        assert_eq!(t.value(&k).value, Some(Variant::Int32(7)));
+        t.mark_all(StatusCode::BadNoCommunication, DateTime::now());
+        let v = t.value(&k);
+        assert_eq!(v.status, Some(StatusCode::BadNoCommunication));
+        assert_eq!(v.value, Some(Variant::Int32(7)), "last value kept");
+        assert!(t.offer(id, dv(8, 2), false));
+        assert_eq!(t.value(&k).status, Some(StatusCode::Good));
+    }
+
+    #[test]
+    fn merge_suppresses_duplicates_but_not_newer_or_recovery() {
+        let mut t = ItemTable::default();
+        t.set_demand(HashMap::from([(key(1, 1000.0), 1)]));
+        let id = t.keys()[0].0;
+        assert!(t.offer(id, dv(1, 10), true));
+        assert!(!t.offer(id, dv(1, 10), true), "same sample from the peer");
+        assert!(
+            !t.offer(id, dv(0, 9), true),
+            "older sample from a lagging peer"
+        );
+        assert!(t.offer(id, dv(2, 11), true));
+        assert_eq!(t.duplicates_suppressed(), 2);
+        // without merge nothing is suppressed
+        assert!(t.offer(id, dv(2, 11), false));
+        // after the source was gone, the same timestamp is accepted again
+        t.mark_all(StatusCode::BadNoCommunication, DateTime::now());
+        assert!(t.offer(id, dv(2, 11), true));
+    }
+}

@@ -1,0 +1,449 @@
+//! Proxied services on mounted nodes: the northbound request's operations
+//! for one field connection are remapped to the field server's namespace
+//! numbering, split into batches within the field server's operation limits,
+//! sent over the active session, and the results remapped back and returned
+//! in request order.
+//!
+//! Per-operation failures stay per operation (the caller merges them with
+//! the local operations of the same request); a failure of the whole
+//! southbound call is returned as `Err(status)` and the caller turns it into
+//! the per-operation status the service needs (`BadNoCommunication` for
+//! values, `BadServerNotConnected` otherwise).
+
+use std::time::Instant;
+
+use opcua_client::services::{
+    Browse, BrowseNext, Call, HistoryRead, Read, TranslateBrowsePaths, Write,
+};
+use opcua_client::{HistoryReadAction, UARequest};
+use opcua_types::{
+    BrowseDescription, BrowsePath, BrowsePathResult, BrowseResult, ByteString, CallMethodRequest,
+    CallMethodResult, DataValue, ExtensionObject, HistoryReadResult, HistoryReadValueId,
+    ReadValueId, StatusCode, TimestampsToReturn, ViewDescription, WriteValue,
+};
+
+use crate::conn::LinkSession;
+use crate::limits::batches;
+
+/// Prefix of a northbound continuation point that stands for a field
+/// server's continuation point: `[MARK, mount index (u16 LE), field bytes…]`.
+pub const CP_MARK: u8 = 0xF1;
+
+/// Wraps a field continuation point for the northbound client.
+pub fn wrap_cp(mount: u16, cp: &ByteString) -> ByteString {
+    match cp.value.as_ref() {
+        Some(b) if !b.is_empty() => {
+            let mut v = Vec::with_capacity(b.len() + 3);
+            v.push(CP_MARK);
+            v.extend_from_slice(&mount.to_le_bytes());
+            v.extend_from_slice(b);
+            ByteString::from(v)
+        }
+        _ => ByteString::null(),
+    }
+}
+
+/// Unwraps a northbound continuation point made by [`wrap_cp`]:
+/// (mount index, field continuation point).
+pub fn unwrap_cp(cp: &ByteString) -> Option<(u16, ByteString)> {
+    let b = cp.value.as_ref()?;
+    if b.len() < 4 || b[0] != CP_MARK {
+        return None;
+    }
+    let mount = u16::from_le_bytes([b[1], b[2]]);
+    Some((mount, ByteString::from(b[3..].to_vec())))
+}
+
+fn status_of(e: opcua_types::Error) -> StatusCode {
+    e.status()
+}
+
+/// Read on one field server. `nodes` are gateway ids; results in order.
+pub async fn read(
+    ls: &LinkSession,
+    nodes: &[ReadValueId],
+    ts: TimestampsToReturn,
+    max_age: f64,
+    deadline: Instant,
+) -> Result<Vec<DataValue>, StatusCode> {
+    let mut out: Vec<Option<DataValue>> = vec![None; nodes.len()];
+    let mut mapped = Vec::with_capacity(nodes.len());
+    let mut pos = Vec::with_capacity(nodes.len());
+    for (i, n) in nodes.iter().enumerate() {
+        match ls.map.read_value_id_to_field(n) {
+            Ok(m) => {
+                mapped.push(m);
+                pos.push(i);
+            }
+            Err(st) => out[i] = Some(bad(st)),
+        }
+    }
+    for r in batches(mapped.len(), ls.limits.max_nodes_per_read) {
+        let resp = Read::new(ls.session())
+            .nodes_to_read(mapped[r.clone()].to_vec())
+            .timestamps_to_return(ts)
+            .max_age(max_age)
+            .timeout(ls.timeout_until(deadline))
+            .send(ls.session().channel())
+            .await
+            .map_err(status_of)?;
+        let results = resp.results.unwrap_or_default();
+        if results.len() != r.len() {
+            return Err(StatusCode::BadUnexpectedError);
+        }
+        for (k, dv) in results.into_iter().enumerate() {
+            out[pos[r.start + k]] = Some(ls.map.data_value_to_gateway(dv));
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|d| d.unwrap_or_else(|| bad(StatusCode::BadUnexpectedError)))
+        .collect())
+}
+
+fn bad(st: StatusCode) -> DataValue {
+    DataValue {
+        status: Some(st),
+        ..Default::default()
+    }
+}
+
+/// Write on one field server; statuses in order.
+pub async fn write(
+    ls: &LinkSession,
+    nodes: &[WriteValue],
+    deadline: Instant,
+) -> Result<Vec<StatusCode>, StatusCode> {
+    let mut out = vec![StatusCode::BadUnexpectedError; nodes.len()];
+    let mut mapped = Vec::with_capacity(nodes.len());
+    let mut pos = Vec::with_capacity(nodes.len());
+    for (i, n) in nodes.iter().enumerate() {
+        match ls.map.write_value_to_field(n) {
+            Ok(m) => {
+                mapped.push(m);
+                pos.push(i);
+            }
+            Err(st) => out[i] = st,
+        }
+    }
+    for r in batches(mapped.len(), ls.limits.max_nodes_per_write) {
+        let resp = Write::new(ls.session())
+            .nodes_to_write(mapped[r.clone()].to_vec())
+            .timeout(ls.timeout_until(deadline))
+            .send(ls.session().channel())
+            .await
+            .map_err(status_of)?;
+        let results = resp.results.unwrap_or_default();
+        if results.len() != r.len() {
+            return Err(StatusCode::BadUnexpectedError);
+        }
+        for (k, st) in results.into_iter().enumerate() {
+            out[pos[r.start + k]] = st;
+        }
+    }
+    Ok(out)
+}
+
+/// Browse on one field server. Continuation points are wrapped with `mount`.
+/// `hide` drops references whose (field-side) target is hidden (the field
+/// server's own Server object under its Objects folder).
+pub async fn browse(
+    ls: &LinkSession,
+    mount: u16,
+    view: &ViewDescription,
+    max_refs: u32,
+    nodes: &[BrowseDescription],
+    deadline: Instant,
+) -> Result<Vec<BrowseResult>, StatusCode> {
+    let mut out: Vec<Option<BrowseResult>> = vec![None; nodes.len()];
+    let mut mapped = Vec::with_capacity(nodes.len());
+    let mut pos = Vec::with_capacity(nodes.len());
+    for (i, n) in nodes.iter().enumerate() {
+        match ls.map.browse_description_to_field(n) {
+            Ok(m) => {
+                mapped.push(m);
+                pos.push(i);
+            }
+            Err(st) => out[i] = Some(bad_browse(st)),
+        }
+    }
+    let mut field_view = view.clone();
+    if !view.view_id.is_null() {
+        field_view.view_id = ls.map.node_to_field(&view.view_id)?;
+    }
+    for r in batches(mapped.len(), ls.limits.max_nodes_per_browse) {
+        let resp = Browse::new(ls.session())
+            .view(field_view.clone())
+            .max_references_per_node(max_refs)
+            .nodes_to_browse(mapped[r.clone()].to_vec())
+            .timeout(ls.timeout_until(deadline))
+            .send(ls.session().channel())
+            .await
+            .map_err(status_of)?;
+        let results = resp.results.unwrap_or_default();
+        if results.len() != r.len() {
+            return Err(StatusCode::BadUnexpectedError);
+        }
+        for (k, br) in results.into_iter().enumerate() {
+            out[pos[r.start + k]] = Some(browse_result_to_gateway(ls, mount, br));
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|b| b.unwrap_or_else(|| bad_browse(StatusCode::BadUnexpectedError)))
+        .collect())
+}
+
+/// BrowseNext on one field server with field continuation points (already
+/// unwrapped); results in order, new continuation points wrapped again.
+pub async fn browse_next(
+    ls: &LinkSession,
+    mount: u16,
+    release: bool,
+    cps: &[ByteString],
+    deadline: Instant,
+) -> Result<Vec<BrowseResult>, StatusCode> {
+    let mut out = Vec::with_capacity(cps.len());
+    for r in batches(cps.len(), ls.limits.max_nodes_per_browse) {
+        let resp = BrowseNext::new(ls.session())
+            .release_continuation_points(release)
+            .continuation_points(cps[r.clone()].to_vec())
+            .timeout(ls.timeout_until(deadline))
+            .send(ls.session().channel())
+            .await
+            .map_err(status_of)?;
+        let results = resp.results.unwrap_or_default();
+        if results.len() != r.len() {
+            return Err(StatusCode::BadUnexpectedError);
+        }
+        out.extend(
+            results
+                .into_iter()
+                .map(|b| browse_result_to_gateway(ls, mount, b)),
+        );
+    }
+    Ok(out)
+}
+
+fn browse_result_to_gateway(ls: &LinkSession, mount: u16, br: BrowseResult) -> BrowseResult {
+    let server_object = opcua_types::NodeId::from(opcua_types::ObjectId::Server);
+    BrowseResult {
+        status_code: br.status_code,
+        continuation_point: wrap_cp(mount, &br.continuation_point),
+        references: br.references.map(|refs| {
+            refs.iter()
+                // The field server's own Server object is not re-exposed.
+                .filter(|r| !(r.node_id.server_index == 0 && r.node_id.node_id == server_object))
+                .map(|r| ls.map.reference_to_gateway(r))
+                .collect()
+        }),
+    }
+}
+
+fn bad_browse(st: StatusCode) -> BrowseResult {
+    BrowseResult {
+        status_code: st,
+        continuation_point: ByteString::null(),
+        references: None,
+    }
+}
+
+/// TranslateBrowsePathsToNodeIds on one field server; results in order.
+pub async fn translate(
+    ls: &LinkSession,
+    paths: &[BrowsePath],
+    deadline: Instant,
+) -> Result<Vec<BrowsePathResult>, StatusCode> {
+    let mut out: Vec<Option<BrowsePathResult>> = vec![None; paths.len()];
+    let mut mapped = Vec::with_capacity(paths.len());
+    let mut pos = Vec::with_capacity(paths.len());
+    for (i, p) in paths.iter().enumerate() {
+        match ls.map.browse_path_to_field(p) {
+            Ok(m) => {
+                mapped.push(m);
+                pos.push(i);
+            }
+            Err(st) => {
+                out[i] = Some(BrowsePathResult {
+                    status_code: st,
+                    targets: None,
+                })
+            }
+        }
+    }
+    for r in batches(mapped.len(), ls.limits.max_nodes_per_translate) {
+        let resp = TranslateBrowsePaths::new(ls.session())
+            .browse_paths(mapped[r.clone()].to_vec())
+            .timeout(ls.timeout_until(deadline))
+            .send(ls.session().channel())
+            .await
+            .map_err(status_of)?;
+        let results = resp.results.unwrap_or_default();
+        if results.len() != r.len() {
+            return Err(StatusCode::BadUnexpectedError);
+        }
+        for (k, br) in results.into_iter().enumerate() {
+            out[pos[r.start + k]] = Some(ls.map.browse_path_result_to_gateway(&br));
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|b| {
+            b.unwrap_or(BrowsePathResult {
+                status_code: StatusCode::BadUnexpectedError,
+                targets: None,
+            })
+        })
+        .collect())
+}
+
+/// Call on one field server; results in order.
+pub async fn call(
+    ls: &LinkSession,
+    calls: &[CallMethodRequest],
+    deadline: Instant,
+) -> Result<Vec<CallMethodResult>, StatusCode> {
+    let mut out: Vec<Option<CallMethodResult>> = vec![None; calls.len()];
+    let mut mapped = Vec::with_capacity(calls.len());
+    let mut pos = Vec::with_capacity(calls.len());
+    for (i, c) in calls.iter().enumerate() {
+        match ls.map.call_to_field(c) {
+            Ok(m) => {
+                mapped.push(m);
+                pos.push(i);
+            }
+            Err(st) => out[i] = Some(bad_call(st)),
+        }
+    }
+    for r in batches(mapped.len(), ls.limits.max_nodes_per_method_call) {
+        let resp = Call::new(ls.session())
+            .methods_to_call(mapped[r.clone()].to_vec())
+            .timeout(ls.timeout_until(deadline))
+            .send(ls.session().channel())
+            .await
+            .map_err(status_of)?;
+        let results = resp.results.unwrap_or_default();
+        if results.len() != r.len() {
+            return Err(StatusCode::BadUnexpectedError);
+        }
+        for (k, cr) in results.into_iter().enumerate() {
+            out[pos[r.start + k]] = Some(ls.map.call_result_to_gateway(&cr));
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|c| c.unwrap_or_else(|| bad_call(StatusCode::BadUnexpectedError)))
+        .collect())
+}
+
+/// A failed call result.
+pub fn bad_call(st: StatusCode) -> CallMethodResult {
+    CallMethodResult {
+        status_code: st,
+        input_argument_results: None,
+        input_argument_diagnostic_infos: None,
+        output_arguments: None,
+    }
+}
+
+/// HistoryRead on one field server (the details are passed through);
+/// results in order, continuation points wrapped with `mount`.
+#[allow(clippy::too_many_arguments)]
+pub async fn history_read(
+    ls: &LinkSession,
+    mount: u16,
+    details: &ExtensionObject,
+    ts: TimestampsToReturn,
+    release: bool,
+    nodes: &[HistoryReadValueId],
+    deadline: Instant,
+) -> Result<Vec<HistoryReadResult>, StatusCode> {
+    let action = history_action(details)?;
+    let mut out: Vec<Option<HistoryReadResult>> = vec![None; nodes.len()];
+    let mut mapped = Vec::with_capacity(nodes.len());
+    let mut pos = Vec::with_capacity(nodes.len());
+    for (i, n) in nodes.iter().enumerate() {
+        let mut n = n.clone();
+        if let Some((m, cp)) = unwrap_cp(&n.continuation_point) {
+            if m != mount {
+                out[i] = Some(bad_history(StatusCode::BadContinuationPointInvalid));
+                continue;
+            }
+            n.continuation_point = cp;
+        }
+        match ls.map.history_read_value_id_to_field(&n) {
+            Ok(m) => {
+                mapped.push(m);
+                pos.push(i);
+            }
+            Err(st) => out[i] = Some(bad_history(st)),
+        }
+    }
+    for r in batches(mapped.len(), ls.limits.max_nodes_per_history_read_data) {
+        let resp = HistoryRead::new(action.clone(), ls.session())
+            .timestamps_to_return(ts)
+            .release_continuation_points(release)
+            .nodes_to_read(mapped[r.clone()].to_vec())
+            .timeout(ls.timeout_until(deadline))
+            .send(ls.session().channel())
+            .await
+            .map_err(status_of)?;
+        let results = resp.results.unwrap_or_default();
+        if results.len() != r.len() {
+            return Err(StatusCode::BadUnexpectedError);
+        }
+        for (k, hr) in results.into_iter().enumerate() {
+            out[pos[r.start + k]] = Some(HistoryReadResult {
+                status_code: hr.status_code,
+                continuation_point: wrap_cp(mount, &hr.continuation_point),
+                history_data: hr.history_data,
+            });
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|h| h.unwrap_or_else(|| bad_history(StatusCode::BadUnexpectedError)))
+        .collect())
+}
+
+fn bad_history(st: StatusCode) -> HistoryReadResult {
+    HistoryReadResult {
+        status_code: st,
+        continuation_point: ByteString::null(),
+        history_data: ExtensionObject::null(),
+    }
+}
+
+fn history_action(details: &ExtensionObject) -> Result<HistoryReadAction, StatusCode> {
+    use opcua_types::{
+        ReadAtTimeDetails, ReadEventDetails, ReadProcessedDetails, ReadRawModifiedDetails,
+    };
+    if let Some(d) = details.inner_as::<ReadRawModifiedDetails>() {
+        return Ok(HistoryReadAction::ReadRawModifiedDetails(d.clone()));
+    }
+    if let Some(d) = details.inner_as::<ReadProcessedDetails>() {
+        return Ok(HistoryReadAction::ReadProcessedDetails(d.clone()));
+    }
+    if let Some(d) = details.inner_as::<ReadAtTimeDetails>() {
+        return Ok(HistoryReadAction::ReadAtTimeDetails(d.clone()));
+    }
+    if let Some(d) = details.inner_as::<ReadEventDetails>() {
+        return Ok(HistoryReadAction::ReadEventDetails(d.clone()));
+    }
+    Err(StatusCode::BadHistoryOperationInvalid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continuation_points_round_trip_and_reject_foreign() {
+        let cp = ByteString::from(vec![1u8, 2, 3]);
+        let w = wrap_cp(7, &cp);
+        assert_eq!(unwrap_cp(&w), Some((7, cp)));
+        assert_eq!(wrap_cp(7, &ByteString::null()), ByteString::null());
+        assert_eq!(unwrap_cp(&ByteString::from(vec![0u8, 1, 2, 3])), None);
+        assert_eq!(unwrap_cp(&ByteString::from(vec![CP_MARK, 1])), None);
+    }
+}

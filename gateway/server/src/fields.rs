@@ -1,0 +1,371 @@
+//! The aggregated address space: field connections mounted under
+//! `Objects/<name>`, and the services that route operations on mounted
+//! nodes to them.
+//!
+//! A node belongs to a mount when its namespace index was allocated to that
+//! mount ([`NamespaceTable`]) or when it is the mount folder itself. Every
+//! service splits its operations into local ones (answered by the local
+//! space exactly as before) and one group per mount (proxied through the
+//! mount's active field session, see `uagate_field::proxy`), and puts the
+//! results back in request order. A request that touches no mount takes the
+//! local path unchanged.
+//!
+//! While a field connection is (re)connecting, its operations wait for it up
+//! to the request's deadline (90 % of the client's timeout hint, 10 s when
+//! the client gave none), then fail with `BadNoCommunication` (values) or
+//! `BadServerNotConnected` (everything else).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use opcua_types::{
+    BrowseResult, ByteString, DataValue, NodeId, ReadValueId, RequestHeader, StatusCode,
+};
+use parking_lot::Mutex;
+use uagate_field::remap::NamespaceTable;
+use uagate_field::{FieldConnection, ItemKey};
+use uagate_space::LocalSpace;
+
+/// Settings key of the persisted namespace allocation (JSON list of
+/// `NamespaceEntry`), so gateway namespace indexes survive restarts.
+pub const NAMESPACES_SETTING: &str = "field.namespaces";
+
+/// First gateway namespace index given to field namespaces (0 = OPC UA,
+/// 1 = our application URI, 2 = the gateway namespace).
+pub const FIRST_FIELD_NS: u16 = 3;
+
+/// The mounted field connections of a running gateway.
+pub struct Fields {
+    /// One per mount, index = mount index (also in continuation points).
+    pub conns: Vec<Arc<FieldConnection>>,
+    /// Namespace allocation shared with the connections.
+    pub table: Arc<Mutex<NamespaceTable>>,
+}
+
+impl Fields {
+    /// Mount index of a mount name.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.conns.iter().position(|c| c.name() == name)
+    }
+
+    /// The mount a node belongs to, if any.
+    pub fn route(&self, node: &NodeId) -> Option<usize> {
+        if node.namespace >= FIRST_FIELD_NS {
+            let table = self.table.lock();
+            let name = table.mount_of(node.namespace)?;
+            return self.index_of(name);
+        }
+        if node.namespace == uagate_space::GATEWAY_NS {
+            return self.conns.iter().position(|c| c.mount_folder() == node);
+        }
+        None
+    }
+
+    /// True when `node` is the folder of mount `m`.
+    pub fn is_mount_folder(&self, m: usize, node: &NodeId) -> bool {
+        self.conns.get(m).is_some_and(|c| c.mount_folder() == node)
+    }
+
+    /// The shared-item key of a northbound data item on a mounted node.
+    pub fn item_key(rvi: &ReadValueId, demand: &uagate_subs::ItemDemand) -> ItemKey {
+        ItemKey::new(
+            rvi.node_id.clone(),
+            rvi.attribute_id,
+            rvi.index_range.to_string(),
+            demand.sampling_ms,
+            demand.trigger,
+            demand.deadband,
+        )
+    }
+
+    /// Replaces every mount's demand for shared items from all sessions'
+    /// data items (called after item services and once a second).
+    pub fn set_demand(&self, items: impl Iterator<Item = (ReadValueId, uagate_subs::ItemDemand)>) {
+        let mut per_mount: Vec<HashMap<ItemKey, usize>> = vec![HashMap::new(); self.conns.len()];
+        for (rvi, demand) in items {
+            if let Some(m) = self.route(&rvi.node_id) {
+                if self.is_mount_folder(m, &rvi.node_id) {
+                    continue;
+                }
+                *per_mount[m]
+                    .entry(Self::item_key(&rvi, &demand))
+                    .or_default() += 1;
+            }
+        }
+        for (conn, demand) in self.conns.iter().zip(per_mount) {
+            conn.set_demand(demand);
+        }
+    }
+}
+
+/// The deadline of a request's southbound work.
+pub fn deadline(header: &RequestHeader) -> Instant {
+    let hint = match header.timeout_hint {
+        0 => Duration::from_secs(10),
+        ms => Duration::from_millis(u64::from(ms)).mul_f64(0.9),
+    };
+    Instant::now() + hint
+}
+
+/// Groups operation indexes by mount: (local indexes, mount → indexes).
+pub fn partition<T>(
+    fields: &Fields,
+    ops: &[T],
+    node: impl Fn(&T) -> &NodeId,
+) -> (Vec<usize>, HashMap<usize, Vec<usize>>) {
+    let mut local = Vec::new();
+    let mut mounts: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, op) in ops.iter().enumerate() {
+        match fields.route(node(op)) {
+            Some(m) => mounts.entry(m).or_default().push(i),
+            None => local.push(i),
+        }
+    }
+    (local, mounts)
+}
+
+/// A DataValue carrying only a status.
+pub fn bad_value(st: StatusCode) -> DataValue {
+    DataValue {
+        status: Some(st),
+        ..Default::default()
+    }
+}
+
+/// A failed browse result.
+pub fn bad_browse(st: StatusCode) -> BrowseResult {
+    BrowseResult {
+        status_code: st,
+        continuation_point: ByteString::null(),
+        references: None,
+    }
+}
+
+/// Keeps the persisted table and the local NamespaceArray in step: adds the
+/// published URIs the space does not have yet (in table order).
+pub fn sync_namespaces(space: &mut LocalSpace, table: &NamespaceTable) {
+    let have = space.namespace_array().len();
+    let first = usize::from(table.first_index());
+    for (pos, uri) in table.published_uris().enumerate() {
+        if first + pos >= have {
+            if let Err(e) = space.add_namespace(uri) {
+                tracing::warn!(error = %e, "cannot add field namespace");
+            }
+        }
+    }
+}
+
+/// The field connection settings of one `[[field_servers]]` entry.
+pub fn settings(fs: &uagate_config::FieldServer) -> uagate_field::FieldSettings {
+    use uagate_config::{BackoffStrategy, FieldIdentity, FieldRedundancy, SecurityMode};
+    use uagate_field::policy::{Backoff, ReconnectPolicy};
+    use uagate_field::{Handling, Identity};
+    let r = &fs.reconnect;
+    let o = &fs.operation_limits;
+    uagate_field::FieldSettings {
+        name: fs.name.clone(),
+        servers: fs
+            .endpoints
+            .iter()
+            .map(|e| {
+                std::iter::once(e.url.clone())
+                    .chain(e.alternates.iter().cloned())
+                    .collect()
+            })
+            .collect(),
+        security_policy_uri: crate::endpoints::security_policy(&fs.security_policy)
+            .to_uri()
+            .to_string(),
+        security_mode: match fs.security_mode {
+            SecurityMode::None => opcua_types::MessageSecurityMode::None,
+            SecurityMode::Sign => opcua_types::MessageSecurityMode::Sign,
+            SecurityMode::SignAndEncrypt => opcua_types::MessageSecurityMode::SignAndEncrypt,
+        },
+        identity: match &fs.identity {
+            FieldIdentity::Anonymous => Identity::Anonymous,
+            FieldIdentity::Username { username, password } => Identity::UserName {
+                user: username.clone(),
+                password: password.clone(),
+            },
+            FieldIdentity::Certificate {
+                certificate,
+                private_key,
+            } => Identity::Certificate {
+                cert: certificate.clone(),
+                key: private_key.clone(),
+            },
+        },
+        handling: match fs.redundancy {
+            FieldRedundancy::None => Handling::None,
+            FieldRedundancy::Cold => Handling::Cold,
+            FieldRedundancy::Warm => Handling::Warm,
+            FieldRedundancy::Hot => Handling::Hot,
+            FieldRedundancy::HotMerge => Handling::HotMerge,
+            FieldRedundancy::HotAndMirrored => Handling::HotAndMirrored,
+        },
+        reconnect: ReconnectPolicy {
+            strategy: match r.strategy {
+                BackoffStrategy::Exponential => Backoff::Exponential,
+                BackoffStrategy::Linear => Backoff::Linear,
+                BackoffStrategy::Constant => Backoff::Constant,
+            },
+            initial_delay: r.initial_delay,
+            max_delay: r.max_delay,
+            max_retries: r.max_retries,
+            jitter_factor: r.jitter,
+            max_total_reconnect_time: r.max_total_reconnect_time,
+        },
+        overrides: uagate_field::limits::OperationLimits {
+            max_nodes_per_read: o.max_nodes_per_read,
+            max_nodes_per_write: o.max_nodes_per_write,
+            max_nodes_per_browse: o.max_nodes_per_browse,
+            max_nodes_per_method_call: o.max_nodes_per_method_call,
+            max_nodes_per_translate: o.max_nodes_per_translate,
+            max_nodes_per_history_read_data: o.max_nodes_per_history_read_data,
+            max_monitored_items_per_call: o.max_monitored_items_per_call,
+            max_array_length: o.max_array_length,
+        },
+        request_timeout: fs.request_timeout,
+        session_timeout: fs.session_timeout,
+        keep_alive_interval: fs.keep_alive_interval,
+    }
+}
+
+impl crate::Engine {
+    /// Mounts every configured field server and starts the enabled ones.
+    /// Called once by [`crate::start`]; returns the tasks that publish the
+    /// connections' status on the gateway status nodes.
+    pub(crate) async fn start_fields(
+        self: &Arc<Self>,
+        application_uri: &str,
+        pki_dir: &std::path::Path,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let configured = self.config.field_servers.clone();
+        if configured.is_empty() {
+            return Vec::new();
+        }
+        let entries: Vec<uagate_field::remap::NamespaceEntry> =
+            match self.store.setting(NAMESPACES_SETTING).await {
+                Ok(Some(text)) => serde_json::from_str(&text).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "stored field namespace table unreadable; starting a new one");
+                    Vec::new()
+                }),
+                _ => Vec::new(),
+            };
+        let table = NamespaceTable::from_entries(FIRST_FIELD_NS, entries)
+            .unwrap_or_else(|_| NamespaceTable::new(FIRST_FIELD_NS));
+        {
+            let mut space = self.space.write();
+            sync_namespaces(&mut space, &table);
+            for fs in &configured {
+                if let Err(e) = space.add_mount(&fs.name, opcua_types::DateTime::now()) {
+                    tracing::warn!(field = %fs.name, error = %e, "cannot mount field server");
+                }
+            }
+        }
+        let table = Arc::new(Mutex::new(table));
+        let store = self.store.clone();
+        let trust: uagate_field::TrustCheck = Arc::new(move |der: Vec<u8>| {
+            let store = store.clone();
+            Box::pin(async move {
+                match store.cert_status(&der).await {
+                    Ok(Some(uagate_store::CertKind::Trusted)) => Ok(()),
+                    _ => {
+                        if let Err(e) = store.record_rejected(&der).await {
+                            tracing::warn!(error = %e, "cannot record rejected field server certificate");
+                        }
+                        Err(StatusCode::BadCertificateUntrusted)
+                    }
+                }
+            })
+        });
+        let setup = uagate_field::ClientSetup {
+            pki_dir: pki_dir.to_path_buf(),
+            application_uri: application_uri.to_string(),
+            application_name: self.config.server.application_name.clone(),
+            trust,
+        };
+        let weak = Arc::downgrade(self);
+        let hook: uagate_field::NamespaceHook = Arc::new(move |t: &NamespaceTable| {
+            let Some(engine) = weak.upgrade() else { return };
+            sync_namespaces(&mut engine.space.write(), t);
+            let json = serde_json::to_string(t.entries()).unwrap_or_default();
+            let store = engine.store.clone();
+            tokio::spawn(async move {
+                if let Err(e) = store
+                    .set_setting("gateway", NAMESPACES_SETTING, &json)
+                    .await
+                {
+                    tracing::warn!(error = %e, "cannot persist field namespace table");
+                }
+            });
+        });
+        let mut conns = Vec::new();
+        let mut tasks = Vec::new();
+        for fs in configured.iter() {
+            let folder = LocalSpace::mount_folder_id(&fs.name);
+            let conn = Arc::new(FieldConnection::start(
+                settings(fs),
+                setup.clone(),
+                folder,
+                table.clone(),
+                hook.clone(),
+                fs.enabled,
+            ));
+            tasks.push(
+                self.clone()
+                    .publish_field_status(conn.clone(), fs.enabled, cancel.clone()),
+            );
+            conns.push(conn);
+        }
+        let _ = self.fields.set(Fields { conns, table });
+        tasks
+    }
+
+    /// Mirrors a field connection's status onto its gateway status nodes.
+    fn publish_field_status(
+        self: Arc<Self>,
+        conn: Arc<FieldConnection>,
+        enabled: bool,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut rx = conn.status();
+            loop {
+                let st = rx.borrow_and_update().clone();
+                let values = uagate_space::FieldStatusValues {
+                    state: st.state.as_str().to_string(),
+                    active_endpoint: st.active_endpoint.clone().unwrap_or_default(),
+                    service_level: st.service_level.unwrap_or(0),
+                    reconnect_count: u32::try_from(st.reconnect_count).unwrap_or(u32::MAX),
+                    failover_count: u32::try_from(st.failover_count).unwrap_or(u32::MAX),
+                    last_error: st.last_error.unwrap_or(StatusCode::Good),
+                    enabled,
+                };
+                if let Err(e) = self.space.write().set_field_status(
+                    conn.name(),
+                    &values,
+                    opcua_types::DateTime::now(),
+                ) {
+                    tracing::warn!(error = %e, "field status update failed");
+                    break;
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    r = rx.changed() => if r.is_err() { break },
+                }
+            }
+        })
+    }
+
+    /// Closes every field connection (bounded), at shutdown.
+    pub(crate) async fn close_fields(&self) {
+        if let Some(f) = self.fields.get() {
+            for c in &f.conns {
+                let _ = c.close(Duration::from_secs(2)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,589 @@
+//! Services over the aggregated address space (see [`crate::fields`]):
+//! local operations go to the local space as before, operations on mounted
+//! nodes are proxied to the mount's field connection, results are merged in
+//! request order.
+
+use std::collections::HashMap;
+
+use opcua_core::ResponseMessage;
+use opcua_types::{
+    BrowseNextRequest, BrowseNextResponse, BrowsePath, BrowsePathResult, BrowseRequest,
+    BrowseResponse, BrowseResult, CallMethodResult, CallRequest, CallResponse, DataValue,
+    HistoryReadRequest, HistoryReadResponse, HistoryReadResult, NodeId, ReadRequest, ReadResponse,
+    RelativePath, ResponseHeader, StatusCode, TimestampsToReturn,
+    TranslateBrowsePathsToNodeIdsRequest, TranslateBrowsePathsToNodeIdsResponse, WriteRequest,
+    WriteResponse,
+};
+use uagate_field::proxy;
+
+use crate::error::ServiceError;
+use crate::fields::{bad_browse, bad_value, deadline, partition, Fields};
+use crate::{ChannelInfo, Engine};
+
+type Result<T> = std::result::Result<T, ServiceError>;
+
+/// Takes the response's results out of a local sub-response.
+fn take<T: Clone>(v: Option<Vec<T>>) -> Vec<T> {
+    v.unwrap_or_default()
+}
+
+impl Engine {
+    /// The mounted field connections, when any are configured.
+    pub(crate) fn fields(&self) -> Option<&Fields> {
+        self.fields.get().filter(|f| !f.conns.is_empty())
+    }
+
+    /// Read with mounted nodes proxied.
+    pub(crate) async fn read_routed(
+        &self,
+        chan: &ChannelInfo,
+        r: &ReadRequest,
+    ) -> Result<ResponseMessage> {
+        let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
+        let Some(fields) = self.fields() else {
+            return self.read(chan, r);
+        };
+        let (local, mounts) = partition(fields, nodes, |n| &n.node_id);
+        // Mount folders are local nodes.
+        let (local, mounts) = keep_folders_local(fields, nodes, |n| &n.node_id, local, mounts);
+        if mounts.is_empty() {
+            return self.read(chan, r);
+        }
+        let mut sub = r.clone();
+        sub.nodes_to_read = Some(local.iter().map(|i| nodes[*i].clone()).collect());
+        let mut out: Vec<DataValue> = vec![DataValue::default(); nodes.len()];
+        if local.is_empty() {
+            // Validation (count, max age, session) still runs.
+            sub.nodes_to_read = Some(vec![nodes[0].clone()]);
+            if let ResponseMessage::Read(_) = self.read(chan, &sub)? {}
+        } else if let ResponseMessage::Read(resp) = self.read(chan, &sub)? {
+            for (k, dv) in take(resp.results).into_iter().enumerate() {
+                if let Some(i) = local.get(k) {
+                    out[*i] = dv;
+                }
+            }
+        }
+        let due = deadline(&r.request_header);
+        for (m, idx) in mounts {
+            let ops: Vec<_> = idx.iter().map(|i| nodes[*i].clone()).collect();
+            let res = match fields.conns[m].link(due).await {
+                Ok(link) => proxy::read(&link, &ops, r.timestamps_to_return, r.max_age, due).await,
+                Err(st) => Err(st),
+            };
+            match res {
+                Ok(values) => {
+                    for (k, dv) in values.into_iter().enumerate() {
+                        out[idx[k]] = dv;
+                    }
+                }
+                Err(_) => {
+                    for i in &idx {
+                        out[*i] = bad_value(StatusCode::BadNoCommunication);
+                    }
+                }
+            }
+        }
+        Ok(ReadResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(out),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    /// Write with mounted nodes proxied (same permission as local writes).
+    pub(crate) async fn write_routed(
+        &self,
+        chan: &ChannelInfo,
+        r: &WriteRequest,
+    ) -> Result<ResponseMessage> {
+        let items = r.nodes_to_write.as_deref().unwrap_or(&[]);
+        let Some(fields) = self.fields() else {
+            return self.write(chan, r);
+        };
+        let (local, mounts) = partition(fields, items, |w| &w.node_id);
+        let (local, mounts) = keep_folders_local(fields, items, |w| &w.node_id, local, mounts);
+        if mounts.is_empty() {
+            return self.write(chan, r);
+        }
+        let limit = self.config.server.max_nodes_per_write;
+        if items.len() > limit as usize {
+            return Err(ServiceError::TooManyOperations {
+                got: items.len(),
+                limit,
+            });
+        }
+        let caller = self.caller(chan, &r.request_header.authentication_token)?;
+        let can_write = caller.can_write(self.config.server.allow_anonymous_write);
+        let mut out = vec![StatusCode::BadUnexpectedError; items.len()];
+        if !local.is_empty() {
+            let mut sub = r.clone();
+            sub.nodes_to_write = Some(local.iter().map(|i| items[*i].clone()).collect());
+            if let ResponseMessage::Write(resp) = self.write(chan, &sub)? {
+                for (k, st) in take(resp.results).into_iter().enumerate() {
+                    if let Some(i) = local.get(k) {
+                        out[*i] = st;
+                    }
+                }
+            }
+        }
+        let due = deadline(&r.request_header);
+        for (m, idx) in mounts {
+            if !can_write {
+                for i in &idx {
+                    out[*i] = StatusCode::BadUserAccessDenied;
+                }
+                continue;
+            }
+            let ops: Vec<_> = idx.iter().map(|i| items[*i].clone()).collect();
+            let res = match fields.conns[m].link(due).await {
+                Ok(link) => proxy::write(&link, &ops, due).await,
+                Err(st) => Err(st),
+            };
+            match res {
+                Ok(sts) => {
+                    for (k, st) in sts.into_iter().enumerate() {
+                        out[idx[k]] = st;
+                    }
+                }
+                Err(_) => {
+                    for i in &idx {
+                        out[*i] = StatusCode::BadServerNotConnected;
+                    }
+                }
+            }
+        }
+        if out.iter().any(|s| s.is_good()) {
+            tracing::info!(user = %caller.actor(), count = out.iter().filter(|s| s.is_good()).count(), "values written");
+        }
+        Ok(WriteResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(out),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    /// Browse with mounted nodes proxied; a mount folder shows its local
+    /// references followed by the field server's Objects folder content.
+    pub(crate) async fn browse_routed(
+        &self,
+        chan: &ChannelInfo,
+        r: &BrowseRequest,
+    ) -> Result<ResponseMessage> {
+        let nodes = r.nodes_to_browse.as_deref().unwrap_or(&[]);
+        let Some(fields) = self.fields() else {
+            return self.browse(chan, r);
+        };
+        let (local, mounts) = partition(fields, nodes, |b| &b.node_id);
+        if mounts.is_empty() {
+            return self.browse(chan, r);
+        }
+        // Local operations (mount folders included, for their own references).
+        let folder_idx: Vec<usize> = mounts
+            .iter()
+            .flat_map(|(m, idx)| {
+                idx.iter()
+                    .filter(|i| fields.is_mount_folder(*m, &nodes[**i].node_id))
+                    .copied()
+            })
+            .collect();
+        let mut local_all = local.clone();
+        local_all.extend(folder_idx.iter().copied());
+        let mut out: Vec<BrowseResult> =
+            vec![bad_browse(StatusCode::BadUnexpectedError); nodes.len()];
+        let mut sub = r.clone();
+        sub.nodes_to_browse = Some(if local_all.is_empty() {
+            vec![nodes[0].clone()]
+        } else {
+            local_all.iter().map(|i| nodes[*i].clone()).collect()
+        });
+        if let ResponseMessage::Browse(resp) = self.browse(chan, &sub)? {
+            if !local_all.is_empty() {
+                for (k, br) in take(resp.results).into_iter().enumerate() {
+                    if let Some(i) = local_all.get(k) {
+                        out[*i] = br;
+                    }
+                }
+            }
+        }
+        let due = deadline(&r.request_header);
+        let max = r.requested_max_references_per_node;
+        for (m, idx) in mounts {
+            // The session map turns a mount folder into the field server's Objects folder.
+            let ops: Vec<_> = idx.iter().map(|i| nodes[*i].clone()).collect();
+            let mount = u16::try_from(m).unwrap_or(u16::MAX);
+            let res = match fields.conns[m].link(due).await {
+                Ok(link) => proxy::browse(&link, mount, &r.view, max, &ops, due).await,
+                Err(st) => Err(st),
+            };
+            match res {
+                Ok(results) => {
+                    for (k, br) in results.into_iter().enumerate() {
+                        let i = idx[k];
+                        if folder_idx.contains(&i) {
+                            // Local references first, then the field server's.
+                            let mut merged = out[i].clone();
+                            let mut refs = merged.references.take().unwrap_or_default();
+                            refs.extend(
+                                br.references
+                                    .unwrap_or_default()
+                                    .into_iter()
+                                    .filter(|rd| rd.is_forward),
+                            );
+                            merged.references = Some(refs);
+                            merged.continuation_point = br.continuation_point;
+                            out[i] = merged;
+                        } else {
+                            out[i] = br;
+                        }
+                    }
+                }
+                Err(_) => {
+                    for i in &idx {
+                        // A mount folder still shows its local references.
+                        if !folder_idx.contains(i) {
+                            out[*i] = bad_browse(StatusCode::BadServerNotConnected);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(BrowseResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(out),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    /// BrowseNext: field continuation points go back to their mount.
+    pub(crate) async fn browse_next_routed(
+        &self,
+        chan: &ChannelInfo,
+        r: &BrowseNextRequest,
+    ) -> Result<ResponseMessage> {
+        let cps = r.continuation_points.as_deref().unwrap_or(&[]);
+        let Some(fields) = self.fields() else {
+            return self.browse_next(chan, r);
+        };
+        let mut local = Vec::new();
+        let mut mounts: HashMap<usize, Vec<(usize, opcua_types::ByteString)>> = HashMap::new();
+        let mut out: Vec<BrowseResult> =
+            vec![bad_browse(StatusCode::BadContinuationPointInvalid); cps.len()];
+        for (i, cp) in cps.iter().enumerate() {
+            match proxy::unwrap_cp(cp) {
+                Some((m, field_cp)) if usize::from(m) < fields.conns.len() => mounts
+                    .entry(usize::from(m))
+                    .or_default()
+                    .push((i, field_cp)),
+                Some(_) => {}
+                None => local.push(i),
+            }
+        }
+        if mounts.is_empty() {
+            return self.browse_next(chan, r);
+        }
+        let mut sub = r.clone();
+        sub.continuation_points = Some(if local.is_empty() {
+            vec![opcua_types::ByteString::null()]
+        } else {
+            local.iter().map(|i| cps[*i].clone()).collect()
+        });
+        if let ResponseMessage::BrowseNext(resp) = self.browse_next(chan, &sub)? {
+            if !local.is_empty() {
+                for (k, br) in take(resp.results).into_iter().enumerate() {
+                    if let Some(i) = local.get(k) {
+                        out[*i] = br;
+                    }
+                }
+            }
+        }
+        let due = deadline(&r.request_header);
+        for (m, list) in mounts {
+            let field_cps: Vec<_> = list.iter().map(|(_, cp)| cp.clone()).collect();
+            let mount = u16::try_from(m).unwrap_or(u16::MAX);
+            let res = match fields.conns[m].link(due).await {
+                Ok(link) => {
+                    proxy::browse_next(&link, mount, r.release_continuation_points, &field_cps, due)
+                        .await
+                }
+                Err(st) => Err(st),
+            };
+            match res {
+                Ok(results) => {
+                    for (k, br) in results.into_iter().enumerate() {
+                        out[list[k].0] = br;
+                    }
+                }
+                Err(_) => {
+                    for (i, _) in &list {
+                        out[*i] = bad_browse(StatusCode::BadServerNotConnected);
+                    }
+                }
+            }
+        }
+        Ok(BrowseNextResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(out),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    /// TranslateBrowsePathsToNodeIds; a path that crosses a mount folder is
+    /// resolved locally up to the folder and by the field server after it.
+    pub(crate) async fn translate_routed(
+        &self,
+        chan: &ChannelInfo,
+        r: &TranslateBrowsePathsToNodeIdsRequest,
+    ) -> Result<ResponseMessage> {
+        let paths = r.browse_paths.as_deref().unwrap_or(&[]);
+        let Some(fields) = self.fields() else {
+            return self.translate(chan, r);
+        };
+        let resp = self.translate(chan, r)?;
+        let ResponseMessage::TranslateBrowsePathsToNodeIds(resp) = resp else {
+            return Ok(resp);
+        };
+        let mut out = take(resp.results);
+        // Paths to send to a mount: (result index, mount, path from the mount folder).
+        let mut remote: HashMap<usize, Vec<(usize, BrowsePath)>> = HashMap::new();
+        {
+            let space = self.space.read();
+            for (i, p) in paths.iter().enumerate() {
+                if out.get(i).is_some_and(|res| res.status_code.is_good()) {
+                    continue;
+                }
+                let elements = p.relative_path.elements.as_deref().unwrap_or(&[]);
+                if let Some(m) = fields.route(&p.starting_node) {
+                    remote.entry(m).or_default().push((i, p.clone()));
+                    continue;
+                }
+                // Longest local prefix that ends at a mount folder.
+                for k in (1..elements.len()).rev() {
+                    let prefix = BrowsePath {
+                        starting_node: p.starting_node.clone(),
+                        relative_path: RelativePath {
+                            elements: Some(elements[..k].to_vec()),
+                        },
+                    };
+                    let found = space.translate(std::slice::from_ref(&prefix));
+                    let target = found
+                        .first()
+                        .and_then(|res| res.targets.as_ref())
+                        .and_then(|t| t.first())
+                        .map(|t| t.target_id.node_id.clone());
+                    if let Some(folder) = target {
+                        if let Some(m) = fields.route(&folder) {
+                            remote.entry(m).or_default().push((
+                                i,
+                                BrowsePath {
+                                    starting_node: folder,
+                                    relative_path: RelativePath {
+                                        elements: Some(elements[k..].to_vec()),
+                                    },
+                                },
+                            ));
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let due = deadline(&r.request_header);
+        for (m, list) in remote {
+            let ps: Vec<_> = list.iter().map(|(_, p)| p.clone()).collect();
+            let res = match fields.conns[m].link(due).await {
+                Ok(link) => proxy::translate(&link, &ps, due).await,
+                Err(st) => Err(st),
+            };
+            for (k, (i, _)) in list.iter().enumerate() {
+                let Some(slot) = out.get_mut(*i) else {
+                    continue;
+                };
+                *slot = match &res {
+                    Ok(results) => results.get(k).cloned().unwrap_or(BrowsePathResult {
+                        status_code: StatusCode::BadUnexpectedError,
+                        targets: None,
+                    }),
+                    Err(_) => BrowsePathResult {
+                        status_code: StatusCode::BadServerNotConnected,
+                        targets: None,
+                    },
+                };
+            }
+        }
+        Ok(TranslateBrowsePathsToNodeIdsResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(out),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    /// Call with methods of mounted objects proxied.
+    pub(crate) async fn call_routed(
+        &self,
+        chan: &ChannelInfo,
+        r: &CallRequest,
+    ) -> Result<ResponseMessage> {
+        let calls = r.methods_to_call.as_deref().unwrap_or(&[]);
+        let Some(fields) = self.fields() else {
+            return self.call(chan, r).await;
+        };
+        let (local, mounts) = partition(fields, calls, |c| &c.object_id);
+        if mounts.is_empty() {
+            return self.call(chan, r).await;
+        }
+        let limit = self.config.server.max_nodes_per_method_call;
+        if calls.len() > limit as usize {
+            return Err(ServiceError::TooManyOperations {
+                got: calls.len(),
+                limit,
+            });
+        }
+        let caller = self.caller(chan, &r.request_header.authentication_token)?;
+        let mut out: Vec<CallMethodResult> =
+            vec![proxy::bad_call(StatusCode::BadUnexpectedError); calls.len()];
+        if !local.is_empty() {
+            let mut sub = r.clone();
+            sub.methods_to_call = Some(local.iter().map(|i| calls[*i].clone()).collect());
+            if let ResponseMessage::Call(resp) = self.call(chan, &sub).await? {
+                for (k, cr) in take(resp.results).into_iter().enumerate() {
+                    if let Some(i) = local.get(k) {
+                        out[*i] = cr;
+                    }
+                }
+            }
+        }
+        let due = deadline(&r.request_header);
+        for (m, idx) in mounts {
+            let ops: Vec<_> = idx.iter().map(|i| calls[*i].clone()).collect();
+            let res = match fields.conns[m].link(due).await {
+                Ok(link) => proxy::call(&link, &ops, due).await,
+                Err(st) => Err(st),
+            };
+            match res {
+                Ok(results) => {
+                    for (k, cr) in results.into_iter().enumerate() {
+                        out[idx[k]] = cr;
+                    }
+                }
+                Err(_) => {
+                    for i in &idx {
+                        out[*i] = proxy::bad_call(StatusCode::BadServerNotConnected);
+                    }
+                }
+            }
+        }
+        tracing::debug!(user = %caller.actor(), count = calls.len(), "methods called");
+        Ok(CallResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(out),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    /// HistoryRead: mounted nodes are proxied; the local space keeps no
+    /// history (`BadHistoryOperationUnsupported`).
+    pub(crate) async fn history_read(
+        &self,
+        chan: &ChannelInfo,
+        r: &HistoryReadRequest,
+    ) -> Result<ResponseMessage> {
+        let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
+        if nodes.is_empty() {
+            return Err(ServiceError::NothingToDo);
+        }
+        let limit = self.config.server.max_nodes_per_read;
+        if nodes.len() > limit as usize {
+            return Err(ServiceError::TooManyOperations {
+                got: nodes.len(),
+                limit,
+            });
+        }
+        if r.timestamps_to_return == TimestampsToReturn::Invalid {
+            return Err(ServiceError::Status(
+                StatusCode::BadTimestampsToReturnInvalid,
+            ));
+        }
+        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        let bad = |st| HistoryReadResult {
+            status_code: st,
+            continuation_point: opcua_types::ByteString::null(),
+            history_data: opcua_types::ExtensionObject::null(),
+        };
+        let mut out = vec![bad(StatusCode::BadHistoryOperationUnsupported); nodes.len()];
+        if let Some(fields) = self.fields() {
+            let (_, mounts) = partition(fields, nodes, |h| &h.node_id);
+            let due = deadline(&r.request_header);
+            for (m, idx) in mounts {
+                let ops: Vec<_> = idx.iter().map(|i| nodes[*i].clone()).collect();
+                let mount = u16::try_from(m).unwrap_or(u16::MAX);
+                let res = match fields.conns[m].link(due).await {
+                    Ok(link) => {
+                        proxy::history_read(
+                            &link,
+                            mount,
+                            &r.history_read_details,
+                            r.timestamps_to_return,
+                            r.release_continuation_points,
+                            &ops,
+                            due,
+                        )
+                        .await
+                    }
+                    Err(st) => Err(st),
+                };
+                match res {
+                    Ok(results) => {
+                        for (k, hr) in results.into_iter().enumerate() {
+                            out[idx[k]] = hr;
+                        }
+                    }
+                    Err(st) => {
+                        let st = if st == StatusCode::BadHistoryOperationInvalid {
+                            st
+                        } else {
+                            StatusCode::BadServerNotConnected
+                        };
+                        for i in &idx {
+                            out[*i] = bad(st);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(HistoryReadResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(out),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+}
+
+/// Moves mount-folder operations back to the local group (the folder is a
+/// local node; only Browse/Translate look through it).
+fn keep_folders_local<T>(
+    fields: &Fields,
+    ops: &[T],
+    node: impl Fn(&T) -> &NodeId,
+    mut local: Vec<usize>,
+    mut mounts: HashMap<usize, Vec<usize>>,
+) -> (Vec<usize>, HashMap<usize, Vec<usize>>) {
+    for (m, idx) in mounts.iter_mut() {
+        idx.retain(|i| {
+            let folder = fields.is_mount_folder(*m, node(&ops[*i]));
+            if folder {
+                local.push(*i);
+            }
+            !folder
+        });
+    }
+    mounts.retain(|_, idx| !idx.is_empty());
+    local.sort_unstable();
+    (local, mounts)
+}
