@@ -587,3 +587,19 @@ fn keep_folders_local<T>(
     local.sort_unstable();
     (local, mounts)
 }
+
+impl Engine {
+    /// Status of the field connection `name` (console, tests).
+    pub fn field_status(&self, name: &str) -> Option<uagate_field::FieldStatus> {
+        let f = self.fields()?;
+        let c = f.conns.get(f.index_of(name)?)?;
+        let st = c.status().borrow().clone();
+        Some(st)
+    }
+
+    /// Number of shared southbound items of the field connection `name`.
+    pub fn field_shared_items(&self, name: &str) -> Option<usize> {
+        let f = self.fields()?;
+        Some(f.conns.get(f.index_of(name)?)?.shared_item_count())
+    }
+}

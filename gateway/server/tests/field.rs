@@ -1,0 +1,421 @@
+//! Field connections end to end: uagate's simulator as the field server(s),
+//! the gateway in between, an async-opcua client northbound, all over real
+//! loopback sockets.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{bounded, TestGateway};
+use opcua_client::{DataChangeCallback, IdentityToken, MonitoredItem, Session};
+use opcua_types::{
+    BrowseDescription, BrowseDirection, BrowsePath, BrowseResultMask, CallMethodRequest, DataValue,
+    MessageSecurityMode, MonitoredItemCreateRequest, NodeClassMask, NodeId, QualifiedName,
+    ReadValueId, RelativePath, RelativePathElement, StatusCode, TimestampsToReturn,
+    UserTokenPolicy, Variant, WriteValue,
+};
+use tokio::sync::mpsc;
+use uagate_sim::{SimConfig, SimHandle};
+
+async fn start_sim(dir: &std::path::Path, name: &str) -> SimHandle {
+    uagate_sim::start(SimConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        pki_dir: dir.join(format!("sim-{name}")),
+        application_uri: format!("urn:uagate:sim:{name}"),
+        security: false,
+        update_interval: Duration::from_millis(50),
+    })
+    .await
+    .expect("simulator starts")
+}
+
+fn field_toml(name: &str, redundancy: &str, urls: &[&str]) -> String {
+    let eps: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
+    format!(
+        "[[field_servers]]\nname = \"{name}\"\nendpoints = [{}]\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\nredundancy = \"{redundancy}\"\nkeep_alive_interval = \"200ms\"\nrequest_timeout = \"3s\"\n[field_servers.reconnect]\ninitial_delay = \"200ms\"\nmax_delay = \"1s\"\n",
+        eps.join(", ")
+    )
+}
+
+async fn connect(
+    gw: &TestGateway,
+    name: &str,
+) -> (Arc<Session>, tokio::task::JoinHandle<StatusCode>) {
+    let mut client = gw.client(name);
+    let (session, event_loop) = bounded(
+        "connect",
+        client.connect_to_matching_endpoint(
+            (
+                gw.url.as_str(),
+                "http://opcfoundation.org/UA/SecurityPolicy#None",
+                MessageSecurityMode::None,
+                UserTokenPolicy::anonymous(),
+            ),
+            IdentityToken::Anonymous,
+        ),
+    )
+    .await
+    .expect("endpoint");
+    let h = event_loop.spawn();
+    assert!(bounded("activate", session.wait_for_connection()).await);
+    (session, h)
+}
+
+async fn wait_connected(gw: &TestGateway, name: &str) {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = gw.engine().field_status(name) {
+            if st.state == uagate_field::ConnState::Connected {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "field {name} not connected: {st:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn ns_of(session: &Session, uri: &str) -> u16 {
+    let v = session
+        .read(
+            &[ReadValueId::from(NodeId::new(0, 2255u32))],
+            TimestampsToReturn::Neither,
+            0.0,
+        )
+        .await
+        .unwrap();
+    let Some(Variant::Array(a)) = &v[0].value else {
+        panic!("NamespaceArray {v:?}")
+    };
+    let pos = a
+        .values
+        .iter()
+        .position(|x| matches!(x, Variant::String(s) if s.as_ref() == uri))
+        .unwrap_or_else(|| panic!("{uri} not in {:?}", a.values));
+    pos as u16
+}
+
+#[tokio::test]
+async fn read_write_browse_call_translate_through_the_mount() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "a").await;
+    let gw = TestGateway::start(&format!(
+        "[server]\nallow_anonymous_write = true\n{}",
+        field_toml("line1", "none", &[&sim.endpoint_url])
+    ))
+    .await;
+    wait_connected(&gw, "line1").await;
+    let (s, h) = connect(&gw, "field-ops").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    assert!(
+        ns >= 3,
+        "field namespace appended after the gateway's: {ns}"
+    );
+
+    // Read
+    let counter = NodeId::new(ns, "Simulation.Counter");
+    let v = s
+        .read(
+            &[ReadValueId::from(counter.clone())],
+            TimestampsToReturn::Both,
+            0.0,
+        )
+        .await
+        .unwrap();
+    assert!(v[0].status.is_none_or(|st| st.is_good()), "{v:?}");
+    assert!(matches!(v[0].value, Some(Variant::UInt32(_))), "{v:?}");
+    // A node of another namespace index that the field server lacks.
+    let v = s
+        .read(
+            &[ReadValueId::from(NodeId::new(ns, "Nope"))],
+            TimestampsToReturn::Both,
+            0.0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(v[0].status, Some(StatusCode::BadNodeIdUnknown));
+
+    // Browse the mount folder: the field server's objects, not its Server object.
+    let folder = NodeId::new(2, "Field.line1");
+    let br = s
+        .browse(
+            &[BrowseDescription {
+                node_id: folder.clone(),
+                browse_direction: BrowseDirection::Forward,
+                reference_type_id: NodeId::new(0, 33u32),
+                include_subtypes: true,
+                node_class_mask: NodeClassMask::all().bits(),
+                result_mask: BrowseResultMask::All as u32,
+            }],
+            0,
+            None,
+        )
+        .await
+        .unwrap();
+    let refs = br[0].references.clone().unwrap_or_default();
+    let names: Vec<String> = refs
+        .iter()
+        .map(|r| r.browse_name.name.to_string())
+        .collect();
+    assert!(names.contains(&"Simulation".to_string()), "{names:?}");
+    assert!(
+        !names.contains(&"Server".to_string()),
+        "field Server object hidden: {names:?}"
+    );
+    let sim_folder = refs
+        .iter()
+        .find(|r| r.browse_name.name.as_ref() == "Simulation")
+        .unwrap();
+    assert_eq!(sim_folder.node_id.node_id, NodeId::new(ns, "Simulation"));
+    assert_eq!(sim_folder.browse_name.namespace_index, ns);
+
+    // Write and read back
+    let setpoint = NodeId::new(ns, "Simulation.Setpoint");
+    let w = s
+        .write(&[WriteValue {
+            node_id: setpoint.clone(),
+            attribute_id: 13,
+            index_range: Default::default(),
+            value: DataValue::new_now(42.5f64),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(w, vec![StatusCode::Good]);
+    let v = s
+        .read(
+            &[ReadValueId::from(setpoint)],
+            TimestampsToReturn::Both,
+            0.0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(v[0].value, Some(Variant::Double(42.5)));
+
+    // Call
+    let r = s
+        .call_one(CallMethodRequest {
+            object_id: NodeId::new(ns, "Simulation"),
+            method_id: NodeId::new(ns, "Simulation.Add"),
+            input_arguments: Some(vec![Variant::Double(2.0), Variant::Double(3.5)]),
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.status_code, StatusCode::Good, "{r:?}");
+    assert_eq!(r.output_arguments, Some(vec![Variant::Double(5.5)]));
+
+    // Translate across the mount: Objects / 2:line1 / ns:Simulation / ns:Counter
+    let el = |ns: u16, name: &str| RelativePathElement {
+        reference_type_id: NodeId::new(0, 33u32),
+        is_inverse: false,
+        include_subtypes: true,
+        target_name: QualifiedName::new(ns, name),
+    };
+    let t = s
+        .translate_browse_paths_to_node_ids(&[BrowsePath {
+            starting_node: NodeId::new(0, 85u32),
+            relative_path: RelativePath {
+                elements: Some(vec![
+                    el(2, "line1"),
+                    el(ns, "Simulation"),
+                    el(ns, "Counter"),
+                ]),
+            },
+        }])
+        .await
+        .unwrap();
+    assert_eq!(t[0].status_code, StatusCode::Good, "{t:?}");
+    assert_eq!(t[0].targets.as_ref().unwrap()[0].target_id.node_id, counter);
+
+    // Gateway status nodes
+    let st = s
+        .read(
+            &[ReadValueId::from(NodeId::new(2, "FieldStatus.line1.State"))],
+            TimestampsToReturn::Neither,
+            0.0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(st[0].value, Some(Variant::from("Connected")));
+
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    sim.cancel();
+}
+
+/// Collects data change values of one northbound subscription.
+async fn subscribe(
+    s: &Session,
+    node: NodeId,
+    interval_ms: u64,
+) -> mpsc::UnboundedReceiver<DataValue> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let sub = s
+        .create_subscription(
+            Duration::from_millis(interval_ms),
+            60,
+            10,
+            0,
+            0,
+            true,
+            DataChangeCallback::new(move |dv: DataValue, _item: &MonitoredItem| {
+                let _ = tx.send(dv);
+            }),
+        )
+        .await
+        .unwrap();
+    let req = MonitoredItemCreateRequest {
+        item_to_monitor: ReadValueId::from(node),
+        monitoring_mode: opcua_types::MonitoringMode::Reporting,
+        requested_parameters: opcua_types::MonitoringParameters {
+            client_handle: 1,
+            sampling_interval: interval_ms as f64,
+            queue_size: 10,
+            discard_oldest: true,
+            ..Default::default()
+        },
+    };
+    let r = s
+        .create_monitored_items(sub, TimestampsToReturn::Both, vec![req])
+        .await
+        .unwrap();
+    assert!(r[0].result.status_code.is_good(), "{r:?}");
+    rx
+}
+
+async fn next_good(rx: &mut mpsc::UnboundedReceiver<DataValue>, within: Duration) -> DataValue {
+    let t0 = Instant::now();
+    loop {
+        let left = within.saturating_sub(t0.elapsed());
+        let dv = tokio::time::timeout(left, rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no good value within {within:?}"))
+            .expect("subscription alive");
+        if dv.status.is_none_or(|s| s.is_good()) && dv.value.is_some() {
+            return dv;
+        }
+    }
+}
+
+#[tokio::test]
+async fn ten_subscribers_share_one_southbound_item() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "a").await;
+    let gw = TestGateway::start(&field_toml("line1", "none", &[&sim.endpoint_url])).await;
+    wait_connected(&gw, "line1").await;
+    let mut sessions = Vec::new();
+    let mut streams = Vec::new();
+    for i in 0..10 {
+        let (s, h) = connect(&gw, &format!("sub-{i}")).await;
+        let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+        streams.push(subscribe(&s, NodeId::new(ns, "Simulation.Counter"), 250).await);
+        sessions.push((s, h));
+    }
+    for rx in streams.iter_mut() {
+        let dv = next_good(rx, Duration::from_secs(5)).await;
+        assert!(matches!(dv.value, Some(Variant::UInt32(_))));
+    }
+    assert_eq!(
+        gw.engine().field_shared_items("line1"),
+        Some(1),
+        "one southbound item for ten subscribers"
+    );
+    // The last subscriber gone → the shared item goes.
+    for (s, h) in sessions {
+        let _ = s.disconnect().await;
+        let _ = h.await;
+    }
+    let t0 = Instant::now();
+    while gw.engine().field_shared_items("line1") != Some(0) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "shared item not released"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    gw.stop().await;
+    sim.cancel();
+}
+
+#[tokio::test]
+async fn hot_pair_failover_keeps_the_subscription_delivering() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = start_sim(tmp.path(), "a").await;
+    let b = start_sim(tmp.path(), "b").await;
+    let gw = TestGateway::start(&field_toml(
+        "pair",
+        "hot",
+        &[&a.endpoint_url, &b.endpoint_url],
+    ))
+    .await;
+    wait_connected(&gw, "pair").await;
+    // Both reachable and Healthy: whichever was chosen first stays active.
+    let t0 = Instant::now();
+    let first = loop {
+        if let Some(a) = gw.engine().field_status("pair").unwrap().active_server {
+            break a;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let other = 1 - first;
+    let sims = [a, b];
+    let (s, h) = connect(&gw, "failover").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let mut rx = subscribe(&s, NodeId::new(ns, "Simulation.Counter"), 100).await;
+    next_good(&mut rx, Duration::from_secs(5)).await;
+
+    // Maintenance on the active server → handoff to the other one.
+    sims[first].set_service_level(0);
+    let t0 = Instant::now();
+    while gw.engine().field_status("pair").unwrap().active_server != Some(other) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "no handoff on Maintenance"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    next_good(&mut rx, Duration::from_secs(2)).await;
+    // Back to Healthy: no flapping back while the other one is Healthy.
+    sims[first].set_service_level(255);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        gw.engine().field_status("pair").unwrap().active_server,
+        Some(other),
+        "stays on the Healthy server"
+    );
+
+    // Stop the active server: the subscription keeps delivering from the first.
+    sims[other].cancel();
+    let stopped = Instant::now();
+    let dv = loop {
+        let dv = next_good(&mut rx, Duration::from_secs(2)).await;
+        if dv
+            .server_timestamp
+            .is_some_and(|t| t.as_chrono() > chrono_now_minus(stopped))
+        {
+            break dv;
+        }
+    };
+    assert!(
+        stopped.elapsed() < Duration::from_secs(2),
+        "delivering again after {:?}",
+        stopped.elapsed()
+    );
+    assert!(matches!(dv.value, Some(Variant::UInt32(_))));
+    let st = gw.engine().field_status("pair").unwrap();
+    assert_eq!(st.active_server, Some(first));
+    assert!(st.failover_count >= 2, "{st:?}");
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    sims[first].cancel();
+}
+
+fn chrono_now_minus(since: Instant) -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now() - chrono::Duration::from_std(since.elapsed()).unwrap()
+}
