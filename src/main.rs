@@ -267,16 +267,34 @@ async fn run() -> Result<()> {
         }
         Command::Demo => {
             let store = open_store(&cli.data).await?;
-            let config = Config::from_toml(DEMO_CONFIG)?;
-            let sim = uagate_sim::start(uagate_sim::SimConfig {
-                listen: ([127, 0, 0, 1], 0).into(),
-                pki_dir: cli.data.join("sim-pki"),
-                ..Default::default()
-            })
-            .await?;
-            println!("simulated field server at {}", sim.endpoint_url);
+            // Two simulated field servers forming a hot redundant pair.
+            let mut sims = Vec::new();
+            for name in ["a", "b"] {
+                let sim = uagate_sim::start(uagate_sim::SimConfig {
+                    listen: ([127, 0, 0, 1], 0).into(),
+                    pki_dir: cli.data.join(format!("sim-pki-{name}")),
+                    application_uri: format!("urn:uagate:sim:{name}"),
+                    ..Default::default()
+                })
+                .await?;
+                println!("simulated field server {name} at {}", sim.endpoint_url);
+                // The demo trusts its own in-process simulators' certificates.
+                let cert = std::fs::read(cli.data.join(format!("sim-pki-{name}/own/cert.der")))
+                    .context("cannot read the simulator certificate")?;
+                store.trust_add(CLI_ACTOR, &cert, CertKind::Trusted).await?;
+                sims.push(sim);
+            }
+            let mut text = DEMO_CONFIG.to_string();
+            text.push_str(&format!(
+                "\n[[field_servers]]\nname = \"plant\"\nendpoints = [\"{}\", \"{}\"]\nredundancy = \"hot\"\n",
+                sims[0].endpoint_url, sims[1].endpoint_url
+            ));
+            let config = Config::from_toml(&text)?;
+            println!("mounted under Objects/plant (hot pair); status under Objects/Gateway/FieldConnections/plant");
             let r = serve(&cli.data, config, store).await;
-            sim.cancel();
+            for sim in sims {
+                sim.cancel();
+            }
             r
         }
         Command::Sim { listen, pki } => {

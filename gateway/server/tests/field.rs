@@ -419,3 +419,111 @@ async fn hot_pair_failover_keeps_the_subscription_delivering() {
 fn chrono_now_minus(since: Instant) -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now() - chrono::Duration::from_std(since.elapsed()).unwrap()
 }
+
+#[tokio::test]
+async fn unknown_field_certificate_is_rejected_listed_and_trusted_by_the_operator() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = uagate_sim::start(SimConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        pki_dir: tmp.path().join("sim-secure"),
+        application_uri: "urn:uagate:sim:secure".into(),
+        security: true,
+        update_interval: Duration::from_millis(50),
+    })
+    .await
+    .unwrap();
+    // Secure by default: sign_and_encrypt with Basic256Sha256.
+    let toml = format!(
+        "[[field_servers]]\nname = \"secure\"\nendpoints = [\"{}\"]\nrequest_timeout = \"3s\"\n[field_servers.reconnect]\ninitial_delay = \"200ms\"\nmax_delay = \"500ms\"\n",
+        sim.endpoint_url
+    );
+    let gw = TestGateway::start(&toml).await;
+    let t0 = Instant::now();
+    let rejected = loop {
+        let list = gw
+            .store
+            .certs(uagate_store::CertKind::Rejected)
+            .await
+            .unwrap();
+        if let Some(c) = list.into_iter().next() {
+            break c;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "field server certificate not listed as rejected"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let st = gw.engine().field_status("secure").unwrap();
+    assert_ne!(st.state, uagate_field::ConnState::Connected);
+    assert_eq!(st.last_error, Some(StatusCode::BadCertificateUntrusted));
+    // The operator trusts it: the next attempt connects.
+    let der = std::fs::read(tmp.path().join("sim-secure/own/cert.der")).unwrap();
+    assert_eq!(
+        rejected.thumbprint,
+        gw.store
+            .trust_add("test", &der, uagate_store::CertKind::Trusted)
+            .await
+            .unwrap()
+            .thumbprint
+    );
+    wait_connected(&gw, "secure").await;
+    gw.stop().await;
+    sim.cancel();
+}
+
+#[tokio::test]
+async fn unreachable_field_server_keeps_retrying_and_reports_it() {
+    // A port with nothing listening.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("opc.tcp://127.0.0.1:{port}/");
+    let gw = TestGateway::start(&field_toml("gone", "none", &[&url])).await;
+    let (s, h) = connect(&gw, "unreachable").await;
+    // The mount folder is local and readable; a field node waits, then fails.
+    let folder = s
+        .read(
+            &[ReadValueId {
+                node_id: NodeId::new(2, "Field.gone"),
+                attribute_id: 3,
+                ..Default::default()
+            }],
+            TimestampsToReturn::Neither,
+            0.0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        folder[0].value,
+        Some(Variant::from(QualifiedName::new(2, "gone"))),
+        "{folder:?}"
+    );
+    let table = gw.engine().field_status("gone").unwrap();
+    assert_eq!(table.state, uagate_field::ConnState::Connecting);
+    // The connection keeps retrying under the policy; the status nodes report it.
+    let t0 = Instant::now();
+    loop {
+        let st = gw.engine().field_status("gone").unwrap();
+        if st.failed_attempts >= 2 {
+            assert_eq!(st.state, uagate_field::ConnState::Connecting);
+            assert!(st.last_error.is_some_and(|e| e.is_bad()));
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no retries: {st:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let v = s
+        .read(
+            &[ReadValueId::from(NodeId::new(2, "FieldStatus.gone.State"))],
+            TimestampsToReturn::Neither,
+            0.0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(v[0].value, Some(Variant::from("Connecting")));
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+}
