@@ -58,6 +58,50 @@ fn status_of(e: opcua_types::Error) -> StatusCode {
     e.status()
 }
 
+/// The shape every proxied service shares: remap each operation to the
+/// field server (an operation that cannot be remapped gets `failed(status)`
+/// and is not sent), send the rest in batches of at most `limit` with
+/// `send` (which also maps the results back), and return one result per
+/// operation in request order. A batch whose result count does not match is
+/// a protocol error of the field server.
+async fn batched<Q, F, R, Fut>(
+    ops: &[Q],
+    limit: u32,
+    to_field: impl Fn(&Q) -> Result<F, StatusCode>,
+    failed: impl Fn(StatusCode) -> R,
+    send: impl Fn(Vec<F>) -> Fut,
+) -> Result<Vec<R>, StatusCode>
+where
+    F: Clone,
+    Fut: std::future::Future<Output = Result<Vec<R>, StatusCode>>,
+{
+    let mut out: Vec<Option<R>> = (0..ops.len()).map(|_| None).collect();
+    let mut mapped = Vec::with_capacity(ops.len());
+    let mut pos = Vec::with_capacity(ops.len());
+    for (i, op) in ops.iter().enumerate() {
+        match to_field(op) {
+            Ok(m) => {
+                mapped.push(m);
+                pos.push(i);
+            }
+            Err(st) => out[i] = Some(failed(st)),
+        }
+    }
+    for r in batches(mapped.len(), limit) {
+        let results = send(mapped[r.clone()].to_vec()).await?;
+        if results.len() != r.len() {
+            return Err(StatusCode::BadUnexpectedError);
+        }
+        for (k, res) in results.into_iter().enumerate() {
+            out[pos[r.start + k]] = Some(res);
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| failed(StatusCode::BadUnexpectedError)))
+        .collect())
+}
+
 /// Read on one field server. `nodes` are gateway ids; results in order.
 pub async fn read(
     ls: &LinkSession,
@@ -66,39 +110,29 @@ pub async fn read(
     max_age: f64,
     deadline: Instant,
 ) -> Result<Vec<DataValue>, StatusCode> {
-    let mut out: Vec<Option<DataValue>> = vec![None; nodes.len()];
-    let mut mapped = Vec::with_capacity(nodes.len());
-    let mut pos = Vec::with_capacity(nodes.len());
-    for (i, n) in nodes.iter().enumerate() {
-        match ls.map.read_value_id_to_field(n) {
-            Ok(m) => {
-                mapped.push(m);
-                pos.push(i);
-            }
-            Err(st) => out[i] = Some(bad(st)),
-        }
-    }
-    for r in batches(mapped.len(), ls.limits.max_nodes_per_read) {
-        let resp = Read::new(ls.session())
-            .nodes_to_read(mapped[r.clone()].to_vec())
-            .timestamps_to_return(ts)
-            .max_age(max_age)
-            .timeout(ls.timeout_until(deadline))
-            .send(ls.session().channel())
-            .await
-            .map_err(status_of)?;
-        let results = resp.results.unwrap_or_default();
-        if results.len() != r.len() {
-            return Err(StatusCode::BadUnexpectedError);
-        }
-        for (k, dv) in results.into_iter().enumerate() {
-            out[pos[r.start + k]] = Some(ls.map.data_value_to_gateway(dv));
-        }
-    }
-    Ok(out
-        .into_iter()
-        .map(|d| d.unwrap_or_else(|| bad(StatusCode::BadUnexpectedError)))
-        .collect())
+    batched(
+        nodes,
+        ls.limits.max_nodes_per_read,
+        |n| ls.map.read_value_id_to_field(n),
+        bad,
+        |batch| async move {
+            let resp = Read::new(ls.session())
+                .nodes_to_read(batch)
+                .timestamps_to_return(ts)
+                .max_age(max_age)
+                .timeout(ls.timeout_until(deadline))
+                .send(ls.session().channel())
+                .await
+                .map_err(status_of)?;
+            Ok(resp
+                .results
+                .unwrap_or_default()
+                .into_iter()
+                .map(|dv| ls.map.data_value_to_gateway(dv))
+                .collect())
+        },
+    )
+    .await
 }
 
 fn bad(st: StatusCode) -> DataValue {
@@ -114,39 +148,26 @@ pub async fn write(
     nodes: &[WriteValue],
     deadline: Instant,
 ) -> Result<Vec<StatusCode>, StatusCode> {
-    let mut out = vec![StatusCode::BadUnexpectedError; nodes.len()];
-    let mut mapped = Vec::with_capacity(nodes.len());
-    let mut pos = Vec::with_capacity(nodes.len());
-    for (i, n) in nodes.iter().enumerate() {
-        match ls.map.write_value_to_field(n) {
-            Ok(m) => {
-                mapped.push(m);
-                pos.push(i);
-            }
-            Err(st) => out[i] = st,
-        }
-    }
-    for r in batches(mapped.len(), ls.limits.max_nodes_per_write) {
-        let resp = Write::new(ls.session())
-            .nodes_to_write(mapped[r.clone()].to_vec())
-            .timeout(ls.timeout_until(deadline))
-            .send(ls.session().channel())
-            .await
-            .map_err(status_of)?;
-        let results = resp.results.unwrap_or_default();
-        if results.len() != r.len() {
-            return Err(StatusCode::BadUnexpectedError);
-        }
-        for (k, st) in results.into_iter().enumerate() {
-            out[pos[r.start + k]] = st;
-        }
-    }
-    Ok(out)
+    batched(
+        nodes,
+        ls.limits.max_nodes_per_write,
+        |n| ls.map.write_value_to_field(n),
+        |st| st,
+        |batch| async move {
+            let resp = Write::new(ls.session())
+                .nodes_to_write(batch)
+                .timeout(ls.timeout_until(deadline))
+                .send(ls.session().channel())
+                .await
+                .map_err(status_of)?;
+            Ok(resp.results.unwrap_or_default())
+        },
+    )
+    .await
 }
 
-/// Browse on one field server. Continuation points are wrapped with `mount`.
-/// `hide` drops references whose (field-side) target is hidden (the field
-/// server's own Server object under its Objects folder).
+/// Browse on one field server. Continuation points are wrapped with `mount`;
+/// the field server's own Server object is dropped from the references.
 pub async fn browse(
     ls: &LinkSession,
     mount: u16,
@@ -155,43 +176,34 @@ pub async fn browse(
     nodes: &[BrowseDescription],
     deadline: Instant,
 ) -> Result<Vec<BrowseResult>, StatusCode> {
-    let mut out: Vec<Option<BrowseResult>> = vec![None; nodes.len()];
-    let mut mapped = Vec::with_capacity(nodes.len());
-    let mut pos = Vec::with_capacity(nodes.len());
-    for (i, n) in nodes.iter().enumerate() {
-        match ls.map.browse_description_to_field(n) {
-            Ok(m) => {
-                mapped.push(m);
-                pos.push(i);
-            }
-            Err(st) => out[i] = Some(bad_browse(st)),
-        }
-    }
     let mut field_view = view.clone();
     if !view.view_id.is_null() {
         field_view.view_id = ls.map.node_to_field(&view.view_id)?;
     }
-    for r in batches(mapped.len(), ls.limits.max_nodes_per_browse) {
-        let resp = Browse::new(ls.session())
-            .view(field_view.clone())
-            .max_references_per_node(max_refs)
-            .nodes_to_browse(mapped[r.clone()].to_vec())
-            .timeout(ls.timeout_until(deadline))
-            .send(ls.session().channel())
-            .await
-            .map_err(status_of)?;
-        let results = resp.results.unwrap_or_default();
-        if results.len() != r.len() {
-            return Err(StatusCode::BadUnexpectedError);
-        }
-        for (k, br) in results.into_iter().enumerate() {
-            out[pos[r.start + k]] = Some(browse_result_to_gateway(ls, mount, br));
-        }
-    }
-    Ok(out
-        .into_iter()
-        .map(|b| b.unwrap_or_else(|| bad_browse(StatusCode::BadUnexpectedError)))
-        .collect())
+    let field_view = &field_view;
+    batched(
+        nodes,
+        ls.limits.max_nodes_per_browse,
+        |n| ls.map.browse_description_to_field(n),
+        bad_browse,
+        |batch| async move {
+            let resp = Browse::new(ls.session())
+                .view(field_view.clone())
+                .max_references_per_node(max_refs)
+                .nodes_to_browse(batch)
+                .timeout(ls.timeout_until(deadline))
+                .send(ls.session().channel())
+                .await
+                .map_err(status_of)?;
+            Ok(resp
+                .results
+                .unwrap_or_default()
+                .into_iter()
+                .map(|br| browse_result_to_gateway(ls, mount, br))
+                .collect())
+        },
+    )
+    .await
 }
 
 /// BrowseNext on one field server with field continuation points (already
@@ -203,26 +215,28 @@ pub async fn browse_next(
     cps: &[ByteString],
     deadline: Instant,
 ) -> Result<Vec<BrowseResult>, StatusCode> {
-    let mut out = Vec::with_capacity(cps.len());
-    for r in batches(cps.len(), ls.limits.max_nodes_per_browse) {
-        let resp = BrowseNext::new(ls.session())
-            .release_continuation_points(release)
-            .continuation_points(cps[r.clone()].to_vec())
-            .timeout(ls.timeout_until(deadline))
-            .send(ls.session().channel())
-            .await
-            .map_err(status_of)?;
-        let results = resp.results.unwrap_or_default();
-        if results.len() != r.len() {
-            return Err(StatusCode::BadUnexpectedError);
-        }
-        out.extend(
-            results
+    batched(
+        cps,
+        ls.limits.max_nodes_per_browse,
+        |cp| Ok(cp.clone()),
+        bad_browse,
+        |batch| async move {
+            let resp = BrowseNext::new(ls.session())
+                .release_continuation_points(release)
+                .continuation_points(batch)
+                .timeout(ls.timeout_until(deadline))
+                .send(ls.session().channel())
+                .await
+                .map_err(status_of)?;
+            Ok(resp
+                .results
+                .unwrap_or_default()
                 .into_iter()
-                .map(|b| browse_result_to_gateway(ls, mount, b)),
-        );
-    }
-    Ok(out)
+                .map(|br| browse_result_to_gateway(ls, mount, br))
+                .collect())
+        },
+    )
+    .await
 }
 
 fn browse_result_to_gateway(ls: &LinkSession, mount: u16, br: BrowseResult) -> BrowseResult {
@@ -254,47 +268,30 @@ pub async fn translate(
     paths: &[BrowsePath],
     deadline: Instant,
 ) -> Result<Vec<BrowsePathResult>, StatusCode> {
-    let mut out: Vec<Option<BrowsePathResult>> = vec![None; paths.len()];
-    let mut mapped = Vec::with_capacity(paths.len());
-    let mut pos = Vec::with_capacity(paths.len());
-    for (i, p) in paths.iter().enumerate() {
-        match ls.map.browse_path_to_field(p) {
-            Ok(m) => {
-                mapped.push(m);
-                pos.push(i);
-            }
-            Err(st) => {
-                out[i] = Some(BrowsePathResult {
-                    status_code: st,
-                    targets: None,
-                })
-            }
-        }
-    }
-    for r in batches(mapped.len(), ls.limits.max_nodes_per_translate) {
-        let resp = TranslateBrowsePaths::new(ls.session())
-            .browse_paths(mapped[r.clone()].to_vec())
-            .timeout(ls.timeout_until(deadline))
-            .send(ls.session().channel())
-            .await
-            .map_err(status_of)?;
-        let results = resp.results.unwrap_or_default();
-        if results.len() != r.len() {
-            return Err(StatusCode::BadUnexpectedError);
-        }
-        for (k, br) in results.into_iter().enumerate() {
-            out[pos[r.start + k]] = Some(ls.map.browse_path_result_to_gateway(&br));
-        }
-    }
-    Ok(out
-        .into_iter()
-        .map(|b| {
-            b.unwrap_or(BrowsePathResult {
-                status_code: StatusCode::BadUnexpectedError,
-                targets: None,
-            })
-        })
-        .collect())
+    batched(
+        paths,
+        ls.limits.max_nodes_per_translate,
+        |p| ls.map.browse_path_to_field(p),
+        |st| BrowsePathResult {
+            status_code: st,
+            targets: None,
+        },
+        |batch| async move {
+            let resp = TranslateBrowsePaths::new(ls.session())
+                .browse_paths(batch)
+                .timeout(ls.timeout_until(deadline))
+                .send(ls.session().channel())
+                .await
+                .map_err(status_of)?;
+            Ok(resp
+                .results
+                .unwrap_or_default()
+                .iter()
+                .map(|br| ls.map.browse_path_result_to_gateway(br))
+                .collect())
+        },
+    )
+    .await
 }
 
 /// Call on one field server; results in order.
@@ -303,37 +300,27 @@ pub async fn call(
     calls: &[CallMethodRequest],
     deadline: Instant,
 ) -> Result<Vec<CallMethodResult>, StatusCode> {
-    let mut out: Vec<Option<CallMethodResult>> = vec![None; calls.len()];
-    let mut mapped = Vec::with_capacity(calls.len());
-    let mut pos = Vec::with_capacity(calls.len());
-    for (i, c) in calls.iter().enumerate() {
-        match ls.map.call_to_field(c) {
-            Ok(m) => {
-                mapped.push(m);
-                pos.push(i);
-            }
-            Err(st) => out[i] = Some(bad_call(st)),
-        }
-    }
-    for r in batches(mapped.len(), ls.limits.max_nodes_per_method_call) {
-        let resp = Call::new(ls.session())
-            .methods_to_call(mapped[r.clone()].to_vec())
-            .timeout(ls.timeout_until(deadline))
-            .send(ls.session().channel())
-            .await
-            .map_err(status_of)?;
-        let results = resp.results.unwrap_or_default();
-        if results.len() != r.len() {
-            return Err(StatusCode::BadUnexpectedError);
-        }
-        for (k, cr) in results.into_iter().enumerate() {
-            out[pos[r.start + k]] = Some(ls.map.call_result_to_gateway(&cr));
-        }
-    }
-    Ok(out
-        .into_iter()
-        .map(|c| c.unwrap_or_else(|| bad_call(StatusCode::BadUnexpectedError)))
-        .collect())
+    batched(
+        calls,
+        ls.limits.max_nodes_per_method_call,
+        |c| ls.map.call_to_field(c),
+        bad_call,
+        |batch| async move {
+            let resp = Call::new(ls.session())
+                .methods_to_call(batch)
+                .timeout(ls.timeout_until(deadline))
+                .send(ls.session().channel())
+                .await
+                .map_err(status_of)?;
+            Ok(resp
+                .results
+                .unwrap_or_default()
+                .iter()
+                .map(|cr| ls.map.call_result_to_gateway(cr))
+                .collect())
+        },
+    )
+    .await
 }
 
 /// A failed call result.
@@ -359,51 +346,43 @@ pub async fn history_read(
     deadline: Instant,
 ) -> Result<Vec<HistoryReadResult>, StatusCode> {
     let action = history_action(details)?;
-    let mut out: Vec<Option<HistoryReadResult>> = vec![None; nodes.len()];
-    let mut mapped = Vec::with_capacity(nodes.len());
-    let mut pos = Vec::with_capacity(nodes.len());
-    for (i, n) in nodes.iter().enumerate() {
-        let mut n = n.clone();
-        if let Some((m, cp)) = unwrap_cp(&n.continuation_point) {
-            if m != mount {
-                out[i] = Some(bad_history(StatusCode::BadContinuationPointInvalid));
-                continue;
+    let action = &action;
+    batched(
+        nodes,
+        ls.limits.max_nodes_per_history_read_data,
+        |n| {
+            let mut n = n.clone();
+            if let Some((m, cp)) = unwrap_cp(&n.continuation_point) {
+                if m != mount {
+                    return Err(StatusCode::BadContinuationPointInvalid);
+                }
+                n.continuation_point = cp;
             }
-            n.continuation_point = cp;
-        }
-        match ls.map.history_read_value_id_to_field(&n) {
-            Ok(m) => {
-                mapped.push(m);
-                pos.push(i);
-            }
-            Err(st) => out[i] = Some(bad_history(st)),
-        }
-    }
-    for r in batches(mapped.len(), ls.limits.max_nodes_per_history_read_data) {
-        let resp = HistoryRead::new(action.clone(), ls.session())
-            .timestamps_to_return(ts)
-            .release_continuation_points(release)
-            .nodes_to_read(mapped[r.clone()].to_vec())
-            .timeout(ls.timeout_until(deadline))
-            .send(ls.session().channel())
-            .await
-            .map_err(status_of)?;
-        let results = resp.results.unwrap_or_default();
-        if results.len() != r.len() {
-            return Err(StatusCode::BadUnexpectedError);
-        }
-        for (k, hr) in results.into_iter().enumerate() {
-            out[pos[r.start + k]] = Some(HistoryReadResult {
-                status_code: hr.status_code,
-                continuation_point: wrap_cp(mount, &hr.continuation_point),
-                history_data: hr.history_data,
-            });
-        }
-    }
-    Ok(out
-        .into_iter()
-        .map(|h| h.unwrap_or_else(|| bad_history(StatusCode::BadUnexpectedError)))
-        .collect())
+            ls.map.history_read_value_id_to_field(&n)
+        },
+        bad_history,
+        |batch| async move {
+            let resp = HistoryRead::new(action.clone(), ls.session())
+                .timestamps_to_return(ts)
+                .release_continuation_points(release)
+                .nodes_to_read(batch)
+                .timeout(ls.timeout_until(deadline))
+                .send(ls.session().channel())
+                .await
+                .map_err(status_of)?;
+            Ok(resp
+                .results
+                .unwrap_or_default()
+                .into_iter()
+                .map(|hr| HistoryReadResult {
+                    status_code: hr.status_code,
+                    continuation_point: wrap_cp(mount, &hr.continuation_point),
+                    history_data: hr.history_data,
+                })
+                .collect())
+        },
+    )
+    .await
 }
 
 fn bad_history(st: StatusCode) -> HistoryReadResult {
