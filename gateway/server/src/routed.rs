@@ -64,24 +64,20 @@ impl Engine {
             }
         }
         let due = deadline(&r.request_header);
+        let (ts, max_age) = (r.timestamps_to_return, r.max_age);
         for (m, idx) in mounts {
             let ops: Vec<_> = idx.iter().map(|i| nodes[*i].clone()).collect();
-            let res = match fields.conns[m].link(due).await {
-                Ok(link) => proxy::read(&link, &ops, r.timestamps_to_return, r.max_age, due).await,
-                Err(st) => Err(st),
-            };
-            match res {
-                Ok(values) => {
-                    for (k, dv) in values.into_iter().enumerate() {
-                        out[idx[k]] = dv;
-                    }
-                }
-                Err(_) => {
-                    for i in &idx {
-                        out[*i] = bad_value(StatusCode::BadNoCommunication);
-                    }
-                }
-            }
+            run_on_mount(
+                fields,
+                m,
+                &idx,
+                ops,
+                due,
+                &mut out,
+                |_| bad_value(StatusCode::BadNoCommunication),
+                |link, _, ops| async move { proxy::read(&link, &ops, ts, max_age, due).await },
+            )
+            .await;
         }
         Ok(ReadResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
@@ -136,22 +132,17 @@ impl Engine {
                 continue;
             }
             let ops: Vec<_> = idx.iter().map(|i| items[*i].clone()).collect();
-            let res = match fields.conns[m].link(due).await {
-                Ok(link) => proxy::write(&link, &ops, due).await,
-                Err(st) => Err(st),
-            };
-            match res {
-                Ok(sts) => {
-                    for (k, st) in sts.into_iter().enumerate() {
-                        out[idx[k]] = st;
-                    }
-                }
-                Err(_) => {
-                    for i in &idx {
-                        out[*i] = StatusCode::BadServerNotConnected;
-                    }
-                }
-            }
+            run_on_mount(
+                fields,
+                m,
+                &idx,
+                ops,
+                due,
+                &mut out,
+                |_| StatusCode::BadServerNotConnected,
+                |link, _, ops| async move { proxy::write(&link, &ops, due).await },
+            )
+            .await;
         }
         if out.iter().any(|s| s.is_good()) {
             tracing::info!(user = %caller.actor(), count = out.iter().filter(|s| s.is_good()).count(), "values written");
@@ -301,27 +292,21 @@ impl Engine {
         }
         let due = deadline(&r.request_header);
         for (m, list) in mounts {
-            let field_cps: Vec<_> = list.iter().map(|(_, cp)| cp.clone()).collect();
-            let mount = u16::try_from(m).unwrap_or(u16::MAX);
-            let res = match fields.conns[m].link(due).await {
-                Ok(link) => {
-                    proxy::browse_next(&link, mount, r.release_continuation_points, &field_cps, due)
-                        .await
-                }
-                Err(st) => Err(st),
-            };
-            match res {
-                Ok(results) => {
-                    for (k, br) in results.into_iter().enumerate() {
-                        out[list[k].0] = br;
-                    }
-                }
-                Err(_) => {
-                    for (i, _) in &list {
-                        out[*i] = bad_browse(StatusCode::BadServerNotConnected);
-                    }
-                }
-            }
+            let (idx, field_cps): (Vec<usize>, Vec<_>) = list.into_iter().unzip();
+            let release = r.release_continuation_points;
+            run_on_mount(
+                fields,
+                m,
+                &idx,
+                field_cps,
+                due,
+                &mut out,
+                |_| bad_browse(StatusCode::BadServerNotConnected),
+                |link, mount, cps| async move {
+                    proxy::browse_next(&link, mount, release, &cps, due).await
+                },
+            )
+            .await;
         }
         Ok(BrowseNextResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
@@ -393,26 +378,21 @@ impl Engine {
         }
         let due = deadline(&r.request_header);
         for (m, list) in remote {
-            let ps: Vec<_> = list.iter().map(|(_, p)| p.clone()).collect();
-            let res = match fields.conns[m].link(due).await {
-                Ok(link) => proxy::translate(&link, &ps, due).await,
-                Err(st) => Err(st),
-            };
-            for (k, (i, _)) in list.iter().enumerate() {
-                let Some(slot) = out.get_mut(*i) else {
-                    continue;
-                };
-                *slot = match &res {
-                    Ok(results) => results.get(k).cloned().unwrap_or(BrowsePathResult {
-                        status_code: StatusCode::BadUnexpectedError,
-                        targets: None,
-                    }),
-                    Err(_) => BrowsePathResult {
-                        status_code: StatusCode::BadServerNotConnected,
-                        targets: None,
-                    },
-                };
-            }
+            let (idx, ps): (Vec<usize>, Vec<_>) = list.into_iter().unzip();
+            run_on_mount(
+                fields,
+                m,
+                &idx,
+                ps,
+                due,
+                &mut out,
+                |_| BrowsePathResult {
+                    status_code: StatusCode::BadServerNotConnected,
+                    targets: None,
+                },
+                |link, _, ps| async move { proxy::translate(&link, &ps, due).await },
+            )
+            .await;
         }
         Ok(TranslateBrowsePathsToNodeIdsResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
@@ -460,22 +440,17 @@ impl Engine {
         let due = deadline(&r.request_header);
         for (m, idx) in mounts {
             let ops: Vec<_> = idx.iter().map(|i| calls[*i].clone()).collect();
-            let res = match fields.conns[m].link(due).await {
-                Ok(link) => proxy::call(&link, &ops, due).await,
-                Err(st) => Err(st),
-            };
-            match res {
-                Ok(results) => {
-                    for (k, cr) in results.into_iter().enumerate() {
-                        out[idx[k]] = cr;
-                    }
-                }
-                Err(_) => {
-                    for i in &idx {
-                        out[*i] = proxy::bad_call(StatusCode::BadServerNotConnected);
-                    }
-                }
-            }
+            run_on_mount(
+                fields,
+                m,
+                &idx,
+                ops,
+                due,
+                &mut out,
+                |_| proxy::bad_call(StatusCode::BadServerNotConnected),
+                |link, _, ops| async move { proxy::call(&link, &ops, due).await },
+            )
+            .await;
         }
         tracing::debug!(user = %caller.actor(), count = calls.len(), "methods called");
         Ok(CallResponse {
@@ -521,39 +496,30 @@ impl Engine {
             let due = deadline(&r.request_header);
             for (m, idx) in mounts {
                 let ops: Vec<_> = idx.iter().map(|i| nodes[*i].clone()).collect();
-                let mount = u16::try_from(m).unwrap_or(u16::MAX);
-                let res = match fields.conns[m].link(due).await {
-                    Ok(link) => {
-                        proxy::history_read(
-                            &link,
-                            mount,
-                            &r.history_read_details,
-                            r.timestamps_to_return,
-                            r.release_continuation_points,
-                            &ops,
-                            due,
-                        )
-                        .await
-                    }
-                    Err(st) => Err(st),
-                };
-                match res {
-                    Ok(results) => {
-                        for (k, hr) in results.into_iter().enumerate() {
-                            out[idx[k]] = hr;
-                        }
-                    }
-                    Err(st) => {
-                        let st = if st == StatusCode::BadHistoryOperationInvalid {
+                let (details, ts, release) = (
+                    &r.history_read_details,
+                    r.timestamps_to_return,
+                    r.release_continuation_points,
+                );
+                run_on_mount(
+                    fields,
+                    m,
+                    &idx,
+                    ops,
+                    due,
+                    &mut out,
+                    |st| {
+                        bad(if st == StatusCode::BadHistoryOperationInvalid {
                             st
                         } else {
                             StatusCode::BadServerNotConnected
-                        };
-                        for i in &idx {
-                            out[*i] = bad(st);
-                        }
-                    }
-                }
+                        })
+                    },
+                    |link, mount, ops| async move {
+                        proxy::history_read(&link, mount, details, ts, release, &ops, due).await
+                    },
+                )
+                .await;
             }
         }
         Ok(HistoryReadResponse {
@@ -562,6 +528,49 @@ impl Engine {
             diagnostic_infos: None,
         }
         .into())
+    }
+}
+
+/// Runs `ops` (one mount's operations, whose results go to `out` at `idx`)
+/// on mount `m`'s active session with `call`, waiting for the session until
+/// `due`. When the mount cannot answer, every one of them gets
+/// `failed(status)`.
+#[allow(clippy::too_many_arguments)] // one call site shape, all arguments distinct
+async fn run_on_mount<Q, R, Fut>(
+    fields: &Fields,
+    m: usize,
+    idx: &[usize],
+    ops: Vec<Q>,
+    due: std::time::Instant,
+    out: &mut [R],
+    failed: impl Fn(StatusCode) -> R,
+    call: impl FnOnce(std::sync::Arc<uagate_field::LinkSession>, u16, Vec<Q>) -> Fut,
+) where
+    Fut: std::future::Future<Output = std::result::Result<Vec<R>, StatusCode>>,
+{
+    let mount = u16::try_from(m).unwrap_or(u16::MAX);
+    let res = match fields.conns.get(m) {
+        Some(conn) => match conn.link(due).await {
+            Ok(link) => call(link, mount, ops).await,
+            Err(st) => Err(st),
+        },
+        None => Err(StatusCode::BadServerNotConnected),
+    };
+    match res {
+        Ok(results) => {
+            for (i, r) in idx.iter().zip(results) {
+                if let Some(slot) = out.get_mut(*i) {
+                    *slot = r;
+                }
+            }
+        }
+        Err(st) => {
+            for i in idx {
+                if let Some(slot) = out.get_mut(*i) {
+                    *slot = failed(st);
+                }
+            }
+        }
     }
 }
 
