@@ -22,9 +22,14 @@ use crate::{ChannelInfo, Engine};
 
 type Result<T> = std::result::Result<T, ServiceError>;
 
-/// Takes the response's results out of a local sub-response.
-fn take<T: Clone>(v: Option<Vec<T>>) -> Vec<T> {
-    v.unwrap_or_default()
+/// Puts the results of a local sub-request back at the request positions
+/// `at` (result k answers operation `at[k]`).
+fn place<T>(out: &mut [T], at: &[usize], results: Option<Vec<T>>) {
+    for (i, r) in at.iter().zip(results.unwrap_or_default()) {
+        if let Some(slot) = out.get_mut(*i) {
+            *slot = r;
+        }
+    }
 }
 
 impl Engine {
@@ -57,11 +62,7 @@ impl Engine {
             sub.nodes_to_read = Some(vec![nodes[0].clone()]);
             if let ResponseMessage::Read(_) = self.read(chan, &sub)? {}
         } else if let ResponseMessage::Read(resp) = self.read(chan, &sub)? {
-            for (k, dv) in take(resp.results).into_iter().enumerate() {
-                if let Some(i) = local.get(k) {
-                    out[*i] = dv;
-                }
-            }
+            place(&mut out, &local, resp.results);
         }
         let due = deadline(&r.request_header);
         let (ts, max_age) = (r.timestamps_to_return, r.max_age);
@@ -116,11 +117,7 @@ impl Engine {
             let mut sub = r.clone();
             sub.nodes_to_write = Some(local.iter().map(|i| items[*i].clone()).collect());
             if let ResponseMessage::Write(resp) = self.write(chan, &sub)? {
-                for (k, st) in take(resp.results).into_iter().enumerate() {
-                    if let Some(i) = local.get(k) {
-                        out[*i] = st;
-                    }
-                }
+                place(&mut out, &local, resp.results);
             }
         }
         let due = deadline(&r.request_header);
@@ -191,11 +188,7 @@ impl Engine {
         });
         if let ResponseMessage::Browse(resp) = self.browse(chan, &sub)? {
             if !local_all.is_empty() {
-                for (k, br) in take(resp.results).into_iter().enumerate() {
-                    if let Some(i) = local_all.get(k) {
-                        out[*i] = br;
-                    }
-                }
+                place(&mut out, &local_all, resp.results);
             }
         }
         let due = deadline(&r.request_header);
@@ -283,11 +276,7 @@ impl Engine {
         });
         if let ResponseMessage::BrowseNext(resp) = self.browse_next(chan, &sub)? {
             if !local.is_empty() {
-                for (k, br) in take(resp.results).into_iter().enumerate() {
-                    if let Some(i) = local.get(k) {
-                        out[*i] = br;
-                    }
-                }
+                place(&mut out, &local, resp.results);
             }
         }
         let due = deadline(&r.request_header);
@@ -331,7 +320,7 @@ impl Engine {
         let ResponseMessage::TranslateBrowsePathsToNodeIds(resp) = resp else {
             return Ok(resp);
         };
-        let mut out = take(resp.results);
+        let mut out = resp.results.unwrap_or_default();
         // Paths to send to a mount: (result index, mount, path from the mount folder).
         let mut remote: HashMap<usize, Vec<(usize, BrowsePath)>> = HashMap::new();
         {
@@ -430,11 +419,7 @@ impl Engine {
             let mut sub = r.clone();
             sub.methods_to_call = Some(local.iter().map(|i| calls[*i].clone()).collect());
             if let ResponseMessage::Call(resp) = self.call(chan, &sub).await? {
-                for (k, cr) in take(resp.results).into_iter().enumerate() {
-                    if let Some(i) = local.get(k) {
-                        out[*i] = cr;
-                    }
-                }
+                place(&mut out, &local, resp.results);
             }
         }
         let due = deadline(&r.request_header);
