@@ -182,13 +182,18 @@ pub fn retry_after_from_header(additional_header: &ExtensionObject) -> Option<Du
     })
 }
 
-/// The `RetryAfterMs=N` token of an ERR message's reason text.
+/// The `RetryAfterMs=N` token of an ERR message's reason text (also found
+/// inside an error description that quotes the reason). N is the run of
+/// digits right after the `=`.
 pub fn retry_after_from_reason(reason: &str) -> Option<Duration> {
-    reason
-        .split(|c: char| c.is_whitespace() || c == ';' || c == ',')
-        .find_map(|token| token.strip_prefix("RetryAfterMs="))
-        .and_then(|n| n.parse::<u64>().ok())
-        .map(Duration::from_millis)
+    const KEY: &str = "RetryAfterMs=";
+    let start = reason.find(KEY)? + KEY.len();
+    let digits: String = reason[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .take(20)
+        .collect();
+    digits.parse::<u64>().ok().map(Duration::from_millis)
 }
 
 #[cfg(test)]
@@ -364,6 +369,13 @@ mod tests {
         assert_eq!(retry_after_from_header(&ExtensionObject::null()), None);
         assert_eq!(
             retry_after_from_reason("server busy; RetryAfterMs=1500"),
+            Some(Duration::from_millis(1500))
+        );
+        // As quoted inside a client library's error description.
+        assert_eq!(
+            retry_after_from_reason(
+                r#"got Some(Ok(Error(ErrorMessage { reason: "busy RetryAfterMs=1500" })))"#
+            ),
             Some(Duration::from_millis(1500))
         );
         assert_eq!(retry_after_from_reason("RetryAfterMs=x"), None);

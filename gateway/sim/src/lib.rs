@@ -362,6 +362,9 @@ fn server_builder(config: &SimConfig, host: &str, port: u16, endpoint_url: &str)
         .host(host)
         .port(port)
         .discovery_urls(vec![endpoint_url.to_owned()])
+        // Session counts in Server/ServerDiagnostics (tests check that the
+        // gateway does not pile up sessions on a field server).
+        .diagnostics_enabled(true)
         .with_node_manager(simple_node_manager(
             NamespaceMetadata {
                 namespace_uri: NAMESPACE_URI.to_owned(),

@@ -1,0 +1,415 @@
+//! Field connections under faults: a TCP proxy between the gateway and the
+//! simulator drops connections, stalls them, or accepts without ever
+//! answering. The gateway must reconnect under its policy, answer
+//! northbound calls within their timeout, and not pile up sessions on the
+//! field server. A fake field server that refuses with an ERR carrying
+//! `RetryAfterMs` checks that the hint bounds the next attempt.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{bounded, TestGateway};
+use opcua_client::services::Read;
+use opcua_client::{IdentityToken, Session, UARequest};
+use opcua_types::{
+    MessageSecurityMode, NodeId, ReadValueId, StatusCode, TimestampsToReturn, UserTokenPolicy,
+    VariableId, Variant,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use uagate_sim::{SimConfig, SimHandle};
+
+const FORWARD: u8 = 0;
+/// Accept, read, never answer.
+const BLACKHOLE: u8 = 1;
+/// Forward nothing on existing connections (both directions stall).
+const STALL: u8 = 2;
+
+/// A TCP proxy with switchable faults.
+struct Proxy {
+    addr: std::net::SocketAddr,
+    mode: Arc<AtomicU8>,
+    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    accept: JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(target: std::net::SocketAddr) -> Proxy {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let mode = Arc::new(AtomicU8::new(FORWARD));
+        let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (m, c) = (mode.clone(), conns.clone());
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((down, _)) = l.accept().await else {
+                    return;
+                };
+                let mode = m.clone();
+                let h = tokio::spawn(async move {
+                    if mode.load(Ordering::SeqCst) == BLACKHOLE {
+                        let mut down = down;
+                        let mut buf = [0u8; 4096];
+                        while let Ok(n) = down.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
+                        }
+                        return;
+                    }
+                    let Ok(up) = TcpStream::connect(target).await else {
+                        return;
+                    };
+                    let (mut dr, mut dw) = down.into_split();
+                    let (mut ur, mut uw) = up.into_split();
+                    let m1 = mode.clone();
+                    let a = async move {
+                        let mut buf = vec![0u8; 65536];
+                        loop {
+                            let Ok(n) = dr.read(&mut buf).await else {
+                                break;
+                            };
+                            if n == 0 {
+                                break;
+                            }
+                            while m1.load(Ordering::SeqCst) == STALL {
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                            if uw.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    };
+                    let b = async move {
+                        let mut buf = vec![0u8; 65536];
+                        loop {
+                            let Ok(n) = ur.read(&mut buf).await else {
+                                break;
+                            };
+                            if n == 0 {
+                                break;
+                            }
+                            while mode.load(Ordering::SeqCst) == STALL {
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                            if dw.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    };
+                    tokio::select! { _ = a => {}, _ = b => {} }
+                });
+                c.lock().await.push(h);
+            }
+        });
+        Proxy {
+            addr,
+            mode,
+            conns,
+            accept,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("opc.tcp://127.0.0.1:{}/", self.addr.port())
+    }
+
+    fn set(&self, mode: u8) {
+        self.mode.store(mode, Ordering::SeqCst);
+    }
+
+    /// Cuts every connection going through the proxy.
+    async fn drop_all(&self) {
+        for h in self.conns.lock().await.drain(..) {
+            h.abort();
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn start_sim(dir: &std::path::Path) -> SimHandle {
+    uagate_sim::start(SimConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        pki_dir: dir.join("sim"),
+        application_uri: "urn:uagate:sim:chaos".into(),
+        security: false,
+        update_interval: Duration::from_millis(50),
+    })
+    .await
+    .unwrap()
+}
+
+fn field_toml(url: &str) -> String {
+    format!(
+        "[[field_servers]]\nname = \"line1\"\nendpoints = [\"{url}\"]\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\nkeep_alive_interval = \"200ms\"\nrequest_timeout = \"1s\"\nsession_timeout = \"2s\"\n[field_servers.reconnect]\ninitial_delay = \"100ms\"\nmax_delay = \"500ms\"\njitter = 0.0\n"
+    )
+}
+
+async fn connect(gw: &TestGateway) -> (Arc<Session>, JoinHandle<StatusCode>) {
+    let mut client = gw.client("chaos");
+    let (session, event_loop) = bounded(
+        "connect",
+        client.connect_to_matching_endpoint(
+            (
+                gw.url.as_str(),
+                "http://opcfoundation.org/UA/SecurityPolicy#None",
+                MessageSecurityMode::None,
+                UserTokenPolicy::anonymous(),
+            ),
+            IdentityToken::Anonymous,
+        ),
+    )
+    .await
+    .unwrap();
+    let h = event_loop.spawn();
+    assert!(bounded("activate", session.wait_for_connection()).await);
+    (session, h)
+}
+
+async fn wait_state(gw: &TestGateway, want: uagate_field::ConnState, within: Duration) {
+    let t0 = Instant::now();
+    loop {
+        let st = gw.engine().field_status("line1").unwrap();
+        if st.state == want {
+            return;
+        }
+        assert!(
+            t0.elapsed() < within,
+            "not {want:?} within {within:?}: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Read with an explicit timeout hint; returns the value and how long it took.
+async fn timed_read(
+    s: &Session,
+    node: &NodeId,
+    hint: Duration,
+) -> (opcua_types::DataValue, Duration) {
+    let t0 = Instant::now();
+    let r = Read::new(s)
+        .nodes_to_read(vec![ReadValueId::from(node.clone())])
+        .timestamps_to_return(TimestampsToReturn::Both)
+        .timeout(hint)
+        .send(s.channel())
+        .await
+        .expect("read answered");
+    (r.results.unwrap().remove(0), t0.elapsed())
+}
+
+fn sim_sessions(sim: &SimHandle) -> u32 {
+    let dv = sim
+        .server_handle()
+        .info()
+        .summary()
+        .get(VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CurrentSessionCount)
+        .expect("session count");
+    match dv.value {
+        Some(Variant::UInt32(n)) => n,
+        other => panic!("session count {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn drop_stall_and_blackhole_are_survived_within_bounds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path()).await;
+    let proxy = Proxy::start(sim.local_addr).await;
+    let gw = TestGateway::start(&field_toml(&proxy.url())).await;
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Connected,
+        Duration::from_secs(10),
+    )
+    .await;
+    let (s, h) = connect(&gw).await;
+    let ns = gw
+        .engine()
+        .field_status("line1")
+        .map(|_| ())
+        .and(Some(3u16))
+        .unwrap();
+    let counter = NodeId::new(ns + 1, "Simulation.Counter");
+    let (dv, _) = timed_read(&s, &counter, Duration::from_secs(5)).await;
+    assert!(
+        dv.status.is_none_or(|st| st.is_good()),
+        "{dv:?} (namespace {ns}+1)"
+    );
+
+    // 1. Drop: five times in a row; the gateway reconnects every time.
+    for _ in 0..5 {
+        proxy.drop_all().await;
+        wait_state(
+            &gw,
+            uagate_field::ConnState::Reconnecting,
+            Duration::from_secs(5),
+        )
+        .await;
+        wait_state(
+            &gw,
+            uagate_field::ConnState::Connected,
+            Duration::from_secs(5),
+        )
+        .await;
+    }
+    let (dv, _) = timed_read(&s, &counter, Duration::from_secs(5)).await;
+    assert!(dv.status.is_none_or(|st| st.is_good()), "{dv:?}");
+    assert!(gw.engine().field_status("line1").unwrap().reconnect_count >= 5);
+
+    // 2. Blackhole: the connection is cut and every new one is accepted but
+    // never answered. Northbound reads wait up to their timeout, then fail.
+    proxy.set(BLACKHOLE);
+    proxy.drop_all().await;
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Reconnecting,
+        Duration::from_secs(5),
+    )
+    .await;
+    let (dv, took) = timed_read(&s, &counter, Duration::from_millis(1500)).await;
+    assert_eq!(dv.status, Some(StatusCode::BadNoCommunication));
+    assert!(
+        took >= Duration::from_millis(1000),
+        "waited for the field server: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "answered within the timeout: {took:?}"
+    );
+    // A local node is not held up by the field connection.
+    let (dv, took) = timed_read(&s, &NodeId::new(0, 2258u32), Duration::from_millis(1500)).await;
+    assert!(dv.status.is_none_or(|st| st.is_good()));
+    assert!(took < Duration::from_millis(500), "{took:?}");
+
+    // 3. Back to normal: reconnects.
+    proxy.set(FORWARD);
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Connected,
+        Duration::from_secs(10),
+    )
+    .await;
+
+    // 4. Stall: bytes stop flowing both ways on the live connection; the
+    // keep-alive notices and the gateway reconnects once traffic flows again.
+    proxy.set(STALL);
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Reconnecting,
+        Duration::from_secs(10),
+    )
+    .await;
+    proxy.drop_all().await;
+    proxy.set(FORWARD);
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Connected,
+        Duration::from_secs(10),
+    )
+    .await;
+    let (dv, _) = timed_read(&s, &counter, Duration::from_secs(5)).await;
+    assert!(dv.status.is_none_or(|st| st.is_good()), "{dv:?}");
+
+    // 5. No sessions pile up on the field server: abandoned ones expire
+    // (session_timeout 2 s) and one stays.
+    let t0 = Instant::now();
+    loop {
+        let n = sim_sessions(&sim);
+        if n == 1 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "field server still has {n} sessions"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    sim.cancel();
+}
+
+/// A field server that refuses every connection with an ERR message
+/// carrying a retry-after hint; records when each connection came.
+async fn busy_server(
+    hint_ms: u64,
+) -> (
+    std::net::SocketAddr,
+    Arc<Mutex<Vec<Instant>>>,
+    JoinHandle<()>,
+) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let s2 = seen.clone();
+    let h = tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = l.accept().await else {
+                return;
+            };
+            s2.lock().await.push(Instant::now());
+            tokio::spawn(async move {
+                let mut hdr = [0u8; 8];
+                if sock.read_exact(&mut hdr).await.is_err() {
+                    return;
+                }
+                let len = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]) as usize;
+                let mut rest = vec![0u8; len.saturating_sub(8).min(65536)];
+                let _ = sock.read_exact(&mut rest).await;
+                let reason = format!("server busy RetryAfterMs={hint_ms}");
+                let mut body = Vec::new();
+                body.extend_from_slice(&StatusCode::BadTcpServerTooBusy.bits().to_le_bytes());
+                body.extend_from_slice(&(reason.len() as i32).to_le_bytes());
+                body.extend_from_slice(reason.as_bytes());
+                let mut frame = b"ERRF".to_vec();
+                frame.extend_from_slice(&((body.len() + 8) as u32).to_le_bytes());
+                frame.extend_from_slice(&body);
+                let _ = sock.write_all(&frame).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    (addr, seen, h)
+}
+
+#[tokio::test]
+async fn retry_after_hint_bounds_the_next_attempt() {
+    let (addr, seen, server) = busy_server(1500).await;
+    let url = format!("opc.tcp://127.0.0.1:{}/", addr.port());
+    // Policy alone would retry after 100 ms, 200 ms, ...
+    let gw = TestGateway::start(&field_toml(&url)).await;
+    let t0 = Instant::now();
+    loop {
+        if seen.lock().await.len() >= 3 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "too few attempts");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let times = seen.lock().await.clone();
+    for w in times.windows(2) {
+        let gap = w[1] - w[0];
+        assert!(
+            gap >= Duration::from_millis(1400),
+            "retried after {gap:?} despite RetryAfterMs=1500"
+        );
+    }
+    // The client library reports an ERR before the ACK as a closed connection.
+    let st = gw.engine().field_status("line1").unwrap();
+    assert!(st.last_error.is_some_and(|e| e.is_bad()), "{st:?}");
+    gw.stop().await;
+    server.abort();
+}
