@@ -39,6 +39,27 @@ struct Proxy {
     accept: JoinHandle<()>,
 }
 
+/// Copies bytes from `r` to `w` until either side closes, holding them
+/// while the proxy is in STALL mode.
+async fn pump(
+    mut r: tokio::net::tcp::OwnedReadHalf,
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+    mode: Arc<AtomicU8>,
+) {
+    let mut buf = vec![0u8; 65536];
+    while let Ok(n) = r.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        while mode.load(Ordering::SeqCst) == STALL {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if w.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+}
+
 impl Proxy {
     async fn start(target: std::net::SocketAddr) -> Proxy {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -66,43 +87,10 @@ impl Proxy {
                     let Ok(up) = TcpStream::connect(target).await else {
                         return;
                     };
-                    let (mut dr, mut dw) = down.into_split();
-                    let (mut ur, mut uw) = up.into_split();
-                    let m1 = mode.clone();
-                    let a = async move {
-                        let mut buf = vec![0u8; 65536];
-                        loop {
-                            let Ok(n) = dr.read(&mut buf).await else {
-                                break;
-                            };
-                            if n == 0 {
-                                break;
-                            }
-                            while m1.load(Ordering::SeqCst) == STALL {
-                                tokio::time::sleep(Duration::from_millis(20)).await;
-                            }
-                            if uw.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                        }
-                    };
-                    let b = async move {
-                        let mut buf = vec![0u8; 65536];
-                        loop {
-                            let Ok(n) = ur.read(&mut buf).await else {
-                                break;
-                            };
-                            if n == 0 {
-                                break;
-                            }
-                            while mode.load(Ordering::SeqCst) == STALL {
-                                tokio::time::sleep(Duration::from_millis(20)).await;
-                            }
-                            if dw.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                        }
-                    };
+                    let (dr, dw) = down.into_split();
+                    let (ur, uw) = up.into_split();
+                    let a = pump(dr, uw, mode.clone());
+                    let b = pump(ur, dw, mode);
                     tokio::select! { _ = a => {}, _ = b => {} }
                 });
                 c.lock().await.push(h);
