@@ -964,7 +964,7 @@ async fn connect(
             SessionMap::new(&s.name, &table, &uris, inner.mount_folder.clone())
                 .map_err(|e| fail(StatusCode::BadUnexpectedError, e.to_string()))?
         };
-        let lim = read_values(&session, &OperationLimits::node_ids(), s.request_timeout).await?;
+        let lim = read_limits(&session, s.request_timeout).await?;
         let client_max = u32::try_from(session.decoding_options().max_array_length).unwrap_or(0);
         let limits = OperationLimits::effective(
             &OperationLimits::from_values(&lim),
@@ -976,7 +976,7 @@ async fn connect(
     let (map, limits) = match setup.await {
         Ok(x) => x,
         Err(e) => {
-            lost.cancel();
+            abandon(&session, &lost, s.request_timeout).await;
             return Err(e);
         }
     };
@@ -992,10 +992,38 @@ async fn connect(
         generation,
     });
     if let Err(e) = watch_server_status(inner, &ls).await {
-        lost.cancel();
+        abandon(&session, &lost, s.request_timeout).await;
         return Err(e);
     }
     Ok(ls)
+}
+
+/// Closes a session whose set-up failed after it was created, so a
+/// failing attempt does not leave a session behind on the field server
+/// (small PLCs allow only a few), then ends its event loop.
+async fn abandon(session: &Session, lost: &CancellationToken, timeout: Duration) {
+    let _ = tokio::time::timeout(timeout, session.disconnect()).await;
+    lost.cancel();
+}
+
+/// Reads the operation limits. The field server's MaxNodesPerRead is not
+/// known yet, so when it refuses the whole set at once
+/// (`BadTooManyOperations`) they are read one by one.
+async fn read_limits(
+    session: &Session,
+    timeout: Duration,
+) -> Result<Vec<DataValue>, (Failure, String)> {
+    let ids = OperationLimits::node_ids();
+    match read_values(session, &ids, timeout).await {
+        Err((f, _)) if f.status == StatusCode::BadTooManyOperations => {
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                out.extend(read_values(session, std::slice::from_ref(&id), timeout).await?);
+            }
+            Ok(out)
+        }
+        other => other,
+    }
 }
 
 async fn read_values(

@@ -26,6 +26,7 @@ async fn start_sim(dir: &std::path::Path, name: &str) -> SimHandle {
         application_uri: format!("urn:uagate:sim:{name}"),
         security: false,
         update_interval: Duration::from_millis(50),
+        max_nodes_per_read: 0,
     })
     .await
     .expect("simulator starts")
@@ -429,6 +430,7 @@ async fn unknown_field_certificate_is_rejected_listed_and_trusted_by_the_operato
         application_uri: "urn:uagate:sim:secure".into(),
         security: true,
         update_interval: Duration::from_millis(50),
+        max_nodes_per_read: 0,
     })
     .await
     .unwrap();
@@ -526,4 +528,52 @@ async fn unreachable_field_server_keeps_retrying_and_reports_it() {
     let _ = s.disconnect().await;
     let _ = h.await;
     gw.stop().await;
+}
+
+#[tokio::test]
+async fn large_reads_are_split_within_the_field_servers_operation_limits() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A small PLC: at most 2 nodes per Read.
+    let sim = uagate_sim::start(SimConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        pki_dir: tmp.path().join("sim-small"),
+        application_uri: "urn:uagate:sim:small".into(),
+        security: false,
+        update_interval: Duration::from_millis(50),
+        max_nodes_per_read: 2,
+    })
+    .await
+    .unwrap();
+    let gw = TestGateway::start(&field_toml("small", "none", &[&sim.endpoint_url])).await;
+    wait_connected(&gw, "small").await;
+    let (s, h) = connect(&gw, "batches").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let ids = [
+        NodeId::new(ns, "Simulation.Counter"),
+        NodeId::new(0, 2259u32), // local: ServerStatus/State
+        NodeId::new(ns, "Simulation.Sine"),
+        NodeId::new(ns, "Simulation.Toggle"),
+        NodeId::new(ns, "Simulation.Text"),
+        NodeId::new(ns, "Simulation.Setpoint"),
+    ];
+    let nodes: Vec<ReadValueId> = ids.iter().cloned().map(ReadValueId::from).collect();
+    let v = s.read(&nodes, TimestampsToReturn::Both, 0.0).await.unwrap();
+    assert_eq!(v.len(), 6);
+    for dv in &v {
+        assert!(dv.status.is_none_or(|st| st.is_good()), "{v:?}");
+    }
+    assert!(matches!(v[0].value, Some(Variant::UInt32(_))), "{:?}", v[0]);
+    assert!(matches!(v[1].value, Some(Variant::Int32(0))), "{:?}", v[1]);
+    assert!(matches!(v[2].value, Some(Variant::Double(_))), "{:?}", v[2]);
+    assert!(
+        matches!(v[3].value, Some(Variant::Boolean(_))),
+        "{:?}",
+        v[3]
+    );
+    assert!(matches!(v[4].value, Some(Variant::String(_))), "{:?}", v[4]);
+    assert!(matches!(v[5].value, Some(Variant::Double(_))), "{:?}", v[5]);
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    sim.cancel();
 }

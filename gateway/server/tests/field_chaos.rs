@@ -133,6 +133,7 @@ async fn start_sim(dir: &std::path::Path) -> SimHandle {
         application_uri: "urn:uagate:sim:chaos".into(),
         security: false,
         update_interval: Duration::from_millis(50),
+        max_nodes_per_read: 0,
     })
     .await
     .unwrap()

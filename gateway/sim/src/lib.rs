@@ -119,6 +119,9 @@ pub struct SimConfig {
     pub security: bool,
     /// How often the simulated values change. Must be non-zero.
     pub update_interval: Duration,
+    /// Server/ServerCapabilities/OperationLimits/MaxNodesPerRead to announce
+    /// and enforce (a small PLC); 0 keeps the library default.
+    pub max_nodes_per_read: u32,
 }
 
 impl Default for SimConfig {
@@ -129,6 +132,7 @@ impl Default for SimConfig {
             application_uri: NAMESPACE_URI.to_owned(),
             security: true,
             update_interval: Duration::from_millis(500),
+            max_nodes_per_read: 0,
         }
     }
 }
@@ -374,6 +378,9 @@ fn server_builder(config: &SimConfig, host: &str, port: u16, endpoint_url: &str)
         ))
         .add_endpoint("none", ServerEndpoint::new_none("/", &tokens))
         .default_endpoint("none");
+    if config.max_nodes_per_read > 0 {
+        builder.limits_mut().operational.max_nodes_per_read = config.max_nodes_per_read as usize;
+    }
     if config.security {
         builder = builder
             .create_sample_keypair(true)

@@ -29,6 +29,7 @@ async fn start_sim(pki: &Path, security: bool, application_uri: &str) -> SimHand
         application_uri: application_uri.to_owned(),
         security,
         update_interval: Duration::from_millis(50),
+        max_nodes_per_read: 0,
     };
     let sim = bounded("sim start", uagate_sim::start(config))
         .await
