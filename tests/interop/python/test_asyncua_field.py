@@ -1,0 +1,379 @@
+"""uagate as a gateway in front of asyncua FIELD servers.
+
+The field servers are asyncua Servers running in this test's event loop (field_server.py);
+uagate connects to them southbound (`[[field_servers]]`, security None) and mounts their
+Objects folder as Objects/<name>. An asyncua client talks to uagate northbound. Because
+the field servers live in-process, the tests can look inside them: the value a northbound
+Write left behind, and the monitored items the gateway created southbound.
+
+Every wait is bounded; every field server and gateway process is stopped at teardown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import pytest
+from asyncua import Client, ua
+from asyncua.common.subscription import Subscription
+from conftest import ServerTarget
+from field_server import FIELD_NS_URI, FieldServer
+from test_asyncua_client import REQUEST_TIMEOUT_S, bounded
+
+pytestmark = pytest.mark.uagate_only
+
+GATEWAY_NS = 2  # urn:uagate:gateway
+OBJECTS = ua.NodeId(ua.ObjectIds.ObjectsFolder)
+NAMESPACE_ARRAY = ua.NodeId(ua.ObjectIds.Server_NamespaceArray)
+CONNECT_TIMEOUT_S = 20.0
+
+
+def mount(name: str) -> ua.NodeId:
+    return ua.NodeId(f"Field.{name}", GATEWAY_NS)
+
+
+def status(name: str, var: str) -> ua.NodeId:
+    return ua.NodeId(f"FieldStatus.{name}.{var}", GATEWAY_NS)
+
+
+def gateway_config(field_toml: str) -> str:
+    return f"""\
+[listen]
+opc_tcp = "127.0.0.1:0"
+[server]
+application_name = "uagate-test"
+allow_anonymous_write = true
+
+{field_toml}"""
+
+
+def field_toml(name: str, urls: list[str], redundancy: str = "none") -> str:
+    endpoints = ", ".join(f'"{u}"' for u in urls)
+    return f"""\
+[[field_servers]]
+name = "{name}"
+endpoints = [{endpoints}]
+security_mode = "none"
+security_policy = "None"
+redundancy = "{redundancy}"
+keep_alive_interval = "200ms"
+request_timeout = "3s"
+[field_servers.reconnect]
+initial_delay = "200ms"
+max_delay = "1s"
+"""
+
+
+def same_url(a: str, b: str) -> bool:
+    return a.rstrip("/").lower() == b.rstrip("/").lower()
+
+
+async def start_gateway(target: ServerTarget, config: str) -> str:
+    """Import `config` and start uagate; the READY wait runs in a thread so the in-process
+    field servers keep serving meanwhile."""
+    path = target.tmp / "uagate-field.toml"
+    path.write_text(config)
+    await asyncio.to_thread(target.cli, "config", "import", str(path))
+    return await asyncio.to_thread(target.start)
+
+
+@asynccontextmanager
+async def field_servers(*specs: tuple[str, float]) -> AsyncIterator[list[FieldServer]]:
+    """Start one FieldServer per (name, base); stop all of them on exit."""
+    servers: list[FieldServer] = []
+    try:
+        for name, base in specs:
+            fs = FieldServer(name, base)
+            servers.append(fs)
+            await fs.start()
+        yield servers
+    finally:
+        for fs in servers:
+            await fs.stop()
+
+
+@asynccontextmanager
+async def connected(url: str) -> AsyncIterator[Client]:
+    client = Client(url, timeout=REQUEST_TIMEOUT_S)
+    await bounded(client.connect())
+    try:
+        yield client
+    finally:
+        try:
+            await asyncio.wait_for(client.disconnect(), REQUEST_TIMEOUT_S)
+        except Exception:  # the test outcome is already decided; do not mask it
+            pass
+
+
+async def eventually(
+    what: str, probe: Callable[[], Awaitable[Any]], timeout: float, period: float = 0.1
+) -> Any:
+    """Poll `probe` until it returns a truthy value; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = await asyncio.wait_for(probe(), max(0.5, deadline - time.monotonic()))
+        except (ua.UaError, asyncio.TimeoutError, OSError) as exc:
+            last = exc
+        if last and not isinstance(last, BaseException):
+            return last
+        if time.monotonic() >= deadline:
+            pytest.fail(f"{what}: not within {timeout}s (last: {last!r})")
+        await asyncio.sleep(period)
+
+
+async def read(client: Client, node: ua.NodeId) -> Any:
+    return await bounded(client.get_node(node).read_value(), REQUEST_TIMEOUT_S)
+
+
+async def wait_connected(client: Client, name: str, target: ServerTarget) -> None:
+    async def probe() -> bool:
+        return await read(client, status(name, "State")) == "Connected"
+
+    try:
+        await eventually(f"FieldStatus.{name}.State == 'Connected'", probe, CONNECT_TIMEOUT_S, period=0.2)
+    except pytest.fail.Exception:
+        state = await read(client, status(name, "State"))
+        last_error = await read(client, status(name, "LastError"))
+        pytest.fail(f"field connection {name} not Connected within {CONNECT_TIMEOUT_S}s: "
+                    f"State={state!r} LastError={last_error!r}\n{target.log_tail()}")
+
+
+async def field_ns(client: Client) -> int:
+    namespaces = await read(client, NAMESPACE_ARRAY)
+    assert FIELD_NS_URI in namespaces, f"{FIELD_NS_URI} not in the gateway NamespaceArray {namespaces}"
+    return namespaces.index(FIELD_NS_URI)
+
+
+class Recorder:
+    """asyncua subscription handler recording (arrival, value, status) of each data change."""
+
+    def __init__(self) -> None:
+        self.changes: list[tuple[float, Any, ua.StatusCode]] = []
+
+    def datachange_notification(self, node: Any, val: Any, data: Any) -> None:
+        self.changes.append((time.monotonic(), val, data.monitored_item.Value.StatusCode))
+
+    def good_since(self, t0: float, accept: Callable[[Any], bool] = lambda v: True) -> list[Any]:
+        return [v for t, v, s in self.changes if t >= t0 and s.is_good() and accept(v)]
+
+
+async def subscribe(client: Client, node: ua.NodeId, handler: Recorder, sampling_ms: float = 100) -> Subscription:
+    params = ua.CreateSubscriptionParameters(
+        RequestedPublishingInterval=100,
+        RequestedLifetimeCount=300,
+        RequestedMaxKeepAliveCount=10,
+        MaxNotificationsPerPublish=0,
+        PublishingEnabled=True,
+        Priority=0,
+    )
+    sub = Subscription(client.uaclient.session, params, handler)
+    await bounded(sub.init())
+    await bounded(sub.subscribe_data_change(client.get_node(node), queuesize=10, sampling_interval=sampling_ms))
+    return sub
+
+
+# -- 1. Read / Write / Browse / Call / Translate through the mount ----------------------------
+async def test_mount_read_write_browse_call_translate(target: ServerTarget) -> None:
+    async with field_servers(("line1", 20.0)) as (field,):
+        url = await start_gateway(target, gateway_config(field_toml("line1", [field.url])))
+        async with connected(url) as client:
+            await wait_connected(client, "line1", target)
+            assert same_url(await read(client, status("line1", "ActiveEndpoint")), field.url)
+            ns = await field_ns(client)
+            temperature = ua.NodeId("Plant.Temperature", ns)
+            setpoint = ua.NodeId("Plant.Setpoint", ns)
+            plant = ua.NodeId("Plant", ns)
+            add = ua.NodeId("Plant.Add", ns)
+
+            # Read: Temperature is a Double the field server keeps changing.
+            first = await read(client, temperature)
+            assert isinstance(first, float) and field.is_own_value(first), first
+
+            async def changed() -> bool:
+                return (await read(client, temperature)) != first
+
+            await eventually("Temperature read through the gateway changes", changed, 5.0)
+
+            # Write through the gateway, read back via the gateway AND on the field server itself.
+            await bounded(client.get_node(setpoint).write_value(ua.DataValue(ua.Variant(42.25, ua.VariantType.Double))))
+            assert await read(client, setpoint) == 42.25
+            assert field.setpoint is not None
+            assert await field.setpoint.read_value() == 42.25, "the write did not reach the field server"
+
+            # Browse Objects/line1: the field server's Plant, not its Server object.
+            refs = await bounded(client.get_node(mount("line1")).get_children_descriptions())
+            names = {(r.BrowseName.NamespaceIndex, r.BrowseName.Name) for r in refs}
+            assert (ns, "Plant") in names, names
+            assert not any(name == "Server" for _, name in names), names
+            plant_ref = next(r for r in refs if r.BrowseName == ua.QualifiedName("Plant", ns))
+            assert (plant_ref.NodeId.Identifier, plant_ref.NodeId.NamespaceIndex) == ("Plant", ns), plant_ref
+            plant_children = await bounded(client.get_node(plant).get_children_descriptions())
+            assert {r.BrowseName.Name for r in plant_children} >= {"Temperature", "Setpoint", "Add"}, plant_children
+
+            # Call Add through the gateway; the field server's method ran.
+            result = await bounded(client.get_node(plant).call_method(add, 2.5, 4.0))
+            assert result == 6.5
+            assert field.adds == [(2.5, 4.0)]
+
+            # Translate Objects -> 2:line1 -> ns:Plant -> ns:Temperature.
+            node = await bounded(
+                client.get_node(OBJECTS).get_child([f"{GATEWAY_NS}:line1", f"{ns}:Plant", f"{ns}:Temperature"])
+            )
+            assert node.nodeid == temperature, node.nodeid
+
+
+# -- 2. Shared southbound monitored item --------------------------------------------------------
+async def test_ten_clients_share_one_field_monitored_item(target: ServerTarget) -> None:
+    clients_n = 10
+    async with field_servers(("line1", 20.0)) as (field,):
+        url = await start_gateway(target, gateway_config(field_toml("line1", [field.url])))
+        max_items = 0
+        stop_sampling = asyncio.Event()
+
+        async def sample_field_items() -> None:
+            nonlocal max_items
+            while not stop_sampling.is_set():
+                max_items = max(max_items, field.temperature_item_count())
+                await asyncio.sleep(0.02)
+
+        sampler = asyncio.create_task(sample_field_items())
+        try:
+            async with AsyncExitStack() as stack:
+                clients = [await stack.enter_async_context(connected(url)) for _ in range(clients_n)]
+                await wait_connected(clients[0], "line1", target)
+                ns = await field_ns(clients[0])
+                temperature = ua.NodeId("Plant.Temperature", ns)
+                assert field.temperature_item_count() == 0
+
+                recorders = [Recorder() for _ in clients]
+                subs = await asyncio.gather(*(subscribe(c, temperature, r, 100) for c, r in zip(clients, recorders)))
+                t0 = time.monotonic()
+
+                async def all_received() -> bool:
+                    return all(len(r.good_since(t0, field.is_own_value)) >= 3 for r in recorders)
+
+                await eventually("every northbound client receives Temperature changes", all_received, 10.0)
+                counts = [len(r.good_since(0)) for r in recorders]
+                assert field.temperature_item_count() == 1, (
+                    f"{field.temperature_item_count()} field-side monitored items for Temperature "
+                    f"(expected 1 shared item); northbound notifications {counts}"
+                )
+                assert max_items == 1, f"up to {max_items} field-side items for Temperature existed at once"
+
+                # Values keep arriving (shared item fans out to all 10).
+                t1 = time.monotonic()
+                await eventually(
+                    "notifications keep coming to every client",
+                    lambda: _true(all(len(r.good_since(t1)) >= 2 for r in recorders)),
+                    5.0,
+                )
+
+                await asyncio.gather(*(bounded(s.delete()) for s in subs))
+
+                async def field_item_gone() -> bool:
+                    return field.temperature_item_count() == 0
+
+                await eventually("the field-side item disappears after the last northbound delete",
+                                 field_item_gone, 5.0)
+        finally:
+            stop_sampling.set()
+            await sampler
+        assert max_items == 1, max_items
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+# -- 3. Hot redundant pair: ServiceLevel handover, no flap back, failover on stop ----------------
+async def test_hot_pair_service_level_handover_and_failover(target: ServerTarget) -> None:
+    async with field_servers(("a", 1000.0), ("b", 3000.0)) as servers:
+        urls = [fs.url for fs in servers]
+        gw_url = await start_gateway(target, gateway_config(field_toml("pair", urls, redundancy="hot")))
+        async with connected(gw_url) as client:
+            await wait_connected(client, "pair", target)
+            ns = await field_ns(client)
+            temperature = ua.NodeId("Plant.Temperature", ns)
+
+            async def active_server() -> FieldServer | None:
+                endpoint = await read(client, status("pair", "ActiveEndpoint"))
+                return next((fs for fs in servers if same_url(endpoint, fs.url)), None)
+
+            first = await eventually("an ActiveEndpoint of the pair", active_server, 5.0)
+            other = next(fs for fs in servers if fs is not first)
+
+            rec = Recorder()
+            sub = await subscribe(client, temperature, rec, 100)
+            t0 = time.monotonic()
+            await eventually(
+                f"good Temperature values from the active server {first.name}",
+                lambda: _true(len(rec.good_since(t0, first.is_own_value)) >= 2),
+                5.0,
+            )
+
+            # Maintenance (ServiceLevel 0) on the active server -> handover to the other one.
+            await first.set_service_level(0)
+            t_maint = time.monotonic()
+
+            async def switched_to_other() -> bool:
+                return (await active_server()) is other
+
+            await eventually("ActiveEndpoint moves to the other server after ServiceLevel 0",
+                             switched_to_other, 5.0)
+            took = time.monotonic() - t_maint
+            t_switch = time.monotonic()
+            await eventually(
+                f"good Temperature values from {other.name} after the handover",
+                lambda: _true(len(rec.good_since(t_switch, other.is_own_value)) >= 2),
+                5.0,
+            )
+
+            # Healthy again -> no switch back while the other one stays Healthy.
+            await first.set_service_level(255)
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline:
+                active = await active_server()
+                assert active is other, (
+                    f"gateway flapped back to {active.name if active else active!r} after ServiceLevel 255"
+                )
+                await asyncio.sleep(0.1)
+            t_back = time.monotonic()
+            await eventually(
+                f"values still from {other.name}",
+                lambda: _true(len(rec.good_since(t_back, other.is_own_value)) >= 2),
+                3.0,
+            )
+
+            # Hot: only the active server reports. Once the handover settled, nothing came
+            # from the server in Maintenance / the passive one, and nothing was bad.
+            leaked = [(t - t_switch, v) for t, v, s in rec.changes
+                      if t_switch + 0.5 <= t and first.is_own_value(v)]
+            assert not leaked, f"values from the passive server {first.name} after the handover: {leaked[:5]}"
+            # (The very first notification may be BadWaitingForInitialData, before t_maint.)
+            bad = [(t - t_maint, v, s) for t, v, s in rec.changes if t >= t_maint and not s.is_good()]
+            assert not bad, f"non-good notifications during the ServiceLevel handover: {bad[:5]}"
+
+            # Stop the active server -> failover to the first one, good values within 2 s.
+            await other.stop()
+            t_stop = time.monotonic()
+            await eventually(
+                f"good Temperature values from {first.name} after {other.name} stopped",
+                lambda: _true(len(rec.good_since(t_stop, first.is_own_value)) >= 1),
+                2.0,
+                period=0.05,
+            )
+            failover_s = time.monotonic() - t_stop
+
+            async def active_is_first() -> bool:
+                return (await active_server()) is first
+
+            await eventually("ActiveEndpoint back on the first server after the stop", active_is_first, 5.0)
+            assert await read(client, status("pair", "State")) == "Connected"
+            await bounded(sub.delete())
+        print(f"handover after ServiceLevel 0: {took:.2f}s; failover after stop: {failover_s:.2f}s")
