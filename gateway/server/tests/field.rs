@@ -577,3 +577,101 @@ async fn large_reads_are_split_within_the_field_servers_operation_limits() {
     gw.stop().await;
     sim.cancel();
 }
+
+/// Cold, warm and hot-merge pairs: stop the active server, the northbound
+/// subscription delivers good values again from the other one.
+async fn failover_in_mode(mode: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = start_sim(tmp.path(), "a").await;
+    let b = start_sim(tmp.path(), "b").await;
+    let gw = TestGateway::start(&field_toml(
+        "pair",
+        mode,
+        &[&a.endpoint_url, &b.endpoint_url],
+    ))
+    .await;
+    wait_connected(&gw, "pair").await;
+    let first = gw
+        .engine()
+        .field_status("pair")
+        .unwrap()
+        .active_server
+        .unwrap();
+    let sims = [a, b];
+    let (s, h) = connect(&gw, mode).await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let mut rx = subscribe(&s, NodeId::new(ns, "Simulation.Counter"), 100).await;
+    next_good(&mut rx, Duration::from_secs(5)).await;
+    if mode == "cold" {
+        // Only the active server has a session.
+        let st = gw.engine().field_status("pair").unwrap();
+        assert!(
+            !st.servers[1 - first].reachable,
+            "cold backup not connected: {st:?}"
+        );
+    }
+    sims[first].cancel();
+    let stopped = Instant::now();
+    loop {
+        let dv = next_good(&mut rx, Duration::from_secs(5)).await;
+        if dv
+            .server_timestamp
+            .is_some_and(|t| t.as_chrono() > chrono_now_minus(stopped))
+        {
+            break;
+        }
+    }
+    let took = stopped.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "{mode}: delivering again after {took:?}"
+    );
+    assert_eq!(
+        gw.engine().field_status("pair").unwrap().active_server,
+        Some(1 - first),
+        "{mode}"
+    );
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    sims[1 - first].cancel();
+}
+
+#[tokio::test]
+async fn cold_pair_fails_over() {
+    failover_in_mode("cold").await;
+}
+
+#[tokio::test]
+async fn warm_pair_fails_over() {
+    failover_in_mode("warm").await;
+}
+
+#[tokio::test]
+async fn hot_merge_pair_fails_over() {
+    failover_in_mode("hot_merge").await;
+}
+
+#[tokio::test]
+async fn an_alternate_network_path_is_used_when_the_first_is_down() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "a").await;
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let toml = format!(
+        "[[field_servers]]\nname = \"line1\"\nendpoints = [{{ url = \"opc.tcp://127.0.0.1:{dead}/\", alternates = [\"{}\"] }}]\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\n[field_servers.reconnect]\ninitial_delay = \"100ms\"\nmax_delay = \"300ms\"\n",
+        sim.endpoint_url
+    );
+    let gw = TestGateway::start(&toml).await;
+    wait_connected(&gw, "line1").await;
+    let st = gw.engine().field_status("line1").unwrap();
+    assert_eq!(
+        st.active_endpoint.as_deref(),
+        Some(sim.endpoint_url.as_str())
+    );
+    assert!(st.failed_attempts >= 1, "the first path was tried: {st:?}");
+    gw.stop().await;
+    sim.cancel();
+}

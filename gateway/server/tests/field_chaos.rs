@@ -402,3 +402,115 @@ async fn retry_after_hint_bounds_the_next_attempt() {
     gw.stop().await;
     server.abort();
 }
+
+#[tokio::test]
+async fn subscribers_see_bad_while_the_source_is_gone_then_good_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path()).await;
+    let proxy = Proxy::start(sim.local_addr).await;
+    let gw = TestGateway::start(&field_toml(&proxy.url())).await;
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Connected,
+        Duration::from_secs(10),
+    )
+    .await;
+    let (s, h) = connect(&gw).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let sub = s
+        .create_subscription(
+            Duration::from_millis(100),
+            60,
+            10,
+            0,
+            0,
+            true,
+            opcua_client::DataChangeCallback::new(move |dv, _| {
+                let _ = tx.send(dv);
+            }),
+        )
+        .await
+        .unwrap();
+    let (nsa, _) = timed_read(&s, &NodeId::new(0, 2255u32), Duration::from_secs(5)).await;
+    let Some(Variant::Array(nsa)) = nsa.value else {
+        panic!("NamespaceArray")
+    };
+    let ns = nsa
+        .values
+        .iter()
+        .position(|v| matches!(v, Variant::String(u) if u.as_ref() == uagate_sim::NAMESPACE_URI))
+        .unwrap() as u16;
+    let req = opcua_types::MonitoredItemCreateRequest {
+        item_to_monitor: ReadValueId::from(NodeId::new(ns, "Simulation.Counter")),
+        monitoring_mode: opcua_types::MonitoringMode::Reporting,
+        requested_parameters: opcua_types::MonitoringParameters {
+            client_handle: 1,
+            sampling_interval: 100.0,
+            queue_size: 10,
+            discard_oldest: true,
+            ..Default::default()
+        },
+    };
+    s.create_monitored_items(sub, TimestampsToReturn::Both, vec![req])
+        .await
+        .unwrap();
+    wait_for(true, &mut rx).await;
+    proxy.set(BLACKHOLE);
+    proxy.drop_all().await;
+    let bad = wait_for(false, &mut rx).await;
+    assert_eq!(status_of(&bad), StatusCode::BadNoCommunication);
+    assert!(
+        matches!(bad.value, Some(Variant::UInt32(_))),
+        "last value kept: {bad:?}"
+    );
+    proxy.set(FORWARD);
+    let good = wait_for(true, &mut rx).await;
+    assert!(matches!(good.value, Some(Variant::UInt32(_))));
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    sim.cancel();
+}
+
+#[tokio::test]
+async fn stop_is_bounded_while_a_connect_attempt_hangs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path()).await;
+    let proxy = Proxy::start(sim.local_addr).await;
+    proxy.set(BLACKHOLE);
+    let gw = TestGateway::start(&field_toml(&proxy.url())).await;
+    // Let an attempt start and hang on the silent peer.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        gw.engine().field_status("line1").unwrap().state,
+        uagate_field::ConnState::Connecting
+    );
+    let t0 = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), gw.stop())
+        .await
+        .expect("gateway stop is bounded");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    sim.cancel();
+}
+
+fn status_of(dv: &opcua_types::DataValue) -> StatusCode {
+    dv.status.unwrap_or(StatusCode::Good)
+}
+
+/// The next value that is good (`want_good`) or bad, within 8 s.
+async fn wait_for(
+    want_good: bool,
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<opcua_types::DataValue>,
+) -> opcua_types::DataValue {
+    let t0 = Instant::now();
+    loop {
+        let left = Duration::from_secs(8).saturating_sub(t0.elapsed());
+        let dv = tokio::time::timeout(left, rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no {} value", if want_good { "good" } else { "bad" }))
+            .expect("subscription alive");
+        if status_of(&dv).is_good() == want_good {
+            return dv;
+        }
+    }
+}
