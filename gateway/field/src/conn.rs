@@ -202,6 +202,12 @@ pub struct ServerView {
     pub reachable: bool,
     /// Last ServiceLevel seen.
     pub service_level: Option<u8>,
+    /// Server.ServerRedundancy.RedundancySupport read at connect (0 none,
+    /// 1 cold, 2 warm, 3 hot, 4 transparent, 5 hot and mirrored).
+    pub redundancy_support: Option<i32>,
+    /// Server.ServerRedundancy.ServerUriArray read at connect (the peers the
+    /// server names for non-transparent redundancy).
+    pub server_uris: Vec<String>,
 }
 
 /// The observable state of a field connection (gateway status nodes, metrics).
@@ -249,6 +255,10 @@ pub struct LinkSession {
     pub map: Arc<SessionMap>,
     /// Effective operation limits.
     pub limits: OperationLimits,
+    /// RedundancySupport the server announced, if readable.
+    pub redundancy_support: Option<i32>,
+    /// ServerUriArray the server announced (empty if none).
+    pub server_uris: Vec<String>,
     request_timeout: Duration,
     subs: tokio::sync::Mutex<LinkSubs>,
     lost: CancellationToken,
@@ -636,6 +646,10 @@ async fn run(inner: Arc<Inner>) {
                         _ => l.urls.get(l.next_url).cloned().unwrap_or_default(),
                     };
                     v.reachable = matches!(l.phase, Phase::Up(_));
+                    if let Phase::Up(ls) = &l.phase {
+                        v.redundancy_support = ls.redundancy_support;
+                        v.server_uris = ls.server_uris.clone();
+                    }
                     v.service_level = peers[i].service_level;
                 }
             }
@@ -971,9 +985,38 @@ async fn connect(
             client_max,
             &s.overrides,
         );
-        Ok((map, limits))
+        // What the server says about its redundant set (informative: the
+        // configured set is authoritative).
+        let red = read_values(
+            &session,
+            &[
+                VariableId::Server_ServerRedundancy_RedundancySupport.into(),
+                VariableId::Server_ServerRedundancy_ServerUriArray.into(),
+            ],
+            s.request_timeout,
+        )
+        .await?;
+        let support = match red.first().and_then(|d| d.value.clone()) {
+            Some(Variant::Int32(v)) => Some(v),
+            _ => None,
+        };
+        let server_uris = match red.get(1).and_then(|d| d.value.clone()) {
+            Some(Variant::Array(a)) => a
+                .values
+                .iter()
+                .filter_map(|v| match v {
+                    Variant::String(s) => Some(s.as_ref().to_string()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        if support == Some(0) && s.handling != Handling::None {
+            tracing::warn!(field = %s.name, url, mode = ?s.handling, "the field server announces no redundancy support but a redundant set is configured");
+        }
+        Ok((map, limits, support, server_uris))
     };
-    let (map, limits) = match setup.await {
+    let (map, limits, redundancy_support, server_uris) = match setup.await {
         Ok(x) => x,
         Err(e) => {
             abandon(&session, &lost, s.request_timeout).await;
@@ -986,6 +1029,8 @@ async fn connect(
         session: session.clone(),
         map: Arc::new(map),
         limits,
+        redundancy_support,
+        server_uris,
         request_timeout: s.request_timeout,
         subs: tokio::sync::Mutex::new(LinkSubs::default()),
         lost: lost.clone(),

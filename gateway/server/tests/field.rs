@@ -347,6 +347,8 @@ async fn hot_pair_failover_keeps_the_subscription_delivering() {
     let tmp = tempfile::tempdir().unwrap();
     let a = start_sim(tmp.path(), "a").await;
     let b = start_sim(tmp.path(), "b").await;
+    a.set_redundancy_support(opcua_types::RedundancySupport::Hot);
+    b.set_redundancy_support(opcua_types::RedundancySupport::Hot);
     let gw = TestGateway::start(&field_toml(
         "pair",
         "hot",
@@ -354,6 +356,20 @@ async fn hot_pair_failover_keeps_the_subscription_delivering() {
     ))
     .await;
     wait_connected(&gw, "pair").await;
+    // Both servers connected; what they announce about redundancy is read.
+    let t0 = Instant::now();
+    loop {
+        let st = gw.engine().field_status("pair").unwrap();
+        if st.servers.iter().all(|v| v.reachable) {
+            assert!(
+                st.servers.iter().all(|v| v.redundancy_support == Some(3)),
+                "{st:?}"
+            );
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "{st:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // Both reachable and Healthy: whichever was chosen first stays active.
     let t0 = Instant::now();
     let first = loop {
