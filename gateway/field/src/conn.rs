@@ -244,12 +244,61 @@ struct LinkSubs {
     mode: Option<MonitoringMode>,
 }
 
+/// Where the one session of a link connects: its current network path.
+/// The link moves it to another path of the same server (network
+/// redundancy), or to the next server of a hot-and-mirrored set, and the
+/// client library then re-activates the same session over the new channel.
+#[derive(Clone, Default)]
+struct PathSwitch(Arc<Mutex<String>>);
+
+impl PathSwitch {
+    fn get(&self) -> String {
+        self.0.lock().clone()
+    }
+
+    fn set(&self, url: &str) {
+        *self.0.lock() = url.to_string();
+    }
+}
+
+impl opcua_client::transport::Connector for PathSwitch {
+    type Transport = opcua_client::transport::TcpTransport;
+
+    fn connect(
+        &self,
+        channel: Arc<opcua_client::transport::SecureChannelState>,
+        outgoing_recv: opcua_client::transport::RequestRecv,
+        config: opcua_client::transport::TransportConfiguration,
+    ) -> impl std::future::Future<Output = Result<Self::Transport, opcua_types::Error>> + Send + Sync
+    {
+        let connector = opcua_client::transport::TcpConnector::new(&self.get());
+        async move { connector?.connect(channel, outgoing_recv, config).await }
+    }
+
+    fn default_endpoint(&self) -> EndpointDescription {
+        EndpointDescription::from(self.get().as_str())
+    }
+}
+
+/// The connection source handing the link's [`PathSwitch`] to the session.
+struct PathSource(PathSwitch);
+
+impl opcua_client::ConnectionSource for PathSource {
+    type Builder = PathSwitch;
+
+    fn get_connector(
+        &self,
+        _endpoint: &EndpointDescription,
+    ) -> Result<PathSwitch, opcua_types::Error> {
+        Ok(self.0.clone())
+    }
+}
+
 /// One live session to one server of the set.
 pub struct LinkSession {
     /// Index of the server in the set.
     pub server: usize,
-    /// URL the session is connected to.
-    pub url: String,
+    path: PathSwitch,
     session: Arc<Session>,
     /// Node id translation for this session.
     pub map: Arc<SessionMap>,
@@ -269,7 +318,7 @@ impl std::fmt::Debug for LinkSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LinkSession")
             .field("server", &self.server)
-            .field("url", &self.url)
+            .field("url", &self.path.get())
             .finish_non_exhaustive()
     }
 }
@@ -287,6 +336,18 @@ impl LinkSession {
             .saturating_duration_since(Instant::now())
             .min(self.request_timeout)
             .max(Duration::from_millis(1))
+    }
+
+    /// The URL (network path) the session currently uses.
+    pub fn url(&self) -> String {
+        self.path.get()
+    }
+
+    /// Moves the session to the next path: closes the secure channel (not
+    /// the session); the link then re-activates the session over the next
+    /// path. Used when a hot-and-mirrored server goes into Maintenance.
+    async fn move_path(&self) {
+        self.session.channel().close_channel().await;
     }
 
     /// True once the connection behind this session is gone.
@@ -489,7 +550,10 @@ async fn wait_closed(mut rx: watch::Receiver<FieldStatus>) {
 enum Event {
     Up(usize, u64, Arc<LinkSession>),
     Failed(usize, u64, Failure, String),
-    Lost(usize, u64, StatusCode),
+    /// The link's session is gone; the last path it used.
+    Lost(usize, u64, StatusCode, usize),
+    /// The session moved to another network path (same session).
+    Moved(usize, u64),
 }
 
 /// Where one server's link is.
@@ -513,6 +577,8 @@ struct Link {
     cycle: ReconnectCycle,
     generation: u64,
     ever_up: bool,
+    /// A path move was requested and has not completed yet.
+    moving: bool,
 }
 
 /// The state machine task of one connection.
@@ -520,16 +586,23 @@ async fn run(inner: Arc<Inner>) {
     let s = &inner.settings;
     let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
     let now = Instant::now();
-    let mut links: Vec<Link> = s
-        .servers
-        .iter()
+    // A hot-and-mirrored set is one logical session: one link whose paths
+    // are every server's URL and alternates.
+    let paths: Vec<Vec<String>> = if s.handling == Handling::HotAndMirrored {
+        vec![s.servers.concat()]
+    } else {
+        s.servers.clone()
+    };
+    let mut links: Vec<Link> = paths
+        .into_iter()
         .map(|urls| Link {
-            urls: urls.clone(),
+            urls,
             next_url: 0,
             phase: Phase::Idle,
             cycle: ReconnectCycle::start(now),
             generation: 0,
             ever_up: false,
+            moving: false,
         })
         .collect();
     // Cold-style modes connect only `candidate`.
@@ -563,7 +636,35 @@ async fn run(inner: Arc<Inner>) {
 
         // 2. Choose the active server.
         let peers = inner.peers.lock().clone();
-        let chosen = redundancy::select(&peers, active, now_dt);
+        let preferred = redundancy::select(&peers, active, now_dt);
+        // With nothing preferable (e.g. the only server in Maintenance), a
+        // connected server still serves rather than none.
+        let up = |i: usize| {
+            matches!(links.get(i).map(|l| &l.phase), Some(Phase::Up(_)))
+                && peers.get(i).is_some_and(|p| p.service_level.is_some())
+        };
+        let chosen = preferred.or_else(|| {
+            active
+                .filter(|a| up(*a))
+                .or_else(|| (0..links.len()).find(|i| up(*i)))
+        });
+        // A hot-and-mirrored server going into Maintenance: move the one
+        // session to the next server.
+        if s.handling == Handling::HotAndMirrored && links.len() == 1 {
+            if let (Phase::Up(ls), Some(p)) = (&links[0].phase, peers.first()) {
+                if !links[0].moving
+                    && p.service_level.is_some()
+                    && p.state.is_some()
+                    && redundancy::should_failover(p, now_dt)
+                    && links[0].urls.len() > 1
+                {
+                    let ls = ls.clone();
+                    links[0].moving = true;
+                    tracing::info!(field = %s.name, url = %ls.url(), "mirrored server not healthy; moving the session");
+                    tokio::spawn(async move { ls.move_path().await });
+                }
+            }
+        }
         if chosen != active {
             if let Some(c) = chosen {
                 if active.is_some() {
@@ -598,7 +699,7 @@ async fn run(inner: Arc<Inner>) {
                     let p = &peers[candidate];
                     p.service_level.is_some()
                         && p.state.is_some()
-                        && chosen.is_none()
+                        && preferred.is_none()
                         && redundancy::should_failover(p, now_dt)
                 }
                 Phase::Waiting(_) | Phase::Exhausted => true,
@@ -635,14 +736,14 @@ async fn run(inner: Arc<Inner>) {
             st.state = state;
             st.active_server = active;
             st.active_endpoint = active.and_then(|a| match &links[a].phase {
-                Phase::Up(l) => Some(l.url.clone()),
+                Phase::Up(l) => Some(l.url()),
                 _ => None,
             });
             st.service_level = active.and_then(|a| peers[a].service_level);
             for (i, l) in links.iter().enumerate() {
                 if let Some(v) = st.servers.get_mut(i) {
                     v.url = match &l.phase {
-                        Phase::Up(ls) => ls.url.clone(),
+                        Phase::Up(ls) => ls.url(),
                         _ => l.urls.get(l.next_url).cloned().unwrap_or_default(),
                     };
                     v.reachable = matches!(l.phase, Phase::Up(_));
@@ -735,7 +836,7 @@ fn handle_event(inner: &Arc<Inner>, links: &mut [Link], ev: Event, active: &mut 
             }
             link.ever_up = true;
             link.cycle = ReconnectCycle::start(now);
-            tracing::info!(field = %s.name, server = i, url = %ls.url, "field session up");
+            tracing::info!(field = %s.name, server = i, url = %ls.url(), "field session up");
             link.phase = Phase::Up(ls.clone());
             if *active == Some(i) {
                 inner.active.send_replace(Some(ls.clone()));
@@ -759,11 +860,28 @@ fn handle_event(inner: &Arc<Inner>, links: &mut [Link], ev: Event, active: &mut 
                 None => Phase::Exhausted,
             };
         }
-        Event::Lost(i, generation, status) => {
+        Event::Moved(i, generation) => {
             let Some(link) = links.get_mut(i) else { return };
             if generation != link.generation {
                 return;
             }
+            link.moving = false;
+            inner.status.send_modify(|st| st.reconnect_count += 1);
+            if let Phase::Up(ls) = &link.phase {
+                tracing::info!(field = %s.name, server = i, url = %ls.url(), "field session moved to another path");
+                // The server behind the new path may be another one (mirrored
+                // set): learn its level and state now rather than at their
+                // next change.
+                tokio::spawn(refresh_peer(inner.clone(), ls.clone()));
+            }
+        }
+        Event::Lost(i, generation, status, path) => {
+            let Some(link) = links.get_mut(i) else { return };
+            if generation != link.generation {
+                return;
+            }
+            // Reconnect over the path that worked last.
+            link.next_url = path;
             if let Phase::Up(ls) = &link.phase {
                 ls.lost.cancel();
             }
@@ -791,15 +909,19 @@ fn handle_event(inner: &Arc<Inner>, links: &mut [Link], ev: Event, active: &mut 
 fn start_connect(inner: &Arc<Inner>, i: usize, link: &mut Link, tx: &mpsc::UnboundedSender<Event>) {
     link.generation += 1;
     let generation = link.generation;
-    let url = link.urls.get(link.next_url).cloned().unwrap_or_default();
+    let paths = link.urls.clone();
+    let first = link.next_url;
     let inner2 = inner.clone();
     let tx = tx.clone();
     let h = tokio::spawn(async move {
         // One attempt is bounded: GetEndpoints, OpenSecureChannel,
         // CreateSession, ActivateSession and the first reads.
         let budget = inner2.settings.request_timeout.saturating_mul(3);
-        let r =
-            tokio::time::timeout(budget, connect(&inner2, i, &url, generation, tx.clone())).await;
+        let r = tokio::time::timeout(
+            budget,
+            connect(&inner2, i, &paths, first, generation, tx.clone()),
+        )
+        .await;
         let ev = match r {
             Ok(Ok(ls)) => Event::Up(i, generation, ls),
             Ok(Err((f, detail))) => Event::Failed(i, generation, f, detail),
@@ -835,16 +957,20 @@ fn client_error(e: opcua_types::Error) -> (Failure, String) {
 }
 
 /// One connect attempt to server `i` at `url`.
+/// One connect attempt to link `i` over path `paths[first]`. The link can
+/// later move its session to the other paths (see [`PathSwitch`]).
 async fn connect(
     inner: &Arc<Inner>,
     i: usize,
-    url: &str,
+    paths: &[String],
+    first: usize,
     generation: u64,
     tx: mpsc::UnboundedSender<Event>,
 ) -> Result<Arc<LinkSession>, (Failure, String)> {
+    let url = paths.get(first).map(String::as_str).unwrap_or_default();
     let s = &inner.settings;
     let su = &inner.setup;
-    let mut client = ClientBuilder::new()
+    let client = ClientBuilder::new()
         .application_name(su.application_name.clone())
         .application_uri(su.application_uri.clone())
         .product_uri("urn:uagate")
@@ -902,8 +1028,15 @@ async fn connect(
         Identity::Certificate { cert, key } => IdentityToken::new_x509_path(cert, key)
             .map_err(|e| fail(StatusCode::BadIdentityTokenInvalid, e.to_string()))?,
     };
+    let path = PathSwitch::default();
+    path.set(url);
     let (session, event_loop) = client
-        .connect_to_endpoint_directly(endpoint, token)
+        .session_builder()
+        .with_connector(PathSource(path.clone()))
+        .connect_to_endpoint_directly(endpoint)
+        .map_err(client_error)?
+        .user_identity_token(token)
+        .build(client.certificate_store().clone())
         .map_err(client_error)?;
     let mut stream = Box::pin(event_loop.enter());
     loop {
@@ -918,17 +1051,59 @@ async fn connect(
     }
     let lost = CancellationToken::new();
     {
-        // Keep polling the event loop; a lost connection ends the link.
+        // Keep polling the event loop. A lost connection moves the session
+        // to the next path when the link has one (the client library makes
+        // one attempt to re-activate the same session there); otherwise, or
+        // when that fails or the server no longer knows the session, the
+        // link ends and the state machine reconnects under its policy.
         let lost = lost.clone();
         let tx = tx.clone();
         let cancel = inner.cancel.clone();
+        let paths = paths.to_vec();
+        let path = path.clone();
+        let mut current = first;
+        let session_for_loop = session.clone();
+        let timeout = s.request_timeout;
         tokio::spawn(async move {
             let status = loop {
                 tokio::select! {
                     _ = lost.cancelled() => break StatusCode::BadConnectionClosed,
                     _ = cancel.cancelled() => break StatusCode::BadShutdown,
                     ev = stream.next() => match ev {
-                        Some(Ok(SessionPollResult::ConnectionLost(st))) => break st,
+                        Some(Ok(SessionPollResult::ConnectionLost(st))) => {
+                            if paths.len() < 2 {
+                                break st;
+                            }
+                            current = (current + 1) % paths.len();
+                            path.set(&paths[current]);
+                        }
+                        Some(Ok(SessionPollResult::Reconnected(
+                            opcua_client::SessionConnectMode::ReactivatedSession(_),
+                        ))) => {
+                            // The publish loop restarts with the new channel;
+                            // make sure it sends a Publish at once rather
+                            // than waiting for its next tick.
+                            session_for_loop.trigger_publish_now();
+                            let _ = tx.send(Event::Moved(i, generation));
+                        }
+                        Some(Ok(SessionPollResult::Reconnected(_))) => {
+                            // The server behind the new path did not know the
+                            // session and a new one was made: close it (its
+                            // items and namespace map are not ours) and let
+                            // the state machine build the link afresh there.
+                            let close = session_for_loop.disconnect();
+                            tokio::pin!(close);
+                            let _ = tokio::time::timeout(timeout, async {
+                                loop {
+                                    tokio::select! {
+                                        _ = &mut close => break,
+                                        ev = stream.next() => if !matches!(ev, Some(Ok(_))) { break },
+                                    }
+                                }
+                            })
+                            .await;
+                            break StatusCode::BadSessionIdInvalid;
+                        }
                         Some(Err(st)) => break st,
                         None => break StatusCode::BadConnectionClosed,
                         Some(Ok(_)) => {}
@@ -936,7 +1111,7 @@ async fn connect(
                 }
             };
             lost.cancel();
-            let _ = tx.send(Event::Lost(i, generation, status));
+            let _ = tx.send(Event::Lost(i, generation, status, current));
         });
     }
     let setup = async {
@@ -1025,7 +1200,7 @@ async fn connect(
     };
     let ls = Arc::new(LinkSession {
         server: i,
-        url: url.to_string(),
+        path,
         session: session.clone(),
         map: Arc::new(map),
         limits,
@@ -1092,6 +1267,38 @@ async fn read_values(
         .await
         .map_err(client_error)?;
     Ok(r.results.unwrap_or_default())
+}
+
+/// Reads ServiceLevel, ServerStatus/State and EstimatedReturnTime of the
+/// server behind `ls` into the peer table (after a path move).
+async fn refresh_peer(inner: Arc<Inner>, ls: Arc<LinkSession>) {
+    let ids: [NodeId; 3] = [
+        VariableId::Server_ServiceLevel.into(),
+        VariableId::Server_ServerStatus_State.into(),
+        VariableId::Server_EstimatedReturnTime.into(),
+    ];
+    let Ok(values) = read_values(ls.session(), &ids, inner.settings.request_timeout).await else {
+        return;
+    };
+    {
+        let mut peers = inner.peers.lock();
+        let Some(p) = peers.get_mut(ls.server) else {
+            return;
+        };
+        p.reachable = true;
+        if let Some(Variant::Byte(level)) = values.first().and_then(|d| d.value.clone()) {
+            p.maintenance_since = (level == 0).then(DateTime::now);
+            p.service_level = Some(level);
+        }
+        if let Some(Variant::Int32(st)) = values.get(1).and_then(|d| d.value.clone()) {
+            p.state = server_state(st);
+        }
+        p.estimated_return_time = match values.get(2).and_then(|d| d.value.clone()) {
+            Some(Variant::DateTime(t)) if !t.is_null() => Some(*t),
+            _ => None,
+        };
+    }
+    inner.peers_changed.notify_one();
 }
 
 const SL_HANDLE: u32 = 1;

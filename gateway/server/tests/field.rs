@@ -691,3 +691,86 @@ async fn an_alternate_network_path_is_used_when_the_first_is_down() {
     gw.stop().await;
     sim.cancel();
 }
+
+#[tokio::test]
+async fn hot_and_mirrored_moves_its_one_session_and_falls_back_when_not_mirrored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = start_sim(tmp.path(), "a").await;
+    let b = start_sim(tmp.path(), "b").await;
+    let gw = TestGateway::start(&field_toml(
+        "mirror",
+        "hot_and_mirrored",
+        &[&a.endpoint_url, &b.endpoint_url],
+    ))
+    .await;
+    wait_connected(&gw, "mirror").await;
+    // One session, to the first server.
+    let st = gw.engine().field_status("mirror").unwrap();
+    assert_eq!(
+        st.active_endpoint.as_deref(),
+        Some(a.endpoint_url.as_str()),
+        "{st:?}"
+    );
+    let (s, h) = connect(&gw, "mirror").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let mut rx = subscribe(&s, NodeId::new(ns, "Simulation.Counter"), 100).await;
+    next_good(&mut rx, Duration::from_secs(5)).await;
+
+    // Maintenance on the active server: the session moves to b. The
+    // simulators do not mirror sessions, so b creates a new one, the
+    // gateway closes it and builds the link afresh on b.
+    a.set_service_level(0);
+    let t0 = Instant::now();
+    loop {
+        let st = gw.engine().field_status("mirror").unwrap();
+        if st.active_endpoint.as_deref() == Some(b.endpoint_url.as_str())
+            && st.state == uagate_field::ConnState::Connected
+        {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "not moved to b: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let moved = Instant::now();
+    loop {
+        let dv = next_good(&mut rx, Duration::from_secs(5)).await;
+        if dv
+            .server_timestamp
+            .is_some_and(|t| t.as_chrono() > chrono_now_minus(moved))
+        {
+            break;
+        }
+    }
+    a.set_service_level(255);
+
+    // Stop b: the session goes back to a.
+    b.cancel();
+    let stopped = Instant::now();
+    loop {
+        let dv = next_good(&mut rx, Duration::from_secs(5)).await;
+        if dv
+            .server_timestamp
+            .is_some_and(|t| t.as_chrono() > chrono_now_minus(stopped))
+        {
+            break;
+        }
+    }
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        stopped.elapsed()
+    );
+    let st = gw.engine().field_status("mirror").unwrap();
+    assert_eq!(
+        st.active_endpoint.as_deref(),
+        Some(a.endpoint_url.as_str()),
+        "{st:?}"
+    );
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    a.cancel();
+}

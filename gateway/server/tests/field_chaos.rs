@@ -514,3 +514,136 @@ async fn wait_for(
         }
     }
 }
+
+fn sim_summary(sim: &SimHandle, id: VariableId) -> u32 {
+    match sim
+        .server_handle()
+        .info()
+        .summary()
+        .get(id)
+        .and_then(|dv| dv.value)
+    {
+        Some(Variant::UInt32(n)) => n,
+        other => panic!("{id:?}: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_lost_network_path_moves_the_same_session_to_the_alternate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path()).await;
+    let path_a = Proxy::start(sim.local_addr).await;
+    let path_b = Proxy::start(sim.local_addr).await;
+    let toml = format!(
+        "[[field_servers]]\nname = \"line1\"\nendpoints = [{{ url = \"{}\", alternates = [\"{}\"] }}]\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\nkeep_alive_interval = \"200ms\"\nrequest_timeout = \"1s\"\n[field_servers.reconnect]\ninitial_delay = \"100ms\"\nmax_delay = \"500ms\"\n",
+        path_a.url(),
+        path_b.url()
+    );
+    let gw = TestGateway::start(&toml).await;
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Connected,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(
+        gw.engine().field_status("line1").unwrap().active_endpoint,
+        Some(path_a.url())
+    );
+    let (s, h) = connect(&gw).await;
+    let mut rx = subscribe_counter(&s).await;
+    wait_for(true, &mut rx).await;
+    let sessions = sim_summary(
+        &sim,
+        VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSessionCount,
+    );
+    let subscriptions = sim_summary(
+        &sim,
+        VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSubscriptionCount,
+    );
+
+    // Path A goes silent and its connection is cut.
+    path_a.set(BLACKHOLE);
+    path_a.drop_all().await;
+    let t0 = Instant::now();
+    loop {
+        let st = gw.engine().field_status("line1").unwrap();
+        if st.active_endpoint == Some(path_b.url())
+            && st.state == uagate_field::ConnState::Connected
+        {
+            assert!(st.reconnect_count >= 1, "{st:?}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "not moved to path B: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Values keep coming over path B...
+    let dv = wait_for(true, &mut rx).await;
+    assert!(matches!(dv.value, Some(Variant::UInt32(_))));
+    // ...from the same session and subscriptions: none were created on the field server.
+    assert_eq!(
+        sim_summary(
+            &sim,
+            VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSessionCount
+        ),
+        sessions,
+        "the session was re-activated, not recreated"
+    );
+    assert_eq!(
+        sim_summary(&sim, VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSubscriptionCount),
+        subscriptions,
+        "no subscription was recreated"
+    );
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    sim.cancel();
+}
+
+/// A northbound subscription on the simulator's Counter.
+async fn subscribe_counter(
+    s: &Session,
+) -> tokio::sync::mpsc::UnboundedReceiver<opcua_types::DataValue> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let sub = s
+        .create_subscription(
+            Duration::from_millis(100),
+            60,
+            10,
+            0,
+            0,
+            true,
+            opcua_client::DataChangeCallback::new(move |dv, _| {
+                let _ = tx.send(dv);
+            }),
+        )
+        .await
+        .unwrap();
+    let (nsa, _) = timed_read(s, &NodeId::new(0, 2255u32), Duration::from_secs(5)).await;
+    let Some(Variant::Array(nsa)) = nsa.value else {
+        panic!("NamespaceArray")
+    };
+    let ns = nsa
+        .values
+        .iter()
+        .position(|v| matches!(v, Variant::String(u) if u.as_ref() == uagate_sim::NAMESPACE_URI))
+        .unwrap() as u16;
+    let req = opcua_types::MonitoredItemCreateRequest {
+        item_to_monitor: ReadValueId::from(NodeId::new(ns, "Simulation.Counter")),
+        monitoring_mode: opcua_types::MonitoringMode::Reporting,
+        requested_parameters: opcua_types::MonitoringParameters {
+            client_handle: 1,
+            sampling_interval: 100.0,
+            queue_size: 10,
+            discard_oldest: true,
+            ..Default::default()
+        },
+    };
+    s.create_monitored_items(sub, TimestampsToReturn::Both, vec![req])
+        .await
+        .unwrap();
+    rx
+}
