@@ -489,6 +489,11 @@ impl FieldConnection {
         self.inner.items.lock().value(key)
     }
 
+    /// The freshest shared value for a node (see [`ItemTable::latest`]).
+    pub fn latest(&self, node: &NodeId, attribute: u32, index_range: &str) -> Option<DataValue> {
+        self.inner.items.lock().latest(node, attribute, index_range)
+    }
+
     /// Number of shared (southbound) items wanted.
     pub fn shared_item_count(&self) -> usize {
         self.inner.items.lock().len()

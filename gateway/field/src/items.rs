@@ -182,6 +182,19 @@ impl ItemTable {
         }
     }
 
+    /// The freshest value any shared item holds for this node, attribute and
+    /// index range, whatever its sampling class or filter: the initial value
+    /// of a new northbound item that joins an item already being served.
+    pub fn latest(&self, node: &NodeId, attribute: u32, index_range: &str) -> Option<DataValue> {
+        self.entries
+            .iter()
+            .filter(|(k, _)| {
+                &k.node == node && k.attribute == attribute && k.index_range == index_range
+            })
+            .filter_map(|(_, e)| e.value.clone())
+            .max_by_key(|v| v.server_timestamp.map(|t| t.ticks()))
+    }
+
     /// A southbound notification (already remapped) for item `id`. With
     /// `merge` (hot-merge redundancy, several servers report the same item)
     /// a value whose source timestamp is not newer than the last accepted
@@ -304,6 +317,23 @@ mod tests {
         assert_eq!(v.value, Some(Variant::Int32(7)), "last value kept");
         assert!(t.offer(id, dv(8, 2), false));
         assert_eq!(t.value(&k).status, Some(StatusCode::Good));
+    }
+
+    #[test]
+    fn latest_finds_a_value_of_another_class() {
+        let mut t = ItemTable::default();
+        t.set_demand(HashMap::from([(key(1, 1000.0), 1), (key(1, 100.0), 1)]));
+        assert!(t.latest(&NodeId::new(3, 1u32), 13, "").is_none());
+        let id = t
+            .keys()
+            .into_iter()
+            .find(|(_, k)| k.class_ms == 100)
+            .unwrap()
+            .0;
+        t.offer(id, dv(5, 1), false);
+        let v = t.latest(&NodeId::new(3, 1u32), 13, "").unwrap();
+        assert_eq!(v.value, Some(Variant::Int32(5)));
+        assert!(t.latest(&NodeId::new(3, 2u32), 13, "").is_none());
     }
 
     #[test]

@@ -86,11 +86,19 @@ impl ItemSource for SpaceSource<'_> {
     }
 
     fn sample(&self, item: &ReadValueId, now: DateTime) -> DataValue {
-        if self.field(&item.node_id).is_some() {
-            return DataValue {
-                status: Some(StatusCode::BadWaitingForInitialData),
-                ..Default::default()
-            };
+        if let Some(conn) = self.field(&item.node_id) {
+            // A new item joining a node that is already served starts with
+            // its current value.
+            return conn
+                .latest(
+                    &item.node_id,
+                    item.attribute_id,
+                    &item.index_range.to_string(),
+                )
+                .unwrap_or(DataValue {
+                    status: Some(StatusCode::BadWaitingForInitialData),
+                    ..Default::default()
+                });
         }
         self.0.read(now, item, TimestampsToReturn::Both, 0.0)
     }

@@ -325,6 +325,19 @@ async fn ten_subscribers_share_one_southbound_item() {
         Some(1),
         "one southbound item for ten subscribers"
     );
+    // One more subscriber joins a node already served: its very first
+    // notification carries the current value, not BadWaitingForInitialData.
+    {
+        let (s, _) = &sessions[0];
+        let ns = ns_of(s, uagate_sim::NAMESPACE_URI).await;
+        let mut rx = subscribe(s, NodeId::new(ns, "Simulation.Counter"), 250).await;
+        let first = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(first.status.is_none_or(|st| st.is_good()), "{first:?}");
+        assert!(matches!(first.value, Some(Variant::UInt32(_))), "{first:?}");
+    }
     // The last subscriber gone → the shared item goes.
     for (s, h) in sessions {
         let _ = s.disconnect().await;
