@@ -369,6 +369,8 @@ struct Inner {
     peers_changed: Notify,
     peers: Mutex<Vec<PeerStatus>>,
     cancel: CancellationToken,
+    /// EURanges of field nodes, for percent deadband items.
+    eu_ranges: Mutex<HashMap<NodeId, (f64, f64)>>,
 }
 
 /// A managed field connection (see the module docs). Created with
@@ -421,6 +423,7 @@ impl FieldConnection {
             peers_changed: Notify::new(),
             peers: Mutex::new(vec![PeerStatus::default(); n]),
             cancel: CancellationToken::new(),
+            eu_ranges: Mutex::new(HashMap::new()),
         });
         let task = enabled.then(|| tokio::spawn(run(inner.clone())));
         FieldConnection {
@@ -492,6 +495,26 @@ impl FieldConnection {
     /// The freshest shared value for a node (see [`ItemTable::latest`]).
     pub fn latest(&self, node: &NodeId, attribute: u32, index_range: &str) -> Option<DataValue> {
         self.inner.items.lock().latest(node, attribute, index_range)
+    }
+
+    /// The EURange (low, high) of a field node, as fetched by
+    /// [`FieldConnection::set_eu_range`] before a percent deadband item on it
+    /// is created.
+    pub fn eu_range(&self, node: &NodeId) -> Option<(f64, f64)> {
+        self.inner.eu_ranges.lock().get(node).copied()
+    }
+
+    /// Remembers the EURange of a field node (bounded: the oldest half is
+    /// dropped beyond 10,000 nodes).
+    pub fn set_eu_range(&self, node: NodeId, range: (f64, f64)) {
+        let mut m = self.inner.eu_ranges.lock();
+        if m.len() >= 10_000 {
+            let drop: Vec<NodeId> = m.keys().take(5_000).cloned().collect();
+            for k in drop {
+                m.remove(&k);
+            }
+        }
+        m.insert(node, range);
     }
 
     /// Number of shared (southbound) items wanted.

@@ -597,3 +597,80 @@ impl Engine {
         Some(f.conns.get(f.index_of(name)?)?.shared_item_count())
     }
 }
+
+impl Engine {
+    /// Before CreateMonitoredItems: fetches the EURange of every mounted node
+    /// that gets a percent deadband, so the (synchronous) item creation can
+    /// resolve it like for a local node. Failures leave the range unknown
+    /// (the item then gets `BadFilterNotAllowed`).
+    pub(crate) async fn prefetch_field_eu_ranges(
+        &self,
+        r: &opcua_types::CreateMonitoredItemsRequest,
+    ) {
+        let Some(fields) = self.fields() else { return };
+        let mut per_mount: HashMap<usize, Vec<NodeId>> = HashMap::new();
+        for item in r.items_to_create.as_deref().unwrap_or(&[]) {
+            let percent = item
+                .requested_parameters
+                .filter
+                .inner_as::<opcua_types::DataChangeFilter>()
+                .is_some_and(|f| f.deadband_type == opcua_types::DeadbandType::Percent as u32);
+            let node = &item.item_to_monitor.node_id;
+            if !percent {
+                continue;
+            }
+            if let Some(m) = fields.route(node) {
+                if !fields.is_mount_folder(m, node) && fields.conns[m].eu_range(node).is_none() {
+                    per_mount.entry(m).or_default().push(node.clone());
+                }
+            }
+        }
+        let due = deadline(&r.request_header);
+        for (m, nodes) in per_mount {
+            let conn = &fields.conns[m];
+            let Ok(link) = conn.link(due).await else {
+                continue;
+            };
+            let paths: Vec<BrowsePath> = nodes
+                .iter()
+                .map(|n| BrowsePath {
+                    starting_node: n.clone(),
+                    relative_path: RelativePath {
+                        elements: Some(vec![opcua_types::RelativePathElement {
+                            reference_type_id: opcua_types::ReferenceTypeId::HasProperty.into(),
+                            is_inverse: false,
+                            include_subtypes: true,
+                            target_name: opcua_types::QualifiedName::new(0, "EURange"),
+                        }]),
+                    },
+                })
+                .collect();
+            let Ok(found) = proxy::translate(&link, &paths, due).await else {
+                continue;
+            };
+            let (owners, props): (Vec<NodeId>, Vec<opcua_types::ReadValueId>) = nodes
+                .into_iter()
+                .zip(found)
+                .filter_map(|(n, res)| {
+                    let t = res.targets?.into_iter().next()?;
+                    Some((n, opcua_types::ReadValueId::from(t.target_id.node_id)))
+                })
+                .unzip();
+            if props.is_empty() {
+                continue;
+            }
+            let Ok(values) =
+                proxy::read(&link, &props, TimestampsToReturn::Neither, 0.0, due).await
+            else {
+                continue;
+            };
+            for (n, dv) in owners.into_iter().zip(values) {
+                if let Some(opcua_types::Variant::ExtensionObject(eo)) = dv.value {
+                    if let Some(range) = eo.inner_as::<opcua_types::Range>() {
+                        conn.set_eu_range(n, (range.low, range.high));
+                    }
+                }
+            }
+        }
+    }
+}

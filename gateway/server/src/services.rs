@@ -102,7 +102,10 @@ impl Engine {
             RequestMessage::DeleteSubscriptions(r) => self.delete_subscriptions(chan, &r),
             RequestMessage::Republish(r) => self.republish(chan, &r),
             RequestMessage::TransferSubscriptions(r) => self.transfer_subscriptions(chan, &r),
-            RequestMessage::CreateMonitoredItems(r) => self.create_monitored_items(chan, &r),
+            RequestMessage::CreateMonitoredItems(r) => {
+                self.prefetch_field_eu_ranges(&r).await;
+                self.create_monitored_items(chan, &r)
+            }
             RequestMessage::ModifyMonitoredItems(r) => self.modify_monitored_items(chan, &r),
             RequestMessage::DeleteMonitoredItems(r) => self.delete_monitored_items(chan, &r),
             RequestMessage::SetMonitoringMode(r) => self.set_monitoring_mode(chan, &r),

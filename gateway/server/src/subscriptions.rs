@@ -104,6 +104,9 @@ impl ItemSource for SpaceSource<'_> {
     }
 
     fn eu_range(&self, node: &NodeId) -> Option<(f64, f64)> {
+        if let Some(conn) = self.field(node) {
+            return conn.eu_range(node);
+        }
         let path = BrowsePath {
             starting_node: node.clone(),
             relative_path: RelativePath {

@@ -787,3 +787,63 @@ async fn hot_and_mirrored_moves_its_one_session_and_falls_back_when_not_mirrored
     gw.stop().await;
     a.cancel();
 }
+
+#[tokio::test]
+async fn percent_deadband_on_a_field_node_uses_the_field_eurange() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "a").await;
+    let gw = TestGateway::start(&field_toml("line1", "none", &[&sim.endpoint_url])).await;
+    wait_connected(&gw, "line1").await;
+    let (s, h) = connect(&gw, "percent").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let sub = s
+        .create_subscription(
+            Duration::from_millis(100),
+            60,
+            10,
+            0,
+            0,
+            true,
+            DataChangeCallback::new(|_, _| {}),
+        )
+        .await
+        .unwrap();
+    let item = |node: &str, percent: f64| MonitoredItemCreateRequest {
+        item_to_monitor: ReadValueId::from(NodeId::new(ns, node)),
+        monitoring_mode: opcua_types::MonitoringMode::Reporting,
+        requested_parameters: opcua_types::MonitoringParameters {
+            client_handle: 7,
+            sampling_interval: 100.0,
+            queue_size: 1,
+            discard_oldest: true,
+            filter: opcua_types::ExtensionObject::from_message(opcua_types::DataChangeFilter {
+                trigger: opcua_types::DataChangeTrigger::StatusValue,
+                deadband_type: opcua_types::DeadbandType::Percent as u32,
+                deadband_value: percent,
+            }),
+        },
+    };
+    let r = s
+        .create_monitored_items(
+            sub,
+            TimestampsToReturn::Both,
+            vec![
+                item("Simulation.Random", 10.0),
+                item("Simulation.Counter", 10.0),
+            ],
+        )
+        .await
+        .unwrap();
+    // Random is an AnalogItem with an EURange on the field server.
+    assert_eq!(r[0].result.status_code, StatusCode::Good, "{r:?}");
+    // Counter has no EURange: a percent deadband is not allowed there.
+    assert_eq!(
+        r[1].result.status_code,
+        StatusCode::BadFilterNotAllowed,
+        "{r:?}"
+    );
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    sim.cancel();
+}
