@@ -8,6 +8,7 @@
 //! allocation and node id remapping between the gateway and a field server).
 
 pub mod conn;
+pub mod diag;
 pub mod items;
 pub mod limits;
 pub mod policy;

@@ -18,12 +18,38 @@ use opcua_client::services::{
 use opcua_client::{HistoryReadAction, UARequest};
 use opcua_types::{
     BrowseDescription, BrowsePath, BrowsePathResult, BrowseResult, ByteString, CallMethodRequest,
-    CallMethodResult, DataValue, ExtensionObject, HistoryReadResult, HistoryReadValueId,
-    ReadValueId, StatusCode, TimestampsToReturn, ViewDescription, WriteValue,
+    CallMethodResult, DataValue, DiagnosticBits, DiagnosticInfo, ExtensionObject,
+    HistoryReadResult, HistoryReadValueId, ReadValueId, StatusCode, TimestampsToReturn, UAString,
+    ViewDescription, WriteValue,
 };
 
 use crate::conn::LinkSession;
+use crate::diag::{shift_indexes, Diagnostics};
 use crate::limits::batches;
+
+/// What a proxied call needs besides its operations: the northbound
+/// request's deadline and the diagnostics it asked for (passed on to the
+/// field server).
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx {
+    /// When the northbound request must be answered.
+    pub deadline: Instant,
+    /// ReturnDiagnostics of the northbound request.
+    pub diagnostics: DiagnosticBits,
+}
+
+/// The results of a proxied call, in operation order, with their
+/// operation-level diagnostics.
+#[derive(Debug)]
+pub struct Answer<R> {
+    /// One result per operation.
+    pub results: Vec<R>,
+    /// One DiagnosticInfo per operation (null when none) and their strings.
+    pub diagnostics: Diagnostics,
+}
+
+/// One southbound response: its results, diagnostic infos and string table.
+type Batch<R> = (Vec<R>, Option<Vec<DiagnosticInfo>>, Option<Vec<UAString>>);
 
 /// Prefix of a northbound continuation point that stands for a field
 /// server's continuation point: `[MARK, mount index (u16 LE), field bytes…]`.
@@ -62,20 +88,24 @@ fn status_of(e: opcua_types::Error) -> StatusCode {
 /// field server (an operation that cannot be remapped gets `failed(status)`
 /// and is not sent), send the rest in batches of at most `limit` with
 /// `send` (which also maps the results back), and return one result per
-/// operation in request order. A batch whose result count does not match is
-/// a protocol error of the field server.
+/// operation in request order, with the diagnostics of every batch merged
+/// into one string table (`rebase` shifts string indexes a result carries
+/// itself, e.g. the input argument diagnostics of Call). A batch whose result
+/// count does not match is a protocol error of the field server.
 async fn batched<Q, F, R, Fut>(
     ops: &[Q],
     limit: u32,
     to_field: impl Fn(&Q) -> Result<F, StatusCode>,
     failed: impl Fn(StatusCode) -> R,
+    rebase: impl Fn(&mut R, i32),
     send: impl Fn(Vec<F>) -> Fut,
-) -> Result<Vec<R>, StatusCode>
+) -> Result<Answer<R>, StatusCode>
 where
     F: Clone,
-    Fut: std::future::Future<Output = Result<Vec<R>, StatusCode>>,
+    Fut: std::future::Future<Output = Result<Batch<R>, StatusCode>>,
 {
     let mut out: Vec<Option<R>> = (0..ops.len()).map(|_| None).collect();
+    let mut diagnostics = Diagnostics::with_len(ops.len());
     let mut mapped = Vec::with_capacity(ops.len());
     let mut pos = Vec::with_capacity(ops.len());
     for (i, op) in ops.iter().enumerate() {
@@ -88,19 +118,36 @@ where
         }
     }
     for r in batches(mapped.len(), limit) {
-        let results = send(mapped[r.clone()].to_vec()).await?;
+        let (results, infos, strings) = send(mapped[r.clone()].to_vec()).await?;
         if results.len() != r.len() {
             return Err(StatusCode::BadUnexpectedError);
         }
-        for (k, res) in results.into_iter().enumerate() {
+        let shift = diagnostics.add_strings(strings);
+        for (k, mut res) in results.into_iter().enumerate() {
+            rebase(&mut res, shift);
             out[pos[r.start + k]] = Some(res);
         }
+        let infos = infos.map(|v| {
+            v.into_iter()
+                .map(|mut d| {
+                    shift_indexes(&mut d, shift);
+                    d
+                })
+                .collect()
+        });
+        diagnostics.place(&pos[r.clone()], infos);
     }
-    Ok(out
-        .into_iter()
-        .map(|o| o.unwrap_or_else(|| failed(StatusCode::BadUnexpectedError)))
-        .collect())
+    Ok(Answer {
+        results: out
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| failed(StatusCode::BadUnexpectedError)))
+            .collect(),
+        diagnostics,
+    })
 }
+
+/// No string index inside the result itself.
+fn keep<R>(_: &mut R, _: i32) {}
 
 /// Read on one field server. `nodes` are gateway ids; results in order.
 pub async fn read(
@@ -108,28 +155,33 @@ pub async fn read(
     nodes: &[ReadValueId],
     ts: TimestampsToReturn,
     max_age: f64,
-    deadline: Instant,
-) -> Result<Vec<DataValue>, StatusCode> {
+    ctx: Ctx,
+) -> Result<Answer<DataValue>, StatusCode> {
     batched(
         nodes,
         ls.limits.max_nodes_per_read,
         |n| ls.map.read_value_id_to_field(n),
         bad,
+        keep,
         |batch| async move {
             let resp = Read::new(ls.session())
                 .nodes_to_read(batch)
                 .timestamps_to_return(ts)
                 .max_age(max_age)
-                .timeout(ls.timeout_until(deadline))
+                .timeout(ls.timeout_until(ctx.deadline))
+                .diagnostics(ctx.diagnostics)
                 .send(ls.session().channel())
                 .await
                 .map_err(status_of)?;
-            Ok(resp
+            let infos = resp.diagnostic_infos;
+            let strings = resp.response_header.string_table;
+            let results = resp
                 .results
                 .unwrap_or_default()
                 .into_iter()
                 .map(|dv| ls.map.data_value_to_gateway(dv))
-                .collect())
+                .collect();
+            Ok((results, infos, strings))
         },
     )
     .await
@@ -146,21 +198,27 @@ fn bad(st: StatusCode) -> DataValue {
 pub async fn write(
     ls: &LinkSession,
     nodes: &[WriteValue],
-    deadline: Instant,
-) -> Result<Vec<StatusCode>, StatusCode> {
+    ctx: Ctx,
+) -> Result<Answer<StatusCode>, StatusCode> {
     batched(
         nodes,
         ls.limits.max_nodes_per_write,
         |n| ls.map.write_value_to_field(n),
         |st| st,
+        keep,
         |batch| async move {
             let resp = Write::new(ls.session())
                 .nodes_to_write(batch)
-                .timeout(ls.timeout_until(deadline))
+                .timeout(ls.timeout_until(ctx.deadline))
+                .diagnostics(ctx.diagnostics)
                 .send(ls.session().channel())
                 .await
                 .map_err(status_of)?;
-            Ok(resp.results.unwrap_or_default())
+            Ok((
+                resp.results.unwrap_or_default(),
+                resp.diagnostic_infos,
+                resp.response_header.string_table,
+            ))
         },
     )
     .await
@@ -174,8 +232,8 @@ pub async fn browse(
     view: &ViewDescription,
     max_refs: u32,
     nodes: &[BrowseDescription],
-    deadline: Instant,
-) -> Result<Vec<BrowseResult>, StatusCode> {
+    ctx: Ctx,
+) -> Result<Answer<BrowseResult>, StatusCode> {
     let mut field_view = view.clone();
     if !view.view_id.is_null() {
         field_view.view_id = ls.map.node_to_field(&view.view_id)?;
@@ -186,21 +244,26 @@ pub async fn browse(
         ls.limits.max_nodes_per_browse,
         |n| ls.map.browse_description_to_field(n),
         bad_browse,
+        keep,
         |batch| async move {
             let resp = Browse::new(ls.session())
                 .view(field_view.clone())
                 .max_references_per_node(max_refs)
                 .nodes_to_browse(batch)
-                .timeout(ls.timeout_until(deadline))
+                .timeout(ls.timeout_until(ctx.deadline))
+                .diagnostics(ctx.diagnostics)
                 .send(ls.session().channel())
                 .await
                 .map_err(status_of)?;
-            Ok(resp
+            let infos = resp.diagnostic_infos;
+            let strings = resp.response_header.string_table;
+            let results = resp
                 .results
                 .unwrap_or_default()
                 .into_iter()
                 .map(|br| browse_result_to_gateway(ls, mount, br))
-                .collect())
+                .collect();
+            Ok((results, infos, strings))
         },
     )
     .await
@@ -213,27 +276,32 @@ pub async fn browse_next(
     mount: u16,
     release: bool,
     cps: &[ByteString],
-    deadline: Instant,
-) -> Result<Vec<BrowseResult>, StatusCode> {
+    ctx: Ctx,
+) -> Result<Answer<BrowseResult>, StatusCode> {
     batched(
         cps,
         ls.limits.max_nodes_per_browse,
         |cp| Ok(cp.clone()),
         bad_browse,
+        keep,
         |batch| async move {
             let resp = BrowseNext::new(ls.session())
                 .release_continuation_points(release)
                 .continuation_points(batch)
-                .timeout(ls.timeout_until(deadline))
+                .timeout(ls.timeout_until(ctx.deadline))
+                .diagnostics(ctx.diagnostics)
                 .send(ls.session().channel())
                 .await
                 .map_err(status_of)?;
-            Ok(resp
+            let infos = resp.diagnostic_infos;
+            let strings = resp.response_header.string_table;
+            let results = resp
                 .results
                 .unwrap_or_default()
                 .into_iter()
                 .map(|br| browse_result_to_gateway(ls, mount, br))
-                .collect())
+                .collect();
+            Ok((results, infos, strings))
         },
     )
     .await
@@ -266,8 +334,8 @@ fn bad_browse(st: StatusCode) -> BrowseResult {
 pub async fn translate(
     ls: &LinkSession,
     paths: &[BrowsePath],
-    deadline: Instant,
-) -> Result<Vec<BrowsePathResult>, StatusCode> {
+    ctx: Ctx,
+) -> Result<Answer<BrowsePathResult>, StatusCode> {
     batched(
         paths,
         ls.limits.max_nodes_per_translate,
@@ -276,19 +344,24 @@ pub async fn translate(
             status_code: st,
             targets: None,
         },
+        keep,
         |batch| async move {
             let resp = TranslateBrowsePaths::new(ls.session())
                 .browse_paths(batch)
-                .timeout(ls.timeout_until(deadline))
+                .timeout(ls.timeout_until(ctx.deadline))
+                .diagnostics(ctx.diagnostics)
                 .send(ls.session().channel())
                 .await
                 .map_err(status_of)?;
-            Ok(resp
+            let infos = resp.diagnostic_infos;
+            let strings = resp.response_header.string_table;
+            let results = resp
                 .results
                 .unwrap_or_default()
                 .iter()
                 .map(|br| ls.map.browse_path_result_to_gateway(br))
-                .collect())
+                .collect();
+            Ok((results, infos, strings))
         },
     )
     .await
@@ -298,26 +371,35 @@ pub async fn translate(
 pub async fn call(
     ls: &LinkSession,
     calls: &[CallMethodRequest],
-    deadline: Instant,
-) -> Result<Vec<CallMethodResult>, StatusCode> {
+    ctx: Ctx,
+) -> Result<Answer<CallMethodResult>, StatusCode> {
     batched(
         calls,
         ls.limits.max_nodes_per_method_call,
         |c| ls.map.call_to_field(c),
         bad_call,
+        |cr: &mut CallMethodResult, shift| {
+            for d in cr.input_argument_diagnostic_infos.iter_mut().flatten() {
+                shift_indexes(d, shift);
+            }
+        },
         |batch| async move {
             let resp = Call::new(ls.session())
                 .methods_to_call(batch)
-                .timeout(ls.timeout_until(deadline))
+                .timeout(ls.timeout_until(ctx.deadline))
+                .diagnostics(ctx.diagnostics)
                 .send(ls.session().channel())
                 .await
                 .map_err(status_of)?;
-            Ok(resp
+            let infos = resp.diagnostic_infos;
+            let strings = resp.response_header.string_table;
+            let results = resp
                 .results
                 .unwrap_or_default()
                 .iter()
                 .map(|cr| ls.map.call_result_to_gateway(cr))
-                .collect())
+                .collect();
+            Ok((results, infos, strings))
         },
     )
     .await
@@ -343,8 +425,8 @@ pub async fn history_read(
     ts: TimestampsToReturn,
     release: bool,
     nodes: &[HistoryReadValueId],
-    deadline: Instant,
-) -> Result<Vec<HistoryReadResult>, StatusCode> {
+    ctx: Ctx,
+) -> Result<Answer<HistoryReadResult>, StatusCode> {
     let action = history_action(details)?;
     let action = &action;
     batched(
@@ -361,16 +443,20 @@ pub async fn history_read(
             ls.map.history_read_value_id_to_field(&n)
         },
         bad_history,
+        keep,
         |batch| async move {
             let resp = HistoryRead::new(action.clone(), ls.session())
                 .timestamps_to_return(ts)
                 .release_continuation_points(release)
                 .nodes_to_read(batch)
-                .timeout(ls.timeout_until(deadline))
+                .timeout(ls.timeout_until(ctx.deadline))
+                .diagnostics(ctx.diagnostics)
                 .send(ls.session().channel())
                 .await
                 .map_err(status_of)?;
-            Ok(resp
+            let infos = resp.diagnostic_infos;
+            let strings = resp.response_header.string_table;
+            let results = resp
                 .results
                 .unwrap_or_default()
                 .into_iter()
@@ -379,7 +465,8 @@ pub async fn history_read(
                     continuation_point: wrap_cp(mount, &hr.continuation_point),
                     history_data: hr.history_data,
                 })
-                .collect())
+                .collect();
+            Ok((results, infos, strings))
         },
     )
     .await
@@ -415,6 +502,79 @@ fn history_action(details: &ExtensionObject) -> Result<HistoryReadAction, Status
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Five operations, limit 2, the second one cannot be remapped: three
+    /// batches of the four others, results in request order, each batch's
+    /// diagnostics shifted onto one string table.
+    #[tokio::test]
+    async fn batches_keep_order_and_merge_diagnostics() {
+        let ops = [10u32, 11, 12, 13, 14];
+        let sent = std::sync::Mutex::new(Vec::new());
+        let answer = batched(
+            &ops,
+            2,
+            |op| {
+                if *op == 11 {
+                    Err(StatusCode::BadNodeIdUnknown)
+                } else {
+                    Ok(*op)
+                }
+            },
+            |st| (0u32, st),
+            keep,
+            |batch: Vec<u32>| {
+                sent.lock().unwrap().push(batch.clone());
+                async move {
+                    let infos = batch
+                        .iter()
+                        .map(|_| DiagnosticInfo {
+                            localized_text: Some(0),
+                            ..DiagnosticInfo::null()
+                        })
+                        .collect();
+                    let strings = vec![UAString::from(format!("batch of {}", batch[0]))];
+                    Ok((
+                        batch.iter().map(|b| (*b, StatusCode::Good)).collect(),
+                        Some(infos),
+                        Some(strings),
+                    ))
+                }
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(*sent.lock().unwrap(), vec![vec![10, 12], vec![13, 14]]);
+        assert_eq!(
+            answer.results,
+            vec![
+                (10, StatusCode::Good),
+                (0, StatusCode::BadNodeIdUnknown),
+                (12, StatusCode::Good),
+                (13, StatusCode::Good),
+                (14, StatusCode::Good),
+            ]
+        );
+        let d = &answer.diagnostics;
+        assert_eq!(d.strings.len(), 2);
+        assert_eq!(d.infos[0].localized_text, Some(0));
+        assert_eq!(d.infos[1], DiagnosticInfo::null());
+        assert_eq!(d.infos[3].localized_text, Some(1), "second batch shifted");
+        assert_eq!(d.strings[1], UAString::from("batch of 13"));
+    }
+
+    #[tokio::test]
+    async fn a_batch_with_the_wrong_result_count_is_an_error() {
+        let r = batched(
+            &[1u32, 2],
+            0,
+            |op| Ok(*op),
+            |_| 0u32,
+            keep,
+            |_batch: Vec<u32>| async { Ok((vec![1u32], None, None)) },
+        )
+        .await;
+        assert_eq!(r.unwrap_err(), StatusCode::BadUnexpectedError);
+    }
 
     #[test]
     fn continuation_points_round_trip_and_reject_foreign() {

@@ -8,19 +8,43 @@ use std::collections::HashMap;
 use opcua_core::ResponseMessage;
 use opcua_types::{
     BrowseNextRequest, BrowseNextResponse, BrowsePath, BrowsePathResult, BrowseRequest,
-    BrowseResponse, BrowseResult, CallMethodResult, CallRequest, CallResponse, DataValue,
-    HistoryReadRequest, HistoryReadResponse, HistoryReadResult, NodeId, ReadRequest, ReadResponse,
-    RelativePath, ResponseHeader, StatusCode, TimestampsToReturn,
-    TranslateBrowsePathsToNodeIdsRequest, TranslateBrowsePathsToNodeIdsResponse, WriteRequest,
-    WriteResponse,
+    BrowseResponse, CallRequest, CallResponse, DataValue, HistoryReadRequest, HistoryReadResponse,
+    HistoryReadResult, NodeId, ReadRequest, ReadResponse, RelativePath, ResponseHeader, StatusCode,
+    TimestampsToReturn, TranslateBrowsePathsToNodeIdsRequest,
+    TranslateBrowsePathsToNodeIdsResponse, WriteRequest, WriteResponse,
 };
-use uagate_field::proxy;
+use uagate_field::diag::Diagnostics;
+use uagate_field::proxy::{self, Answer, Ctx};
 
 use crate::error::ServiceError;
 use crate::fields::{bad_browse, bad_value, deadline, partition, Fields};
 use crate::{ChannelInfo, Engine};
 
 type Result<T> = std::result::Result<T, ServiceError>;
+
+/// An answer of `n` operations, all `fill` until placed.
+fn answer<R: Clone>(fill: R, n: usize) -> Answer<R> {
+    Answer {
+        results: vec![fill; n],
+        diagnostics: Diagnostics::with_len(n),
+    }
+}
+
+/// The southbound context of a request: its deadline and the diagnostics
+/// it asked for.
+fn ctx_of(header: &opcua_types::RequestHeader) -> Ctx {
+    Ctx {
+        deadline: deadline(header),
+        diagnostics: header.return_diagnostics,
+    }
+}
+
+/// A good response header carrying the string table of `d`.
+fn header_with(request: &opcua_types::RequestHeader, d: &Diagnostics) -> ResponseHeader {
+    let mut h = ResponseHeader::new_good(request);
+    h.string_table = d.string_table();
+    h
+}
 
 /// Puts the results of a local sub-request back at the request positions
 /// `at` (result k answers operation `at[k]`).
@@ -56,15 +80,15 @@ impl Engine {
         }
         let mut sub = r.clone();
         sub.nodes_to_read = Some(local.iter().map(|i| nodes[*i].clone()).collect());
-        let mut out: Vec<DataValue> = vec![DataValue::default(); nodes.len()];
+        let mut out = answer(DataValue::default(), nodes.len());
         if local.is_empty() {
             // Validation (count, max age, session) still runs.
             sub.nodes_to_read = Some(vec![nodes[0].clone()]);
             if let ResponseMessage::Read(_) = self.read(chan, &sub)? {}
         } else if let ResponseMessage::Read(resp) = self.read(chan, &sub)? {
-            place(&mut out, &local, resp.results);
+            place(&mut out.results, &local, resp.results);
         }
-        let due = deadline(&r.request_header);
+        let ctx = ctx_of(&r.request_header);
         let (ts, max_age) = (r.timestamps_to_return, r.max_age);
         for (m, idx) in mounts {
             let ops: Vec<_> = idx.iter().map(|i| nodes[*i].clone()).collect();
@@ -73,17 +97,17 @@ impl Engine {
                 m,
                 &idx,
                 ops,
-                due,
+                ctx,
                 &mut out,
                 |_| bad_value(StatusCode::BadNoCommunication),
-                |link, _, ops| async move { proxy::read(&link, &ops, ts, max_age, due).await },
+                |link, _, ops| async move { proxy::read(&link, &ops, ts, max_age, ctx).await },
             )
             .await;
         }
         Ok(ReadResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(out),
-            diagnostic_infos: None,
+            response_header: header_with(&r.request_header, &out.diagnostics),
+            results: Some(out.results),
+            diagnostic_infos: out.diagnostics.infos(),
         }
         .into())
     }
@@ -112,19 +136,19 @@ impl Engine {
         }
         let caller = self.caller(chan, &r.request_header.authentication_token)?;
         let can_write = caller.can_write(self.config.server.allow_anonymous_write);
-        let mut out = vec![StatusCode::BadUnexpectedError; items.len()];
+        let mut out = answer(StatusCode::BadUnexpectedError, items.len());
         if !local.is_empty() {
             let mut sub = r.clone();
             sub.nodes_to_write = Some(local.iter().map(|i| items[*i].clone()).collect());
             if let ResponseMessage::Write(resp) = self.write(chan, &sub)? {
-                place(&mut out, &local, resp.results);
+                place(&mut out.results, &local, resp.results);
             }
         }
-        let due = deadline(&r.request_header);
+        let ctx = ctx_of(&r.request_header);
         for (m, idx) in mounts {
             if !can_write {
                 for i in &idx {
-                    out[*i] = StatusCode::BadUserAccessDenied;
+                    out.results[*i] = StatusCode::BadUserAccessDenied;
                 }
                 continue;
             }
@@ -134,20 +158,20 @@ impl Engine {
                 m,
                 &idx,
                 ops,
-                due,
+                ctx,
                 &mut out,
                 |_| StatusCode::BadServerNotConnected,
-                |link, _, ops| async move { proxy::write(&link, &ops, due).await },
+                |link, _, ops| async move { proxy::write(&link, &ops, ctx).await },
             )
             .await;
         }
-        if out.iter().any(|s| s.is_good()) {
-            tracing::info!(user = %caller.actor(), count = out.iter().filter(|s| s.is_good()).count(), "values written");
+        if out.results.iter().any(|s| s.is_good()) {
+            tracing::info!(user = %caller.actor(), count = out.results.iter().filter(|s| s.is_good()).count(), "values written");
         }
         Ok(WriteResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(out),
-            diagnostic_infos: None,
+            response_header: header_with(&r.request_header, &out.diagnostics),
+            results: Some(out.results),
+            diagnostic_infos: out.diagnostics.infos(),
         }
         .into())
     }
@@ -178,8 +202,7 @@ impl Engine {
             .collect();
         let mut local_all = local.clone();
         local_all.extend(folder_idx.iter().copied());
-        let mut out: Vec<BrowseResult> =
-            vec![bad_browse(StatusCode::BadUnexpectedError); nodes.len()];
+        let mut out = answer(bad_browse(StatusCode::BadUnexpectedError), nodes.len());
         let mut sub = r.clone();
         sub.nodes_to_browse = Some(if local_all.is_empty() {
             vec![nodes[0].clone()]
@@ -188,26 +211,27 @@ impl Engine {
         });
         if let ResponseMessage::Browse(resp) = self.browse(chan, &sub)? {
             if !local_all.is_empty() {
-                place(&mut out, &local_all, resp.results);
+                place(&mut out.results, &local_all, resp.results);
             }
         }
-        let due = deadline(&r.request_header);
+        let ctx = ctx_of(&r.request_header);
         let max = r.requested_max_references_per_node;
         for (m, idx) in mounts {
             // The session map turns a mount folder into the field server's Objects folder.
             let ops: Vec<_> = idx.iter().map(|i| nodes[*i].clone()).collect();
             let mount = u16::try_from(m).unwrap_or(u16::MAX);
-            let res = match fields.conns[m].link(due).await {
-                Ok(link) => proxy::browse(&link, mount, &r.view, max, &ops, due).await,
+            let res = match fields.conns[m].link(ctx.deadline).await {
+                Ok(link) => proxy::browse(&link, mount, &r.view, max, &ops, ctx).await,
                 Err(st) => Err(st),
             };
             match res {
-                Ok(results) => {
-                    for (k, br) in results.into_iter().enumerate() {
+                Ok(answer) => {
+                    out.diagnostics.merge(&idx, answer.diagnostics);
+                    for (k, br) in answer.results.into_iter().enumerate() {
                         let i = idx[k];
                         if folder_idx.contains(&i) {
                             // Local references first, then the field server's.
-                            let mut merged = out[i].clone();
+                            let mut merged = out.results[i].clone();
                             let mut refs = merged.references.take().unwrap_or_default();
                             refs.extend(
                                 br.references
@@ -217,9 +241,9 @@ impl Engine {
                             );
                             merged.references = Some(refs);
                             merged.continuation_point = br.continuation_point;
-                            out[i] = merged;
+                            out.results[i] = merged;
                         } else {
-                            out[i] = br;
+                            out.results[i] = br;
                         }
                     }
                 }
@@ -227,16 +251,16 @@ impl Engine {
                     for i in &idx {
                         // A mount folder still shows its local references.
                         if !folder_idx.contains(i) {
-                            out[*i] = bad_browse(StatusCode::BadServerNotConnected);
+                            out.results[*i] = bad_browse(StatusCode::BadServerNotConnected);
                         }
                     }
                 }
             }
         }
         Ok(BrowseResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(out),
-            diagnostic_infos: None,
+            response_header: header_with(&r.request_header, &out.diagnostics),
+            results: Some(out.results),
+            diagnostic_infos: out.diagnostics.infos(),
         }
         .into())
     }
@@ -253,8 +277,10 @@ impl Engine {
         };
         let mut local = Vec::new();
         let mut mounts: HashMap<usize, Vec<(usize, opcua_types::ByteString)>> = HashMap::new();
-        let mut out: Vec<BrowseResult> =
-            vec![bad_browse(StatusCode::BadContinuationPointInvalid); cps.len()];
+        let mut out = answer(
+            bad_browse(StatusCode::BadContinuationPointInvalid),
+            cps.len(),
+        );
         for (i, cp) in cps.iter().enumerate() {
             match proxy::unwrap_cp(cp) {
                 Some((m, field_cp)) if usize::from(m) < fields.conns.len() => mounts
@@ -276,10 +302,10 @@ impl Engine {
         });
         if let ResponseMessage::BrowseNext(resp) = self.browse_next(chan, &sub)? {
             if !local.is_empty() {
-                place(&mut out, &local, resp.results);
+                place(&mut out.results, &local, resp.results);
             }
         }
-        let due = deadline(&r.request_header);
+        let ctx = ctx_of(&r.request_header);
         for (m, list) in mounts {
             let (idx, field_cps): (Vec<usize>, Vec<_>) = list.into_iter().unzip();
             let release = r.release_continuation_points;
@@ -288,19 +314,19 @@ impl Engine {
                 m,
                 &idx,
                 field_cps,
-                due,
+                ctx,
                 &mut out,
                 |_| bad_browse(StatusCode::BadServerNotConnected),
                 |link, mount, cps| async move {
-                    proxy::browse_next(&link, mount, release, &cps, due).await
+                    proxy::browse_next(&link, mount, release, &cps, ctx).await
                 },
             )
             .await;
         }
         Ok(BrowseNextResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(out),
-            diagnostic_infos: None,
+            response_header: header_with(&r.request_header, &out.diagnostics),
+            results: Some(out.results),
+            diagnostic_infos: out.diagnostics.infos(),
         }
         .into())
     }
@@ -320,13 +346,25 @@ impl Engine {
         let ResponseMessage::TranslateBrowsePathsToNodeIds(resp) = resp else {
             return Ok(resp);
         };
-        let mut out = resp.results.unwrap_or_default();
+        let results = resp.results.unwrap_or_default();
+        let mut out = answer(
+            BrowsePathResult {
+                status_code: StatusCode::BadUnexpectedError,
+                targets: None,
+            },
+            results.len(),
+        );
+        out.results = results;
         // Paths to send to a mount: (result index, mount, path from the mount folder).
         let mut remote: HashMap<usize, Vec<(usize, BrowsePath)>> = HashMap::new();
         {
             let space = self.space.read();
             for (i, p) in paths.iter().enumerate() {
-                if out.get(i).is_some_and(|res| res.status_code.is_good()) {
+                if out
+                    .results
+                    .get(i)
+                    .is_some_and(|res| res.status_code.is_good())
+                {
                     continue;
                 }
                 let elements = p.relative_path.elements.as_deref().unwrap_or(&[]);
@@ -365,7 +403,7 @@ impl Engine {
                 }
             }
         }
-        let due = deadline(&r.request_header);
+        let ctx = ctx_of(&r.request_header);
         for (m, list) in remote {
             let (idx, ps): (Vec<usize>, Vec<_>) = list.into_iter().unzip();
             run_on_mount(
@@ -373,20 +411,20 @@ impl Engine {
                 m,
                 &idx,
                 ps,
-                due,
+                ctx,
                 &mut out,
                 |_| BrowsePathResult {
                     status_code: StatusCode::BadServerNotConnected,
                     targets: None,
                 },
-                |link, _, ps| async move { proxy::translate(&link, &ps, due).await },
+                |link, _, ps| async move { proxy::translate(&link, &ps, ctx).await },
             )
             .await;
         }
         Ok(TranslateBrowsePathsToNodeIdsResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(out),
-            diagnostic_infos: None,
+            response_header: header_with(&r.request_header, &out.diagnostics),
+            results: Some(out.results),
+            diagnostic_infos: out.diagnostics.infos(),
         }
         .into())
     }
@@ -413,16 +451,15 @@ impl Engine {
             });
         }
         let caller = self.caller(chan, &r.request_header.authentication_token)?;
-        let mut out: Vec<CallMethodResult> =
-            vec![proxy::bad_call(StatusCode::BadUnexpectedError); calls.len()];
+        let mut out = answer(proxy::bad_call(StatusCode::BadUnexpectedError), calls.len());
         if !local.is_empty() {
             let mut sub = r.clone();
             sub.methods_to_call = Some(local.iter().map(|i| calls[*i].clone()).collect());
             if let ResponseMessage::Call(resp) = self.call(chan, &sub).await? {
-                place(&mut out, &local, resp.results);
+                place(&mut out.results, &local, resp.results);
             }
         }
-        let due = deadline(&r.request_header);
+        let ctx = ctx_of(&r.request_header);
         for (m, idx) in mounts {
             let ops: Vec<_> = idx.iter().map(|i| calls[*i].clone()).collect();
             run_on_mount(
@@ -430,18 +467,18 @@ impl Engine {
                 m,
                 &idx,
                 ops,
-                due,
+                ctx,
                 &mut out,
                 |_| proxy::bad_call(StatusCode::BadServerNotConnected),
-                |link, _, ops| async move { proxy::call(&link, &ops, due).await },
+                |link, _, ops| async move { proxy::call(&link, &ops, ctx).await },
             )
             .await;
         }
         tracing::debug!(user = %caller.actor(), count = calls.len(), "methods called");
         Ok(CallResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(out),
-            diagnostic_infos: None,
+            response_header: header_with(&r.request_header, &out.diagnostics),
+            results: Some(out.results),
+            diagnostic_infos: out.diagnostics.infos(),
         }
         .into())
     }
@@ -475,10 +512,10 @@ impl Engine {
             continuation_point: opcua_types::ByteString::null(),
             history_data: opcua_types::ExtensionObject::null(),
         };
-        let mut out = vec![bad(StatusCode::BadHistoryOperationUnsupported); nodes.len()];
+        let mut out = answer(bad(StatusCode::BadHistoryOperationUnsupported), nodes.len());
         if let Some(fields) = self.fields() {
             let (_, mounts) = partition(fields, nodes, |h| &h.node_id);
-            let due = deadline(&r.request_header);
+            let ctx = ctx_of(&r.request_header);
             for (m, idx) in mounts {
                 let ops: Vec<_> = idx.iter().map(|i| nodes[*i].clone()).collect();
                 let (details, ts, release) = (
@@ -491,7 +528,7 @@ impl Engine {
                     m,
                     &idx,
                     ops,
-                    due,
+                    ctx,
                     &mut out,
                     |st| {
                         bad(if st == StatusCode::BadHistoryOperationInvalid {
@@ -501,16 +538,16 @@ impl Engine {
                         })
                     },
                     |link, mount, ops| async move {
-                        proxy::history_read(&link, mount, details, ts, release, &ops, due).await
+                        proxy::history_read(&link, mount, details, ts, release, &ops, ctx).await
                     },
                 )
                 .await;
             }
         }
         Ok(HistoryReadResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(out),
-            diagnostic_infos: None,
+            response_header: header_with(&r.request_header, &out.diagnostics),
+            results: Some(out.results),
+            diagnostic_infos: out.diagnostics.infos(),
         }
         .into())
     }
@@ -518,40 +555,37 @@ impl Engine {
 
 /// Runs `ops` (one mount's operations, whose results go to `out` at `idx`)
 /// on mount `m`'s active session with `call`, waiting for the session until
-/// `due`. When the mount cannot answer, every one of them gets
-/// `failed(status)`.
+/// the request's deadline. Diagnostics are merged into `out`. When the mount
+/// cannot answer, every one of them gets `failed(status)`.
 #[allow(clippy::too_many_arguments)] // one call site shape, all arguments distinct
 async fn run_on_mount<Q, R, Fut>(
     fields: &Fields,
     m: usize,
     idx: &[usize],
     ops: Vec<Q>,
-    due: std::time::Instant,
-    out: &mut [R],
+    ctx: Ctx,
+    out: &mut Answer<R>,
     failed: impl Fn(StatusCode) -> R,
     call: impl FnOnce(std::sync::Arc<uagate_field::LinkSession>, u16, Vec<Q>) -> Fut,
 ) where
-    Fut: std::future::Future<Output = std::result::Result<Vec<R>, StatusCode>>,
+    Fut: std::future::Future<Output = std::result::Result<Answer<R>, StatusCode>>,
 {
     let mount = u16::try_from(m).unwrap_or(u16::MAX);
     let res = match fields.conns.get(m) {
-        Some(conn) => match conn.link(due).await {
+        Some(conn) => match conn.link(ctx.deadline).await {
             Ok(link) => call(link, mount, ops).await,
             Err(st) => Err(st),
         },
         None => Err(StatusCode::BadServerNotConnected),
     };
     match res {
-        Ok(results) => {
-            for (i, r) in idx.iter().zip(results) {
-                if let Some(slot) = out.get_mut(*i) {
-                    *slot = r;
-                }
-            }
+        Ok(answer) => {
+            place(&mut out.results, idx, Some(answer.results));
+            out.diagnostics.merge(idx, answer.diagnostics);
         }
         Err(st) => {
             for i in idx {
-                if let Some(slot) = out.get_mut(*i) {
+                if let Some(slot) = out.results.get_mut(*i) {
                     *slot = failed(st);
                 }
             }
@@ -625,10 +659,10 @@ impl Engine {
                 }
             }
         }
-        let due = deadline(&r.request_header);
+        let ctx = ctx_of(&r.request_header);
         for (m, nodes) in per_mount {
             let conn = &fields.conns[m];
-            let Ok(link) = conn.link(due).await else {
+            let Ok(link) = conn.link(ctx.deadline).await else {
                 continue;
             };
             let paths: Vec<BrowsePath> = nodes
@@ -645,12 +679,12 @@ impl Engine {
                     },
                 })
                 .collect();
-            let Ok(found) = proxy::translate(&link, &paths, due).await else {
+            let Ok(found) = proxy::translate(&link, &paths, ctx).await else {
                 continue;
             };
             let (owners, props): (Vec<NodeId>, Vec<opcua_types::ReadValueId>) = nodes
                 .into_iter()
-                .zip(found)
+                .zip(found.results)
                 .filter_map(|(n, res)| {
                     let t = res.targets?.into_iter().next()?;
                     Some((n, opcua_types::ReadValueId::from(t.target_id.node_id)))
@@ -660,11 +694,11 @@ impl Engine {
                 continue;
             }
             let Ok(values) =
-                proxy::read(&link, &props, TimestampsToReturn::Neither, 0.0, due).await
+                proxy::read(&link, &props, TimestampsToReturn::Neither, 0.0, ctx).await
             else {
                 continue;
             };
-            for (n, dv) in owners.into_iter().zip(values) {
+            for (n, dv) in owners.into_iter().zip(values.results) {
                 if let Some(opcua_types::Variant::ExtensionObject(eo)) = dv.value {
                     if let Some(range) = eo.inner_as::<opcua_types::Range>() {
                         conn.set_eu_range(n, (range.low, range.high));
