@@ -28,17 +28,18 @@
 //!   [`SessionMap::unknown_namespace_hits`]) so the caller can notice a stale
 //!   map and rebuild it.
 //!
-//! Not remapped: node ids inside extension objects (structures such as
-//! `Argument` or `EUInformation` are passed through as they are), and
+//! Inside extension objects only `Argument` (the InputArguments and
+//! OutputArguments of methods) has its DataType remapped; other structures
+//! are passed through as they are. Not remapped either:
 //! expanded node ids that carry a namespace URI or a non-zero server index.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use opcua_types::{
-    BrowseDescription, BrowsePath, BrowsePathResult, CallMethodRequest, CallMethodResult,
-    DataValue, ExpandedNodeId, HistoryReadValueId, NodeId, ObjectId, QualifiedName, ReadValueId,
-    ReferenceDescription, StatusCode, Variant, WriteValue,
+    Argument, BrowseDescription, BrowsePath, BrowsePathResult, CallMethodRequest, CallMethodResult,
+    DataValue, ExpandedNodeId, ExtensionObject, HistoryReadValueId, NodeId, ObjectId,
+    QualifiedName, ReadValueId, ReferenceDescription, StatusCode, Variant, WriteValue,
 };
 
 /// Prefix of the published URI of a field namespace whose URI is already
@@ -410,6 +411,14 @@ impl SessionMap {
                 array.values = values;
                 Variant::Array(array)
             }
+            Variant::ExtensionObject(eo) => match eo.inner_as::<Argument>() {
+                Some(a) => {
+                    let mut a = a.clone();
+                    a.data_type = self.node_to_field(&a.data_type)?;
+                    Variant::ExtensionObject(ExtensionObject::from_message(a))
+                }
+                None => v.clone(),
+            },
             other => other.clone(),
         })
     }
@@ -589,6 +598,16 @@ impl SessionMap {
                 array.values = values;
                 Variant::Array(array)
             }
+            // Method arguments name their DataType (InputArguments and
+            // OutputArguments properties).
+            Variant::ExtensionObject(eo) => match eo.inner_as::<Argument>() {
+                Some(a) => {
+                    let mut a = a.clone();
+                    a.data_type = self.node_to_gateway(&a.data_type);
+                    Variant::ExtensionObject(ExtensionObject::from_message(a))
+                }
+                None => v.clone(),
+            },
             other => other.clone(),
         }
     }
@@ -941,6 +960,37 @@ mod tests {
             assert_eq!(m.expanded_to_field(&e), Ok(e.clone()));
             assert_eq!(m.expanded_to_gateway(&e), e);
         }
+    }
+
+    #[test]
+    fn method_arguments_have_their_data_type_remapped() {
+        let t = table();
+        let m = map(&t, &[UA, "urn:b", "urn:a"]);
+        let arg = |ns: u16| Argument {
+            name: "speed".into(),
+            data_type: NodeId::new(ns, 3001u32),
+            value_rank: -1,
+            array_dimensions: None,
+            description: "".into(),
+        };
+        let field = Variant::ExtensionObject(ExtensionObject::from_message(arg(1)));
+        let gw = m.variant_to_gateway(&field);
+        let Variant::ExtensionObject(eo) = &gw else {
+            panic!("{gw:?}")
+        };
+        assert_eq!(
+            eo.inner_as::<Argument>().map(|a| a.data_type.clone()),
+            Some(NodeId::new(4, 3001u32))
+        );
+        assert_eq!(m.variant_to_field(&gw), Ok(field));
+        // Standard types stay in namespace 0; other structures pass through.
+        let std_arg = Variant::ExtensionObject(ExtensionObject::from_message(arg(0)));
+        assert_eq!(m.variant_to_gateway(&std_arg), std_arg);
+        let range = Variant::ExtensionObject(ExtensionObject::from_message(opcua_types::Range {
+            low: 0.0,
+            high: 1.0,
+        }));
+        assert_eq!(m.variant_to_gateway(&range), range);
     }
 
     #[test]
