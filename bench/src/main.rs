@@ -7,10 +7,16 @@
 //! requests/s, latency percentiles, errors and (optionally) the CPU time the
 //! server process spent during the measured window.
 //!
+//! With `--node` (repeatable) the request reads those Value attributes
+//! instead of the ten ns0 nodes, e.g. a field server's variables through a
+//! gateway; `nsu=<namespace uri>;s=...` is resolved through the server's
+//! NamespaceArray (`bench/run-field.sh`).
+//!
 //! This is a measuring tool, not a test: it asserts nothing about timing.
 //! `bench/run.sh` drives it over the whole matrix.
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,9 +24,12 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use opcua_client::{Client, ClientBuilder, IdentityToken, Session};
 use opcua_crypto::SecurityPolicy;
-use opcua_types::{EndpointDescription, MessageSecurityMode, TimestampsToReturn};
+use opcua_types::{
+    EndpointDescription, MessageSecurityMode, NodeId, ReadValueId, TimestampsToReturn, VariableId,
+    Variant,
+};
 use uagate_bench::stats::{cpu_ticks, percentile};
-use uagate_bench::{nodes_to_read, NODES, STEP};
+use uagate_bench::{nodes_to_read, STEP};
 
 /// Command line of the benchmark client.
 #[derive(Parser)]
@@ -56,6 +65,15 @@ struct Args {
     /// Free-text label copied into the result line (e.g. the server name).
     #[arg(long, default_value = "")]
     label: String,
+    /// Value attribute to read instead of the ten ns0 nodes; repeat for more
+    /// nodes per request (duplicates allowed). `ns=<i>;s=...` or
+    /// `nsu=<namespace uri>;s=...` (index looked up in the NamespaceArray).
+    #[arg(long = "node")]
+    nodes: Vec<String>,
+    /// PID of a second process (e.g. the field server behind a gateway): its
+    /// CPU time over the measured window is reported as `field_cpu_s`.
+    #[arg(long)]
+    field_pid: Option<u32>,
 }
 
 /// Security configurations the matrix covers.
@@ -144,26 +162,56 @@ async fn connect_all(
     Ok(conns)
 }
 
-/// Read the ten nodes once and fail loudly if any is not Good.
-async fn verify_nodes(session: &Session) -> Result<()> {
+/// Resolve `nsu=<uri>;<id>` through the NamespaceArray, or parse `ns=..;..` directly.
+async fn resolve_node(session: &Session, spec: &str) -> Result<NodeId> {
+    let Some(rest) = spec.strip_prefix("nsu=") else {
+        return NodeId::from_str(spec).map_err(|e| anyhow::anyhow!("bad --node {spec:?}: {e:?}"));
+    };
+    let Some((uri, id)) = rest.split_once(';') else {
+        bail!("bad --node {spec:?}: expected nsu=<uri>;<i|s|g|b>=<id>");
+    };
     let values = tokio::time::timeout(
         STEP,
-        session.read(&nodes_to_read(), TimestampsToReturn::Neither, 0.0),
+        session.read(
+            &[ReadValueId::from(NodeId::from(
+                VariableId::Server_NamespaceArray,
+            ))],
+            TimestampsToReturn::Neither,
+            0.0,
+        ),
     )
     .await
-    .context("verification read timed out")?
-    .context("verification read failed")?;
-    if values.len() != NODES.len() {
-        bail!("expected {} results, got {}", NODES.len(), values.len());
+    .context("NamespaceArray read timed out")?
+    .context("NamespaceArray read failed")?;
+    let Some(Variant::Array(arr)) = values.into_iter().next().and_then(|dv| dv.value) else {
+        bail!("NamespaceArray is not an array");
+    };
+    let index = arr
+        .values
+        .iter()
+        .position(|v| matches!(v, Variant::String(s) if s.as_ref() == uri))
+        .with_context(|| format!("namespace {uri:?} not in the server's NamespaceArray"))?;
+    NodeId::from_str(&format!("ns={index};{id}"))
+        .map_err(|e| anyhow::anyhow!("bad --node {spec:?}: {e:?}"))
+}
+
+/// Read the nodes once and fail loudly if any is not Good.
+async fn verify_nodes(session: &Session, nodes: &[ReadValueId]) -> Result<()> {
+    let values = tokio::time::timeout(STEP, session.read(nodes, TimestampsToReturn::Neither, 0.0))
+        .await
+        .context("verification read timed out")?
+        .context("verification read failed")?;
+    if values.len() != nodes.len() {
+        bail!("expected {} results, got {}", nodes.len(), values.len());
     }
-    for (node, dv) in NODES.iter().zip(&values) {
+    for (node, dv) in nodes.iter().map(|r| &r.node_id).zip(&values) {
         if let Some(s) = dv.status {
             if !s.is_good() {
-                bail!("benchmark node {node:?} reads {s}");
+                bail!("benchmark node {node} reads {s}");
             }
         }
         if dv.value.is_none() {
-            bail!("benchmark node {node:?} has no value");
+            bail!("benchmark node {node} has no value");
         }
     }
     Ok(())
@@ -177,8 +225,12 @@ struct SessionResult {
     errors: u64,
 }
 
-async fn session_loop(session: Arc<Session>, measure_from: Instant, end: Instant) -> SessionResult {
-    let nodes = nodes_to_read();
+async fn session_loop(
+    session: Arc<Session>,
+    nodes: Arc<Vec<ReadValueId>>,
+    measure_from: Instant,
+    end: Instant,
+) -> SessionResult {
     let mut out = SessionResult::default();
     loop {
         let start = Instant::now();
@@ -190,7 +242,7 @@ async fn session_loop(session: Arc<Session>, measure_from: Instant, end: Instant
         let done = Instant::now();
         let good = match &r {
             Ok(Ok(values)) => {
-                values.len() == NODES.len()
+                values.len() == nodes.len()
                     && values
                         .iter()
                         .all(|dv| dv.status.is_none_or(|s| s.is_good()))
@@ -251,8 +303,20 @@ async fn main() -> Result<()> {
     let connect_start = Instant::now();
     let conns = connect_all(&mut client, &endpoint, args.sessions).await?;
     let connect_s = connect_start.elapsed().as_secs_f64();
+    let nodes = if args.nodes.is_empty() {
+        nodes_to_read()
+    } else {
+        let mut v = Vec::with_capacity(args.nodes.len());
+        for spec in &args.nodes {
+            v.push(ReadValueId::from(
+                resolve_node(&conns[0].session, spec).await?,
+            ));
+        }
+        v
+    };
+    let nodes = Arc::new(nodes);
     for c in &conns {
-        verify_nodes(&c.session).await?;
+        verify_nodes(&c.session, &nodes).await?;
     }
 
     let begin = Instant::now();
@@ -260,16 +324,26 @@ async fn main() -> Result<()> {
     let end = measure_from + Duration::from_secs(args.duration);
     let tasks: Vec<_> = conns
         .iter()
-        .map(|c| tokio::spawn(session_loop(c.session.clone(), measure_from, end)))
+        .map(|c| {
+            tokio::spawn(session_loop(
+                c.session.clone(),
+                nodes.clone(),
+                measure_from,
+                end,
+            ))
+        })
         .collect();
 
     // Sample CPU time of the server and of this client around the measured window.
     let pid = args.server_pid.map(|p| p.to_string());
+    let field_pid = args.field_pid.map(|p| p.to_string());
     tokio::time::sleep_until(measure_from.into()).await;
     let server_before = pid.as_deref().and_then(cpu_ticks);
+    let field_before = field_pid.as_deref().and_then(cpu_ticks);
     let client_before = cpu_ticks("self");
     tokio::time::sleep_until(end.into()).await;
     let server_after = pid.as_deref().and_then(cpu_ticks);
+    let field_after = field_pid.as_deref().and_then(cpu_ticks);
     let client_after = cpu_ticks("self");
 
     let mut latencies = Vec::new();
@@ -303,7 +377,8 @@ async fn main() -> Result<()> {
         "endpoint": url,
         "security": args.security.name(),
         "sessions": args.sessions,
-        "nodes_per_request": NODES.len(),
+        "nodes_per_request": nodes.len(),
+        "nodes": nodes.iter().map(|r| r.node_id.to_string()).collect::<Vec<_>>(),
         "duration_s": args.duration,
         "requests": requests,
         "req_per_s": (requests as f64 / secs).round(),
@@ -315,6 +390,7 @@ async fn main() -> Result<()> {
         "server_cpu_s": server_cpu,
         "server_cpu_us_per_req": server_cpu_us_per_req,
         "client_cpu_s": cpu(client_before, client_after),
+        "field_cpu_s": cpu(field_before, field_after),
     });
     println!("{line}");
     Ok(())

@@ -16,6 +16,15 @@
 //! The node is given as `ns=<index>;s=...` or as `nsu=<namespace uri>;s=...`;
 //! the latter is resolved by reading the server's NamespaceArray.
 //!
+//! For a gateway in front of a field server (`bench/run-field.sh`):
+//! `--change-ms` is the period at which the variable changes when that is
+//! slower than sampling (the expected rate uses the slower of the two),
+//! `--field-pid` reports the field server process's CPU % over the window,
+//! and `--field-port` the bytes and TCP segments per second sent and
+//! received by the established sockets on that local port (the field
+//! server's side, from `ss -tin`), which shows whether the southbound side
+//! carries one item or one per northbound item.
+//!
 //! This is a measuring tool, not a test: it asserts nothing about timing.
 //! `bench/run-notify.sh` drives it against uagate and `opcua-ref-server`.
 
@@ -81,6 +90,19 @@ struct Args {
     /// Free-text label copied into the result line (e.g. the server name).
     #[arg(long, default_value = "")]
     label: String,
+    /// Period (ms) at which the variable changes, if slower than sampling
+    /// (e.g. 500 for `uagate sim`'s Simulation.Counter); 0 = every sample.
+    #[arg(long, default_value_t = 0)]
+    change_ms: u64,
+    /// PID of a second process (e.g. the field server behind a gateway): its
+    /// CPU % over the window is reported.
+    #[arg(long)]
+    field_pid: Option<u32>,
+    /// Listening port of the field server: bytes and segments per second sent
+    /// and received by the established TCP sockets with this local port over
+    /// the window are reported (needs `ss` from iproute2).
+    #[arg(long)]
+    field_port: Option<u16>,
 }
 
 fn client(pki: &Path) -> Result<Client> {
@@ -298,6 +320,41 @@ fn rss_kib(pid: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Totals over the established TCP sockets with local port `port`, from
+/// `ss -tin`: [bytes_sent, bytes_received, segs_out, segs_in].
+fn socket_totals(port: u16) -> Option<[u64; 4]> {
+    let out = std::process::Command::new("ss")
+        .args([
+            "-tinH",
+            "state",
+            "established",
+            &format!("( sport = :{port} )"),
+        ])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut totals = [0u64; 4];
+    for word in text.split_whitespace() {
+        let Some((key, value)) = word.split_once(':') else {
+            continue;
+        };
+        let slot = match key {
+            "bytes_sent" => 0,
+            "bytes_received" => 1,
+            "segs_out" => 2,
+            "segs_in" => 3,
+            _ => continue,
+        };
+        if let Ok(v) = value.parse::<u64>() {
+            totals[slot] += v;
+        }
+    }
+    Some(totals)
+}
+
 /// Nearest-rank percentile of sorted values; None when there are none.
 fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
     (!sorted.is_empty()).then(|| uagate_bench::stats::percentile(sorted, p))
@@ -449,13 +506,11 @@ async fn main() -> Result<()> {
     if !matches!(v0.value, Some(Variant::UInt32(_))) {
         bail!("{node} is not a UInt32: {:?}", v0.value);
     }
-    tokio::time::sleep(Duration::from_millis(3 * args.sampling_ms.max(100))).await;
+    let settle_ms = 3 * args.sampling_ms.max(args.change_ms).max(100);
+    tokio::time::sleep(Duration::from_millis(settle_ms)).await;
     let v1 = read_one(first, node.clone()).await?;
     if v0.value == v1.value {
-        bail!(
-            "{node} did not change within {} ms",
-            3 * args.sampling_ms.max(100)
-        );
+        bail!("{node} did not change within {settle_ms} ms");
     }
 
     let secs = usize::try_from(args.warmup + args.duration).unwrap_or(usize::MAX);
@@ -489,8 +544,11 @@ async fn main() -> Result<()> {
     let measure_from = begin + Duration::from_secs(args.warmup);
     let end = measure_from + Duration::from_secs(args.duration);
     let pid = args.server_pid.map(|p| p.to_string());
+    let field_pid = args.field_pid.map(|p| p.to_string());
     tokio::time::sleep_until(measure_from.into()).await;
     let server_before = pid.as_deref().and_then(cpu_ticks);
+    let field_before = field_pid.as_deref().and_then(cpu_ticks);
+    let field_io_before = args.field_port.and_then(socket_totals);
     let client_before = cpu_ticks("self");
     let rss_start = pid.as_deref().and_then(rss_kib);
     let mut rss_max = rss_start;
@@ -502,6 +560,8 @@ async fn main() -> Result<()> {
         }
     }
     let server_after = pid.as_deref().and_then(cpu_ticks);
+    let field_after = field_pid.as_deref().and_then(cpu_ticks);
+    let field_io_after = args.field_port.and_then(socket_totals);
     let client_after = cpu_ticks("self");
     for c in &conns {
         if c.event_loop.is_finished() {
@@ -532,12 +592,20 @@ async fn main() -> Result<()> {
     let total: u64 = window.iter().sum();
     let wall = args.duration as f64;
     let per_s = total as f64 / wall;
-    let expected = (args.sessions * args.items) as f64 * 1000.0 / args.sampling_ms as f64;
+    let expected =
+        (args.sessions * args.items) as f64 * 1000.0 / args.sampling_ms.max(args.change_ms) as f64;
     let tick = args.clk_tck.max(1) as f64;
     let pct = |b: Option<u64>, a: Option<u64>| match (b, a) {
         (Some(b), Some(a)) => {
             serde_json::json!((a.saturating_sub(b) as f64 / tick / wall * 1000.0).round() / 10.0)
         }
+        _ => serde_json::Value::Null,
+    };
+    // Sockets that closed during the window drop out of the totals; the
+    // difference is taken as is (saturating), which is exact when the set of
+    // connections is stable, as it is while measuring.
+    let io_rate = |i: usize| match (field_io_before, field_io_after) {
+        (Some(b), Some(a)) => serde_json::json!((a[i].saturating_sub(b[i]) as f64 / wall).round()),
         _ => serde_json::Value::Null,
     };
     let load = |o: Option<u64>| o.map_or(serde_json::Value::Null, |v| serde_json::json!(v));
@@ -577,9 +645,26 @@ async fn main() -> Result<()> {
         "server_rss_start_kib": load(rss_start),
         "server_rss_max_kib": load(rss_max),
         "client_cpu_pct": pct(client_before, client_after),
+        "change_ms": args.change_ms,
+        "field_cpu_pct": pct(field_before, field_after),
         "load_avg": std::fs::read_to_string("/proc/loadavg").ok()
             .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")),
     });
+    let mut line = line;
+    if let Some(obj) = line.as_object_mut() {
+        obj.insert("field_port".into(), serde_json::json!(args.field_port));
+        for (i, key) in [
+            "field_sent_bytes_per_s",
+            "field_received_bytes_per_s",
+            "field_segs_out_per_s",
+            "field_segs_in_per_s",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            obj.insert(key.into(), io_rate(i));
+        }
+    }
     println!("{line}");
     Ok(())
 }
