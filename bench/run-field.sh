@@ -29,6 +29,10 @@
 #               field device would; the gateway competes with the client.
 #   PIN=servers field server and gateway on CPU 0, client on CPU 1 (the
 #               gateway takes CPU from the field server: worst case for it).
+#   PIN=appliance  gateway alone on CPU 1; field server and client share
+#               CPU 0 in both modes. This is the deployment shape: the
+#               gateway is its own appliance, the client and the PLC are
+#               other machines (here: one shared core, the same in both runs).
 #   PIN=none    unpinned.
 #
 # Usage: bench/run-field.sh [READ_SECS] [FANOUT_SECS]    (default 10 30)
@@ -66,7 +70,8 @@ if [ "$PIN" != none ] && command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; 
     case "$PIN" in
     field) FIELD_PIN="taskset -c 0" GW_PIN="taskset -c 1" CLIENT_PIN="taskset -c 1" ;;
     servers) FIELD_PIN="taskset -c 0" GW_PIN="taskset -c 0" CLIENT_PIN="taskset -c 1" ;;
-    *) echo "unknown PIN=$PIN (field, servers, none)" >&2; exit 2 ;;
+    appliance) FIELD_PIN="taskset -c 0" GW_PIN="taskset -c 1" CLIENT_PIN="taskset -c 0" ;;
+    *) echo "unknown PIN=$PIN (field, servers, appliance, none)" >&2; exit 2 ;;
     esac
 else
     PIN=none

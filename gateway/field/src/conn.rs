@@ -312,6 +312,8 @@ pub struct LinkSession {
     subs: tokio::sync::Mutex<LinkSubs>,
     lost: CancellationToken,
     generation: u64,
+    /// Merges concurrent northbound Reads into southbound ones.
+    pub(crate) reads: crate::coalesce::ReadCoalescer,
 }
 
 impl std::fmt::Debug for LinkSession {
@@ -515,6 +517,11 @@ impl FieldConnection {
             }
         }
         m.insert(node, range);
+    }
+
+    /// (Reads merged, southbound Reads sent) of the active session.
+    pub fn read_stats(&self) -> Option<(u64, u64)> {
+        self.inner.active.borrow().as_ref().map(|l| l.reads.stats())
     }
 
     /// Number of shared (southbound) items wanted.
@@ -1238,6 +1245,12 @@ async fn connect(
         subs: tokio::sync::Mutex::new(LinkSubs::default()),
         lost: lost.clone(),
         generation,
+        reads: crate::coalesce::ReadCoalescer::start(
+            session.clone(),
+            limits.max_nodes_per_read,
+            s.request_timeout,
+            lost.clone(),
+        ),
     });
     if let Err(e) = watch_server_status(inner, &ls).await {
         abandon(&session, &lost, s.request_timeout).await;

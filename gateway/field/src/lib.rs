@@ -7,6 +7,7 @@
 //! [`limits`] (operation limits and batching), [`remap`] (namespace
 //! allocation and node id remapping between the gateway and a field server).
 
+pub mod coalesce;
 pub mod conn;
 pub mod diag;
 pub mod items;

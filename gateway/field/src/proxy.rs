@@ -157,6 +157,11 @@ pub async fn read(
     max_age: f64,
     ctx: Ctx,
 ) -> Result<Answer<DataValue>, StatusCode> {
+    if ctx.diagnostics.is_empty() {
+        if let Some(answer) = read_merged(ls, nodes, ts, max_age, ctx).await? {
+            return Ok(answer);
+        }
+    }
     batched(
         nodes,
         ls.limits.max_nodes_per_read,
@@ -185,6 +190,49 @@ pub async fn read(
         },
     )
     .await
+}
+
+/// A Read that joins the session's merged Reads (see [`crate::coalesce`]);
+/// `None` when it is too large to merge (it is then sent on its own).
+async fn read_merged(
+    ls: &LinkSession,
+    nodes: &[ReadValueId],
+    ts: TimestampsToReturn,
+    max_age: f64,
+    ctx: Ctx,
+) -> Result<Option<Answer<DataValue>>, StatusCode> {
+    let mut results: Vec<DataValue> = Vec::with_capacity(nodes.len());
+    let mut mapped = Vec::with_capacity(nodes.len());
+    let mut pos = Vec::with_capacity(nodes.len());
+    for (i, n) in nodes.iter().enumerate() {
+        match ls.map.read_value_id_to_field(n) {
+            Ok(m) => {
+                mapped.push(m);
+                pos.push(i);
+                results.push(DataValue::default());
+            }
+            Err(st) => results.push(bad(st)),
+        }
+    }
+    if mapped.len() > ls.reads.max_nodes() {
+        return Ok(None);
+    }
+    if !mapped.is_empty() {
+        let key = crate::coalesce::ReadKey {
+            timestamps: ts,
+            max_age,
+        };
+        let values = tokio::time::timeout_at(ctx.deadline.into(), ls.reads.read(key, mapped))
+            .await
+            .map_err(|_| StatusCode::BadTimeout)??;
+        for (i, dv) in pos.into_iter().zip(values) {
+            results[i] = ls.map.data_value_to_gateway(dv);
+        }
+    }
+    Ok(Some(Answer {
+        diagnostics: Diagnostics::with_len(results.len()),
+        results,
+    }))
 }
 
 fn bad(st: StatusCode) -> DataValue {

@@ -905,8 +905,18 @@ impl ServerConnection {
             return Err(ProtoError::Encoding(StatusCode::BadResponseTooLarge));
         }
         self.seq_out.increment(count as u32);
+        let options = self.channel.decoding_options();
         for chunk in &chunks {
-            let mut dst = vec![0u8; chunk.data.len() + negotiated.send_chunk_size as usize + 1024];
+            // Symmetric security adds at most a block of padding and a
+            // signature; only the asymmetric (OpenSecureChannel) encryption
+            // can grow a chunk by more. Sizing the buffer to that keeps every
+            // response from zero-filling a whole extra chunk.
+            let room = if chunk.is_open_secure_channel(&options) {
+                negotiated.send_chunk_size as usize + 1024
+            } else {
+                1024
+            };
+            let mut dst = vec![0u8; chunk.data.len() + room];
             let n = self
                 .channel
                 .apply_security(chunk, &mut dst)

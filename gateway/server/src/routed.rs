@@ -625,6 +625,13 @@ impl Engine {
         Some(st)
     }
 
+    /// (Reads asked, southbound Reads sent) of the active session of the
+    /// field connection `name` (concurrent Reads are merged).
+    pub fn field_read_stats(&self, name: &str) -> Option<(u64, u64)> {
+        let f = self.fields()?;
+        f.conns.get(f.index_of(name)?)?.read_stats()
+    }
+
     /// Number of shared southbound items of the field connection `name`.
     pub fn field_shared_items(&self, name: &str) -> Option<usize> {
         let f = self.fields()?;

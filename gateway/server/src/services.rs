@@ -82,20 +82,23 @@ impl Engine {
             RequestMessage::GetEndpoints(r) => Ok(self.get_endpoints(&r)),
             RequestMessage::FindServers(r) => Ok(self.find_servers(&r)),
             RequestMessage::CreateSession(r) => self.create_session(chan, &r),
-            RequestMessage::ActivateSession(r) => self.activate_session(chan, &r).await,
+            RequestMessage::ActivateSession(r) => Box::pin(self.activate_session(chan, &r)).await,
             RequestMessage::CloseSession(r) => self.close_session(chan, &r),
             RequestMessage::Cancel(r) => self.cancel(chan, &r),
-            RequestMessage::Browse(r) => self.browse_routed(chan, &r).await,
-            RequestMessage::BrowseNext(r) => self.browse_next_routed(chan, &r).await,
+            RequestMessage::Browse(r) => Box::pin(self.browse_routed(chan, &r)).await,
+            RequestMessage::BrowseNext(r) => Box::pin(self.browse_next_routed(chan, &r)).await,
             RequestMessage::TranslateBrowsePathsToNodeIds(r) => {
-                self.translate_routed(chan, &r).await
+                Box::pin(self.translate_routed(chan, &r)).await
             }
             RequestMessage::RegisterNodes(r) => self.register_nodes(chan, &r),
             RequestMessage::UnregisterNodes(r) => self.unregister_nodes(chan, &r),
-            RequestMessage::Read(r) => self.read_routed(chan, &r).await,
-            RequestMessage::Write(r) => self.write_routed(chan, &r).await,
-            RequestMessage::HistoryRead(r) => self.history_read(chan, &r).await,
-            RequestMessage::Call(r) => self.call_routed(chan, &r).await,
+            // Routed services are boxed: their futures are large, and this
+            // one is moved into a task for every request.
+            RequestMessage::Read(r) if self.fields().is_none() => self.read(chan, &r),
+            RequestMessage::Read(r) => Box::pin(self.read_routed(chan, &r)).await,
+            RequestMessage::Write(r) => Box::pin(self.write_routed(chan, &r)).await,
+            RequestMessage::HistoryRead(r) => Box::pin(self.history_read(chan, &r)).await,
+            RequestMessage::Call(r) => Box::pin(self.call_routed(chan, &r)).await,
             RequestMessage::CreateSubscription(r) => self.create_subscription(chan, &r),
             RequestMessage::ModifySubscription(r) => self.modify_subscription(chan, &r),
             RequestMessage::SetPublishingMode(r) => self.set_publishing_mode(chan, &r),
@@ -103,7 +106,7 @@ impl Engine {
             RequestMessage::Republish(r) => self.republish(chan, &r),
             RequestMessage::TransferSubscriptions(r) => self.transfer_subscriptions(chan, &r),
             RequestMessage::CreateMonitoredItems(r) => {
-                self.prefetch_field_eu_ranges(&r).await;
+                Box::pin(self.prefetch_field_eu_ranges(&r)).await;
                 self.create_monitored_items(chan, &r)
             }
             RequestMessage::ModifyMonitoredItems(r) => self.modify_monitored_items(chan, &r),

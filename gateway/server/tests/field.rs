@@ -847,3 +847,73 @@ async fn percent_deadband_on_a_field_node_uses_the_field_eurange() {
     gw.stop().await;
     sim.cancel();
 }
+
+#[tokio::test]
+async fn concurrent_reads_are_merged_and_each_caller_gets_its_own_results() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "a").await;
+    let gw = TestGateway::start(&field_toml("line1", "none", &[&sim.endpoint_url])).await;
+    wait_connected(&gw, "line1").await;
+    let mut clients = Vec::new();
+    for i in 0..8 {
+        clients.push(connect(&gw, &format!("merge-{i}")).await);
+    }
+    let ns = ns_of(&clients[0].0, uagate_sim::NAMESPACE_URI).await;
+    // Each client reads its own rotation of differently typed nodes, so a
+    // result handed to the wrong caller or in the wrong order shows.
+    let names = [
+        "Simulation.Counter",
+        "Simulation.Sine",
+        "Simulation.Toggle",
+        "Simulation.Text",
+    ];
+    let kinds = |v: &Variant, name: &str| match name {
+        "Simulation.Counter" => matches!(v, Variant::UInt32(_)),
+        "Simulation.Sine" => matches!(v, Variant::Double(_)),
+        "Simulation.Toggle" => matches!(v, Variant::Boolean(_)),
+        _ => matches!(v, Variant::String(_)),
+    };
+    let mut tasks = Vec::new();
+    for (c, (s, _)) in clients.iter().enumerate() {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..40 {
+                let order: Vec<&str> = (0..1 + (c + round) % 4)
+                    .map(|k| names[(c + round + k) % 4])
+                    .collect();
+                let nodes: Vec<ReadValueId> = order
+                    .iter()
+                    .map(|n| ReadValueId::from(NodeId::new(ns, *n)))
+                    .collect();
+                let v = s.read(&nodes, TimestampsToReturn::Both, 0.0).await.unwrap();
+                assert_eq!(v.len(), order.len());
+                for (dv, name) in v.iter().zip(&order) {
+                    let value = dv
+                        .value
+                        .as_ref()
+                        .unwrap_or_else(|| panic!("{name}: {dv:?}"));
+                    assert!(
+                        kinds(value, name),
+                        "client {c} round {round}: {name} got {value:?}"
+                    );
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        bounded("reader", t).await.unwrap();
+    }
+    let (jobs, sent) = gw.engine().field_read_stats("line1").unwrap();
+    assert!(jobs >= 8 * 40, "every read went through the merger: {jobs}");
+    assert!(
+        sent <= jobs,
+        "{sent} southbound Reads for {jobs} northbound ones"
+    );
+    println!("merged {jobs} northbound Reads into {sent} southbound Reads");
+    for (s, h) in clients {
+        let _ = s.disconnect().await;
+        let _ = h.await;
+    }
+    gw.stop().await;
+    sim.cancel();
+}
