@@ -4,33 +4,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod fieldkit;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{bounded, TestGateway};
-use opcua_client::{DataChangeCallback, IdentityToken, MonitoredItem, Session};
+use fieldkit::{connect, ns_of, start_sim, subscribe};
+use opcua_client::DataChangeCallback;
 use opcua_types::{
     BrowseDescription, BrowseDirection, BrowsePath, BrowseResultMask, CallMethodRequest, DataValue,
-    MessageSecurityMode, MonitoredItemCreateRequest, NodeClassMask, NodeId, QualifiedName,
-    ReadValueId, RelativePath, RelativePathElement, StatusCode, TimestampsToReturn,
-    UserTokenPolicy, Variant, WriteValue,
+    MonitoredItemCreateRequest, NodeClassMask, NodeId, QualifiedName, ReadValueId, RelativePath,
+    RelativePathElement, StatusCode, TimestampsToReturn, Variant, WriteValue,
 };
 use tokio::sync::mpsc;
-use uagate_sim::{SimConfig, SimHandle};
-
-async fn start_sim(dir: &std::path::Path, name: &str) -> SimHandle {
-    uagate_sim::start(SimConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        pki_dir: dir.join(format!("sim-{name}")),
-        application_uri: format!("urn:uagate:sim:{name}"),
-        security: false,
-        update_interval: Duration::from_millis(50),
-        max_nodes_per_read: 0,
-    })
-    .await
-    .expect("simulator starts")
-}
+use uagate_sim::SimConfig;
 
 fn field_toml(name: &str, redundancy: &str, urls: &[&str]) -> String {
     let eps: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
@@ -38,30 +25,6 @@ fn field_toml(name: &str, redundancy: &str, urls: &[&str]) -> String {
         "[[field_servers]]\nname = \"{name}\"\nendpoints = [{}]\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\nredundancy = \"{redundancy}\"\nkeep_alive_interval = \"200ms\"\nrequest_timeout = \"3s\"\n[field_servers.reconnect]\ninitial_delay = \"200ms\"\nmax_delay = \"1s\"\n",
         eps.join(", ")
     )
-}
-
-async fn connect(
-    gw: &TestGateway,
-    name: &str,
-) -> (Arc<Session>, tokio::task::JoinHandle<StatusCode>) {
-    let mut client = gw.client(name);
-    let (session, event_loop) = bounded(
-        "connect",
-        client.connect_to_matching_endpoint(
-            (
-                gw.url.as_str(),
-                "http://opcfoundation.org/UA/SecurityPolicy#None",
-                MessageSecurityMode::None,
-                UserTokenPolicy::anonymous(),
-            ),
-            IdentityToken::Anonymous,
-        ),
-    )
-    .await
-    .expect("endpoint");
-    let h = event_loop.spawn();
-    assert!(bounded("activate", session.wait_for_connection()).await);
-    (session, h)
 }
 
 async fn wait_connected(gw: &TestGateway, name: &str) {
@@ -78,26 +41,6 @@ async fn wait_connected(gw: &TestGateway, name: &str) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-async fn ns_of(session: &Session, uri: &str) -> u16 {
-    let v = session
-        .read(
-            &[ReadValueId::from(NodeId::new(0, 2255u32))],
-            TimestampsToReturn::Neither,
-            0.0,
-        )
-        .await
-        .unwrap();
-    let Some(Variant::Array(a)) = &v[0].value else {
-        panic!("NamespaceArray {v:?}")
-    };
-    let pos = a
-        .values
-        .iter()
-        .position(|x| matches!(x, Variant::String(s) if s.as_ref() == uri))
-        .unwrap_or_else(|| panic!("{uri} not in {:?}", a.values));
-    pos as u16
 }
 
 #[tokio::test]
@@ -246,46 +189,6 @@ async fn read_write_browse_call_translate_through_the_mount() {
     let _ = h.await;
     gw.stop().await;
     sim.cancel();
-}
-
-/// Collects data change values of one northbound subscription.
-async fn subscribe(
-    s: &Session,
-    node: NodeId,
-    interval_ms: u64,
-) -> mpsc::UnboundedReceiver<DataValue> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let sub = s
-        .create_subscription(
-            Duration::from_millis(interval_ms),
-            60,
-            10,
-            0,
-            0,
-            true,
-            DataChangeCallback::new(move |dv: DataValue, _item: &MonitoredItem| {
-                let _ = tx.send(dv);
-            }),
-        )
-        .await
-        .unwrap();
-    let req = MonitoredItemCreateRequest {
-        item_to_monitor: ReadValueId::from(node),
-        monitoring_mode: opcua_types::MonitoringMode::Reporting,
-        requested_parameters: opcua_types::MonitoringParameters {
-            client_handle: 1,
-            sampling_interval: interval_ms as f64,
-            queue_size: 10,
-            discard_oldest: true,
-            ..Default::default()
-        },
-    };
-    let r = s
-        .create_monitored_items(sub, TimestampsToReturn::Both, vec![req])
-        .await
-        .unwrap();
-    assert!(r[0].result.status_code.is_good(), "{r:?}");
-    rx
 }
 
 async fn next_good(rx: &mut mpsc::UnboundedReceiver<DataValue>, within: Duration) -> DataValue {

@@ -7,23 +7,21 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod fieldkit;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{bounded, TestGateway};
+use common::TestGateway;
+use fieldkit::{connect, ns_of, sim_summary, start_sim, subscribe};
 use opcua_client::services::Read;
-use opcua_client::{IdentityToken, Session, UARequest};
-use opcua_types::{
-    MessageSecurityMode, NodeId, ReadValueId, StatusCode, TimestampsToReturn, UserTokenPolicy,
-    VariableId, Variant,
-};
+use opcua_client::{Session, UARequest};
+use opcua_types::{NodeId, ReadValueId, StatusCode, TimestampsToReturn, VariableId, Variant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
-use uagate_sim::{SimConfig, SimHandle};
 
 const FORWARD: u8 = 0;
 /// Accept, read, never answer.
@@ -126,44 +124,10 @@ impl Drop for Proxy {
     }
 }
 
-async fn start_sim(dir: &std::path::Path) -> SimHandle {
-    uagate_sim::start(SimConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        pki_dir: dir.join("sim"),
-        application_uri: "urn:uagate:sim:chaos".into(),
-        security: false,
-        update_interval: Duration::from_millis(50),
-        max_nodes_per_read: 0,
-    })
-    .await
-    .unwrap()
-}
-
 fn field_toml(url: &str) -> String {
     format!(
         "[[field_servers]]\nname = \"line1\"\nendpoints = [\"{url}\"]\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\nkeep_alive_interval = \"200ms\"\nrequest_timeout = \"1s\"\nsession_timeout = \"2s\"\n[field_servers.reconnect]\ninitial_delay = \"100ms\"\nmax_delay = \"500ms\"\njitter = 0.0\n"
     )
-}
-
-async fn connect(gw: &TestGateway) -> (Arc<Session>, JoinHandle<StatusCode>) {
-    let mut client = gw.client("chaos");
-    let (session, event_loop) = bounded(
-        "connect",
-        client.connect_to_matching_endpoint(
-            (
-                gw.url.as_str(),
-                "http://opcfoundation.org/UA/SecurityPolicy#None",
-                MessageSecurityMode::None,
-                UserTokenPolicy::anonymous(),
-            ),
-            IdentityToken::Anonymous,
-        ),
-    )
-    .await
-    .unwrap();
-    let h = event_loop.spawn();
-    assert!(bounded("activate", session.wait_for_connection()).await);
-    (session, h)
 }
 
 async fn wait_state(gw: &TestGateway, want: uagate_field::ConnState, within: Duration) {
@@ -198,23 +162,10 @@ async fn timed_read(
     (r.results.unwrap().remove(0), t0.elapsed())
 }
 
-fn sim_sessions(sim: &SimHandle) -> u32 {
-    let dv = sim
-        .server_handle()
-        .info()
-        .summary()
-        .get(VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CurrentSessionCount)
-        .expect("session count");
-    match dv.value {
-        Some(Variant::UInt32(n)) => n,
-        other => panic!("session count {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn drop_stall_and_blackhole_are_survived_within_bounds() {
     let tmp = tempfile::tempdir().unwrap();
-    let sim = start_sim(tmp.path()).await;
+    let sim = start_sim(tmp.path(), "chaos").await;
     let proxy = Proxy::start(sim.local_addr).await;
     let gw = TestGateway::start(&field_toml(&proxy.url())).await;
     wait_state(
@@ -223,19 +174,11 @@ async fn drop_stall_and_blackhole_are_survived_within_bounds() {
         Duration::from_secs(10),
     )
     .await;
-    let (s, h) = connect(&gw).await;
-    let ns = gw
-        .engine()
-        .field_status("line1")
-        .map(|_| ())
-        .and(Some(3u16))
-        .unwrap();
-    let counter = NodeId::new(ns + 1, "Simulation.Counter");
+    let (s, h) = connect(&gw, "chaos").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let counter = NodeId::new(ns, "Simulation.Counter");
     let (dv, _) = timed_read(&s, &counter, Duration::from_secs(5)).await;
-    assert!(
-        dv.status.is_none_or(|st| st.is_good()),
-        "{dv:?} (namespace {ns}+1)"
-    );
+    assert!(dv.status.is_none_or(|st| st.is_good()), "{dv:?}");
 
     // 1. Drop: five times in a row; the gateway reconnects every time.
     for _ in 0..5 {
@@ -315,7 +258,10 @@ async fn drop_stall_and_blackhole_are_survived_within_bounds() {
     // (session_timeout 2 s) and one stays.
     let t0 = Instant::now();
     loop {
-        let n = sim_sessions(&sim);
+        let n = sim_summary(
+            &sim,
+            VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CurrentSessionCount,
+        );
         if n == 1 {
             break;
         }
@@ -406,7 +352,7 @@ async fn retry_after_hint_bounds_the_next_attempt() {
 #[tokio::test]
 async fn subscribers_see_bad_while_the_source_is_gone_then_good_again() {
     let tmp = tempfile::tempdir().unwrap();
-    let sim = start_sim(tmp.path()).await;
+    let sim = start_sim(tmp.path(), "chaos").await;
     let proxy = Proxy::start(sim.local_addr).await;
     let gw = TestGateway::start(&field_toml(&proxy.url())).await;
     wait_state(
@@ -415,45 +361,9 @@ async fn subscribers_see_bad_while_the_source_is_gone_then_good_again() {
         Duration::from_secs(10),
     )
     .await;
-    let (s, h) = connect(&gw).await;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let sub = s
-        .create_subscription(
-            Duration::from_millis(100),
-            60,
-            10,
-            0,
-            0,
-            true,
-            opcua_client::DataChangeCallback::new(move |dv, _| {
-                let _ = tx.send(dv);
-            }),
-        )
-        .await
-        .unwrap();
-    let (nsa, _) = timed_read(&s, &NodeId::new(0, 2255u32), Duration::from_secs(5)).await;
-    let Some(Variant::Array(nsa)) = nsa.value else {
-        panic!("NamespaceArray")
-    };
-    let ns = nsa
-        .values
-        .iter()
-        .position(|v| matches!(v, Variant::String(u) if u.as_ref() == uagate_sim::NAMESPACE_URI))
-        .unwrap() as u16;
-    let req = opcua_types::MonitoredItemCreateRequest {
-        item_to_monitor: ReadValueId::from(NodeId::new(ns, "Simulation.Counter")),
-        monitoring_mode: opcua_types::MonitoringMode::Reporting,
-        requested_parameters: opcua_types::MonitoringParameters {
-            client_handle: 1,
-            sampling_interval: 100.0,
-            queue_size: 10,
-            discard_oldest: true,
-            ..Default::default()
-        },
-    };
-    s.create_monitored_items(sub, TimestampsToReturn::Both, vec![req])
-        .await
-        .unwrap();
+    let (s, h) = connect(&gw, "chaos").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let mut rx = subscribe(&s, NodeId::new(ns, "Simulation.Counter"), 100).await;
     wait_for(true, &mut rx).await;
     proxy.set(BLACKHOLE);
     proxy.drop_all().await;
@@ -475,7 +385,7 @@ async fn subscribers_see_bad_while_the_source_is_gone_then_good_again() {
 #[tokio::test]
 async fn stop_is_bounded_while_a_connect_attempt_hangs() {
     let tmp = tempfile::tempdir().unwrap();
-    let sim = start_sim(tmp.path()).await;
+    let sim = start_sim(tmp.path(), "chaos").await;
     let proxy = Proxy::start(sim.local_addr).await;
     proxy.set(BLACKHOLE);
     let gw = TestGateway::start(&field_toml(&proxy.url())).await;
@@ -515,23 +425,10 @@ async fn wait_for(
     }
 }
 
-fn sim_summary(sim: &SimHandle, id: VariableId) -> u32 {
-    match sim
-        .server_handle()
-        .info()
-        .summary()
-        .get(id)
-        .and_then(|dv| dv.value)
-    {
-        Some(Variant::UInt32(n)) => n,
-        other => panic!("{id:?}: {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn a_lost_network_path_moves_the_same_session_to_the_alternate() {
     let tmp = tempfile::tempdir().unwrap();
-    let sim = start_sim(tmp.path()).await;
+    let sim = start_sim(tmp.path(), "chaos").await;
     let path_a = Proxy::start(sim.local_addr).await;
     let path_b = Proxy::start(sim.local_addr).await;
     let toml = format!(
@@ -550,8 +447,9 @@ async fn a_lost_network_path_moves_the_same_session_to_the_alternate() {
         gw.engine().field_status("line1").unwrap().active_endpoint,
         Some(path_a.url())
     );
-    let (s, h) = connect(&gw).await;
-    let mut rx = subscribe_counter(&s).await;
+    let (s, h) = connect(&gw, "chaos").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let mut rx = subscribe(&s, NodeId::new(ns, "Simulation.Counter"), 100).await;
     wait_for(true, &mut rx).await;
     let sessions = sim_summary(
         &sim,
@@ -601,49 +499,4 @@ async fn a_lost_network_path_moves_the_same_session_to_the_alternate() {
     let _ = h.await;
     gw.stop().await;
     sim.cancel();
-}
-
-/// A northbound subscription on the simulator's Counter.
-async fn subscribe_counter(
-    s: &Session,
-) -> tokio::sync::mpsc::UnboundedReceiver<opcua_types::DataValue> {
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let sub = s
-        .create_subscription(
-            Duration::from_millis(100),
-            60,
-            10,
-            0,
-            0,
-            true,
-            opcua_client::DataChangeCallback::new(move |dv, _| {
-                let _ = tx.send(dv);
-            }),
-        )
-        .await
-        .unwrap();
-    let (nsa, _) = timed_read(s, &NodeId::new(0, 2255u32), Duration::from_secs(5)).await;
-    let Some(Variant::Array(nsa)) = nsa.value else {
-        panic!("NamespaceArray")
-    };
-    let ns = nsa
-        .values
-        .iter()
-        .position(|v| matches!(v, Variant::String(u) if u.as_ref() == uagate_sim::NAMESPACE_URI))
-        .unwrap() as u16;
-    let req = opcua_types::MonitoredItemCreateRequest {
-        item_to_monitor: ReadValueId::from(NodeId::new(ns, "Simulation.Counter")),
-        monitoring_mode: opcua_types::MonitoringMode::Reporting,
-        requested_parameters: opcua_types::MonitoringParameters {
-            client_handle: 1,
-            sampling_interval: 100.0,
-            queue_size: 10,
-            discard_oldest: true,
-            ..Default::default()
-        },
-    };
-    s.create_monitored_items(sub, TimestampsToReturn::Both, vec![req])
-        .await
-        .unwrap();
-    rx
 }
