@@ -30,8 +30,13 @@ struct Cli {
 enum Command {
     /// Run the gateway with the stored configuration (defaults when none was imported).
     Run,
-    /// Run the gateway and a simulated field server with an embedded demo configuration.
-    Demo,
+    /// Run the gateway with an embedded demo configuration and two simulated
+    /// field servers forming a hot redundant pair, mounted under Objects/plant.
+    Demo {
+        /// Address of the gateway's opc.tcp listener (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:4840")]
+        listen: std::net::SocketAddr,
+    },
     /// Run a standalone simulated field server.
     Sim {
         /// Address to listen on.
@@ -142,9 +147,6 @@ const CLI_ACTOR: &str = "cli";
 
 /// The demo configuration compiled into the binary.
 const DEMO_CONFIG: &str = r#"
-[listen]
-opc_tcp = "127.0.0.1:4840"
-
 [server]
 application_name = "uagate-demo"
 "#;
@@ -265,7 +267,7 @@ async fn run() -> Result<()> {
             let config = load_config(&store).await?;
             serve(&cli.data, config, store).await
         }
-        Command::Demo => {
+        Command::Demo { listen } => {
             let store = open_store(&cli.data).await?;
             // Two simulated field servers forming a hot redundant pair.
             let mut sims = Vec::new();
@@ -277,20 +279,20 @@ async fn run() -> Result<()> {
                     ..Default::default()
                 })
                 .await?;
-                println!("simulated field server {name} at {}", sim.endpoint_url);
+                eprintln!("simulated field server {name} at {}", sim.endpoint_url);
                 // The demo trusts its own in-process simulators' certificates.
                 let cert = std::fs::read(cli.data.join(format!("sim-pki-{name}/own/cert.der")))
                     .context("cannot read the simulator certificate")?;
                 store.trust_add(CLI_ACTOR, &cert, CertKind::Trusted).await?;
                 sims.push(sim);
             }
-            let mut text = DEMO_CONFIG.to_string();
+            let mut text = format!("[listen]\nopc_tcp = \"{listen}\"\n{DEMO_CONFIG}");
             text.push_str(&format!(
                 "\n[[field_servers]]\nname = \"plant\"\nendpoints = [\"{}\", \"{}\"]\nredundancy = \"hot\"\n",
                 sims[0].endpoint_url, sims[1].endpoint_url
             ));
             let config = Config::from_toml(&text)?;
-            println!("mounted under Objects/plant (hot pair); status under Objects/Gateway/FieldConnections/plant");
+            eprintln!("mounted under Objects/plant (hot pair); status under Objects/Gateway/FieldConnections/plant");
             let r = serve(&cli.data, config, store).await;
             for sim in sims {
                 sim.cancel();

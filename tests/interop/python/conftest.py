@@ -159,11 +159,13 @@ class ServerTarget:
             self.trust_add(cert_file)
 
     # -- process ------------------------------------------------------------------------
-    def start(self) -> str:
-        """Start the server, wait (bounded) for its READY line and return the endpoint URL."""
+    def start(self, *command: str) -> str:
+        """Start the server, wait (bounded) for its READY line and return the endpoint URL.
+
+        `command` is the uagate subcommand and its arguments (default `run`)."""
         assert self.proc is None, "already started"
         if self.kind == "uagate":
-            cmd = [str(UAGATE_BIN), "--data", str(self.data_dir), "run"]
+            cmd = [str(UAGATE_BIN), "--data", str(self.data_dir), *(command or ("run",))]
         else:
             cmd = [sys.executable, str(HERE / "selfcheck_server.py"), "--dir", str(self.data_dir)]
         log = self.log_path.open("w")
