@@ -180,6 +180,8 @@ async fn drop_stall_and_blackhole_are_survived_within_bounds() {
     let (dv, _) = timed_read(&s, &counter, Duration::from_secs(5)).await;
     assert!(dv.status.is_none_or(|st| st.is_good()), "{dv:?}");
 
+    let rss_before = rss_kib();
+    assert!(rss_before > 0, "VmRSS readable");
     // 1. Drop: five times in a row; the gateway reconnects every time.
     for _ in 0..5 {
         proxy.drop_all().await;
@@ -253,6 +255,11 @@ async fn drop_stall_and_blackhole_are_survived_within_bounds() {
     .await;
     let (dv, _) = timed_read(&s, &counter, Duration::from_secs(5)).await;
     assert!(dv.status.is_none_or(|st| st.is_good()), "{dv:?}");
+
+    // Memory stays bounded across the faults (the whole test process:
+    // gateway, simulator and client; a leak per reconnect would show).
+    let grown = rss_kib().saturating_sub(rss_before);
+    assert!(grown < 64 * 1024, "resident memory grew by {grown} KiB");
 
     // 5. No sessions pile up on the field server: abandoned ones expire
     // (session_timeout 2 s) and one stays.
@@ -499,4 +506,16 @@ async fn a_lost_network_path_moves_the_same_session_to_the_alternate() {
     let _ = h.await;
     gw.stop().await;
     sim.cancel();
+}
+
+/// Resident set size of this test process in KiB (Linux).
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
