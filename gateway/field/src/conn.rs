@@ -453,6 +453,12 @@ impl FieldConnection {
     /// connection is (re)connecting northbound calls wait here; past the
     /// deadline, or once closed, they get `BadServerNotConnected`.
     pub async fn link(&self, deadline: Instant) -> Result<Arc<LinkSession>, StatusCode> {
+        // The common case: connected. No timer, no receiver.
+        if let Some(l) = self.inner.active.borrow().as_ref() {
+            if !l.is_lost() {
+                return Ok(l.clone());
+            }
+        }
         let mut rx = self.inner.active.subscribe();
         let wait = async {
             loop {

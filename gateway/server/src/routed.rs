@@ -78,15 +78,17 @@ impl Engine {
         if mounts.is_empty() {
             return self.read(chan, r);
         }
-        let mut sub = r.clone();
-        sub.nodes_to_read = Some(local.iter().map(|i| nodes[*i].clone()).collect());
         let mut out = answer(DataValue::default(), nodes.len());
         if local.is_empty() {
-            // Validation (count, max age, session) still runs.
-            sub.nodes_to_read = Some(vec![nodes[0].clone()]);
-            if let ResponseMessage::Read(_) = self.read(chan, &sub)? {}
-        } else if let ResponseMessage::Read(resp) = self.read(chan, &sub)? {
-            place(&mut out.results, &local, resp.results);
+            self.check_read(chan, r)?;
+        } else {
+            let sub = ReadRequest {
+                nodes_to_read: Some(local.iter().map(|i| nodes[*i].clone()).collect()),
+                ..r.clone()
+            };
+            if let ResponseMessage::Read(resp) = self.read(chan, &sub)? {
+                place(&mut out.results, &local, resp.results);
+            }
         }
         let ctx = ctx_of(&r.request_header);
         let (ts, max_age) = (r.timestamps_to_return, r.max_age);

@@ -568,10 +568,12 @@ impl Engine {
         .into())
     }
 
-    pub(crate) fn read(&self, chan: &ChannelInfo, r: &ReadRequest) -> Result<ResponseMessage> {
+    /// The checks of a Read request before any node is read (operation
+    /// count, MaxAge, TimestampsToReturn, the session), shared by the local
+    /// and the routed Read.
+    pub(crate) fn check_read(&self, chan: &ChannelInfo, r: &ReadRequest) -> Result<()> {
         let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
-        let space = self.space.read();
-        check_count(nodes.len(), space.limits().max_nodes_per_read)?;
+        check_count(nodes.len(), self.space.read().limits().max_nodes_per_read)?;
         if r.max_age < 0.0 || r.max_age.is_nan() {
             return Err(ServiceError::Status(StatusCode::BadMaxAgeInvalid));
         }
@@ -580,7 +582,13 @@ impl Engine {
                 StatusCode::BadTimestampsToReturnInvalid,
             ));
         }
-        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        self.with_session(chan, &r.request_header, |_| Ok(()))
+    }
+
+    pub(crate) fn read(&self, chan: &ChannelInfo, r: &ReadRequest) -> Result<ResponseMessage> {
+        let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
+        self.check_read(chan, r)?;
+        let space = self.space.read();
         let now = opcua_types::DateTime::now();
         let results = nodes
             .iter()
