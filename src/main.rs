@@ -10,6 +10,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 use uagate_config::Config;
 use uagate_store::{CertKind, Role, Store};
 
+/// The process allocator. The data plane allocates small, short-lived
+/// buffers and messages per request; mimalloc serves those with less
+/// locking and fragmentation than the C library's allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// uagate: OPC UA edge gateway.
 #[derive(Parser)]
 #[command(version, about)]
