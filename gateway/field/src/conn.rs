@@ -41,7 +41,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::items::{ItemKey, ItemTable};
 use crate::limits::{batches, OperationLimits};
-use crate::policy::{retry_after_from_reason, Failure, ReconnectCycle, ReconnectPolicy};
+use crate::policy::{
+    retry_after_from_header, retry_after_from_reason, Failure, ReconnectCycle, ReconnectPolicy,
+};
 use crate::redundancy::{self, PeerStatus};
 use crate::remap::{NamespaceTable, SessionMap};
 
@@ -248,16 +250,30 @@ struct LinkSubs {
 /// The link moves it to another path of the same server (network
 /// redundancy), or to the next server of a hot-and-mirrored set, and the
 /// client library then re-activates the same session over the new channel.
+///
+/// It also keeps the RetryAfterMs hint of the last BadServerTooBusy answer
+/// to a session-establishment request (OpenSecureChannel, CreateSession,
+/// ActivateSession): the client library reports such a refusal by its
+/// status only, and the reconnect policy needs the hint as the lower bound
+/// of its next delay.
 #[derive(Clone, Default)]
-struct PathSwitch(Arc<Mutex<String>>);
+struct PathSwitch {
+    url: Arc<Mutex<String>>,
+    busy_hint: Arc<Mutex<Option<Duration>>>,
+}
 
 impl PathSwitch {
     fn get(&self) -> String {
-        self.0.lock().clone()
+        self.url.lock().clone()
     }
 
     fn set(&self, url: &str) {
-        *self.0.lock() = url.to_string();
+        *self.url.lock() = url.to_string();
+    }
+
+    /// The hint of the last refusal, consumed (each refusal bounds one delay).
+    fn take_busy_hint(&self) -> Option<Duration> {
+        self.busy_hint.lock().take()
     }
 }
 
@@ -272,11 +288,61 @@ impl opcua_client::transport::Connector for PathSwitch {
     ) -> impl std::future::Future<Output = Result<Self::Transport, opcua_types::Error>> + Send + Sync
     {
         let connector = opcua_client::transport::TcpConnector::new(&self.get());
-        async move { connector?.connect(channel, outgoing_recv, config).await }
+        let hint = self.busy_hint.clone();
+        async move {
+            let connector = connector?;
+            let (tx, rx) = mpsc::channel(RELAY_DEPTH);
+            tokio::spawn(relay_outgoing(outgoing_recv, tx, hint));
+            connector.connect(channel, rx, config).await
+        }
     }
 
     fn default_endpoint(&self) -> EndpointDescription {
         EndpointDescription::from(self.get().as_str())
+    }
+}
+
+/// Requests queued between the session and the transport's relay.
+const RELAY_DEPTH: usize = 64;
+
+/// Passes the session's requests on to the transport. The answers to
+/// session-establishment requests are looked at on their way back: a
+/// BadServerTooBusy ServiceFault's RetryAfterMs hint is kept in `hint`.
+/// Ends when either side closes (the transport lives for one connection).
+async fn relay_outgoing(
+    mut from: opcua_client::transport::RequestRecv,
+    to: mpsc::Sender<opcua_client::transport::OutgoingMessage>,
+    hint: Arc<Mutex<Option<Duration>>>,
+) {
+    while let Some(mut msg) = from.recv().await {
+        let establishing = matches!(
+            msg.request,
+            opcua_core::RequestMessage::OpenSecureChannel(_)
+                | opcua_core::RequestMessage::CreateSession(_)
+                | opcua_core::RequestMessage::ActivateSession(_)
+        );
+        if establishing {
+            if let Some(caller) = msg.callback.take() {
+                let (answer, answered) = tokio::sync::oneshot::channel();
+                msg.callback = Some(answer);
+                let hint = hint.clone();
+                tokio::spawn(async move {
+                    let Ok(result) = answered.await else { return };
+                    if let Ok(opcua_core::ResponseMessage::ServiceFault(f)) = &result {
+                        let header = &f.response_header;
+                        if header.service_result == StatusCode::BadServerTooBusy {
+                            if let Some(ms) = retry_after_from_header(&header.additional_header) {
+                                *hint.lock() = Some(ms);
+                            }
+                        }
+                    }
+                    let _ = caller.send(result);
+                });
+            }
+        }
+        if to.send(msg).await.is_err() {
+            return;
+        }
     }
 }
 
@@ -1084,7 +1150,12 @@ async fn connect(
         match stream.next().await {
             Some(Ok(SessionPollResult::Reconnected(_))) => break,
             Some(Ok(SessionPollResult::ReconnectFailed(st))) | Some(Err(st)) => {
-                return Err(fail(st, "session establishment failed"))
+                let (mut failure, detail) = fail(st, "session establishment failed");
+                // A busy server's hint, carried in the refusal's response header.
+                if let Some(hint) = path.take_busy_hint() {
+                    failure.retry_after = Some(failure.retry_after.map_or(hint, |h| h.max(hint)));
+                }
+                return Err((failure, detail));
             }
             None => return Err(fail(StatusCode::BadConnectionClosed, "closed")),
             Some(Ok(_)) => {}

@@ -30,8 +30,13 @@ const MIN_NONCE_LEN: usize = 32;
 
 type Result<T> = std::result::Result<T, ServiceError>;
 
+/// A BadServerTooBusy fault always carries the RetryAfterMs hint, whichever
+/// stage refused the request.
 fn fault(header: &RequestHeader, err: &ServiceError) -> ResponseMessage {
-    ServiceFault::new(header, err.status()).into()
+    match err.status() {
+        StatusCode::BadServerTooBusy => crate::dispatch::too_busy(header.request_handle),
+        status => ServiceFault::new(header, status).into(),
+    }
 }
 
 /// Checks an operation count against a limit (BadNothingToDo / BadTooManyOperations).
@@ -600,5 +605,52 @@ impl Engine {
             diagnostic_infos: None,
         }
         .into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opcua_types::{AdditionalParametersType, Variant};
+
+    fn retry_after_ms(response: &ResponseMessage) -> Option<u32> {
+        let ResponseMessage::ServiceFault(f) = response else {
+            return None;
+        };
+        let params = f
+            .response_header
+            .additional_header
+            .inner_as::<AdditionalParametersType>()?;
+        params
+            .parameters
+            .as_ref()?
+            .iter()
+            .find_map(|p| match (p.key.name.as_ref(), &p.value) {
+                ("RetryAfterMs", Variant::UInt32(ms)) => Some(*ms),
+                _ => None,
+            })
+    }
+
+    #[test]
+    fn every_too_busy_fault_carries_the_retry_hint() {
+        let header = RequestHeader {
+            request_handle: 7,
+            ..Default::default()
+        };
+        // A SessionEstablishment refusal goes through here.
+        let busy = fault(&header, &ServiceError::Status(StatusCode::BadServerTooBusy));
+        assert_eq!(
+            busy.response_header().service_result,
+            StatusCode::BadServerTooBusy
+        );
+        assert_eq!(busy.response_header().request_handle, 7);
+        let expected = u32::try_from(crate::dispatch::RETRY_AFTER.as_millis()).ok();
+        assert_eq!(retry_after_ms(&busy), expected);
+        // Other faults carry no hint.
+        let other = fault(
+            &header,
+            &ServiceError::Status(StatusCode::BadSessionIdInvalid),
+        );
+        assert_eq!(retry_after_ms(&other), None);
     }
 }

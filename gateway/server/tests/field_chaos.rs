@@ -3,7 +3,9 @@
 //! answering. The gateway must reconnect under its policy, answer
 //! northbound calls within their timeout, and not pile up sessions on the
 //! field server. A fake field server that refuses with an ERR carrying
-//! `RetryAfterMs` checks that the hint bounds the next attempt.
+//! `RetryAfterMs` checks that the hint bounds the next attempt, and so does
+//! one that refuses CreateSession with a BadServerTooBusy ServiceFault whose
+//! response header carries the hint.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -352,6 +354,168 @@ async fn retry_after_hint_bounds_the_next_attempt() {
     // The client library reports an ERR before the ACK as a closed connection.
     let st = gw.engine().field_status("line1").unwrap();
     assert!(st.last_error.is_some_and(|e| e.is_bad()), "{st:?}");
+    gw.stop().await;
+    server.abort();
+}
+
+/// A field server (policy None) that lists its endpoint, opens channels,
+/// and refuses every CreateSession with a BadServerTooBusy ServiceFault
+/// whose response header carries `RetryAfterMs` = `hint_ms` (the
+/// AdditionalParametersType form of Part 4 / the reference stack). Records
+/// when each CreateSession arrived.
+async fn busy_session_server(
+    hint_ms: u32,
+) -> (
+    std::net::SocketAddr,
+    Arc<Mutex<Vec<Instant>>>,
+    JoinHandle<()>,
+) {
+    use opcua_core::comms::secure_channel::{Role, SecureChannel};
+    use opcua_core::{RequestMessage, ResponseMessage};
+    use opcua_types::{
+        AdditionalParametersType, ContextOwned, EndpointDescription, ExtensionObject,
+        GetEndpointsResponse, KeyValuePair, MessageSecurityMode, QualifiedName, ResponseHeader,
+        ServiceFault, UserTokenPolicy,
+    };
+    use uagate_proto::{Event, Limits, ServerConnection};
+
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let url = format!("opc.tcp://127.0.0.1:{}/", addr.port());
+    let seen: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let s2 = seen.clone();
+    let h = tokio::spawn(async move {
+        let mut next_channel = 1u32;
+        loop {
+            let Ok((mut sock, _)) = l.accept().await else {
+                return;
+            };
+            let channel = SecureChannel::new(
+                Arc::new(opcua_core::sync::RwLock::new(
+                    opcua_crypto::CertificateStore::new(std::path::Path::new(
+                        "/nonexistent/uagate-busy-field",
+                    )),
+                )),
+                Role::Server,
+                Arc::new(opcua_core::sync::RwLock::new(ContextOwned::default())),
+            );
+            let mut conn = ServerConnection::new(Limits::default(), channel, Instant::now());
+            let channel_id = next_channel;
+            next_channel += 1;
+            let seen = s2.clone();
+            let url = url.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                loop {
+                    let Ok(n) = sock.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    conn.handle_input(&buf[..n], Instant::now());
+                    while let Some(ev) = conn.poll_event() {
+                        match ev {
+                            Event::OpenRequested(_) => conn.accept_open(channel_id, Instant::now()),
+                            Event::Request {
+                                request_id,
+                                request,
+                            } => {
+                                let handle = request.request_header().request_handle;
+                                let response: ResponseMessage = match *request {
+                                    RequestMessage::GetEndpoints(_) => GetEndpointsResponse {
+                                        response_header: ResponseHeader::new_good(handle),
+                                        endpoints: Some(vec![EndpointDescription {
+                                            endpoint_url: url.as_str().into(),
+                                            security_mode: MessageSecurityMode::None,
+                                            security_policy_uri:
+                                                "http://opcfoundation.org/UA/SecurityPolicy#None"
+                                                    .into(),
+                                            user_identity_tokens: Some(vec![
+                                                UserTokenPolicy::anonymous(),
+                                            ]),
+                                            transport_profile_uri: "http://opcfoundation.org/UA-Profile/Transport/uatcp-uasc-uabinary".into(),
+                                            ..Default::default()
+                                        }]),
+                                    }
+                                    .into(),
+                                    RequestMessage::CreateSession(_) => {
+                                        seen.lock().await.push(Instant::now());
+                                        let mut header = ResponseHeader::new_service_result(
+                                            handle,
+                                            StatusCode::BadServerTooBusy,
+                                        );
+                                        header.additional_header =
+                                            ExtensionObject::from_message(AdditionalParametersType {
+                                                parameters: Some(vec![KeyValuePair {
+                                                    key: QualifiedName::new(0, "RetryAfterMs"),
+                                                    value: Variant::from(hint_ms),
+                                                }]),
+                                            });
+                                        ServiceFault {
+                                            response_header: header,
+                                        }
+                                        .into()
+                                    }
+                                    _ => ServiceFault {
+                                        response_header: ResponseHeader::new_service_result(
+                                            handle,
+                                            StatusCode::BadServiceUnsupported,
+                                        ),
+                                    }
+                                    .into(),
+                                };
+                                conn.send_response(request_id, response);
+                            }
+                            Event::Closed(_) => {
+                                while let Some(out) = conn.poll_transmit() {
+                                    let _ = sock.write_all(&out).await;
+                                }
+                                return;
+                            }
+                            Event::Renewed { .. } => {}
+                        }
+                    }
+                    while let Some(out) = conn.poll_transmit() {
+                        if sock.write_all(&out).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen, h)
+}
+
+#[tokio::test]
+async fn busy_fault_header_hint_bounds_the_next_attempt() {
+    let (addr, seen, server) = busy_session_server(1500).await;
+    let url = format!("opc.tcp://127.0.0.1:{}/", addr.port());
+    // The policy alone (100 ms initial, 500 ms max) would retry well inside 1.4 s.
+    let gw = TestGateway::start(&field_toml(&url)).await;
+    let t0 = Instant::now();
+    loop {
+        if seen.lock().await.len() >= 3 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "too few CreateSession attempts: {:?}",
+            gw.engine().field_status("line1")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let times = seen.lock().await.clone();
+    for w in times.windows(2) {
+        let gap = w[1] - w[0];
+        assert!(
+            gap >= Duration::from_millis(1400),
+            "CreateSession retried after {gap:?} despite RetryAfterMs=1500 in the fault header"
+        );
+    }
+    let st = gw.engine().field_status("line1").unwrap();
+    assert_eq!(st.last_error, Some(StatusCode::BadServerTooBusy), "{st:?}");
     gw.stop().await;
     server.abort();
 }
