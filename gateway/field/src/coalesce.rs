@@ -138,6 +138,9 @@ async fn merge_loop(
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut carry: Option<Job> = None;
     let _report = StatsReport(stats.clone());
+    // One wait on `lost` for the loop's life (it turns once per batch).
+    let lost = lost.cancelled_owned();
+    tokio::pin!(lost);
     loop {
         // Wait for room first: Reads arriving meanwhile join the next batch.
         let permit = tokio::select! {
@@ -145,7 +148,7 @@ async fn merge_loop(
                 Ok(p) => p,
                 Err(_) => return,
             },
-            _ = lost.cancelled() => return,
+            _ = &mut lost => return,
         };
         let first = match carry.take() {
             Some(job) => job,
@@ -154,7 +157,7 @@ async fn merge_loop(
                     Some(job) => job,
                     None => return,
                 },
-                _ = lost.cancelled() => return,
+                _ = &mut lost => return,
             },
         };
         let key = first.key;

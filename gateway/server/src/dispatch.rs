@@ -278,6 +278,13 @@ impl Engine {
         self: Arc<Self>,
         cancel: tokio_util::sync::CancellationToken,
     ) {
+        // One cancellation wait and one fallback timer for the loop's life:
+        // the loop wakes once per request, and a fresh timer each time
+        // showed in profiles of the proxied Read benchmark.
+        let cancelled = cancel.cancelled_owned();
+        tokio::pin!(cancelled);
+        let fallback = tokio::time::sleep(Duration::from_millis(50));
+        tokio::pin!(fallback);
         loop {
             loop {
                 let next = self
@@ -294,10 +301,13 @@ impl Engine {
                 tokio::spawn(async move { engine.execute(d.item, d.admitted).await });
             }
             tokio::select! {
-                _ = cancel.cancelled() => break,
+                _ = &mut cancelled => break,
                 _ = self.dispatcher.wake.notified() => {},
-                // A lease released elsewhere (e.g. an owner limit) is picked up soon.
-                _ = tokio::time::sleep(Duration::from_millis(50)) => {},
+                // A lease released elsewhere (e.g. an owner limit) is picked
+                // up within 50 ms.
+                _ = &mut fallback => {
+                    fallback.as_mut().reset(tokio::time::Instant::now() + Duration::from_millis(50));
+                },
             }
         }
     }
