@@ -269,6 +269,12 @@ impl Engine {
         }
     }
 
+    /// The ServerStatus.State currently published (Running unless an
+    /// operator requested another state).
+    pub fn server_state(&self) -> opcua_types::ServerState {
+        self.control.lock().state()
+    }
+
     /// The ServiceLevel currently published.
     pub fn service_level(&self) -> u8 {
         self.control

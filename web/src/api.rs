@@ -1,0 +1,319 @@
+//! REST handlers under `/api/v1`. Each one states the least role it needs;
+//! the fixed points scripts rely on (login, status, plan, config) keep
+//! their JSON shapes.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{ConnectInfo, State};
+use axum::{Extension, Json};
+use serde::{Deserialize, Serialize};
+use uagate_config::{Config, ConfigError};
+use uagate_isolation::plan::{Plan, PlanError};
+use uagate_server::CONFIG_KEY;
+use uagate_store::Role;
+
+use crate::auth::Authed;
+use crate::error::ApiError;
+use crate::WebState;
+
+/// `POST /api/v1/login` body.
+#[derive(Debug, Deserialize)]
+pub struct LoginRequest {
+    /// The user name.
+    pub username: String,
+    /// The password (never logged).
+    pub password: String,
+}
+
+/// `POST /api/v1/login` answer.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct LoginResponse {
+    /// A token for `Authorization: Bearer`.
+    pub token: String,
+}
+
+/// Answers a login with a token, or 401; after repeated failures for a
+/// user name or address, 429 with Retry-After until the lockout ends.
+pub async fn login(
+    State(state): State<WebState>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    body: Result<Json<LoginRequest>, JsonRejection>,
+) -> Result<Json<LoginResponse>, ApiError> {
+    let Json(req) = body.map_err(json_error)?;
+    let addr = peer.map(|Extension(ConnectInfo(a))| a.ip());
+    let now = Instant::now();
+    state.throttle.check(&req.username, addr, now)?;
+    let role = state
+        .store
+        .verify_user(&req.username, &req.password)
+        .await
+        .map_err(ApiError::internal)?;
+    match role {
+        Some(role) => {
+            state.throttle.succeeded(&req.username);
+            tracing::info!(user = %req.username, "console login");
+            Ok(Json(LoginResponse {
+                token: state.keys.issue(&req.username, role)?,
+            }))
+        }
+        None => {
+            state.throttle.failed(&req.username, addr, now);
+            tracing::warn!(user = %req.username, "console login refused");
+            Err(ApiError::BadCredentials)
+        }
+    }
+}
+
+/// One field connection in `GET /api/v1/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FieldView {
+    /// The configured name (mounted as Objects/<name>).
+    pub name: String,
+    /// disconnected, connecting, connected, reconnecting, closing, closed.
+    pub state: String,
+    /// The URL of the active server's session.
+    pub active_endpoint: Option<String>,
+    /// The ServiceLevel the active server reports.
+    pub service_level: Option<u8>,
+    /// Successful reconnects after a loss.
+    pub reconnect_count: u64,
+    /// Changes of the active server.
+    pub failover_count: u64,
+}
+
+/// `GET /api/v1/status` answer.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StatusView {
+    /// This appliance's role in a pair: `standalone` until a pair is set up.
+    pub role: String,
+    /// ServerStatus.State: running, suspended, ...
+    pub state: String,
+    /// The ServiceLevel published.
+    pub service_level: u8,
+    /// Its subrange (Part 4 6.6.2.4.2): maintenance, no_data, degraded, healthy.
+    pub service_level_subrange: String,
+    /// Northbound sessions.
+    pub sessions: usize,
+    /// Field connections.
+    pub fields: Vec<FieldView>,
+}
+
+/// The running gateway at a glance. Any role.
+pub async fn status(State(state): State<WebState>, _who: Authed) -> Json<StatusView> {
+    let engine = &state.engine;
+    let level = engine.service_level();
+    let fields = engine
+        .applied_config()
+        .field_servers
+        .iter()
+        .filter_map(|f| {
+            let st = engine.field_status(&f.name)?;
+            Some(FieldView {
+                name: f.name.clone(),
+                state: conn_state(st.state).to_string(),
+                active_endpoint: st.active_endpoint,
+                service_level: st.service_level,
+                reconnect_count: st.reconnect_count,
+                failover_count: st.failover_count,
+            })
+        })
+        .collect();
+    Json(StatusView {
+        role: "standalone".to_string(),
+        state: server_state(engine.server_state()).to_string(),
+        service_level: level,
+        service_level_subrange: subrange(level).to_string(),
+        sessions: engine.session_count(),
+        fields,
+    })
+}
+
+fn conn_state(s: uagate_field::ConnState) -> &'static str {
+    use uagate_field::ConnState::*;
+    match s {
+        Disconnected => "disconnected",
+        Connecting => "connecting",
+        Connected => "connected",
+        Reconnecting => "reconnecting",
+        Closing => "closing",
+        Closed => "closed",
+    }
+}
+
+fn server_state(s: opcua_types::ServerState) -> &'static str {
+    use opcua_types::ServerState::*;
+    match s {
+        Running => "running",
+        Failed => "failed",
+        NoConfiguration => "no_configuration",
+        Suspended => "suspended",
+        Shutdown => "shutdown",
+        Test => "test",
+        CommunicationFault => "communication_fault",
+        Unknown => "unknown",
+    }
+}
+
+/// The ServiceLevel subranges of Part 4 6.6.2.4.2.
+fn subrange(level: u8) -> &'static str {
+    match level {
+        0 => "maintenance",
+        1 => "no_data",
+        2..=199 => "degraded",
+        _ => "healthy",
+    }
+}
+
+/// One stage of `GET /api/v1/plan`, the `uagate plan` line as JSON.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StageView {
+    /// The stage's reference name, e.g. `RequestExecution`.
+    pub stage: String,
+    /// Total capacity, reserves included.
+    pub total: u64,
+    /// Capacity any caller may use.
+    pub shared: u64,
+    /// Bootstrap reserve.
+    pub bootstrap: u64,
+    /// Reconnect reserve.
+    pub reconnect: u64,
+    /// Control-work reserve.
+    pub control: u64,
+    /// Sum of the trusted owners' reserves.
+    pub trusted: u64,
+    /// Hard limit of an owner without a trusted reservation.
+    pub owner_limit: u64,
+    /// The `uagate plan` line.
+    pub line: String,
+}
+
+/// The isolation plan of the configuration in force. Any role.
+pub async fn plan(
+    State(state): State<WebState>,
+    _who: Authed,
+) -> Result<Json<Vec<StageView>>, ApiError> {
+    let plan = Plan::build(&state.engine.applied_config()).map_err(plan_error)?;
+    Ok(Json(
+        plan.stages()
+            .iter()
+            .map(|s| StageView {
+                stage: s.stage.name().to_string(),
+                total: s.total,
+                shared: s.shared,
+                bootstrap: s.bootstrap,
+                reconnect: s.reconnect,
+                control: s.control,
+                trusted: s.trusted_reserved(),
+                owner_limit: s.owner_limit,
+                line: s.line(),
+            })
+            .collect(),
+    ))
+}
+
+/// The stored configuration document as JSON. Any role (it holds no
+/// secrets: field-server passwords are write-only, see docs/config.md).
+pub async fn get_config(
+    State(state): State<WebState>,
+    _who: Authed,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let config = stored_config(&state).await?;
+    serde_json::to_value(&config)
+        .map(Json)
+        .map_err(ApiError::internal)
+}
+
+/// `PUT /api/v1/config` answer: what the change did.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ConfigChange {
+    /// Changed settings a running gateway applied now.
+    pub live: Vec<String>,
+    /// Changed settings that need a restart; when not empty nothing was
+    /// applied now and the whole document takes effect at the next start.
+    pub restart: Vec<String>,
+}
+
+/// Replaces the whole configuration document, validated as a unit: an
+/// invalid document is refused with 422 naming the setting and nothing is
+/// stored. Admin only.
+pub async fn put_config(
+    State(state): State<WebState>,
+    who: Authed,
+    body: Result<Json<serde_json::Value>, JsonRejection>,
+) -> Result<Json<ConfigChange>, ApiError> {
+    who.require(Role::Admin)?;
+    let Json(value) = body.map_err(json_error)?;
+    let new: Config = serde_json::from_value(value)
+        .map_err(|e| ApiError::invalid("config", format!("configuration is not valid: {e}")))?;
+    new.validate().map_err(config_error)?;
+    let previous = stored_config(&state).await?;
+    let report = uagate_server::classify_change(&previous, &new).map_err(plan_error)?;
+    state
+        .store
+        .set_setting(&who.user, CONFIG_KEY, &new.to_toml())
+        .await
+        .map_err(ApiError::internal)?;
+    // Applied now rather than at the store watcher's next look.
+    state.engine.reconfigure(&new);
+    tracing::info!(user = %who.user, live = ?report.live, restart = ?report.restart, "configuration replaced");
+    Ok(Json(ConfigChange {
+        live: if report.applies_live() {
+            report.live
+        } else {
+            Vec::new()
+        },
+        restart: report.restart,
+    }))
+}
+
+/// Unknown paths: a JSON 404 with a stable code.
+pub async fn not_found() -> (axum::http::StatusCode, Json<serde_json::Value>) {
+    (
+        axum::http::StatusCode::NOT_FOUND,
+        Json(serde_json::json!({"code": "not_found", "message": "no such resource"})),
+    )
+}
+
+async fn stored_config(state: &WebState) -> Result<Config, ApiError> {
+    match state
+        .store
+        .setting(CONFIG_KEY)
+        .await
+        .map_err(ApiError::internal)?
+    {
+        Some(text) => Config::from_toml(&text).map_err(ApiError::internal),
+        None => Ok(state.engine.applied_config()),
+    }
+}
+
+fn config_error(e: ConfigError) -> ApiError {
+    match e {
+        ConfigError::Invalid { setting, message } => ApiError::Invalid {
+            message: format!("invalid setting `{setting}`: {message}"),
+            field: Some(setting),
+        },
+        other => ApiError::Invalid {
+            field: None,
+            message: other.to_string(),
+        },
+    }
+}
+
+fn plan_error(e: PlanError) -> ApiError {
+    ApiError::Invalid {
+        field: e.setting().map(str::to_string),
+        message: e.to_string(),
+    }
+}
+
+fn json_error(e: JsonRejection) -> ApiError {
+    ApiError::Invalid {
+        field: None,
+        message: format!(
+            "the request body is not valid JSON for this call: {}",
+            e.body_text()
+        ),
+    }
+}

@@ -1,0 +1,108 @@
+//! The REST API's one error type and its JSON form.
+//!
+//! Every failed `/api/v1` call answers with a status and a body
+//! `{"code": "...", "message": "...", "field": "..."}`. `code` is stable
+//! (scripts branch on it); `message` is for people; `field` names the
+//! offending setting or request field when there is one. Internal details
+//! (database errors, paths) are logged, never sent.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+
+/// Why an API call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiError {
+    /// No valid token (missing, malformed, expired, or a wrong signature).
+    #[error("authentication required")]
+    Unauthenticated,
+    /// Wrong user name or password.
+    #[error("wrong user name or password")]
+    BadCredentials,
+    /// Too many failed logins for this user or address; retry later.
+    #[error("too many failed logins; retry in {retry_after_s} s")]
+    Throttled {
+        /// Seconds until another attempt is accepted.
+        retry_after_s: u64,
+    },
+    /// The caller's role may not do this.
+    #[error("the {role} role may not do this")]
+    Forbidden {
+        /// The caller's role.
+        role: &'static str,
+    },
+    /// The request or the document it carries is invalid.
+    #[error("{message}")]
+    Invalid {
+        /// The offending setting or request field, when known.
+        field: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
+    /// Something failed inside the gateway; details are in the log.
+    #[error("internal error")]
+    Internal,
+}
+
+impl ApiError {
+    /// An invalid request naming `field`.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError::Invalid {
+            field: Some(field.into()),
+            message: message.into(),
+        }
+    }
+
+    /// Logs `err` and answers with a bare internal error.
+    pub fn internal(err: impl std::fmt::Display) -> ApiError {
+        tracing::error!(error = %err, "console request failed");
+        ApiError::Internal
+    }
+
+    /// The HTTP status and the stable code of this error.
+    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
+            ApiError::BadCredentials => (StatusCode::UNAUTHORIZED, "bad_credentials"),
+            ApiError::Throttled { .. } => (StatusCode::TOO_MANY_REQUESTS, "throttled"),
+            ApiError::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
+            ApiError::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+/// The JSON body of an error.
+#[derive(Debug, Serialize)]
+struct ErrorBody<'a> {
+    code: &'a str,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'a str>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let field = match &self {
+            ApiError::Invalid { field, .. } => field.as_deref(),
+            _ => None,
+        };
+        let body = ErrorBody {
+            code,
+            message: self.to_string(),
+            field,
+        };
+        let mut response = (status, Json(body)).into_response();
+        if let ApiError::Throttled { retry_after_s } = self {
+            if let Ok(v) = axum::http::HeaderValue::from_str(&retry_after_s.to_string()) {
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::RETRY_AFTER, v);
+            }
+        }
+        response
+    }
+}

@@ -1,0 +1,373 @@
+//! Router tests of the REST API against a real gateway (127.0.0.1,
+//! ephemeral ports) and a real SQLite store: authentication, roles,
+//! validation errors naming the setting, and the fixed JSON shapes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{header, Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+use uagate_store::{Role, Store};
+use uagate_web::{app, WebState};
+
+/// A running gateway with users admin/operator/viewer (password
+/// `correct horse <role>`), and the router over it.
+struct Fixture {
+    state: WebState,
+    gateway: Option<uagate_server::Gateway>,
+    _tmp: tempfile::TempDir,
+}
+
+impl Fixture {
+    async fn start() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(&tmp.path().join("uagate.db")).await.unwrap();
+        for (name, role) in [
+            ("admin", Role::Admin),
+            ("operator", Role::Operator),
+            ("viewer", Role::Viewer),
+        ] {
+            store
+                .add_user("test", name, &format!("correct horse {name}"), role)
+                .await
+                .unwrap();
+        }
+        let data = tmp.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let config = uagate_config::Config::from_toml(
+            "[listen]\nopc_tcp = \"127.0.0.1:0\"\ntls = \"127.0.0.1:0\"\n",
+        )
+        .unwrap();
+        let gateway = tokio::time::timeout(
+            Duration::from_secs(20),
+            uagate_server::start(config, store.clone(), &data),
+        )
+        .await
+        .expect("gateway starts in time")
+        .expect("gateway starts");
+        let state = WebState::new(store, gateway.engine.clone(), &data).unwrap();
+        Fixture {
+            state,
+            gateway: Some(gateway),
+            _tmp: tmp,
+        }
+    }
+
+    async fn call(&self, req: Request<Body>) -> (StatusCode, Value, axum::http::HeaderMap) {
+        self.call_from([127, 0, 0, 7], req).await
+    }
+
+    /// As if the request came from `ip` (login throttling counts per address).
+    async fn call_from(
+        &self,
+        ip: [u8; 4],
+        req: Request<Body>,
+    ) -> (StatusCode, Value, axum::http::HeaderMap) {
+        let mut req = req;
+        req.extensions_mut()
+            .insert(ConnectInfo(SocketAddr::from((ip, 40000))));
+        let resp = app(self.state.clone()).oneshot(req).await.unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        };
+        (status, body, headers)
+    }
+
+    async fn login(&self, user: &str, password: &str) -> (StatusCode, Value) {
+        let (s, b, _) = self
+            .call(json_request(
+                Method::POST,
+                "/api/v1/login",
+                None,
+                json!({"username": user, "password": password}),
+            ))
+            .await;
+        (s, b)
+    }
+
+    async fn token(&self, role: &str) -> String {
+        let (s, b) = self.login(role, &format!("correct horse {role}")).await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+        b["token"].as_str().unwrap().to_string()
+    }
+
+    async fn stop(mut self) {
+        if let Some(gw) = self.gateway.take() {
+            gw.shutdown().await;
+        }
+    }
+}
+
+fn json_request(method: Method, uri: &str, token: Option<&str>, body: Value) -> Request<Body> {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/json");
+    if let Some(t) = token {
+        b = b.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    b.body(Body::from(body.to_string())).unwrap()
+}
+
+fn get(uri: &str, token: Option<&str>) -> Request<Body> {
+    let mut b = Request::builder().uri(uri);
+    if let Some(t) = token {
+        b = b.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    b.body(Body::empty()).unwrap()
+}
+
+#[tokio::test]
+async fn every_route_but_login_requires_a_valid_token() {
+    let f = Fixture::start().await;
+    for uri in ["/api/v1/status", "/api/v1/plan", "/api/v1/config"] {
+        let (s, b, _) = f.call(get(uri, None)).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{uri}: {b}");
+        assert_eq!(b["code"], "unauthenticated", "{uri}");
+        let (s, _, _) = f.call(get(uri, Some("not.a.token"))).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{uri} with a forged token");
+    }
+    let (s, _, _) = f
+        .call(json_request(Method::PUT, "/api/v1/config", None, json!({})))
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    // A token signed with another key is refused.
+    let foreign = uagate_web::TokenKeys::from_secret(&[1u8; 32])
+        .issue("admin", Role::Admin)
+        .unwrap();
+    let (s, _, _) = f.call(get("/api/v1/status", Some(&foreign))).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    // The cookie carries the same token for the console.
+    let t = f.token("viewer").await;
+    let req = Request::builder()
+        .uri("/api/v1/status")
+        .header(header::COOKIE, format!("theme=dark; uagate_token={t}"))
+        .body(Body::empty())
+        .unwrap();
+    let (s, b, _) = f.call(req).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn login_gives_a_token_and_wrong_passwords_are_throttled() {
+    let f = Fixture::start().await;
+    let (s, b) = f.login("operator", "correct horse operator").await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(b["token"]
+        .as_str()
+        .is_some_and(|t| t.split('.').count() == 3));
+    let (s, b) = f.login("operator", "wrong password").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert_eq!(b["code"], "bad_credentials");
+    let (s, _) = f.login("nobody", "whatever1").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    // Malformed body: 422 naming no secret.
+    let (s, b, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/login",
+            None,
+            json!({"user": "x"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    // Five failures for one name lock it out, even with the right password
+    // and from another address (each attempt from its own address here).
+    let attempt = |ip: u8, password: &str| {
+        let body = json!({"username": "viewer", "password": password});
+        f.call_from(
+            [127, 0, 1, ip],
+            json_request(Method::POST, "/api/v1/login", None, body),
+        )
+    };
+    for ip in 1..=5 {
+        let (s, b, _) = attempt(ip, "wrong password").await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "attempt {ip}: {b}");
+    }
+    let (s, b, h) = attempt(6, "correct horse viewer").await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{b}");
+    assert_eq!(b["code"], "throttled");
+    assert!(h.get(header::RETRY_AFTER).is_some());
+    // Another user from a clean address is not affected...
+    let (s, _) = f.login("admin", "correct horse admin").await;
+    assert_eq!(s, StatusCode::OK);
+    // ...but five failures from one address lock that address for every name.
+    for i in 0..5 {
+        let (s, _, _) = f
+            .call_from(
+                [127, 0, 2, 1],
+                json_request(
+                    Method::POST,
+                    "/api/v1/login",
+                    None,
+                    json!({"username": format!("guess{i}"), "password": "wrong password"}),
+                ),
+            )
+            .await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+    }
+    let (s, b, h) = f
+        .call_from(
+            [127, 0, 2, 1],
+            json_request(
+                Method::POST,
+                "/api/v1/login",
+                None,
+                json!({"username": "operator", "password": "correct horse operator"}),
+            ),
+        )
+        .await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{b}");
+    assert_eq!(b["code"], "throttled");
+    assert!(h.get(header::RETRY_AFTER).is_some());
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn status_and_plan_have_their_fixed_shapes() {
+    let f = Fixture::start().await;
+    let t = f.token("viewer").await;
+    let (s, b, _) = f.call(get("/api/v1/status", Some(&t))).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b["state"], "running");
+    assert_eq!(b["role"], "standalone");
+    assert!(b["service_level"].as_u64().is_some_and(|l| l <= 255));
+    assert!(b["sessions"].is_u64());
+    assert!(b["fields"].is_array());
+    let (s, b, _) = f.call(get("/api/v1/plan", Some(&t))).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let stages = b.as_array().unwrap();
+    assert_eq!(stages.len(), 8, "{b}");
+    assert_eq!(stages[0]["stage"], "Connection");
+    let line = stages[0]["line"].as_str().unwrap();
+    assert!(line.starts_with("Connection: total="), "{line}");
+    // The line and the fields agree.
+    assert!(
+        line.contains(&format!("shared={}", stages[0]["shared"])),
+        "{line}"
+    );
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn config_put_is_admin_only_validated_as_a_unit_and_reports_its_effect() {
+    let f = Fixture::start().await;
+    let viewer = f.token("viewer").await;
+    let operator = f.token("operator").await;
+    let admin = f.token("admin").await;
+    let (s, doc, _) = f.call(get("/api/v1/config", Some(&viewer))).await;
+    assert_eq!(s, StatusCode::OK, "{doc}");
+    assert!(doc["server"]["max_session_count"].is_u64(), "{doc}");
+    for t in [&viewer, &operator] {
+        let (s, b, _) = f
+            .call(json_request(
+                Method::PUT,
+                "/api/v1/config",
+                Some(t),
+                doc.clone(),
+            ))
+            .await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{b}");
+        assert_eq!(b["code"], "forbidden");
+    }
+    // Invalid: 422 naming the setting; nothing stored.
+    let mut bad = doc.clone();
+    bad["server"]["max_buffer_size"] = json!(10);
+    let (s, b, _) = f
+        .call(json_request(
+            Method::PUT,
+            "/api/v1/config",
+            Some(&admin),
+            bad,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert_eq!(b["code"], "invalid");
+    assert_eq!(b["field"], "server.max_buffer_size", "{b}");
+    assert_eq!(
+        f.state
+            .store
+            .setting(uagate_server::CONFIG_KEY)
+            .await
+            .unwrap(),
+        None,
+        "a refused document is not stored"
+    );
+    // Unknown key: refused too.
+    let mut unknown = doc.clone();
+    unknown["server"]["max_sesion_count"] = json!(5);
+    let (s, b, _) = f
+        .call(json_request(
+            Method::PUT,
+            "/api/v1/config",
+            Some(&admin),
+            unknown,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    // A live change (the default weight) applies at once.
+    let mut live = doc.clone();
+    live["isolation"]["default_weight"] = json!(3);
+    let (s, b, _) = f
+        .call(json_request(
+            Method::PUT,
+            "/api/v1/config",
+            Some(&admin),
+            live,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b["live"], json!(["isolation.default_weight"]), "{b}");
+    assert_eq!(b["restart"], json!([]), "{b}");
+    assert_eq!(f.state.engine.applied_config().isolation.default_weight, 3);
+    // A restart-only change is stored, not applied.
+    let (_, doc2, _) = f.call(get("/api/v1/config", Some(&viewer))).await;
+    assert_eq!(doc2["isolation"]["default_weight"], 3);
+    let mut restart = doc2.clone();
+    restart["server"]["max_session_count"] = json!(50);
+    let (s, b, _) = f
+        .call(json_request(
+            Method::PUT,
+            "/api/v1/config",
+            Some(&admin),
+            restart,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b["live"], json!([]), "{b}");
+    assert_eq!(b["restart"], json!(["server.max_session_count"]), "{b}");
+    assert_eq!(
+        f.state.engine.applied_config().server.max_session_count,
+        100
+    );
+    let stored = f
+        .state
+        .store
+        .setting(uagate_server::CONFIG_KEY)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(stored.contains("max_session_count = 50"), "{stored}");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_paths_are_json_404s() {
+    let f = Fixture::start().await;
+    let (s, b, _) = f.call(get("/api/v1/nothing", None)).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(b["code"], "not_found");
+    f.stop().await;
+}
