@@ -195,15 +195,42 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
     let plan = uagate_isolation::plan::Plan::build(&config)
         .map_err(|e| anyhow::anyhow!("configuration cannot be planned: {e}"))?;
     plan.log();
-    let gateway = uagate_server::start(config, store, data).await?;
+    let console_addr = config.listen.console_addr();
+    let gateway = uagate_server::start(config, store.clone(), data).await?;
+    // The console: its own HTTPS listener with the appliance certificate.
+    let console = tokio::net::TcpListener::bind(console_addr)
+        .await
+        .with_context(|| format!("cannot listen for the console on {console_addr}"))?;
+    let console_url = format!("https://{}/", console.local_addr()?);
+    let web = uagate_web::WebState::new(store, gateway.engine.clone(), data)
+        .context("cannot prepare the console token key")?;
+    if let Some(code) = web.prepare_setup().await? {
+        tracing::warn!(
+            "no console user yet: create the first admin with POST {console_url}api/v1/setup \
+             {{\"code\": \"{code}\", \"username\": ..., \"password\": ...}} \
+             or `uagate user add NAME --role admin`"
+        );
+    }
+    let tls = gateway
+        .engine
+        .tls_server_config()
+        .context("the TLS certificate is not loaded")?;
+    let console_task = tokio::spawn(uagate_web::serve_tls(
+        console,
+        tls,
+        uagate_web::app(web),
+        gateway.cancel_token(),
+    ));
     // READY stays the first line (scripts read it); the TLS endpoints follow.
     println!("READY opc.tcp={}", gateway.endpoint_url);
     println!(
         "TLS opc.wss={} opc.https={}",
         gateway.wss_url, gateway.https_url
     );
+    println!("CONSOLE {console_url}");
     wait_for_stop().await;
     gateway.shutdown().await;
+    let _ = console_task.await;
     Ok(())
 }
 

@@ -66,6 +66,61 @@ pub async fn login(
     }
 }
 
+/// `POST /api/v1/setup` body: the first administrator.
+#[derive(Debug, Deserialize)]
+pub struct SetupRequest {
+    /// The one-time code printed at first start.
+    pub code: String,
+    /// The new admin's user name.
+    pub username: String,
+    /// The new admin's password (at least 8 characters; never logged).
+    pub password: String,
+}
+
+/// Creates the first admin with the one-time setup code, then signs them
+/// in. Refused (403) once any user exists or with a wrong code; wrong codes
+/// count towards the login lockout of the caller's address.
+pub async fn setup(
+    State(state): State<WebState>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    body: Result<Json<SetupRequest>, JsonRejection>,
+) -> Result<Json<LoginResponse>, ApiError> {
+    let Json(req) = body.map_err(json_error)?;
+    let addr = peer.map(|Extension(ConnectInfo(a))| a.ip());
+    let now = Instant::now();
+    state.throttle.check("(setup)", addr, now)?;
+    let matches = state
+        .setup_code
+        .lock()
+        .as_deref()
+        .is_some_and(|c| c == req.code);
+    let no_users = state
+        .store
+        .list_users()
+        .await
+        .map_err(ApiError::internal)?
+        .is_empty();
+    if !matches || !no_users {
+        state.throttle.failed("(setup)", addr, now);
+        return Err(ApiError::Forbidden { role: "setup" });
+    }
+    state
+        .store
+        .add_user("setup", &req.username, &req.password, Role::Admin)
+        .await
+        .map_err(|e| match e {
+            uagate_store::StoreError::Invalid { setting, message } => {
+                ApiError::invalid(setting, message)
+            }
+            other => ApiError::internal(other),
+        })?;
+    *state.setup_code.lock() = None;
+    tracing::info!(user = %req.username, "first console administrator created");
+    Ok(Json(LoginResponse {
+        token: state.keys.issue(&req.username, Role::Admin)?,
+    }))
+}
+
 /// One field connection in `GET /api/v1/status`.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct FieldView {

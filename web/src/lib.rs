@@ -11,6 +11,7 @@
 pub mod api;
 pub mod auth;
 pub mod error;
+pub mod listener;
 
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ use uagate_store::Store;
 
 pub use auth::{Authed, LoginThrottle, TokenKeys};
 pub use error::ApiError;
+pub use listener::serve_tls;
 
 /// What every handler shares; cheap to clone.
 #[derive(Clone)]
@@ -33,6 +35,9 @@ pub struct WebState {
     pub keys: Arc<TokenKeys>,
     /// Failed-login counting.
     pub throttle: Arc<LoginThrottle>,
+    /// The one-time code that lets the first administrator be created;
+    /// set while the store has no user (see [`WebState::prepare_setup`]).
+    pub setup_code: Arc<parking_lot::Mutex<Option<String>>>,
 }
 
 impl WebState {
@@ -47,7 +52,20 @@ impl WebState {
             engine,
             keys: Arc::new(TokenKeys::load_or_create(data_dir)?),
             throttle: Arc::new(LoginThrottle::default()),
+            setup_code: Arc::default(),
         })
+    }
+
+    /// Called once when the console starts: when no user exists yet, makes
+    /// a one-time setup code (printed to the log by the caller) with which
+    /// `POST /api/v1/setup` creates the first admin. `None` once users exist.
+    pub async fn prepare_setup(&self) -> Result<Option<String>, uagate_store::StoreError> {
+        if !self.store.list_users().await?.is_empty() {
+            return Ok(None);
+        }
+        let code = hex::encode(rand::random::<[u8; 8]>());
+        *self.setup_code.lock() = Some(code.clone());
+        Ok(Some(code))
     }
 }
 
@@ -57,6 +75,7 @@ impl WebState {
 pub fn app(state: WebState) -> Router {
     Router::new()
         .route("/api/v1/login", post(api::login))
+        .route("/api/v1/setup", post(api::setup))
         .route("/api/v1/status", get(api::status))
         .route("/api/v1/plan", get(api::plan))
         .route("/api/v1/config", get(api::get_config).put(api::put_config))

@@ -25,13 +25,22 @@ struct Fixture {
 
 impl Fixture {
     async fn start() -> Fixture {
+        Self::start_with_users(true).await
+    }
+
+    async fn start_with_users(users: bool) -> Fixture {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open(&tmp.path().join("uagate.db")).await.unwrap();
-        for (name, role) in [
-            ("admin", Role::Admin),
-            ("operator", Role::Operator),
-            ("viewer", Role::Viewer),
-        ] {
+        let users: &[(&str, Role)] = if users {
+            &[
+                ("admin", Role::Admin),
+                ("operator", Role::Operator),
+                ("viewer", Role::Viewer),
+            ]
+        } else {
+            &[]
+        };
+        for &(name, role) in users {
             store
                 .add_user("test", name, &format!("correct horse {name}"), role)
                 .await
@@ -369,5 +378,51 @@ async fn unknown_paths_are_json_404s() {
     let (s, b, _) = f.call(get("/api/v1/nothing", None)).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     assert_eq!(b["code"], "not_found");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn first_start_setup_creates_one_admin_with_the_one_time_code() {
+    let f = Fixture::start_with_users(false).await;
+    let code = f
+        .state
+        .prepare_setup()
+        .await
+        .unwrap()
+        .expect("a code while no user exists");
+    let setup = |code: &str, user: &str, password: &str| {
+        json_request(
+            Method::POST,
+            "/api/v1/setup",
+            None,
+            json!({"code": code, "username": user, "password": password}),
+        )
+    };
+    let (s, b, _) = f.call(setup("0000", "root", "long enough pw")).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "wrong code: {b}");
+    let (s, b, _) = f.call(setup(&code, "root", "short")).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert_eq!(b["field"], "password", "{b}");
+    let (s, b, _) = f.call(setup(&code, "root", "long enough pw")).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let token = b["token"].as_str().unwrap().to_string();
+    // The new admin may change the configuration.
+    let (s, doc, _) = f.call(get("/api/v1/config", Some(&token))).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, b, _) = f
+        .call(json_request(
+            Method::PUT,
+            "/api/v1/config",
+            Some(&token),
+            doc,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    // The code is spent: no second admin through setup.
+    let (s, _, _) = f.call(setup(&code, "eve", "long enough pw")).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert_eq!(f.state.prepare_setup().await.unwrap(), None);
+    let (s, _) = f.login("root", "long enough pw").await;
+    assert_eq!(s, StatusCode::OK);
     f.stop().await;
 }

@@ -106,8 +106,11 @@ pub struct Listen {
     /// client certificate is asked for), `optional` (a client may present
     /// one; it must then be on the trust list) or `required`.
     pub tls_client_auth: TlsClientAuth,
-    /// Browser console (later issue).
-    pub console: SocketAddr,
+    /// Browser console and REST API (HTTPS). Default: the opc_tcp address
+    /// with port 8443, or an ephemeral port when opc_tcp uses port 0 (see
+    /// [`Listen::console_addr`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub console: Option<SocketAddr>,
     /// Host name put in endpoint URLs; default: the machine's host name, or
     /// the listen IP when it is not a wildcard address.
     pub public_host: Option<String>,
@@ -119,7 +122,7 @@ impl Default for Listen {
             opc_tcp: ([0, 0, 0, 0], 4840).into(),
             tls: None,
             tls_client_auth: TlsClientAuth::Off,
-            console: ([0, 0, 0, 0], 8443).into(),
+            console: None,
             public_host: None,
         }
     }
@@ -138,11 +141,27 @@ pub enum TlsClientAuth {
     Required,
 }
 
+/// The default console (HTTPS) port.
+pub const DEFAULT_CONSOLE_PORT: u16 = 8443;
+
 /// The default port of the opc.wss + opc.https listener.
 pub const DEFAULT_TLS_PORT: u16 = 4843;
 
 impl Listen {
-    /// Where the opc.wss + opc.https listener binds: `tls` if set, else the
+    /// Where the console binds: `console` if set, else the opc_tcp address
+    /// with port 8443 (an ephemeral port when opc_tcp's port is 0).
+    pub fn console_addr(&self) -> SocketAddr {
+        self.console.unwrap_or_else(|| {
+            let port = if self.opc_tcp.port() == 0 {
+                0
+            } else {
+                DEFAULT_CONSOLE_PORT
+            };
+            SocketAddr::new(self.opc_tcp.ip(), port)
+        })
+    }
+
+    /// The opc.wss + opc.https listener address: `tls`, or the
     /// opc_tcp address with port 4843 (an ephemeral port when opc_tcp's
     /// port is 0, so test and side-by-side instances never collide).
     pub fn tls_addr(&self) -> SocketAddr {

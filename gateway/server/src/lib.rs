@@ -269,6 +269,13 @@ impl Engine {
         }
     }
 
+    /// The TLS server configuration of the appliance's certificate (the one
+    /// opc.wss / opc.https use; it follows `uagate tls set` while running).
+    /// The console listener serves it too.
+    pub fn tls_server_config(&self) -> Option<Arc<tokio_rustls::rustls::ServerConfig>> {
+        self.tls_identity.as_ref().map(|t| t.server_config())
+    }
+
     /// The ServerStatus.State currently published (Running unless an
     /// operator requested another state).
     pub fn server_state(&self) -> opcua_types::ServerState {

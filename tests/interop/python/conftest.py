@@ -40,6 +40,8 @@ STOP_TIMEOUT_S = 10.0
 READY_RE = re.compile(r"^READY opc\.tcp=(opc\.tcp://127\.0\.0\.1:(\d+)/)$")
 # uagate's second stdout line: its TLS listener's opc.wss and opc.https URLs.
 TLS_RE = re.compile(r"^TLS opc\.wss=(opc\.wss://127\.0\.0\.1:\d+/) opc\.https=(opc\.https://127\.0\.0\.1:\d+/)$")
+# uagate's third stdout line: the console (HTTPS, REST API) URL.
+CONSOLE_RE = re.compile(r"^CONSOLE (https://127\.0\.0\.1:\d+/)$")
 
 MINIMAL_CONFIG = """\
 [listen]
@@ -115,6 +117,7 @@ class ServerTarget:
         self.url: str | None = None
         self.wss_url: str | None = None
         self.https_url: str | None = None
+        self.console_url: str | None = None
         self._stdout_lines: queue.Queue[str | None] = queue.Queue()
         if self.kind == "uagate":
             if not UAGATE_BIN.is_file():
@@ -202,6 +205,16 @@ class ServerTarget:
                 self.stop()
                 pytest.fail(f"second stdout line is not the TLS line: {tls_line!r}\n{self.log_tail()}")
             self.wss_url, self.https_url = tls.group(1), tls.group(2)
+            if command[:1] in ((), ("run",), ("demo",)):
+                try:
+                    console_line = self._stdout_lines.get(timeout=READY_TIMEOUT_S)
+                except queue.Empty:
+                    console_line = None
+                console = CONSOLE_RE.match(console_line or "")
+                if not console:
+                    self.stop()
+                    pytest.fail(f"third stdout line is not the CONSOLE line: {console_line!r}\n{self.log_tail()}")
+                self.console_url = console.group(1)
         return self.url
 
     @property
@@ -212,10 +225,10 @@ class ServerTarget:
     def _pump_stdout(self) -> None:
         # Keeps draining stdout after READY so the server never blocks on a full pipe.
         assert self.proc is not None and self.proc.stdout is not None
-        # The first two lines (READY, then uagate's TLS line) are handed over.
+        # The first three lines (READY, then uagate's TLS and CONSOLE lines) are handed over.
         handed = 0
         for raw in self.proc.stdout:
-            if handed < 2:
+            if handed < 3:
                 self._stdout_lines.put(raw.rstrip("\r\n"))
                 handed += 1
         if handed < 2:

@@ -1,0 +1,72 @@
+"""The console listener of a real `uagate run`: HTTPS with the appliance's
+own TLS certificate (verified, not ignored), the REST fixed points and
+their authentication."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import ServerTarget
+
+TIMEOUT_S = 10
+
+
+def _context(target: ServerTarget) -> ssl.SSLContext:
+    # The appliance's certificate (self-signed at first start, SAN 127.0.0.1).
+    return ssl.create_default_context(cafile=str(target.data_dir / "tls" / "cert.pem"))
+
+
+def _call(target: ServerTarget, method: str, path: str, body: dict | None = None,
+          token: str | None = None) -> tuple[int, dict | list]:
+    assert target.console_url, "no CONSOLE line"
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(target.console_url + path.lstrip("/"), data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT_S, context=_context(target)) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_console_serves_the_rest_api_over_verified_tls(server: ServerTarget) -> None:
+    status, body = _call(server, "GET", "/api/v1/status")
+    assert status == 401, body
+    assert body["code"] == "unauthenticated"
+
+    server.user_add("ops", "admin", "correct horse battery")
+    status, body = _call(server, "POST", "/api/v1/login", {"username": "ops", "password": "nope nope"})
+    assert status == 401 and body["code"] == "bad_credentials", body
+    status, body = _call(server, "POST", "/api/v1/login",
+                         {"username": "ops", "password": "correct horse battery"})
+    assert status == 200, body
+    token = body["token"]
+
+    status, body = _call(server, "GET", "/api/v1/status", token=token)
+    assert status == 200, body
+    assert body["state"] == "running"
+    assert 0 <= body["service_level"] <= 255
+    assert isinstance(body["sessions"], int)
+
+    # The plan as JSON says what `uagate plan` prints.
+    status, stages = _call(server, "GET", "/api/v1/plan", token=token)
+    assert status == 200, stages
+    printed = server.cli("plan").stdout.splitlines()
+    assert [s["line"] for s in stages] == printed
+
+
+def test_console_refuses_plain_http(server: ServerTarget) -> None:
+    assert server.console_url
+    plain = server.console_url.replace("https://", "http://") + "api/v1/status"
+    # The listener speaks only TLS: a plain request gets no HTTP answer.
+    with pytest.raises((urllib.error.URLError, http.client.HTTPException, OSError)):
+        urllib.request.urlopen(plain, timeout=TIMEOUT_S)
