@@ -185,7 +185,18 @@ pub async fn status(State(state): State<WebState>, _who: Authed) -> Json<StatusV
     })
 }
 
-fn conn_state(s: uagate_field::ConnState) -> &'static str {
+/// Every field-connection state label.
+pub(crate) const CONN_STATES: &[&str] = &[
+    "disconnected",
+    "connecting",
+    "connected",
+    "reconnecting",
+    "closing",
+    "closed",
+];
+
+/// The label of a field-connection state.
+pub(crate) fn conn_state(s: uagate_field::ConnState) -> &'static str {
     use uagate_field::ConnState::*;
     match s {
         Disconnected => "disconnected",
@@ -197,7 +208,20 @@ fn conn_state(s: uagate_field::ConnState) -> &'static str {
     }
 }
 
-fn server_state(s: opcua_types::ServerState) -> &'static str {
+/// Every server-state label.
+pub(crate) const SERVER_STATES: &[&str] = &[
+    "running",
+    "failed",
+    "no_configuration",
+    "suspended",
+    "shutdown",
+    "test",
+    "communication_fault",
+    "unknown",
+];
+
+/// The label of a ServerStatus.State.
+pub(crate) fn server_state(s: opcua_types::ServerState) -> &'static str {
     use opcua_types::ServerState::*;
     match s {
         Running => "running",

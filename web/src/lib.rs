@@ -12,6 +12,7 @@ pub mod api;
 pub mod auth;
 pub mod error;
 pub mod listener;
+pub mod metrics;
 
 use std::sync::Arc;
 
@@ -79,6 +80,7 @@ pub fn app(state: WebState) -> Router {
         .route("/api/v1/status", get(api::status))
         .route("/api/v1/plan", get(api::plan))
         .route("/api/v1/config", get(api::get_config).put(api::put_config))
+        .route("/metrics", get(metrics::metrics))
         .fallback(api::not_found)
         .with_state(state)
 }

@@ -29,6 +29,10 @@ impl Fixture {
     }
 
     async fn start_with_users(users: bool) -> Fixture {
+        Self::start_with(users, "").await
+    }
+
+    async fn start_with(users: bool, extra: &str) -> Fixture {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open(&tmp.path().join("uagate.db")).await.unwrap();
         let users: &[(&str, Role)] = if users {
@@ -48,9 +52,9 @@ impl Fixture {
         }
         let data = tmp.path().join("data");
         std::fs::create_dir_all(&data).unwrap();
-        let config = uagate_config::Config::from_toml(
-            "[listen]\nopc_tcp = \"127.0.0.1:0\"\ntls = \"127.0.0.1:0\"\n",
-        )
+        let config = uagate_config::Config::from_toml(&format!(
+            "[listen]\nopc_tcp = \"127.0.0.1:0\"\ntls = \"127.0.0.1:0\"\n{extra}"
+        ))
         .unwrap();
         let gateway = tokio::time::timeout(
             Duration::from_secs(20),
@@ -424,5 +428,68 @@ async fn first_start_setup_creates_one_admin_with_the_one_time_code() {
     assert_eq!(f.state.prepare_setup().await.unwrap(), None);
     let (s, _) = f.login("root", "long enough pw").await;
     assert_eq!(s, StatusCode::OK);
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_need_a_token_and_carry_bounded_labels() {
+    // A field connection that cannot connect (nothing listens on port 1).
+    let f = Fixture::start_with(
+        true,
+        "[[field_servers]]\nname = \"line9\"\nendpoints = [\"opc.tcp://127.0.0.1:1/\"]\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\n",
+    )
+    .await;
+    let (s, _, _) = f.call(get("/metrics", None)).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let t = f.token("viewer").await;
+    let resp = app(f.state.clone())
+        .oneshot(get("/metrics", Some(&t)))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let ct = resp.headers()[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
+    let text = String::from_utf8(
+        resp.into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap();
+    for want in [
+        "uagate_sessions 0",
+        "uagate_server_state{state=\"running\"} 1",
+        "uagate_server_state{state=\"suspended\"} 0",
+        "uagate_isolation_usage{stage=\"connection\"}",
+        "uagate_isolation_owners ",
+        "uagate_field_reconnects_total{connection=\"line9\"} 0",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    let level = text
+        .lines()
+        .find_map(|l| l.strip_prefix("uagate_service_level "))
+        .and_then(|v| v.parse::<u32>().ok())
+        .expect("service level sample");
+    assert!(level <= 255);
+    // Exactly one state is 1 for the field connection, and it is not connected.
+    let states: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("uagate_field_connection_state{connection=\"line9\"") && l.ends_with(" 1")
+        })
+        .collect();
+    assert_eq!(states.len(), 1, "{text}");
+    assert!(!states[0].contains("state=\"connected\""), "{}", states[0]);
+    // No user names or addresses in labels.
+    assert!(
+        !text.contains("viewer") && !text.contains("127.0.0"),
+        "{text}"
+    );
     f.stop().await;
 }
