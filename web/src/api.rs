@@ -220,6 +220,18 @@ pub(crate) const SERVER_STATES: &[&str] = &[
     "unknown",
 ];
 
+/// The states of [`SERVER_STATES`], in the same order.
+const STATE_VALUES: [opcua_types::ServerState; 8] = [
+    opcua_types::ServerState::Running,
+    opcua_types::ServerState::Failed,
+    opcua_types::ServerState::NoConfiguration,
+    opcua_types::ServerState::Suspended,
+    opcua_types::ServerState::Shutdown,
+    opcua_types::ServerState::Test,
+    opcua_types::ServerState::CommunicationFault,
+    opcua_types::ServerState::Unknown,
+];
+
 /// The label of a ServerStatus.State.
 pub(crate) fn server_state(s: opcua_types::ServerState) -> &'static str {
     use opcua_types::ServerState::*;
@@ -345,6 +357,95 @@ pub async fn put_config(
         },
         restart: report.restart,
     }))
+}
+
+/// `POST /api/v1/maintenance` body: Server.RequestServerStateChange's
+/// arguments in JSON.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceRequest {
+    /// running, suspended, shutdown, test, failed, no_configuration,
+    /// communication_fault or unknown.
+    pub state: String,
+    /// RFC 3339 time the server expects to be back (not for running).
+    #[serde(default)]
+    pub estimated_return_time: Option<String>,
+    /// For shutdown: seconds until the server stops.
+    #[serde(default)]
+    pub seconds_till_shutdown: Option<u32>,
+    /// Why (ShutdownReason).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Refuse new sessions while in this state (not supported yet: only
+    /// `false` is accepted).
+    #[serde(default)]
+    pub drain: bool,
+}
+
+/// Changes the server state like Server.RequestServerStateChange, through
+/// the same code path (persisted, audited, evented). Operator or admin.
+pub async fn maintenance(
+    State(state): State<WebState>,
+    who: Authed,
+    body: Result<Json<MaintenanceRequest>, JsonRejection>,
+) -> Result<Json<StatusView>, ApiError> {
+    who.require(Role::Operator)?;
+    let Json(req) = body.map_err(json_error)?;
+    let wanted = SERVER_STATES
+        .iter()
+        .position(|s| *s == req.state)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "state",
+                format!(
+                    "unknown state {:?}; one of {}",
+                    req.state,
+                    SERVER_STATES.join(", ")
+                ),
+            )
+        })?;
+    let server_state = STATE_VALUES[wanted];
+    let running = server_state == opcua_types::ServerState::Running;
+    if req.drain {
+        return Err(ApiError::invalid(
+            "drain",
+            "draining new sessions is not supported by this version",
+        ));
+    }
+    let estimated_return_time = match (&req.estimated_return_time, running) {
+        (Some(t), false) => chrono::DateTime::parse_from_rfc3339(t)
+            .map(|d| opcua_types::DateTime::from(d.with_timezone(&chrono::Utc)))
+            .map_err(|e| {
+                ApiError::invalid(
+                    "estimated_return_time",
+                    format!("not an RFC 3339 time: {e}"),
+                )
+            })?,
+        _ => opcua_types::DateTime::null(),
+    };
+    let seconds_till_shutdown = match server_state {
+        opcua_types::ServerState::Shutdown => req.seconds_till_shutdown.unwrap_or(0),
+        _ => 0,
+    };
+    let reason = req
+        .reason
+        .as_deref()
+        .map(|r| opcua_types::LocalizedText::new("", r))
+        .unwrap_or_else(opcua_types::LocalizedText::null);
+    state
+        .engine
+        .change_server_state(
+            &who.user,
+            uagate_server::health::RequestedState {
+                state: server_state,
+                estimated_return_time,
+                seconds_till_shutdown,
+                reason,
+            },
+        )
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(status(State(state), who).await)
 }
 
 /// Unknown paths: a JSON 404 with a stable code.

@@ -80,6 +80,7 @@ pub fn app(state: WebState) -> Router {
         .route("/api/v1/status", get(api::status))
         .route("/api/v1/plan", get(api::plan))
         .route("/api/v1/config", get(api::get_config).put(api::put_config))
+        .route("/api/v1/maintenance", post(api::maintenance))
         .route("/metrics", get(metrics::metrics))
         .fallback(api::not_found)
         .with_state(state)

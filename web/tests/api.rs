@@ -493,3 +493,50 @@ async fn metrics_need_a_token_and_carry_bounded_labels() {
     );
     f.stop().await;
 }
+
+#[tokio::test]
+async fn maintenance_is_for_operators_and_takes_the_server_out_and_back() {
+    let f = Fixture::start().await;
+    let viewer = f.token("viewer").await;
+    let operator = f.token("operator").await;
+    let post =
+        |t: &str, body: Value| json_request(Method::POST, "/api/v1/maintenance", Some(t), body);
+    let (s, _, _) = f.call(post(&viewer, json!({"state": "suspended"}))).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, b, _) = f.call(post(&operator, json!({"state": "asleep"}))).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert_eq!(b["field"], "state");
+    let (s, b, _) = f
+        .call(post(
+            &operator,
+            json!({"state": "suspended", "estimated_return_time": "tomorrow"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert_eq!(b["field"], "estimated_return_time");
+    assert_eq!(
+        f.state.engine.server_state(),
+        opcua_types::ServerState::Running
+    );
+    let (s, b, _) = f
+        .call(post(
+            &operator,
+            json!({"state": "suspended", "estimated_return_time": "2030-01-01T00:00:00Z", "reason": "firmware"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b["state"], "suspended");
+    assert_eq!(b["service_level"], 0, "Maintenance subrange: {b}");
+    assert_eq!(b["service_level_subrange"], "maintenance");
+    // Persisted and audited under the operator's name.
+    let log = f.state.store.change_log_since(0, 100).await.unwrap();
+    assert!(
+        log.iter().any(|e| e.actor == "operator"),
+        "no change-log entry by the operator: {log:?}"
+    );
+    let (s, b, _) = f.call(post(&operator, json!({"state": "running"}))).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b["state"], "running");
+    assert!(b["service_level"].as_u64().unwrap() > 1, "{b}");
+    f.stop().await;
+}

@@ -255,9 +255,24 @@ impl Engine {
             seconds_till_shutdown,
             reason,
         };
+        self.change_server_state(&caller.actor(), requested).await
+    }
+
+    /// Puts the server into `requested` (Running clears a request): persists
+    /// it (so a restart keeps it), audits it in the change log under
+    /// `actor`, updates State, SecondsTillShutdown, ShutdownReason,
+    /// EstimatedReturnTime and ServiceLevel, and emits the state-change
+    /// event. The one code path of the OPC UA method and the console's
+    /// maintenance operation; callers check authorization first.
+    pub async fn change_server_state(
+        &self,
+        actor: &str,
+        requested: RequestedState,
+    ) -> Result<(), StatusCode> {
+        let state = requested.state;
         self.store
             .set_setting(
-                &caller.actor(),
+                actor,
                 crate::STATE_SETTING,
                 &crate::encode_state(&requested),
             )
@@ -268,8 +283,8 @@ impl Engine {
             })?;
         self.control.lock().request(requested);
         self.refresh_server_state();
-        tracing::info!(user = %caller.actor(), ?state, "server state changed by RequestServerStateChange");
-        self.emit_state_change_event(state, &caller.actor());
+        tracing::info!(user = %actor, ?state, "server state changed");
+        self.emit_state_change_event(state, actor);
         Ok(())
     }
 

@@ -70,3 +70,29 @@ def test_console_refuses_plain_http(server: ServerTarget) -> None:
     # The listener speaks only TLS: a plain request gets no HTTP answer.
     with pytest.raises((urllib.error.URLError, http.client.HTTPException, OSError)):
         urllib.request.urlopen(plain, timeout=TIMEOUT_S)
+
+
+async def test_console_maintenance_is_seen_by_an_opcua_client(target: ServerTarget, client_cert) -> None:
+    """REST maintenance and the OPC UA method share one code path: an asyncua client
+    sees ServiceLevel 0 and State Suspended, then Running again."""
+    from test_asyncua_client import secure_client
+    from test_asyncua_server_state import connected, read_state
+
+    from asyncua import ua
+
+    target.user_add("olivia", "operator", "olivia-pass-4")
+    target.trust_client(client_cert.cert_der)
+    target.start()
+    status, body = _call(target, "POST", "/api/v1/login", {"username": "olivia", "password": "olivia-pass-4"})
+    assert status == 200, body
+    token = body["token"]
+    async with connected(await secure_client(target.url, client_cert)) as client:
+        assert await read_state(client) == (255, int(ua.ServerState.Running))
+        status, body = _call(target, "POST", "/api/v1/maintenance",
+                             {"state": "suspended", "estimated_return_time": "2030-01-01T00:00:00Z",
+                              "reason": "firmware"}, token=token)
+        assert status == 200, body
+        assert await read_state(client) == (0, int(ua.ServerState.Suspended))
+        status, body = _call(target, "POST", "/api/v1/maintenance", {"state": "running"}, token=token)
+        assert status == 200, body
+        assert await read_state(client) == (255, int(ua.ServerState.Running))
