@@ -115,6 +115,19 @@ impl Fixture {
         b["token"].as_str().unwrap().to_string()
     }
 
+    /// `PUT /api/v1/config` with `doc`, as the holder of `token`.
+    async fn put_config(&self, token: &str, doc: Value) -> (StatusCode, Value) {
+        let (s, b, _) = self
+            .call(json_request(
+                Method::PUT,
+                "/api/v1/config",
+                Some(token),
+                doc,
+            ))
+            .await;
+        (s, b)
+    }
+
     async fn stop(mut self) {
         if let Some(gw) = self.gateway.take() {
             gw.shutdown().await;
@@ -284,28 +297,14 @@ async fn config_put_is_admin_only_validated_as_a_unit_and_reports_its_effect() {
     assert_eq!(s, StatusCode::OK, "{doc}");
     assert!(doc["server"]["max_session_count"].is_u64(), "{doc}");
     for t in [&viewer, &operator] {
-        let (s, b, _) = f
-            .call(json_request(
-                Method::PUT,
-                "/api/v1/config",
-                Some(t),
-                doc.clone(),
-            ))
-            .await;
+        let (s, b) = f.put_config(t, doc.clone()).await;
         assert_eq!(s, StatusCode::FORBIDDEN, "{b}");
         assert_eq!(b["code"], "forbidden");
     }
     // Invalid: 422 naming the setting; nothing stored.
     let mut bad = doc.clone();
     bad["server"]["max_buffer_size"] = json!(10);
-    let (s, b, _) = f
-        .call(json_request(
-            Method::PUT,
-            "/api/v1/config",
-            Some(&admin),
-            bad,
-        ))
-        .await;
+    let (s, b) = f.put_config(&admin, bad).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
     assert_eq!(b["code"], "invalid");
     assert_eq!(b["field"], "server.max_buffer_size", "{b}");
@@ -321,26 +320,12 @@ async fn config_put_is_admin_only_validated_as_a_unit_and_reports_its_effect() {
     // Unknown key: refused too.
     let mut unknown = doc.clone();
     unknown["server"]["max_sesion_count"] = json!(5);
-    let (s, b, _) = f
-        .call(json_request(
-            Method::PUT,
-            "/api/v1/config",
-            Some(&admin),
-            unknown,
-        ))
-        .await;
+    let (s, b) = f.put_config(&admin, unknown).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
     // A live change (the default weight) applies at once.
     let mut live = doc.clone();
     live["isolation"]["default_weight"] = json!(3);
-    let (s, b, _) = f
-        .call(json_request(
-            Method::PUT,
-            "/api/v1/config",
-            Some(&admin),
-            live,
-        ))
-        .await;
+    let (s, b) = f.put_config(&admin, live).await;
     assert_eq!(s, StatusCode::OK, "{b}");
     assert_eq!(b["live"], json!(["isolation.default_weight"]), "{b}");
     assert_eq!(b["restart"], json!([]), "{b}");
@@ -350,14 +335,7 @@ async fn config_put_is_admin_only_validated_as_a_unit_and_reports_its_effect() {
     assert_eq!(doc2["isolation"]["default_weight"], 3);
     let mut restart = doc2.clone();
     restart["server"]["max_session_count"] = json!(50);
-    let (s, b, _) = f
-        .call(json_request(
-            Method::PUT,
-            "/api/v1/config",
-            Some(&admin),
-            restart,
-        ))
-        .await;
+    let (s, b) = f.put_config(&admin, restart).await;
     assert_eq!(s, StatusCode::OK, "{b}");
     assert_eq!(b["live"], json!([]), "{b}");
     assert_eq!(b["restart"], json!(["server.max_session_count"]), "{b}");
@@ -413,14 +391,7 @@ async fn first_start_setup_creates_one_admin_with_the_one_time_code() {
     // The new admin may change the configuration.
     let (s, doc, _) = f.call(get("/api/v1/config", Some(&token))).await;
     assert_eq!(s, StatusCode::OK);
-    let (s, b, _) = f
-        .call(json_request(
-            Method::PUT,
-            "/api/v1/config",
-            Some(&token),
-            doc,
-        ))
-        .await;
+    let (s, b) = f.put_config(&token, doc).await;
     assert_eq!(s, StatusCode::OK, "{b}");
     // The code is spent: no second admin through setup.
     let (s, _, _) = f.call(setup(&code, "eve", "long enough pw")).await;
