@@ -488,7 +488,7 @@ fn plan_error(e: PlanError) -> ApiError {
     }
 }
 
-fn json_error(e: JsonRejection) -> ApiError {
+pub(crate) fn json_error(e: JsonRejection) -> ApiError {
     ApiError::Invalid {
         field: None,
         message: format!(

@@ -41,9 +41,31 @@ pub enum ApiError {
         /// What is wrong.
         message: String,
     },
+    /// The named thing does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The thing to create exists already.
+    #[error("{0}")]
+    Conflict(String),
     /// Something failed inside the gateway; details are in the log.
     #[error("internal error")]
     Internal,
+}
+
+impl From<uagate_store::StoreError> for ApiError {
+    /// The store's refusals keep their meaning (422 naming the field, 404,
+    /// 409); anything else is an internal error.
+    fn from(e: uagate_store::StoreError) -> ApiError {
+        use uagate_store::StoreError;
+        match e {
+            StoreError::Invalid { setting, message } => ApiError::invalid(setting, message),
+            StoreError::UnknownUser(name) => ApiError::NotFound(format!("no user named {name:?}")),
+            StoreError::UserExists(name) => {
+                ApiError::Conflict(format!("user {name:?} already exists"))
+            }
+            other => ApiError::internal(other),
+        }
+    }
 }
 
 impl ApiError {
@@ -69,6 +91,8 @@ impl ApiError {
             ApiError::Throttled { .. } => (StatusCode::TOO_MANY_REQUESTS, "throttled"),
             ApiError::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod error;
 pub mod listener;
 pub mod metrics;
+pub mod users;
 
 use std::sync::Arc;
 
@@ -81,6 +82,12 @@ pub fn app(state: WebState) -> Router {
         .route("/api/v1/plan", get(api::plan))
         .route("/api/v1/config", get(api::get_config).put(api::put_config))
         .route("/api/v1/maintenance", post(api::maintenance))
+        .route("/api/v1/users", get(users::list).post(users::add))
+        .route(
+            "/api/v1/users/{name}",
+            axum::routing::put(users::change).delete(users::remove),
+        )
+        .route("/api/v1/audit", get(users::audit))
         .route("/metrics", get(metrics::metrics))
         .fallback(api::not_found)
         .with_state(state)

@@ -511,3 +511,105 @@ async fn maintenance_is_for_operators_and_takes_the_server_out_and_back() {
     assert!(b["service_level"].as_u64().unwrap() > 1, "{b}");
     f.stop().await;
 }
+
+#[tokio::test]
+async fn admins_manage_users_and_read_the_audit_trail() {
+    let f = Fixture::start().await;
+    let admin = f.token("admin").await;
+    let operator = f.token("operator").await;
+    let (s, _, _) = f.call(get("/api/v1/users", Some(&operator))).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, b, _) = f.call(get("/api/v1/users", Some(&admin))).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b.as_array().unwrap().len(), 3, "{b}");
+    assert!(!b.to_string().contains("argon2"), "no hashes: {b}");
+    let add = |body: Value| json_request(Method::POST, "/api/v1/users", Some(&admin), body);
+    let (s, b, _) = f
+        .call(add(
+            json!({"username": "nina", "password": "nina-pass-1", "role": "viewer"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let (s, b, _) = f
+        .call(add(
+            json!({"username": "nina", "password": "nina-pass-1", "role": "viewer"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{b}");
+    let (s, b, _) = f
+        .call(add(
+            json!({"username": "olga", "password": "x", "role": "viewer"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert_eq!(b["field"], "password", "{b}");
+    let (s, b, _) = f
+        .call(add(
+            json!({"username": "olga", "password": "olga-pass-1", "role": "root"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert_eq!(b["field"], "role", "{b}");
+    // Promote and reset the password; the new one works, the old one not.
+    let (s, b, _) = f
+        .call(json_request(
+            Method::PUT,
+            "/api/v1/users/nina",
+            Some(&admin),
+            json!({"role": "operator", "password": "nina-pass-2"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT, "{b}");
+    let (s, _) = f.login("nina", "nina-pass-1").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, b) = f.login("nina", "nina-pass-2").await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    // The last admin can be neither demoted nor removed.
+    let (s, b, _) = f
+        .call(json_request(
+            Method::PUT,
+            "/api/v1/users/admin",
+            Some(&admin),
+            json!({"role": "viewer"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    let del = |name: &str| {
+        Request::builder()
+            .method(Method::DELETE)
+            .uri(format!("/api/v1/users/{name}"))
+            .header(header::AUTHORIZATION, format!("Bearer {admin}"))
+            .body(Body::empty())
+            .unwrap()
+    };
+    let (s, _, _) = f.call(del("admin")).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let (s, _, _) = f.call(del("nina")).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, b, _) = f.call(del("nina")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{b}");
+    // The audit trail names the admin for each change, without secrets.
+    let (s, b, _) = f
+        .call(get("/api/v1/audit?actor=admin&kind=user.", Some(&admin)))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let kinds: Vec<&str> = b
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    for k in ["user.add", "user.role", "user.password", "user.delete"] {
+        assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
+    }
+    assert!(
+        !b.to_string().contains("nina-pass"),
+        "a password in the audit: {b}"
+    );
+    let (s, b, _) = f.call(get("/api/v1/audit?limit=2", Some(&admin))).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(b.as_array().unwrap().len(), 2);
+    let (s, _, _) = f.call(get("/api/v1/audit", Some(&operator))).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    f.stop().await;
+}
