@@ -149,6 +149,10 @@ pub struct StatusView {
     pub service_level: u8,
     /// Its subrange (Part 4 6.6.2.4.2): maintenance, no_data, degraded, healthy.
     pub service_level_subrange: String,
+    /// Where it comes from: requested_state, override or computed.
+    pub service_level_source: String,
+    /// The operator's reason for an override (empty otherwise).
+    pub service_level_reason: String,
     /// Northbound sessions.
     pub sessions: usize,
     /// Field connections.
@@ -159,6 +163,7 @@ pub struct StatusView {
 pub async fn status(State(state): State<WebState>, _who: Authed) -> Json<StatusView> {
     let engine = &state.engine;
     let level = engine.service_level();
+    let (source, reason) = engine.service_level_source();
     let fields = engine
         .applied_config()
         .field_servers
@@ -180,6 +185,8 @@ pub async fn status(State(state): State<WebState>, _who: Authed) -> Json<StatusV
         state: server_state(engine.server_state()).to_string(),
         service_level: level,
         service_level_subrange: subrange(level).to_string(),
+        service_level_source: source.to_string(),
+        service_level_reason: reason,
         sessions: engine.session_count(),
         fields,
     })
@@ -445,6 +452,63 @@ pub async fn maintenance(
         )
         .await
         .map_err(ApiError::internal)?;
+    Ok(status(State(state), who).await)
+}
+
+/// Longest override the console accepts (a forgotten override should not
+/// pin the ServiceLevel for weeks).
+pub const MAX_OVERRIDE: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// `PUT /api/v1/service-level` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LevelOverride {
+    /// The fixed ServiceLevel, 0-255; `null` returns to the computed value.
+    pub level: Option<u8>,
+    /// Seconds until the computed value returns (at most 7 days); required
+    /// with a level.
+    #[serde(default)]
+    pub expires_in_s: Option<u64>,
+    /// Why (shown in the console and the status).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Sets or clears the operator's ServiceLevel override. Operator or admin.
+pub async fn service_level(
+    State(state): State<WebState>,
+    who: Authed,
+    body: Result<Json<LevelOverride>, JsonRejection>,
+) -> Result<Json<StatusView>, ApiError> {
+    who.require(Role::Operator)?;
+    let Json(req) = body.map_err(json_error)?;
+    let expires = match (req.level, req.expires_in_s) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err(ApiError::invalid(
+                "expires_in_s",
+                "an override needs an expiry",
+            ))
+        }
+        (Some(_), Some(s)) => {
+            let d = std::time::Duration::from_secs(s);
+            if s == 0 || d > MAX_OVERRIDE {
+                return Err(ApiError::invalid(
+                    "expires_in_s",
+                    format!("between 1 and {} seconds", MAX_OVERRIDE.as_secs()),
+                ));
+            }
+            Some(d)
+        }
+    };
+    let reason = req.reason.unwrap_or_default();
+    if reason.len() > 256 {
+        return Err(ApiError::invalid("reason", "at most 256 bytes"));
+    }
+    tracing::info!(user = %who.user, level = ?req.level, ?expires, "ServiceLevel override");
+    state
+        .engine
+        .override_service_level(req.level, reason, expires);
     Ok(status(State(state), who).await)
 }
 

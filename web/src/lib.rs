@@ -82,6 +82,10 @@ pub fn app(state: WebState) -> Router {
         .route("/api/v1/plan", get(api::plan))
         .route("/api/v1/config", get(api::get_config).put(api::put_config))
         .route("/api/v1/maintenance", post(api::maintenance))
+        .route(
+            "/api/v1/service-level",
+            axum::routing::put(api::service_level),
+        )
         .route("/api/v1/users", get(users::list).post(users::add))
         .route(
             "/api/v1/users/{name}",

@@ -613,3 +613,64 @@ async fn admins_manage_users_and_read_the_audit_trail() {
     assert_eq!(s, StatusCode::FORBIDDEN);
     f.stop().await;
 }
+
+#[tokio::test]
+async fn a_service_level_override_has_a_reason_and_expires() {
+    let f = Fixture::start().await;
+    let viewer = f.token("viewer").await;
+    let operator = f.token("operator").await;
+    let put =
+        |t: &str, body: Value| json_request(Method::PUT, "/api/v1/service-level", Some(t), body);
+    let (s, _, _) = f
+        .call(put(&viewer, json!({"level": 150, "expires_in_s": 60})))
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, b, _) = f.call(put(&operator, json!({"level": 150}))).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert_eq!(b["field"], "expires_in_s");
+    let (s, b, _) = f
+        .call(put(
+            &operator,
+            json!({"level": 150, "expires_in_s": 999_999_999}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    let (s, b, _) = f
+        .call(put(&operator, json!({"level": 300, "expires_in_s": 60})))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "out of range: {b}");
+    let (s, b, _) = f
+        .call(put(
+            &operator,
+            json!({"level": 150, "expires_in_s": 1, "reason": "pump swap"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b["service_level"], 150);
+    assert_eq!(b["service_level_subrange"], "degraded");
+    assert_eq!(b["service_level_source"], "override");
+    assert_eq!(b["service_level_reason"], "pump swap");
+    assert_eq!(f.state.engine.service_level(), 150);
+    // It expires on its own.
+    let t0 = std::time::Instant::now();
+    while f.state.engine.service_level() == 150 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "override did not expire"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, b, _) = f.call(get("/api/v1/status", Some(&viewer))).await;
+    assert_eq!(b["service_level_source"], "computed", "{b}");
+    assert_eq!(b["service_level"], 255, "{b}");
+    // A long one is cleared with null.
+    let (s, _, _) = f
+        .call(put(&operator, json!({"level": 10, "expires_in_s": 3600})))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, b, _) = f.call(put(&operator, json!({"level": null}))).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b["service_level"], 255, "{b}");
+    assert_eq!(b["service_level_reason"], "", "{b}");
+    f.stop().await;
+}

@@ -49,6 +49,11 @@ pub struct Control {
     pub requested: Option<RequestedState>,
     /// A fixed ServiceLevel set by the operator instead of the computed one.
     pub override_level: Option<u8>,
+    /// Why the operator set it (shown in the console; empty when not given).
+    pub override_reason: String,
+    /// Bumped by every override change, so an expiry timer only clears
+    /// the override it was started for.
+    pub override_generation: u64,
 }
 
 /// The subrange a requested state maps to: Suspended, Shutdown and Test are
@@ -83,6 +88,24 @@ impl Control {
         {
             Some(level) => level,
             None => self.override_level.unwrap_or(computed),
+        }
+    }
+
+    /// Where the published ServiceLevel comes from: `requested_state`
+    /// (RequestServerStateChange or console maintenance), `override` (the
+    /// operator's fixed value) or `computed`.
+    pub fn level_source(&self) -> &'static str {
+        if self
+            .requested
+            .as_ref()
+            .and_then(|r| level_for_state(r.state))
+            .is_some()
+        {
+            "requested_state"
+        } else if self.override_level.is_some() {
+            "override"
+        } else {
+            "computed"
         }
     }
 
@@ -143,8 +166,10 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(c.service_level(255), 150);
+        assert_eq!(c.level_source(), "override");
         c.request(req(ServerState::Suspended));
         assert_eq!(c.service_level(255), 0);
+        assert_eq!(c.level_source(), "requested_state");
         assert!(c.in_maintenance(255));
         c.request(req(ServerState::Running));
         assert_eq!(c.service_level(255), 150);

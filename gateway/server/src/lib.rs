@@ -291,8 +291,66 @@ impl Engine {
 
     /// Sets (or with `None` clears) the operator's fixed ServiceLevel.
     pub fn set_service_level_override(&self, level: Option<u8>) {
-        self.control.lock().override_level = level;
+        {
+            let mut c = self.control.lock();
+            c.override_level = level;
+            c.override_reason.clear();
+            c.override_generation += 1;
+        }
         self.refresh_server_state();
+    }
+
+    /// Sets the operator's fixed ServiceLevel with a reason, for `expires`
+    /// (then the computed value returns), or clears it with `None`. Called
+    /// by the console; a later call replaces an earlier one and its expiry.
+    pub fn override_service_level(
+        self: &Arc<Self>,
+        level: Option<u8>,
+        reason: String,
+        expires: Option<Duration>,
+    ) {
+        let generation = {
+            let mut c = self.control.lock();
+            c.override_level = level;
+            c.override_reason = if level.is_some() {
+                reason
+            } else {
+                String::new()
+            };
+            c.override_generation += 1;
+            c.override_generation
+        };
+        self.refresh_server_state();
+        if let (Some(_), Some(after)) = (level, expires) {
+            let engine = Arc::downgrade(self);
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                let Some(engine) = engine.upgrade() else {
+                    return;
+                };
+                let expired = {
+                    let mut c = engine.control.lock();
+                    let current = c.override_generation == generation;
+                    if current {
+                        c.override_level = None;
+                        c.override_reason.clear();
+                        c.override_generation += 1;
+                    }
+                    current
+                };
+                if expired {
+                    tracing::info!("operator ServiceLevel override expired");
+                    engine.refresh_server_state();
+                }
+            });
+        }
+    }
+
+    /// Where the published ServiceLevel comes from (`requested_state`,
+    /// `override` or `computed`) and the override's reason.
+    pub fn service_level_source(&self) -> (&'static str, String) {
+        let c = self.control.lock();
+        (c.level_source(), c.override_reason.clone())
     }
 
     /// Shows the session count in the address space. Lock order: the space
@@ -497,6 +555,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         control: Mutex::new(health::Control {
             requested: stored_state,
             override_level: None,
+            ..Default::default()
         }),
         level_provider: Box::new(health::ConstantLevel(health::HEALTHY_MAX)),
         subs_changed: tokio::sync::Notify::new(),
