@@ -44,3 +44,45 @@ pub fn nodes_to_read() -> Vec<ReadValueId> {
         .map(|v| ReadValueId::from(NodeId::from(*v)))
         .collect()
 }
+
+/// Resolve `nsu=<uri>;<id>` through the NamespaceArray, or parse `ns=..;..` directly.
+///
+/// Shared by the bench binaries' `--node` option; `step` bounds the read.
+pub async fn resolve_node(
+    session: &opcua_client::Session,
+    spec: &str,
+    step: Duration,
+) -> anyhow::Result<NodeId> {
+    use anyhow::{bail, Context};
+    use opcua_types::{TimestampsToReturn, Variant};
+    use std::str::FromStr;
+    let Some(rest) = spec.strip_prefix("nsu=") else {
+        return NodeId::from_str(spec).map_err(|e| anyhow::anyhow!("bad --node {spec:?}: {e:?}"));
+    };
+    let Some((uri, id)) = rest.split_once(';') else {
+        bail!("bad --node {spec:?}: expected nsu=<uri>;<i|s|g|b>=<id>");
+    };
+    let values = tokio::time::timeout(
+        step,
+        session.read(
+            &[ReadValueId::from(NodeId::from(
+                VariableId::Server_NamespaceArray,
+            ))],
+            TimestampsToReturn::Neither,
+            0.0,
+        ),
+    )
+    .await
+    .context("NamespaceArray read timed out")?
+    .context("NamespaceArray read failed")?;
+    let Some(Variant::Array(arr)) = values.into_iter().next().and_then(|dv| dv.value) else {
+        bail!("NamespaceArray is not an array");
+    };
+    let index = arr
+        .values
+        .iter()
+        .position(|v| matches!(v, Variant::String(s) if s.as_ref() == uri))
+        .with_context(|| format!("namespace {uri:?} not in the server's NamespaceArray"))?;
+    NodeId::from_str(&format!("ns={index};{id}"))
+        .map_err(|e| anyhow::anyhow!("bad --node {spec:?}: {e:?}"))
+}

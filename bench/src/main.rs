@@ -16,7 +16,6 @@
 //! `bench/run.sh` drives it over the whole matrix.
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,10 +23,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use opcua_client::{Client, ClientBuilder, IdentityToken, Session};
 use opcua_crypto::SecurityPolicy;
-use opcua_types::{
-    EndpointDescription, MessageSecurityMode, NodeId, ReadValueId, TimestampsToReturn, VariableId,
-    Variant,
-};
+use opcua_types::{EndpointDescription, MessageSecurityMode, ReadValueId, TimestampsToReturn};
 use uagate_bench::stats::{cpu_ticks, percentile};
 use uagate_bench::{nodes_to_read, STEP};
 
@@ -162,39 +158,6 @@ async fn connect_all(
     Ok(conns)
 }
 
-/// Resolve `nsu=<uri>;<id>` through the NamespaceArray, or parse `ns=..;..` directly.
-async fn resolve_node(session: &Session, spec: &str) -> Result<NodeId> {
-    let Some(rest) = spec.strip_prefix("nsu=") else {
-        return NodeId::from_str(spec).map_err(|e| anyhow::anyhow!("bad --node {spec:?}: {e:?}"));
-    };
-    let Some((uri, id)) = rest.split_once(';') else {
-        bail!("bad --node {spec:?}: expected nsu=<uri>;<i|s|g|b>=<id>");
-    };
-    let values = tokio::time::timeout(
-        STEP,
-        session.read(
-            &[ReadValueId::from(NodeId::from(
-                VariableId::Server_NamespaceArray,
-            ))],
-            TimestampsToReturn::Neither,
-            0.0,
-        ),
-    )
-    .await
-    .context("NamespaceArray read timed out")?
-    .context("NamespaceArray read failed")?;
-    let Some(Variant::Array(arr)) = values.into_iter().next().and_then(|dv| dv.value) else {
-        bail!("NamespaceArray is not an array");
-    };
-    let index = arr
-        .values
-        .iter()
-        .position(|v| matches!(v, Variant::String(s) if s.as_ref() == uri))
-        .with_context(|| format!("namespace {uri:?} not in the server's NamespaceArray"))?;
-    NodeId::from_str(&format!("ns={index};{id}"))
-        .map_err(|e| anyhow::anyhow!("bad --node {spec:?}: {e:?}"))
-}
-
 /// Read the nodes once and fail loudly if any is not Good.
 async fn verify_nodes(session: &Session, nodes: &[ReadValueId]) -> Result<()> {
     let values = tokio::time::timeout(STEP, session.read(nodes, TimestampsToReturn::Neither, 0.0))
@@ -309,7 +272,7 @@ async fn main() -> Result<()> {
         let mut v = Vec::with_capacity(args.nodes.len());
         for spec in &args.nodes {
             v.push(ReadValueId::from(
-                resolve_node(&conns[0].session, spec).await?,
+                uagate_bench::resolve_node(&conns[0].session, spec, STEP).await?,
             ));
         }
         v

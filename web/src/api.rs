@@ -107,13 +107,7 @@ pub async fn setup(
     state
         .store
         .add_user("setup", &req.username, &req.password, Role::Admin)
-        .await
-        .map_err(|e| match e {
-            uagate_store::StoreError::Invalid { setting, message } => {
-                ApiError::invalid(setting, message)
-            }
-            other => ApiError::internal(other),
-        })?;
+        .await?;
     *state.setup_code.lock() = None;
     tracing::info!(user = %req.username, "first console administrator created");
     Ok(Json(LoginResponse {

@@ -30,7 +30,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -43,8 +42,7 @@ use opcua_crypto::SecurityPolicy;
 use opcua_types::{
     DataChangeNotification, DataValue, DateTime, EndpointDescription, ExtensionObject,
     MessageSecurityMode, MonitoredItemCreateRequest, MonitoringMode, MonitoringParameters, NodeId,
-    NotificationMessage, ReadValueId, StatusChangeNotification, TimestampsToReturn, VariableId,
-    Variant,
+    NotificationMessage, ReadValueId, StatusChangeNotification, TimestampsToReturn, Variant,
 };
 use uagate_bench::stats::cpu_ticks;
 use uagate_bench::STEP;
@@ -271,27 +269,6 @@ impl Counter {
     }
 }
 
-/// Resolve `nsu=<uri>;<id>` through the NamespaceArray, or parse `ns=..;..` directly.
-async fn resolve_node(session: &Session, spec: &str) -> Result<NodeId> {
-    let Some(rest) = spec.strip_prefix("nsu=") else {
-        return NodeId::from_str(spec).map_err(|e| anyhow::anyhow!("bad --node {spec:?}: {e:?}"));
-    };
-    let Some((uri, id)) = rest.split_once(';') else {
-        bail!("bad --node {spec:?}: expected nsu=<uri>;<i|s|g|b>=<id>");
-    };
-    let ns = read_one(session, VariableId::Server_NamespaceArray.into()).await?;
-    let Some(Variant::Array(arr)) = ns.value else {
-        bail!("NamespaceArray is not an array");
-    };
-    let index = arr
-        .values
-        .iter()
-        .position(|v| matches!(v, Variant::String(s) if s.as_ref() == uri))
-        .with_context(|| format!("namespace {uri:?} not in the server's NamespaceArray"))?;
-    NodeId::from_str(&format!("ns={index};{id}"))
-        .map_err(|e| anyhow::anyhow!("bad --node {spec:?}: {e:?}"))
-}
-
 async fn read_one(session: &Session, node: NodeId) -> Result<DataValue> {
     let mut values = tokio::time::timeout(
         STEP,
@@ -500,7 +477,7 @@ async fn main() -> Result<()> {
         conns.push(connect(&mut client, &endpoint, i).await?);
     }
     let first = &conns[0].session;
-    let node = resolve_node(first, &args.node).await?;
+    let node = uagate_bench::resolve_node(first, &args.node, STEP).await?;
     // The variable must exist, be a UInt32 and change.
     let v0 = read_one(first, node.clone()).await?;
     if !matches!(v0.value, Some(Variant::UInt32(_))) {
