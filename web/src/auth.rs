@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
+use axum::http::HeaderMap;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -39,10 +40,30 @@ pub const LOCKOUT: Duration = Duration::from_secs(5 * 60);
 /// is dropped beyond it, so a spray of names cannot grow memory.
 const MAX_TRACKED: usize = 4096;
 
-/// The signing key of console tokens.
+/// Longest time a console session may be renewed for without a new
+/// login, however active the operator is.
+pub const MAX_SESSION: Duration = Duration::from_secs(12 * 3600);
+
+/// Header that carries the CSRF token on console requests made by htmx.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+
+/// Form field that carries the CSRF token on plain form posts.
+pub const CSRF_FIELD: &str = "_csrf";
+
+/// Header set by the console's periodic refreshes: such requests do not
+/// count as activity, so an unattended dashboard still logs out.
+pub const POLL_HEADER: &str = "x-uagate-poll";
+
+/// Most logged-out sessions remembered until their tokens expire.
+const MAX_REVOKED: usize = 65_536;
+
+/// The signing key of console tokens, the CSRF key derived from it, and
+/// the sessions ended by logout.
 pub struct TokenKeys {
     encoding: EncodingKey,
     decoding: DecodingKey,
+    csrf_key: Vec<u8>,
+    revoked: Mutex<HashMap<String, u64>>,
 }
 
 impl TokenKeys {
@@ -68,34 +89,119 @@ impl TokenKeys {
         TokenKeys {
             encoding: EncodingKey::from_secret(secret),
             decoding: DecodingKey::from_secret(secret),
+            csrf_key: hmac_sha256(secret, b"uagate console csrf"),
+            revoked: Mutex::default(),
         }
     }
 
-    /// A token for `user` with `role`, valid for [`TOKEN_LIFETIME`].
+    /// A token for a new session of `user` with `role`, valid for
+    /// [`TOKEN_LIFETIME`].
     pub fn issue(&self, user: &str, role: Role) -> Result<String, ApiError> {
         let now = unix_now();
-        let claims = Claims {
+        self.sign(&Claims {
             sub: user.to_string(),
             role: role.as_str().to_string(),
+            sid: hex::encode(rand::random::<[u8; 16]>()),
+            auth: now,
             iat: now,
             exp: now + TOKEN_LIFETIME.as_secs(),
-        };
-        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+        })
+    }
+
+    /// A fresh token for the same session (same CSRF token), or `None`
+    /// when the session is older than [`MAX_SESSION`]. Called by
+    /// [`guard`] for an active operator once half the lifetime is gone.
+    pub fn renew(&self, who: &Authed) -> Option<String> {
+        let now = unix_now();
+        if now.saturating_sub(who.auth_time) >= MAX_SESSION.as_secs() {
+            return None;
+        }
+        self.sign(&Claims {
+            sub: who.user.clone(),
+            role: who.role.as_str().to_string(),
+            sid: who.sid.clone(),
+            auth: who.auth_time,
+            iat: now,
+            exp: (now + TOKEN_LIFETIME.as_secs()).min(who.auth_time + MAX_SESSION.as_secs()),
+        })
+        .ok()
+    }
+
+    fn sign(&self, claims: &Claims) -> Result<String, ApiError> {
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &self.encoding)
             .map_err(ApiError::internal)
     }
 
-    /// The user and role of a valid, unexpired token.
+    /// The user and role of a valid, unexpired token whose session was not
+    /// logged out. The role is the one in the token; the [`Authed`]
+    /// extractor replaces it with the stored one.
     pub fn verify(&self, token: &str) -> Result<Authed, ApiError> {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.leeway = 0;
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation)
             .map_err(|_| ApiError::Unauthenticated)?;
-        let role = role_from_str(&data.claims.role).ok_or(ApiError::Unauthenticated)?;
+        let c = data.claims;
+        if self.revoked.lock().contains_key(&c.sid) {
+            return Err(ApiError::Unauthenticated);
+        }
+        let role = role_from_str(&c.role).ok_or(ApiError::Unauthenticated)?;
         Ok(Authed {
-            user: data.claims.sub,
+            csrf: self.csrf_token(&c.sid),
+            user: c.sub,
             role,
+            sid: c.sid,
+            auth_time: c.auth,
+            issued: c.iat,
+            expires: c.exp,
+            via_cookie: false,
         })
     }
+
+    /// Ends a session (logout): its tokens are refused from now on.
+    pub fn revoke(&self, who: &Authed) {
+        let now = unix_now();
+        let mut revoked = self.revoked.lock();
+        revoked.retain(|_, exp| *exp > now);
+        if revoked.len() >= MAX_REVOKED {
+            // Cannot remember more: forget the session ending soonest.
+            if let Some(k) = revoked
+                .iter()
+                .min_by_key(|(_, e)| **e)
+                .map(|(k, _)| k.clone())
+            {
+                revoked.remove(&k);
+            }
+        }
+        revoked.insert(who.sid.clone(), who.expires);
+    }
+
+    /// The CSRF token of a session: an HMAC of its id, so it needs no
+    /// server-side storage and survives token renewal.
+    pub fn csrf_token(&self, sid: &str) -> String {
+        hex::encode(&hmac_sha256(&self.csrf_key, sid.as_bytes())[..16])
+    }
+}
+
+fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
+    use hmac::Mac;
+    // HMAC takes keys of any length, so this cannot fail.
+    let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+    mac.update(data);
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// The `Set-Cookie` value that carries `token` to the browser.
+pub fn session_cookie(token: &str) -> String {
+    format!(
+        "{COOKIE}={token}; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age={}",
+        TOKEN_LIFETIME.as_secs()
+    )
+}
+
+/// The `Set-Cookie` value that removes the session cookie (logout).
+pub fn clear_cookie() -> String {
+    format!("{COOKIE}=; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=0")
 }
 
 #[cfg(unix)]
@@ -128,6 +234,10 @@ fn unix_now() -> u64 {
 struct Claims {
     sub: String,
     role: String,
+    /// Session id: stays the same across renewals; keys the CSRF token.
+    sid: String,
+    /// When the user logged in (bounds renewal).
+    auth: u64,
     iat: u64,
     exp: u64,
 }
@@ -149,13 +259,26 @@ fn rank(role: Role) -> u8 {
 }
 
 /// An authenticated caller; extracting it from a request refuses the
-/// request with 401 when it carries no valid token.
+/// request with 401 when it carries no valid token, or the user no longer
+/// exists.
 #[derive(Debug, Clone)]
 pub struct Authed {
     /// The user name.
     pub user: String,
-    /// The user's role when the token was issued.
+    /// The user's current role.
     pub role: Role,
+    /// The console session (stable across renewals).
+    pub sid: String,
+    /// The session's CSRF token (forms and htmx send it back).
+    pub csrf: String,
+    /// When the user logged in, Unix seconds.
+    pub auth_time: u64,
+    /// When this token was issued, Unix seconds.
+    pub issued: u64,
+    /// When this token expires, Unix seconds.
+    pub expires: u64,
+    /// Whether the token came in the session cookie (so CSRF rules apply).
+    pub via_cookie: bool,
 }
 
 impl Authed {
@@ -169,17 +292,26 @@ impl Authed {
             })
         }
     }
+
+    /// Whether the caller's role is `at_least` or higher (for showing or
+    /// hiding controls).
+    pub fn can(&self, at_least: Role) -> bool {
+        rank(self.role) >= rank(at_least)
+    }
 }
 
-/// The token of a request: the Bearer header first, then the cookie.
-fn token_of(parts: &Parts) -> Option<&str> {
-    let headers = &parts.headers;
+/// Where a request's token came from.
+fn token_of(headers: &HeaderMap) -> Option<(&str, bool)> {
     if let Some(v) = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
     {
-        return v.strip_prefix("Bearer ").map(str::trim);
+        return v.strip_prefix("Bearer ").map(|t| (t.trim(), false));
     }
+    cookie_token(headers).map(|t| (t, true))
+}
+
+fn cookie_token(headers: &HeaderMap) -> Option<&str> {
     headers
         .get_all(axum::http::header::COOKIE)
         .iter()
@@ -192,9 +324,166 @@ impl FromRequestParts<WebState> for Authed {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &WebState) -> Result<Self, ApiError> {
-        let token = token_of(parts).ok_or(ApiError::Unauthenticated)?;
-        state.keys.verify(token)
+        if let Some(a) = parts.extensions.get::<Authed>() {
+            return Ok(a.clone());
+        }
+        let (token, via_cookie) = token_of(&parts.headers).ok_or(ApiError::Unauthenticated)?;
+        let mut who = state.keys.verify(token)?;
+        who.via_cookie = via_cookie;
+        // The stored role wins: a demoted or removed user loses access now.
+        who.role = state
+            .store
+            .user_role(&who.user)
+            .await
+            .map_err(ApiError::internal)?
+            .ok_or(ApiError::Unauthenticated)?;
+        parts.extensions.insert(who.clone());
+        Ok(who)
     }
+}
+
+/// Paths whose unsafe requests need no CSRF token (they carry no session:
+/// logging in and first-start setup).
+const CSRF_EXEMPT: &[&str] = &["/login", "/setup", "/api/v1/login", "/api/v1/setup"];
+
+/// Largest form body the CSRF check reads to find the token.
+const MAX_FORM: usize = 1 << 20;
+
+/// Middleware on every console and API request:
+/// - a state-changing request from a browser must come from the console's
+///   own origin (`Origin` matches `Host`), and when it is authenticated by
+///   the session cookie it must carry the session's CSRF token (header
+///   [`CSRF_HEADER`], form field [`CSRF_FIELD`], or for file uploads the
+///   query parameter of that name); otherwise 403 `csrf`. Bearer-token
+///   callers carry no ambient credential and are exempt.
+/// - an active cookie session past half its lifetime gets a renewed
+///   cookie (not for periodic refreshes, see [`POLL_HEADER`]).
+pub async fn guard(
+    axum::extract::State(state): axum::extract::State<WebState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::Method;
+    use axum::response::IntoResponse;
+    let unsafe_method = !matches!(
+        *req.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
+    if unsafe_method && !same_origin(&req) {
+        return ApiError::Csrf.into_response();
+    }
+    let bearer = req.headers().contains_key(axum::http::header::AUTHORIZATION);
+    let session = if bearer {
+        None
+    } else {
+        cookie_token(req.headers()).and_then(|t| state.keys.verify(t).ok())
+    };
+    let mut req = req;
+    if let Some(who) = &session {
+        if unsafe_method && !CSRF_EXEMPT.contains(&req.uri().path()) {
+            match csrf_ok(req, &who.csrf).await {
+                Ok(r) => req = r,
+                Err(resp) => return resp,
+            }
+        }
+    }
+    let poll = req.headers().contains_key(POLL_HEADER);
+    let mut resp = next.run(req).await;
+    if let Some(who) = session {
+        let half = TOKEN_LIFETIME.as_secs() / 2;
+        let renew = !poll
+            && resp.status().is_success()
+            && who.expires.saturating_sub(unix_now()) < half
+            && !resp
+                .headers()
+                .contains_key(axum::http::header::SET_COOKIE);
+        if renew {
+            if let Some(cookie) = state
+                .keys
+                .renew(&who)
+                .and_then(|t| axum::http::HeaderValue::from_str(&session_cookie(&t)).ok())
+            {
+                resp.headers_mut()
+                    .append(axum::http::header::SET_COOKIE, cookie);
+            }
+        }
+    }
+    resp
+}
+
+/// A browser's state-changing request must name the console itself as
+/// its origin; requests without `Origin` (scripts) pass.
+fn same_origin(req: &axum::extract::Request) -> bool {
+    let Some(origin) = req.headers().get(axum::http::header::ORIGIN) else {
+        return true;
+    };
+    let host = req
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()));
+    match (origin.to_str(), host) {
+        (Ok(origin), Some(host)) => origin.strip_prefix("https://") == Some(host),
+        _ => false,
+    }
+}
+
+/// Checks the CSRF token of a cookie-authenticated request; a form body
+/// is read (bounded) and put back.
+async fn csrf_ok(
+    req: axum::extract::Request,
+    expected: &str,
+) -> Result<axum::extract::Request, axum::response::Response> {
+    use axum::response::IntoResponse;
+    let matches = |v: &str| constant_time_eq(v.as_bytes(), expected.as_bytes());
+    if let Some(v) = req.headers().get(CSRF_HEADER) {
+        return if v.to_str().is_ok_and(matches) {
+            Ok(req)
+        } else {
+            Err(ApiError::Csrf.into_response())
+        };
+    }
+    let content_type = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if content_type.starts_with("application/x-www-form-urlencoded") {
+        let (parts, body) = req.into_parts();
+        let bytes = axum::body::to_bytes(body, MAX_FORM)
+            .await
+            .map_err(|_| ApiError::invalid("body", "form too large").into_response())?;
+        let found = form_value(&bytes, CSRF_FIELD).is_some_and(|v| matches(&v));
+        if !found {
+            return Err(ApiError::Csrf.into_response());
+        }
+        return Ok(axum::extract::Request::from_parts(
+            parts,
+            axum::body::Body::from(bytes),
+        ));
+    }
+    if content_type.starts_with("multipart/form-data") {
+        let query = req.uri().query().unwrap_or("").as_bytes().to_vec();
+        return if form_value(&query, CSRF_FIELD).is_some_and(|v| matches(&v)) {
+            Ok(req)
+        } else {
+            Err(ApiError::Csrf.into_response())
+        };
+    }
+    Err(ApiError::Csrf.into_response())
+}
+
+fn form_value(bytes: &[u8], name: &str) -> Option<String> {
+    serde_urlencoded::from_bytes::<Vec<(String, String)>>(bytes)
+        .ok()?
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Failed-login counting per user name and per client address, with a
@@ -296,17 +585,37 @@ mod tests {
 
     #[test]
     fn roles_are_ordered() {
-        let viewer = Authed {
-            user: "v".into(),
-            role: Role::Viewer,
-        };
+        let keys = TokenKeys::from_secret(&[7u8; 32]);
+        let mut viewer = keys
+            .verify(&keys.issue("v", Role::Viewer).unwrap())
+            .unwrap();
         assert!(viewer.require(Role::Viewer).is_ok());
         assert!(viewer.require(Role::Operator).is_err());
-        let admin = Authed {
-            user: "a".into(),
-            role: Role::Admin,
-        };
-        assert!(admin.require(Role::Operator).is_ok());
+        viewer.role = Role::Admin;
+        assert!(viewer.require(Role::Operator).is_ok());
+        assert!(viewer.can(Role::Admin));
+    }
+
+    #[test]
+    fn renewal_keeps_the_session_and_logout_revokes_it() {
+        let keys = TokenKeys::from_secret(&[7u8; 32]);
+        let first = keys.verify(&keys.issue("ann", Role::Admin).unwrap()).unwrap();
+        let renewed = keys.verify(&keys.renew(&first).unwrap()).unwrap();
+        assert_eq!(renewed.sid, first.sid);
+        assert_eq!(renewed.csrf, first.csrf);
+        assert_eq!(renewed.auth_time, first.auth_time);
+        // Another session has another CSRF token.
+        let other = keys.verify(&keys.issue("ann", Role::Admin).unwrap()).unwrap();
+        assert_ne!(other.csrf, first.csrf);
+        // A session past the absolute limit is not renewed.
+        let mut old = first.clone();
+        old.auth_time -= MAX_SESSION.as_secs();
+        assert!(keys.renew(&old).is_none());
+        // Logout: every token of the session is refused, others are not.
+        let token = keys.renew(&first).unwrap();
+        keys.revoke(&first);
+        assert!(matches!(keys.verify(&token), Err(ApiError::Unauthenticated)));
+        assert!(keys.verify(&keys.issue("ann", Role::Admin).unwrap()).is_ok());
     }
 
     #[test]

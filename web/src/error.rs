@@ -47,6 +47,10 @@ pub enum ApiError {
     /// The thing to create exists already.
     #[error("{0}")]
     Conflict(String),
+    /// A state-changing browser request without the session's CSRF token,
+    /// or from another origin.
+    #[error("missing or wrong CSRF token, or a request from another site")]
+    Csrf,
     /// Something failed inside the gateway; details are in the log.
     #[error("internal error")]
     Internal,
@@ -90,6 +94,7 @@ impl ApiError {
             ApiError::BadCredentials => (StatusCode::UNAUTHORIZED, "bad_credentials"),
             ApiError::Throttled { .. } => (StatusCode::TOO_MANY_REQUESTS, "throttled"),
             ApiError::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::Csrf => (StatusCode::FORBIDDEN, "csrf"),
             ApiError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),

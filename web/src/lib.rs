@@ -13,6 +13,9 @@ pub mod auth;
 pub mod error;
 pub mod listener;
 pub mod metrics;
+pub mod ops;
+pub mod pages;
+pub mod rest;
 pub mod users;
 
 use std::sync::Arc;
@@ -37,6 +40,9 @@ pub struct WebState {
     pub keys: Arc<TokenKeys>,
     /// Failed-login counting.
     pub throttle: Arc<LoginThrottle>,
+    /// Serialises changes of the configuration document, so two editors
+    /// never lose each other's change.
+    pub config_lock: Arc<tokio::sync::Mutex<()>>,
     /// The one-time code that lets the first administrator be created;
     /// set while the store has no user (see [`WebState::prepare_setup`]).
     pub setup_code: Arc<parking_lot::Mutex<Option<String>>>,
@@ -55,6 +61,7 @@ impl WebState {
             keys: Arc::new(TokenKeys::load_or_create(data_dir)?),
             throttle: Arc::new(LoginThrottle::default()),
             setup_code: Arc::default(),
+            config_lock: Arc::default(),
         })
     }
 
@@ -71,28 +78,84 @@ impl WebState {
     }
 }
 
-/// The router of the REST API. Serve it with
-/// `into_make_service_with_connect_info::<SocketAddr>()` so login
-/// throttling sees the client's address.
+/// The router of the console and the REST API. Serve it with the
+/// client's address as a `ConnectInfo` extension (see [`serve_tls`]) so
+/// login throttling sees it.
 pub fn app(state: WebState) -> Router {
-    Router::new()
+    use axum::routing::{delete, put};
+    let api = Router::new()
         .route("/api/v1/login", post(api::login))
         .route("/api/v1/setup", post(api::setup))
+        .route("/api/v1/logout", post(api::logout))
         .route("/api/v1/status", get(api::status))
         .route("/api/v1/plan", get(api::plan))
+        .route("/api/v1/plan/preview", post(api::preview_plan))
         .route("/api/v1/config", get(api::get_config).put(api::put_config))
         .route("/api/v1/maintenance", post(api::maintenance))
-        .route(
-            "/api/v1/service-level",
-            axum::routing::put(api::service_level),
-        )
+        .route("/api/v1/service-level", put(api::service_level))
         .route("/api/v1/users", get(users::list).post(users::add))
         .route(
             "/api/v1/users/{name}",
-            axum::routing::put(users::change).delete(users::remove),
+            put(users::change).delete(users::remove),
         )
         .route("/api/v1/audit", get(users::audit))
-        .route("/metrics", get(metrics::metrics))
+        .route("/api/v1/owners", get(rest::owners).post(rest::owner_put))
+        .route("/api/v1/owners/{key}", delete(rest::owner_delete))
+        .route("/api/v1/ingress", get(rest::ingress).post(rest::ingress_add))
+        .route("/api/v1/ingress/{index}", delete(rest::ingress_delete))
+        .route(
+            "/api/v1/certificates",
+            get(rest::certificates).post(rest::certificate_add),
+        )
+        .route(
+            "/api/v1/certificates/{thumbprint}",
+            delete(rest::certificate_delete),
+        )
+        .route(
+            "/api/v1/certificates/{thumbprint}/trust",
+            post(rest::certificate_trust),
+        )
+        .route("/api/v1/crls", post(rest::crl_add))
+        .route("/metrics", get(metrics::metrics));
+    let pages = Router::new()
+        .route("/", get(pages::dashboard))
+        .route("/partials/dashboard", get(pages::dashboard_partial))
+        .route("/login", get(pages::login_form).post(pages::login_submit))
+        .route("/setup", get(pages::setup_form).post(pages::setup_submit))
+        .route("/logout", post(pages::logout))
+        .route("/limits", get(pages::limits).post(pages::limits_apply))
+        .route("/limits/preview", post(pages::limits_preview))
+        .route("/owners", get(pages::owners).post(pages::owner_save))
+        .route("/owners/remove", post(pages::owner_remove))
+        .route("/ingress", post(pages::ingress_add))
+        .route("/ingress/remove", post(pages::ingress_remove))
+        .route(
+            "/service-level",
+            get(pages::service_level).post(pages::service_level_set),
+        )
+        .route("/service-level/clear", post(pages::service_level_clear))
+        .route(
+            "/maintenance",
+            get(pages::maintenance).post(pages::maintenance_submit),
+        )
+        .route("/certificates", get(pages::certificates))
+        .route("/certificates/trust", post(pages::certificate_trust))
+        .route("/certificates/remove", post(pages::certificate_remove))
+        .route("/certificates/crl", post(pages::certificate_crl))
+        .route("/certificates/upload", post(pages::certificate_upload))
+        .route("/users", get(pages::users).post(pages::user_add))
+        .route("/users/role", post(pages::user_role))
+        .route("/users/password", post(pages::user_password))
+        .route("/users/remove", post(pages::user_remove))
+        .route("/audit", get(pages::audit))
+        .route("/static/htmx.min.js", get(pages::htmx))
+        .route("/static/console.css", get(pages::css));
+    api.merge(pages)
         .fallback(api::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::guard,
+        ))
+        .layer(axum::extract::DefaultBodyLimit::max(17 << 20))
         .with_state(state)
 }

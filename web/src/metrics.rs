@@ -11,7 +11,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
-use crate::api::{conn_state, server_state, CONN_STATES, SERVER_STATES};
+use crate::ops::{conn_state, server_state, CONN_STATES, SERVER_STATES};
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::WebState;

@@ -39,6 +39,10 @@ pub struct RequestedState {
     pub seconds_till_shutdown: u32,
     /// ServerStatus.ShutdownReason.
     pub reason: LocalizedText,
+    /// Refuse new sessions (CreateSession gets BadServerHalted) while this
+    /// state is in force; existing sessions keep running. Set from the
+    /// console's maintenance page; the OPC UA method never sets it.
+    pub drain: bool,
 }
 
 /// The Server object's externally controlled state: the state requested by
@@ -71,6 +75,11 @@ pub fn level_for_state(state: ServerState) -> Option<u8> {
 }
 
 impl Control {
+    /// Whether new sessions are refused: a requested state with `drain`.
+    pub fn draining(&self) -> bool {
+        self.requested.as_ref().is_some_and(|r| r.drain)
+    }
+
     /// The ServerStatus.State to publish.
     pub fn state(&self) -> ServerState {
         self.requested
@@ -134,6 +143,7 @@ mod tests {
             estimated_return_time: DateTime::null(),
             seconds_till_shutdown: 0,
             reason: LocalizedText::null(),
+            drain: false,
         }
     }
 

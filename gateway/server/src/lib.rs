@@ -126,6 +126,8 @@ struct StoredState {
     seconds_till_shutdown: u32,
     reason_locale: String,
     reason_text: String,
+    #[serde(default)]
+    drain: bool,
 }
 
 pub(crate) fn encode_state(r: &health::RequestedState) -> String {
@@ -135,6 +137,7 @@ pub(crate) fn encode_state(r: &health::RequestedState) -> String {
         seconds_till_shutdown: r.seconds_till_shutdown,
         reason_locale: r.reason.locale.to_string(),
         reason_text: r.reason.text.to_string(),
+        drain: r.drain,
     };
     serde_json::to_string(&stored).unwrap_or_default()
 }
@@ -146,6 +149,7 @@ fn decode_state(text: &str) -> Option<health::RequestedState> {
         estimated_return_time: opcua_types::DateTime::from(s.estimated_return_ticks),
         seconds_till_shutdown: s.seconds_till_shutdown,
         reason: opcua_types::LocalizedText::new(&s.reason_locale, &s.reason_text),
+        drain: s.drain,
     })
 }
 
@@ -274,6 +278,24 @@ impl Engine {
     /// The console listener serves it too.
     pub fn tls_server_config(&self) -> Option<Arc<tokio_rustls::rustls::ServerConfig>> {
         self.tls_identity.as_ref().map(|t| t.server_config())
+    }
+
+    /// The application instance certificate (DER) the OPC UA endpoints
+    /// present; shown on the console's certificates page.
+    pub fn application_certificate(&self) -> Vec<u8> {
+        self.identity.cert.as_byte_string().as_ref().to_vec()
+    }
+
+    /// Subject, names, validity and fingerprint of the TLS certificate in
+    /// service, when a TLS listener runs.
+    pub fn tls_certificate(&self) -> Option<tls_cert::TlsInfo> {
+        self.tls_identity.as_ref().map(|t| t.info())
+    }
+
+    /// Whether new sessions are refused because a maintenance state was
+    /// requested with drain.
+    pub fn draining(&self) -> bool {
+        self.control.lock().draining()
     }
 
     /// The ServerStatus.State currently published (Running unless an

@@ -254,6 +254,7 @@ impl Engine {
             estimated_return_time,
             seconds_till_shutdown,
             reason,
+            drain: false,
         };
         self.change_server_state(&caller.actor(), requested).await
     }

@@ -206,12 +206,13 @@ impl Engine {
             }
         }
         let limits = &self.config.server;
-        if limits.refuse_sessions_in_maintenance
-            && self
-                .control
-                .lock()
-                .in_maintenance(self.level_provider.service_level())
-        {
+        let refused = {
+            let control = self.control.lock();
+            control.draining()
+                || (limits.refuse_sessions_in_maintenance
+                    && control.in_maintenance(self.level_provider.service_level()))
+        };
+        if refused {
             return Err(ServiceError::Status(StatusCode::BadServerHalted));
         }
         let requested = Duration::from_secs_f64((r.requested_session_timeout.max(0.0)) / 1000.0);

@@ -32,7 +32,7 @@ use tokio::sync::Semaphore;
 
 pub use chain::{TrustVerdict, MAX_CHAIN_LEN};
 pub use error::StoreError;
-pub use model::{CertInfo, CertKind, ChangeLogEntry, Role};
+pub use model::{CertInfo, CertKind, CertSummary, ChangeLogEntry, Role};
 
 use error::invalid;
 
@@ -437,6 +437,37 @@ impl Store {
         }
     }
 
+    /// The current role of a user, `None` for an unknown name. Called on
+    /// every console request so a role change or removal takes effect at
+    /// once, not when the user's token expires.
+    pub async fn user_role(&self, name: &str) -> Result<Option<Role>, StoreError> {
+        let role: Option<String> = sqlx::query_scalar("SELECT role FROM users WHERE name = ?1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        role.as_deref().map(role_from_db).transpose()
+    }
+
+    /// Records an operator action that changes no stored state (a
+    /// ServiceLevel override, a closed session, a forced failover) in the
+    /// change log, so the audit trail is complete. `kind` must start with
+    /// `event.`; a standby replays such entries as no-ops.
+    pub async fn record_event(
+        &self,
+        actor: &str,
+        kind: &str,
+        payload: &serde_json::Value,
+    ) -> Result<i64, StoreError> {
+        validate_actor(actor)?;
+        if !kind.starts_with("event.") || kind.len() > 64 {
+            return Err(invalid("kind", "event kinds start with `event.`"));
+        }
+        let mut tx = self.begin().await?;
+        let seq = append_log(&mut tx, actor, kind, payload).await?;
+        tx.commit().await?;
+        Ok(seq)
+    }
+
     /// All users with their roles, sorted by name.
     pub async fn list_users(&self) -> Result<Vec<(String, Role)>, StoreError> {
         let rows = sqlx::query("SELECT name, role FROM users ORDER BY name")
@@ -750,6 +781,11 @@ impl Store {
             ));
         }
         let mut tx = self.begin().await?;
+        let before: Option<String> =
+            sqlx::query_scalar("SELECT value FROM settings WHERE key = ?1")
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await?;
         sqlx::query(
             "INSERT INTO settings (key, value, updated_at) VALUES (?1, ?2, ?3) \
              ON CONFLICT (key) DO UPDATE SET value = excluded.value, \
@@ -764,7 +800,7 @@ impl Store {
             &mut tx,
             actor,
             "setting.set",
-            &json!({ "key": key, "value": value }),
+            &json!({ "key": key, "value": value, "before": before }),
         )
         .await?;
         tx.commit().await?;
@@ -842,6 +878,19 @@ impl Store {
         tx.commit().await?;
         Ok(epoch)
     }
+}
+
+/// Thumbprint, subject, application URI and validity of a DER
+/// certificate (the console shows the appliance's own certificate with it).
+pub fn describe_certificate(der: &[u8]) -> Result<CertSummary, StoreError> {
+    let p = x509::parse_certificate(der)?;
+    Ok(CertSummary {
+        thumbprint: p.thumbprint,
+        subject: p.subject,
+        application_uri: p.application_uri,
+        not_before: p.not_before,
+        not_after: p.not_after,
+    })
 }
 
 /// The application URI (the URI subjectAltName) of a DER certificate, or

@@ -120,6 +120,21 @@ pub struct CertInfo {
     pub first_seen: String,
 }
 
+/// What a certificate says about itself (for display; no list membership).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CertSummary {
+    /// SHA-1 of the DER encoding, lowercase hex (the OPC UA thumbprint).
+    pub thumbprint: String,
+    /// Subject distinguished name (RFC 4514 string).
+    pub subject: String,
+    /// First URI in the subjectAltName extension.
+    pub application_uri: Option<String>,
+    /// Start of validity, RFC 3339 UTC.
+    pub not_before: String,
+    /// End of validity, RFC 3339 UTC.
+    pub not_after: String,
+}
+
 /// One entry of the append-only change log that the standby replicates.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangeLogEntry {

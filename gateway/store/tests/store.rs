@@ -205,12 +205,35 @@ async fn each_change_logs_exactly_once_and_failures_log_nothing() {
         Some("4841")
     );
     assert_eq!(store.setting("missing").await.unwrap(), None);
+    // A setting change records the value it replaced (the audit's before/after).
+    let first: serde_json::Value = serde_json::from_str(&log[4].payload).unwrap();
+    let second: serde_json::Value = serde_json::from_str(&log[5].payload).unwrap();
+    assert_eq!(first["before"], serde_json::Value::Null);
+    assert_eq!(second["before"], "4840");
+    assert_eq!(second["value"], "4841");
+    assert_eq!(
+        store.user_role("alice").await.unwrap(),
+        Some(uagate_store::Role::Admin)
+    );
+    assert_eq!(store.user_role("nobody").await.unwrap(), None);
 
     // Paging.
     let page = store.change_log_since(log[2].seq, 2).await.unwrap();
     assert_eq!(page.len(), 2);
     assert_eq!(page[0].seq, log[3].seq);
     assert_eq!(store.last_seq().await.unwrap(), log[7].seq);
+
+    // Operator events: only `event.` kinds, logged once.
+    assert!(matches!(
+        store.record_event("alice", "user.add", &serde_json::json!({})).await,
+        Err(StoreError::Invalid { .. })
+    ));
+    let seq = store
+        .record_event("alice", "event.test", &serde_json::json!({"n": 1}))
+        .await
+        .unwrap();
+    assert_eq!(store.last_seq().await.unwrap(), seq);
+    assert_eq!(log_len(&store).await, 9);
 }
 
 #[tokio::test]

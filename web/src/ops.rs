@@ -1,0 +1,737 @@
+//! The operations behind both the REST API and the console pages. Each
+//! takes the caller and already-parsed input, checks the caller's role,
+//! does the work through the store and the engine, and records it in the
+//! audit trail; the REST handlers and the page handlers only translate
+//! JSON or form fields in and JSON or HTML out, so the two can never
+//! disagree.
+
+use serde::{Deserialize, Serialize};
+use uagate_config::{Config, ConfigError};
+use uagate_isolation::plan::{Plan, PlanError};
+use uagate_server::CONFIG_KEY;
+use uagate_store::Role;
+
+use crate::auth::Authed;
+use crate::error::ApiError;
+use crate::WebState;
+
+/// One field connection in `GET /api/v1/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FieldView {
+    /// The configured name (mounted as Objects/<name>).
+    pub name: String,
+    /// disconnected, connecting, connected, reconnecting, closing, closed.
+    pub state: String,
+    /// The URL of the active server's session.
+    pub active_endpoint: Option<String>,
+    /// The ServiceLevel the active server reports.
+    pub service_level: Option<u8>,
+    /// Successful reconnects after a loss.
+    pub reconnect_count: u64,
+    /// Changes of the active server.
+    pub failover_count: u64,
+}
+
+/// `GET /api/v1/status` answer.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StatusView {
+    /// This appliance's role in a pair: `standalone` until a pair is set up.
+    pub role: String,
+    /// ServerStatus.State: running, suspended, ...
+    pub state: String,
+    /// Whether new sessions are refused (maintenance with drain).
+    #[serde(default)]
+    pub draining: bool,
+    /// The ServiceLevel published.
+    pub service_level: u8,
+    /// Its subrange (Part 4 6.6.2.4.2): maintenance, no_data, degraded, healthy.
+    pub service_level_subrange: String,
+    /// Where it comes from: requested_state, override or computed.
+    pub service_level_source: String,
+    /// The operator's reason for an override (empty otherwise).
+    pub service_level_reason: String,
+    /// Northbound sessions.
+    pub sessions: usize,
+    /// Field connections.
+    pub fields: Vec<FieldView>,
+}
+
+/// The running gateway at a glance (any role).
+pub fn status(state: &WebState) -> StatusView {
+    let engine = &state.engine;
+    let level = engine.service_level();
+    let (source, reason) = engine.service_level_source();
+    let fields = engine
+        .applied_config()
+        .field_servers
+        .iter()
+        .filter_map(|f| {
+            let st = engine.field_status(&f.name)?;
+            Some(FieldView {
+                name: f.name.clone(),
+                state: conn_state(st.state).to_string(),
+                active_endpoint: st.active_endpoint,
+                service_level: st.service_level,
+                reconnect_count: st.reconnect_count,
+                failover_count: st.failover_count,
+            })
+        })
+        .collect();
+    StatusView {
+        role: "standalone".to_string(),
+        state: server_state(engine.server_state()).to_string(),
+        draining: engine.draining(),
+        service_level: level,
+        service_level_subrange: subrange(level).to_string(),
+        service_level_source: source.to_string(),
+        service_level_reason: reason,
+        sessions: engine.session_count(),
+        fields,
+    }
+}
+
+/// Every field-connection state label.
+pub(crate) const CONN_STATES: &[&str] = &[
+    "disconnected",
+    "connecting",
+    "connected",
+    "reconnecting",
+    "closing",
+    "closed",
+];
+
+/// The label of a field-connection state.
+pub(crate) fn conn_state(s: uagate_field::ConnState) -> &'static str {
+    use uagate_field::ConnState::*;
+    match s {
+        Disconnected => "disconnected",
+        Connecting => "connecting",
+        Connected => "connected",
+        Reconnecting => "reconnecting",
+        Closing => "closing",
+        Closed => "closed",
+    }
+}
+
+/// Every server-state label.
+pub(crate) const SERVER_STATES: &[&str] = &[
+    "running",
+    "failed",
+    "no_configuration",
+    "suspended",
+    "shutdown",
+    "test",
+    "communication_fault",
+    "unknown",
+];
+
+/// The states of [`SERVER_STATES`], in the same order.
+const STATE_VALUES: [opcua_types::ServerState; 8] = [
+    opcua_types::ServerState::Running,
+    opcua_types::ServerState::Failed,
+    opcua_types::ServerState::NoConfiguration,
+    opcua_types::ServerState::Suspended,
+    opcua_types::ServerState::Shutdown,
+    opcua_types::ServerState::Test,
+    opcua_types::ServerState::CommunicationFault,
+    opcua_types::ServerState::Unknown,
+];
+
+/// The label of a ServerStatus.State.
+pub(crate) fn server_state(s: opcua_types::ServerState) -> &'static str {
+    STATE_VALUES
+        .iter()
+        .position(|v| *v == s)
+        .map(|i| SERVER_STATES[i])
+        .unwrap_or("unknown")
+}
+
+/// The ServiceLevel subranges of Part 4 6.6.2.4.2.
+pub(crate) fn subrange(level: u8) -> &'static str {
+    match level {
+        0 => "maintenance",
+        1 => "no_data",
+        2..=199 => "degraded",
+        _ => "healthy",
+    }
+}
+
+/// One stage of `GET /api/v1/plan`, the `uagate plan` line as JSON.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StageView {
+    /// The stage's reference name, e.g. `RequestExecution`.
+    pub stage: String,
+    /// Total capacity, reserves included.
+    pub total: u64,
+    /// Capacity any caller may use.
+    pub shared: u64,
+    /// Bootstrap reserve.
+    pub bootstrap: u64,
+    /// Reconnect reserve.
+    pub reconnect: u64,
+    /// Control-work reserve.
+    pub control: u64,
+    /// Sum of the trusted owners' reserves.
+    pub trusted: u64,
+    /// Hard limit of an owner without a trusted reservation.
+    pub owner_limit: u64,
+    /// The `uagate plan` line.
+    pub line: String,
+}
+
+/// The stage table of a plan, as `uagate plan` prints it.
+pub fn plan_view(plan: &Plan) -> Vec<StageView> {
+    plan.stages()
+        .iter()
+        .map(|s| StageView {
+            stage: s.stage.name().to_string(),
+            total: s.total,
+            shared: s.shared,
+            bootstrap: s.bootstrap,
+            reconnect: s.reconnect,
+            control: s.control,
+            trusted: s.trusted_reserved(),
+            owner_limit: s.owner_limit,
+            line: s.line(),
+        })
+        .collect()
+}
+
+/// Validates a whole document and plans it: the plan, or the error that
+/// names the offending setting. Used for the live preview and before
+/// every change.
+pub fn check_config(config: &Config) -> Result<Plan, ApiError> {
+    config.validate().map_err(config_error)?;
+    Plan::build(config).map_err(plan_error)
+}
+
+/// `PUT /api/v1/config` answer: what the change did.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ConfigChange {
+    /// Changed settings a running gateway applied now.
+    pub live: Vec<String>,
+    /// Changed settings that need a restart; when not empty nothing was
+    /// applied now and the whole document takes effect at the next start.
+    pub restart: Vec<String>,
+}
+
+/// The stored configuration document (the applied one when none was
+/// stored yet).
+pub async fn stored_config(state: &WebState) -> Result<Config, ApiError> {
+    match state
+        .store
+        .setting(CONFIG_KEY)
+        .await
+        .map_err(ApiError::internal)?
+    {
+        Some(text) => Config::from_toml(&text).map_err(ApiError::internal),
+        None => Ok(state.engine.applied_config()),
+    }
+}
+
+/// Replaces the whole configuration document, validated and planned as a
+/// unit: an invalid document is refused naming the setting and nothing is
+/// stored; a valid one is stored (audited with before and after) and, when
+/// every change can be applied live, applied now. The caller's role is
+/// checked by the caller (admin for limits and owners, operator for field
+/// connections).
+pub async fn apply_config(
+    state: &WebState,
+    who: &Authed,
+    new: Config,
+) -> Result<ConfigChange, ApiError> {
+    let _serial = state.config_lock.lock().await;
+    apply_locked(state, who, new).await
+}
+
+/// Changes the stored document with `edit` and applies it like
+/// [`apply_config`]; concurrent edits are serialised so none is lost.
+pub async fn edit_config(
+    state: &WebState,
+    who: &Authed,
+    edit: impl FnOnce(&mut Config) -> Result<(), ApiError>,
+) -> Result<ConfigChange, ApiError> {
+    let _serial = state.config_lock.lock().await;
+    let mut config = stored_config(state).await?;
+    edit(&mut config)?;
+    apply_locked(state, who, config).await
+}
+
+async fn apply_locked(
+    state: &WebState,
+    who: &Authed,
+    new: Config,
+) -> Result<ConfigChange, ApiError> {
+    new.validate().map_err(config_error)?;
+    let previous = stored_config(state).await?;
+    let report = uagate_server::classify_change(&previous, &new).map_err(plan_error)?;
+    if report.is_empty() {
+        return Ok(ConfigChange {
+            live: Vec::new(),
+            restart: Vec::new(),
+        });
+    }
+    state
+        .store
+        .set_setting(&who.user, CONFIG_KEY, &new.to_toml())
+        .await
+        .map_err(ApiError::internal)?;
+    // Applied now rather than at the store watcher's next look.
+    state.engine.reconfigure(&new);
+    tracing::info!(user = %who.user, live = ?report.live, restart = ?report.restart, "configuration replaced");
+    Ok(ConfigChange {
+        live: if report.applies_live() {
+            report.live
+        } else {
+            Vec::new()
+        },
+        restart: report.restart,
+    })
+}
+
+/// `POST /api/v1/maintenance` body: Server.RequestServerStateChange's
+/// arguments in JSON.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceRequest {
+    /// running, suspended, shutdown, test, failed, no_configuration,
+    /// communication_fault or unknown.
+    pub state: String,
+    /// RFC 3339 time the server expects to be back (not for running).
+    #[serde(default)]
+    pub estimated_return_time: Option<String>,
+    /// For shutdown: seconds until the server stops.
+    #[serde(default)]
+    pub seconds_till_shutdown: Option<u32>,
+    /// Why (ShutdownReason).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Refuse new sessions while in this state (not with running).
+    #[serde(default)]
+    pub drain: bool,
+}
+
+/// Changes the server state like Server.RequestServerStateChange, through
+/// the same engine call (persisted, audited, evented). Operator or admin.
+pub async fn change_state(
+    state: &WebState,
+    who: &Authed,
+    req: &MaintenanceRequest,
+) -> Result<(), ApiError> {
+    who.require(Role::Operator)?;
+    let wanted = SERVER_STATES
+        .iter()
+        .position(|s| *s == req.state)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "state",
+                format!(
+                    "unknown state {:?}; one of {}",
+                    req.state,
+                    SERVER_STATES.join(", ")
+                ),
+            )
+        })?;
+    let server_state = STATE_VALUES[wanted];
+    let running = server_state == opcua_types::ServerState::Running;
+    if req.drain && running {
+        return Err(ApiError::invalid(
+            "drain",
+            "draining applies to a maintenance state, not to running",
+        ));
+    }
+    let estimated_return_time = match (req.estimated_return_time.as_deref(), running) {
+        (Some(t), false) if !t.trim().is_empty() => chrono::DateTime::parse_from_rfc3339(t.trim())
+            .map(|d| opcua_types::DateTime::from(d.with_timezone(&chrono::Utc)))
+            .map_err(|e| {
+                ApiError::invalid(
+                    "estimated_return_time",
+                    format!("not an RFC 3339 time: {e}"),
+                )
+            })?,
+        _ => opcua_types::DateTime::null(),
+    };
+    let seconds_till_shutdown = match server_state {
+        opcua_types::ServerState::Shutdown => req.seconds_till_shutdown.unwrap_or(0),
+        _ => 0,
+    };
+    let reason_text = req.reason.as_deref().unwrap_or("").trim();
+    if reason_text.len() > 256 {
+        return Err(ApiError::invalid("reason", "at most 256 bytes"));
+    }
+    let reason = if reason_text.is_empty() {
+        opcua_types::LocalizedText::null()
+    } else {
+        opcua_types::LocalizedText::new("", reason_text)
+    };
+    state
+        .engine
+        .change_server_state(
+            &who.user,
+            uagate_server::health::RequestedState {
+                state: server_state,
+                estimated_return_time,
+                seconds_till_shutdown,
+                reason,
+                drain: req.drain,
+            },
+        )
+        .await
+        .map_err(ApiError::internal)
+}
+
+/// Longest override the console accepts (a forgotten override should not
+/// pin the ServiceLevel for weeks).
+pub const MAX_OVERRIDE: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// `PUT /api/v1/service-level` body.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LevelOverride {
+    /// The fixed ServiceLevel, 0-255; `null` returns to the computed value.
+    pub level: Option<u8>,
+    /// Seconds until the computed value returns (at most 7 days); required
+    /// with a level.
+    #[serde(default)]
+    pub expires_in_s: Option<u64>,
+    /// Why (shown in the console and the status).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Sets or clears the operator's ServiceLevel override, and records it in
+/// the audit trail (`event.service_level`). Operator or admin.
+pub async fn override_level(
+    state: &WebState,
+    who: &Authed,
+    req: LevelOverride,
+) -> Result<(), ApiError> {
+    who.require(Role::Operator)?;
+    let expires = match (req.level, req.expires_in_s) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err(ApiError::invalid(
+                "expires_in_s",
+                "an override needs an expiry",
+            ))
+        }
+        (Some(_), Some(s)) => {
+            let d = std::time::Duration::from_secs(s);
+            if s == 0 || d > MAX_OVERRIDE {
+                return Err(ApiError::invalid(
+                    "expires_in_s",
+                    format!("between 1 and {} seconds", MAX_OVERRIDE.as_secs()),
+                ));
+            }
+            Some(d)
+        }
+    };
+    let reason = req.reason.unwrap_or_default();
+    if reason.len() > 256 {
+        return Err(ApiError::invalid("reason", "at most 256 bytes"));
+    }
+    let before = state.engine.service_level();
+    let (source_before, _) = state.engine.service_level_source();
+    state
+        .store
+        .record_event(
+            &who.user,
+            "event.service_level",
+            &serde_json::json!({
+                "level": req.level,
+                "expires_in_s": expires.map(|d| d.as_secs()),
+                "reason": reason,
+                "before": { "level": before, "source": source_before },
+            }),
+        )
+        .await?;
+    tracing::info!(user = %who.user, level = ?req.level, ?expires, "ServiceLevel override");
+    state
+        .engine
+        .override_service_level(req.level, reason, expires);
+    Ok(())
+}
+
+pub(crate) fn config_error(e: ConfigError) -> ApiError {
+    match e {
+        ConfigError::Invalid { setting, message } => ApiError::Invalid {
+            message: format!("invalid setting `{setting}`: {message}"),
+            field: Some(setting),
+        },
+        other => ApiError::Invalid {
+            field: None,
+            message: other.to_string(),
+        },
+    }
+}
+
+pub(crate) fn plan_error(e: PlanError) -> ApiError {
+    ApiError::Invalid {
+        field: e.setting().map(str::to_string),
+        message: e.to_string(),
+    }
+}
+
+// ------------------------------------------------ trusted owners, ingress
+
+/// Adds a trusted owner, or replaces the one with the same key; validated
+/// against the plan with the rest of the document. Admin.
+pub async fn upsert_owner(
+    state: &WebState,
+    who: &Authed,
+    owner: uagate_config::TrustedOwner,
+) -> Result<ConfigChange, ApiError> {
+    who.require(Role::Admin)?;
+    if owner.key.is_empty() {
+        return Err(ApiError::invalid("key", "an owner key is required"));
+    }
+    edit_config(state, who, |c| {
+        let owners = &mut c.isolation.trusted_owners;
+        match owners.iter_mut().find(|o| o.key == owner.key) {
+            Some(o) => *o = owner,
+            None => owners.push(owner),
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Removes a trusted owner (refused while an ingress rule names it). Admin.
+pub async fn remove_owner(
+    state: &WebState,
+    who: &Authed,
+    key: &str,
+) -> Result<ConfigChange, ApiError> {
+    who.require(Role::Admin)?;
+    edit_config(state, who, |c| {
+        let before = c.isolation.trusted_owners.len();
+        c.isolation.trusted_owners.retain(|o| o.key != key);
+        if c.isolation.trusted_owners.len() == before {
+            return Err(ApiError::NotFound(format!("no trusted owner {key:?}")));
+        }
+        if c
+            .isolation
+            .ingress
+            .iter()
+            .any(|r| r.owner.as_deref() == Some(key))
+        {
+            return Err(ApiError::invalid(
+                "key",
+                format!("ingress rules still map to {key:?}; remove them first"),
+            ));
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Appends an ingress rule; validated against the plan. Admin.
+pub async fn add_ingress(
+    state: &WebState,
+    who: &Authed,
+    rule: uagate_config::IngressRule,
+) -> Result<ConfigChange, ApiError> {
+    who.require(Role::Admin)?;
+    edit_config(state, who, |c| {
+        c.isolation.ingress.push(rule);
+        Ok(())
+    })
+    .await
+}
+
+/// Removes the ingress rule at `index` (0-based, document order). Admin.
+pub async fn remove_ingress(
+    state: &WebState,
+    who: &Authed,
+    index: usize,
+) -> Result<ConfigChange, ApiError> {
+    who.require(Role::Admin)?;
+    edit_config(state, who, |c| {
+        if index >= c.isolation.ingress.len() {
+            return Err(ApiError::NotFound(format!("no ingress rule {index}")));
+        }
+        c.isolation.ingress.remove(index);
+        Ok(())
+    })
+    .await
+}
+
+// ------------------------------------------------------------ certificates
+
+/// Moves a rejected certificate to the trusted list (operator): the next
+/// handshake with it succeeds.
+pub async fn trust_rejected(
+    state: &WebState,
+    who: &Authed,
+    thumbprint: &str,
+) -> Result<uagate_store::CertInfo, ApiError> {
+    who.require(Role::Operator)?;
+    let wanted = thumbprint.replace(':', "").to_ascii_lowercase();
+    let cert = state
+        .store
+        .certs(uagate_store::CertKind::Rejected)
+        .await?
+        .into_iter()
+        .find(|c| c.thumbprint == wanted)
+        .ok_or_else(|| ApiError::NotFound(format!("no rejected certificate {wanted}")))?;
+    Ok(state
+        .store
+        .trust_add(&who.user, &cert.der, uagate_store::CertKind::Trusted)
+        .await?)
+}
+
+/// Removes a certificate from whichever list holds it (operator).
+pub async fn remove_certificate(
+    state: &WebState,
+    who: &Authed,
+    thumbprint: &str,
+) -> Result<(), ApiError> {
+    who.require(Role::Operator)?;
+    state
+        .store
+        .trust_remove(&who.user, thumbprint)
+        .await
+        .map_err(|e| match e {
+            uagate_store::StoreError::UnknownCert(t) => {
+                ApiError::NotFound(format!("no certificate {t}"))
+            }
+            other => other.into(),
+        })
+}
+
+/// Adds a certificate (DER or PEM) to the trusted or issuer list (operator).
+pub async fn add_certificate(
+    state: &WebState,
+    who: &Authed,
+    der_or_pem: &[u8],
+    kind: &str,
+) -> Result<uagate_store::CertInfo, ApiError> {
+    who.require(Role::Operator)?;
+    let kind = match kind {
+        "trusted" => uagate_store::CertKind::Trusted,
+        "issuer" => uagate_store::CertKind::Issuer,
+        _ => return Err(ApiError::invalid("kind", "trusted or issuer")),
+    };
+    Ok(state
+        .store
+        .trust_add_pem_or_der(&who.user, der_or_pem, kind)
+        .await?)
+}
+
+/// Stores a CRL (DER or PEM) (operator).
+pub async fn add_crl(state: &WebState, who: &Authed, der_or_pem: &[u8]) -> Result<(), ApiError> {
+    who.require(Role::Operator)?;
+    Ok(state.store.add_crl(&who.user, der_or_pem).await?)
+}
+
+// ------------------------------------------------------------------- audit
+
+/// Change-log entries, newest first, older than `before` (a sequence
+/// number), of one actor and/or whose kind starts with `kind`; at most
+/// `limit`.
+pub async fn audit_entries(
+    state: &WebState,
+    actor: Option<&str>,
+    kind: Option<&str>,
+    before: Option<i64>,
+    limit: usize,
+) -> Result<Vec<uagate_store::ChangeLogEntry>, ApiError> {
+    let mut keep: std::collections::VecDeque<uagate_store::ChangeLogEntry> =
+        std::collections::VecDeque::with_capacity(limit + 1);
+    let mut after = 0;
+    loop {
+        let page = state.store.change_log_since(after, 1000).await?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        for e in page {
+            if before.is_some_and(|b| e.seq >= b)
+                || actor.is_some_and(|a| a != e.actor)
+                || kind.is_some_and(|k| !e.kind.starts_with(k))
+            {
+                continue;
+            }
+            keep.push_back(e);
+            if keep.len() > limit {
+                keep.pop_front();
+            }
+        }
+    }
+    Ok(keep.into_iter().rev().collect())
+}
+
+/// The settings a `setting.set` of the configuration document changed:
+/// (dotted setting, before, after), from the entry's before and after
+/// documents. Empty for other entries.
+pub fn setting_changes(payload: &str) -> Vec<(String, String, String)> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(payload) else {
+        return Vec::new();
+    };
+    let parse = |k: &str| {
+        v.get(k)
+            .and_then(|t| t.as_str())
+            .and_then(|t| t.parse::<toml::Table>().ok())
+    };
+    if v.get("key").and_then(|k| k.as_str()) != Some(CONFIG_KEY) {
+        return Vec::new();
+    }
+    let before = parse("before").unwrap_or_default();
+    let Some(after) = parse("value") else {
+        return Vec::new();
+    };
+    let mut a = std::collections::BTreeMap::new();
+    let mut b = std::collections::BTreeMap::new();
+    flatten("", &toml::Value::Table(before), &mut a);
+    flatten("", &toml::Value::Table(after), &mut b);
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| {
+            let show = |m: &std::collections::BTreeMap<String, String>| {
+                m.get(k).cloned().unwrap_or_else(|| "—".to_string())
+            };
+            (k.clone(), show(&a), show(&b))
+        })
+        .collect()
+}
+
+fn flatten(prefix: &str, v: &toml::Value, out: &mut std::collections::BTreeMap<String, String>) {
+    match v {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let p = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&p, v, out);
+            }
+        }
+        toml::Value::Array(items) if items.iter().any(|i| i.is_table()) => {
+            for (i, item) in items.iter().enumerate() {
+                flatten(&format!("{prefix}[{i}]"), item, out);
+            }
+        }
+        other => {
+            out.insert(prefix.to_string(), other.to_string());
+        }
+    }
+}
+
+/// A one-line summary of an entry's payload for the audit page (large
+/// documents are left to [`setting_changes`]).
+pub fn audit_summary(payload: &str) -> String {
+    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(payload) else {
+        return String::new();
+    };
+    if let Some(o) = v.as_object_mut() {
+        for big in ["der", "value", "before"] {
+            if o.get(big)
+                .and_then(|x| x.as_str())
+                .is_some_and(|s| s.len() > 120)
+            {
+                o.insert(big.to_string(), serde_json::Value::String("…".into()));
+            }
+        }
+    }
+    v.to_string()
+}

@@ -1,0 +1,208 @@
+//! REST handlers for trusted owners, ingress rules and the trust lists:
+//! JSON in and out, the work done by [`crate::ops`] exactly as for the
+//! console's forms.
+
+use axum::body::Bytes;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use uagate_config::{IngressRule, TrustedOwner};
+use uagate_store::{CertInfo, CertKind, CertSummary};
+
+use crate::api::json_error;
+use crate::auth::Authed;
+use crate::error::ApiError;
+use crate::ops::{self, ConfigChange};
+use crate::WebState;
+
+/// `GET /api/v1/owners`: the configured trusted owners. Any role.
+pub async fn owners(
+    State(state): State<WebState>,
+    _who: Authed,
+) -> Result<Json<Vec<TrustedOwner>>, ApiError> {
+    Ok(Json(ops::stored_config(&state).await?.isolation.trusted_owners))
+}
+
+/// `POST /api/v1/owners`: adds a trusted owner or replaces the one with
+/// the same key; 422 naming the setting when the plan refuses it. Admin.
+pub async fn owner_put(
+    State(state): State<WebState>,
+    who: Authed,
+    body: Result<Json<TrustedOwner>, JsonRejection>,
+) -> Result<Json<ConfigChange>, ApiError> {
+    let Json(owner) = body.map_err(json_error)?;
+    Ok(Json(ops::upsert_owner(&state, &who, owner).await?))
+}
+
+/// `DELETE /api/v1/owners/{key}`. Admin.
+pub async fn owner_delete(
+    State(state): State<WebState>,
+    who: Authed,
+    Path(key): Path<String>,
+) -> Result<Json<ConfigChange>, ApiError> {
+    Ok(Json(ops::remove_owner(&state, &who, &key).await?))
+}
+
+/// `GET /api/v1/ingress`: the ingress rules in document order (the index
+/// is what `DELETE` takes). Any role.
+pub async fn ingress(
+    State(state): State<WebState>,
+    _who: Authed,
+) -> Result<Json<Vec<IngressRule>>, ApiError> {
+    Ok(Json(ops::stored_config(&state).await?.isolation.ingress))
+}
+
+/// `POST /api/v1/ingress`: appends a rule `{cidr, owner | class}`. Admin.
+pub async fn ingress_add(
+    State(state): State<WebState>,
+    who: Authed,
+    body: Result<Json<IngressRule>, JsonRejection>,
+) -> Result<Json<ConfigChange>, ApiError> {
+    let Json(rule) = body.map_err(json_error)?;
+    Ok(Json(ops::add_ingress(&state, &who, rule).await?))
+}
+
+/// `DELETE /api/v1/ingress/{index}`. Admin.
+pub async fn ingress_delete(
+    State(state): State<WebState>,
+    who: Authed,
+    Path(index): Path<usize>,
+) -> Result<Json<ConfigChange>, ApiError> {
+    Ok(Json(ops::remove_ingress(&state, &who, index).await?))
+}
+
+/// A certificate in the REST answers (the DER is left out; fetch nothing
+/// secret, and keep answers small).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CertView {
+    /// SHA-1 thumbprint, lowercase hex.
+    pub thumbprint: String,
+    /// trusted, issuer or rejected.
+    pub kind: String,
+    /// Subject DN.
+    pub subject: String,
+    /// Application URI from the subjectAltName.
+    pub application_uri: Option<String>,
+    /// Start of validity (RFC 3339).
+    pub not_before: String,
+    /// End of validity (RFC 3339).
+    pub not_after: String,
+    /// First seen by the store (RFC 3339).
+    pub first_seen: String,
+}
+
+impl From<CertInfo> for CertView {
+    fn from(c: CertInfo) -> CertView {
+        CertView {
+            thumbprint: c.thumbprint,
+            kind: c.kind.as_str().to_string(),
+            subject: c.subject,
+            application_uri: c.application_uri,
+            not_before: c.not_before,
+            not_after: c.not_after,
+            first_seen: c.first_seen,
+        }
+    }
+}
+
+/// `GET /api/v1/certificates` answer.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Certificates {
+    /// The appliance's OPC UA application instance certificate.
+    pub application: Option<CertSummary>,
+    /// SHA-256 fingerprint of the TLS certificate in service.
+    pub tls_fingerprint: Option<String>,
+    /// Trusted peers.
+    pub trusted: Vec<CertView>,
+    /// Issuers (CAs).
+    pub issuers: Vec<CertView>,
+    /// Rejected peers awaiting a decision, most recent first.
+    pub rejected: Vec<CertView>,
+    /// Stored CRLs.
+    pub crls: usize,
+}
+
+/// `GET /api/v1/certificates`. Any role.
+pub async fn certificates(
+    State(state): State<WebState>,
+    _who: Authed,
+) -> Result<Json<Certificates>, ApiError> {
+    let list = |k| {
+        let store = state.store.clone();
+        async move {
+            Ok::<_, ApiError>(
+                store
+                    .certs(k)
+                    .await?
+                    .into_iter()
+                    .map(CertView::from)
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    Ok(Json(Certificates {
+        application: uagate_store::describe_certificate(&state.engine.application_certificate())
+            .ok(),
+        tls_fingerprint: state.engine.tls_certificate().map(|t| t.fingerprint),
+        trusted: list(CertKind::Trusted).await?,
+        issuers: list(CertKind::Issuer).await?,
+        rejected: list(CertKind::Rejected).await?,
+        crls: state.store.crls().await?.len(),
+    }))
+}
+
+/// `POST /api/v1/certificates?kind=trusted|issuer` query.
+#[derive(Debug, Deserialize)]
+pub struct KindQuery {
+    /// trusted (default) or issuer.
+    #[serde(default)]
+    pub kind: Option<String>,
+}
+
+/// `POST /api/v1/certificates?kind=`: the body is a DER or PEM
+/// certificate. Operator.
+pub async fn certificate_add(
+    State(state): State<WebState>,
+    who: Authed,
+    Query(q): Query<KindQuery>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<CertView>), ApiError> {
+    let kind = q.kind.as_deref().unwrap_or("trusted");
+    let c = ops::add_certificate(&state, &who, &body, kind).await?;
+    Ok((StatusCode::CREATED, Json(c.into())))
+}
+
+/// `POST /api/v1/certificates/{thumbprint}/trust`: trusts a rejected
+/// certificate. Operator.
+pub async fn certificate_trust(
+    State(state): State<WebState>,
+    who: Authed,
+    Path(thumbprint): Path<String>,
+) -> Result<Json<CertView>, ApiError> {
+    Ok(Json(
+        ops::trust_rejected(&state, &who, &thumbprint).await?.into(),
+    ))
+}
+
+/// `DELETE /api/v1/certificates/{thumbprint}`: removes it from its list.
+/// Operator.
+pub async fn certificate_delete(
+    State(state): State<WebState>,
+    who: Authed,
+    Path(thumbprint): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    ops::remove_certificate(&state, &who, &thumbprint).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /api/v1/crls`: the body is a DER or PEM CRL. Operator.
+pub async fn crl_add(
+    State(state): State<WebState>,
+    who: Authed,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    ops::add_crl(&state, &who, &body).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
