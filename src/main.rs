@@ -205,10 +205,12 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
     let web = uagate_web::WebState::new(store, gateway.engine.clone(), data)
         .context("cannot prepare the console token key")?;
     if let Some(code) = web.prepare_setup().await? {
+        // The one-time code is meant to be read here (the log and the
+        // terminal); it stops working once the first admin exists.
         tracing::warn!(
-            "no console user yet: create the first admin with POST {console_url}api/v1/setup \
-             {{\"code\": \"{code}\", \"username\": ..., \"password\": ...}} \
-             or `uagate user add NAME --role admin`"
+            "no console user yet: open {console_url}setup and enter the setup code {code} \
+             (or POST {console_url}api/v1/setup {{\"code\", \"username\", \"password\"}}, \
+             or run `uagate user add NAME --role admin`)"
         );
     }
     let tls = gateway

@@ -18,7 +18,7 @@ use crate::ops::{self, ConfigChange, LevelOverride, MaintenanceRequest, StageVie
 use crate::WebState;
 
 /// `POST /api/v1/login` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct LoginRequest {
     /// The user name.
     pub username: String,
@@ -27,7 +27,7 @@ pub struct LoginRequest {
 }
 
 /// `POST /api/v1/login` answer.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LoginResponse {
     /// A token for `Authorization: Bearer`.
     pub token: String,
@@ -76,7 +76,7 @@ pub async fn login(
 }
 
 /// `POST /api/v1/setup` body: the first administrator.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct SetupRequest {
     /// The one-time code printed at first start.
     pub code: String,
@@ -155,13 +155,14 @@ pub async fn plan(
     Ok(Json(ops::plan_view(&plan)))
 }
 
-/// The stored configuration document as JSON. Any role (it holds no
-/// secrets: field-server passwords are write-only, see docs/config.md).
+/// The stored configuration document as JSON. Any role: field-server
+/// passwords read as `<stored>`, and sending that back keeps them.
 pub async fn get_config(
     State(state): State<WebState>,
     _who: Authed,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let config = ops::stored_config(&state).await?;
+    let mut config = ops::stored_config(&state).await?;
+    ops::redact(&mut config);
     serde_json::to_value(&config)
         .map(Json)
         .map_err(ApiError::internal)

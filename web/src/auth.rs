@@ -365,14 +365,13 @@ pub async fn guard(
 ) -> axum::response::Response {
     use axum::http::Method;
     use axum::response::IntoResponse;
-    let unsafe_method = !matches!(
-        *req.method(),
-        Method::GET | Method::HEAD | Method::OPTIONS
-    );
+    let unsafe_method = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     if unsafe_method && !same_origin(&req) {
         return ApiError::Csrf.into_response();
     }
-    let bearer = req.headers().contains_key(axum::http::header::AUTHORIZATION);
+    let bearer = req
+        .headers()
+        .contains_key(axum::http::header::AUTHORIZATION);
     let session = if bearer {
         None
     } else {
@@ -394,9 +393,7 @@ pub async fn guard(
         let renew = !poll
             && resp.status().is_success()
             && who.expires.saturating_sub(unix_now()) < half
-            && !resp
-                .headers()
-                .contains_key(axum::http::header::SET_COOKIE);
+            && !resp.headers().contains_key(axum::http::header::SET_COOKIE);
         if renew {
             if let Some(cookie) = state
                 .keys
@@ -599,13 +596,17 @@ mod tests {
     #[test]
     fn renewal_keeps_the_session_and_logout_revokes_it() {
         let keys = TokenKeys::from_secret(&[7u8; 32]);
-        let first = keys.verify(&keys.issue("ann", Role::Admin).unwrap()).unwrap();
+        let first = keys
+            .verify(&keys.issue("ann", Role::Admin).unwrap())
+            .unwrap();
         let renewed = keys.verify(&keys.renew(&first).unwrap()).unwrap();
         assert_eq!(renewed.sid, first.sid);
         assert_eq!(renewed.csrf, first.csrf);
         assert_eq!(renewed.auth_time, first.auth_time);
         // Another session has another CSRF token.
-        let other = keys.verify(&keys.issue("ann", Role::Admin).unwrap()).unwrap();
+        let other = keys
+            .verify(&keys.issue("ann", Role::Admin).unwrap())
+            .unwrap();
         assert_ne!(other.csrf, first.csrf);
         // A session past the absolute limit is not renewed.
         let mut old = first.clone();
@@ -614,8 +615,13 @@ mod tests {
         // Logout: every token of the session is refused, others are not.
         let token = keys.renew(&first).unwrap();
         keys.revoke(&first);
-        assert!(matches!(keys.verify(&token), Err(ApiError::Unauthenticated)));
-        assert!(keys.verify(&keys.issue("ann", Role::Admin).unwrap()).is_ok());
+        assert!(matches!(
+            keys.verify(&token),
+            Err(ApiError::Unauthenticated)
+        ));
+        assert!(keys
+            .verify(&keys.issue("ann", Role::Admin).unwrap())
+            .is_ok());
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod error;
 pub mod listener;
 pub mod metrics;
+pub mod openapi;
 pub mod ops;
 pub mod pages;
 pub mod rest;
@@ -101,7 +102,10 @@ pub fn app(state: WebState) -> Router {
         .route("/api/v1/audit", get(users::audit))
         .route("/api/v1/owners", get(rest::owners).post(rest::owner_put))
         .route("/api/v1/owners/{key}", delete(rest::owner_delete))
-        .route("/api/v1/ingress", get(rest::ingress).post(rest::ingress_add))
+        .route(
+            "/api/v1/ingress",
+            get(rest::ingress).post(rest::ingress_add),
+        )
         .route("/api/v1/ingress/{index}", delete(rest::ingress_delete))
         .route(
             "/api/v1/certificates",
@@ -116,6 +120,14 @@ pub fn app(state: WebState) -> Router {
             post(rest::certificate_trust),
         )
         .route("/api/v1/crls", post(rest::crl_add))
+        .route("/api/v1/fields", get(rest::fields).post(rest::field_put))
+        .route("/api/v1/fields/{name}", delete(rest::field_delete))
+        .route("/api/v1/fields/{name}/history", get(rest::field_history))
+        .route("/api/v1/fields/{name}/test", post(rest::field_test))
+        .route("/api/v1/fields/{name}/failover", post(rest::field_failover))
+        .route("/api/v1/sessions", get(rest::sessions))
+        .route("/api/v1/sessions/{id}", delete(rest::session_delete))
+        .route("/api/v1/openapi.json", get(openapi::document))
         .route("/metrics", get(metrics::metrics));
     let pages = Router::new()
         .route("/", get(pages::dashboard))
@@ -148,6 +160,13 @@ pub fn app(state: WebState) -> Router {
         .route("/users/password", post(pages::user_password))
         .route("/users/remove", post(pages::user_remove))
         .route("/audit", get(pages::audit))
+        .route("/fields", get(pages::fields).post(pages::field_save))
+        .route("/partials/fields", get(pages::fields_partial))
+        .route("/fields/remove", post(pages::field_remove))
+        .route("/fields/test", post(pages::field_test))
+        .route("/fields/failover", post(pages::field_failover))
+        .route("/sessions", get(pages::sessions))
+        .route("/sessions/close", post(pages::session_close))
         .route("/static/htmx.min.js", get(pages::htmx))
         .route("/static/console.css", get(pages::css));
     api.merge(pages)

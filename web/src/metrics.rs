@@ -11,9 +11,9 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
-use crate::ops::{conn_state, server_state, CONN_STATES, SERVER_STATES};
 use crate::auth::Authed;
 use crate::error::ApiError;
+use crate::ops::{conn_state, server_state, CONN_STATES, SERVER_STATES};
 use crate::WebState;
 
 /// Serves the scrape. Any role (a Bearer token is required on the console

@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::WebState;
 
 /// One field connection in `GET /api/v1/status`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FieldView {
     /// The configured name (mounted as Objects/<name>).
     pub name: String,
@@ -33,7 +33,7 @@ pub struct FieldView {
 }
 
 /// `GET /api/v1/status` answer.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatusView {
     /// This appliance's role in a pair: `standalone` until a pair is set up.
     pub role: String,
@@ -157,7 +157,7 @@ pub(crate) fn subrange(level: u8) -> &'static str {
 }
 
 /// One stage of `GET /api/v1/plan`, the `uagate plan` line as JSON.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StageView {
     /// The stage's reference name, e.g. `RequestExecution`.
     pub stage: String,
@@ -206,7 +206,7 @@ pub fn check_config(config: &Config) -> Result<Plan, ApiError> {
 }
 
 /// `PUT /api/v1/config` answer: what the change did.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ConfigChange {
     /// Changed settings a running gateway applied now.
     pub live: Vec<String>,
@@ -241,6 +241,8 @@ pub async fn apply_config(
     new: Config,
 ) -> Result<ConfigChange, ApiError> {
     let _serial = state.config_lock.lock().await;
+    let mut new = new;
+    restore_secrets(&mut new, &stored_config(state).await?)?;
     apply_locked(state, who, new).await
 }
 
@@ -291,7 +293,7 @@ async fn apply_locked(
 
 /// `POST /api/v1/maintenance` body: Server.RequestServerStateChange's
 /// arguments in JSON.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MaintenanceRequest {
     /// running, suspended, shutdown, test, failed, no_configuration,
@@ -385,7 +387,7 @@ pub async fn change_state(
 pub const MAX_OVERRIDE: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// `PUT /api/v1/service-level` body.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LevelOverride {
     /// The fixed ServiceLevel, 0-255; `null` returns to the computed value.
@@ -474,18 +476,31 @@ pub(crate) fn plan_error(e: PlanError) -> ApiError {
 
 // ------------------------------------------------ trusted owners, ingress
 
-/// Adds a trusted owner, or replaces the one with the same key; validated
-/// against the plan with the rest of the document. Admin.
+/// Adds a trusted owner, or replaces the one with the same key, together
+/// with ingress rules (CIDRs) that map callers to it; validated against the
+/// plan with the rest of the document, as one change. The first owner
+/// switches the isolation profile to `trusted_reservations` (the only
+/// profile with owners; it needs an ingress rule naming an owner), so one
+/// step does what the operator asked. Admin.
 pub async fn upsert_owner(
     state: &WebState,
     who: &Authed,
     owner: uagate_config::TrustedOwner,
+    ingress: Vec<String>,
 ) -> Result<ConfigChange, ApiError> {
     who.require(Role::Admin)?;
     if owner.key.is_empty() {
         return Err(ApiError::invalid("key", "an owner key is required"));
     }
     edit_config(state, who, |c| {
+        c.isolation.mode = uagate_config::IsolationMode::TrustedReservations;
+        for cidr in ingress {
+            c.isolation.ingress.push(uagate_config::IngressRule {
+                cidr,
+                owner: Some(owner.key.clone()),
+                class: None,
+            });
+        }
         let owners = &mut c.isolation.trusted_owners;
         match owners.iter_mut().find(|o| o.key == owner.key) {
             Some(o) => *o = owner,
@@ -496,7 +511,8 @@ pub async fn upsert_owner(
     .await
 }
 
-/// Removes a trusted owner (refused while an ingress rule names it). Admin.
+/// Removes a trusted owner and the ingress rules that map to it, as one
+/// change. Removing the last one returns the profile to `balanced`. Admin.
 pub async fn remove_owner(
     state: &WebState,
     who: &Authed,
@@ -509,16 +525,11 @@ pub async fn remove_owner(
         if c.isolation.trusted_owners.len() == before {
             return Err(ApiError::NotFound(format!("no trusted owner {key:?}")));
         }
-        if c
-            .isolation
+        c.isolation
             .ingress
-            .iter()
-            .any(|r| r.owner.as_deref() == Some(key))
-        {
-            return Err(ApiError::invalid(
-                "key",
-                format!("ingress rules still map to {key:?}; remove them first"),
-            ));
+            .retain(|r| r.owner.as_deref() != Some(key));
+        if c.isolation.trusted_owners.is_empty() {
+            c.isolation.mode = uagate_config::IsolationMode::Balanced;
         }
         Ok(())
     })
@@ -706,10 +717,15 @@ fn flatten(prefix: &str, v: &toml::Value, out: &mut std::collections::BTreeMap<S
                 flatten(&p, v, out);
             }
         }
+        // An empty list says nothing its entries would not.
+        toml::Value::Array(items) if items.is_empty() => {}
         toml::Value::Array(items) if items.iter().any(|i| i.is_table()) => {
             for (i, item) in items.iter().enumerate() {
                 flatten(&format!("{prefix}[{i}]"), item, out);
             }
+        }
+        _ if prefix.ends_with("identity.password") => {
+            out.insert(prefix.to_string(), KEEP_PASSWORD.to_string());
         }
         other => {
             out.insert(prefix.to_string(), other.to_string());
@@ -720,18 +736,316 @@ fn flatten(prefix: &str, v: &toml::Value, out: &mut std::collections::BTreeMap<S
 /// A one-line summary of an entry's payload for the audit page (large
 /// documents are left to [`setting_changes`]).
 pub fn audit_summary(payload: &str) -> String {
-    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(payload) else {
-        return String::new();
-    };
+    let mut v = redact_payload(payload);
     if let Some(o) = v.as_object_mut() {
         for big in ["der", "value", "before"] {
             if o.get(big)
                 .and_then(|x| x.as_str())
-                .is_some_and(|s| s.len() > 120)
+                .is_some_and(|s| s.len() > 400)
             {
                 o.insert(big.to_string(), serde_json::Value::String("…".into()));
             }
         }
     }
     v.to_string()
+}
+
+// ----------------------------------------------------------------- secrets
+
+/// What the console shows instead of a stored field-server password;
+/// sending it back keeps the stored password.
+pub const KEEP_PASSWORD: &str = "<stored>";
+
+/// Replaces every field-server password with [`KEEP_PASSWORD`], so no
+/// console or REST answer carries one.
+pub fn redact(config: &mut Config) {
+    for f in &mut config.field_servers {
+        if let uagate_config::FieldIdentity::Username { password, .. } = &mut f.identity {
+            *password = KEEP_PASSWORD.to_string();
+        }
+    }
+}
+
+/// Puts the stored passwords back where a document sent [`KEEP_PASSWORD`]
+/// (matched by field-server name); refused naming the setting when there
+/// is no stored password to keep.
+pub fn restore_secrets(new: &mut Config, stored: &Config) -> Result<(), ApiError> {
+    for (i, f) in new.field_servers.iter_mut().enumerate() {
+        if let uagate_config::FieldIdentity::Username { password, .. } = &mut f.identity {
+            if password != KEEP_PASSWORD {
+                continue;
+            }
+            let kept = stored
+                .field_servers
+                .iter()
+                .find(|s| s.name == f.name)
+                .and_then(|s| match &s.identity {
+                    uagate_config::FieldIdentity::Username { password, .. } => {
+                        Some(password.clone())
+                    }
+                    _ => None,
+                })
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        format!("field_servers[{i}].identity.password"),
+                        "no stored password to keep; enter the password",
+                    )
+                })?;
+            *password = kept;
+        }
+    }
+    Ok(())
+}
+
+/// A configuration document (TOML) with its passwords redacted; other
+/// text is returned unchanged. Used for audit entries.
+pub fn redact_document(text: &str) -> String {
+    match Config::from_toml(text) {
+        Ok(mut c) => {
+            redact(&mut c);
+            c.to_toml()
+        }
+        Err(_) => text.to_string(),
+    }
+}
+
+/// An audit payload as the console and REST show it: a configuration
+/// document's before and after values have their passwords redacted.
+pub fn redact_payload(payload: &str) -> serde_json::Value {
+    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(payload) else {
+        return serde_json::Value::Null;
+    };
+    if v.get("key").and_then(|k| k.as_str()) == Some(CONFIG_KEY) {
+        for k in ["value", "before"] {
+            if let Some(text) = v.get(k).and_then(|t| t.as_str()).map(redact_document) {
+                v[k] = serde_json::Value::String(text);
+            }
+        }
+    }
+    v
+}
+
+// -------------------------------------------------------- field connections
+
+/// Adds a field connection, or replaces the one with the same name (the
+/// name is case-insensitive); validated with the whole document. Field
+/// connections are set up at start, so the answer lists the change under
+/// `restart`. Operator.
+pub async fn upsert_field(
+    state: &WebState,
+    who: &Authed,
+    field: uagate_config::FieldServer,
+) -> Result<ConfigChange, ApiError> {
+    who.require(Role::Operator)?;
+    edit_config(state, who, |c| {
+        let stored = c.clone();
+        let servers = &mut c.field_servers;
+        match servers
+            .iter_mut()
+            .find(|f| f.name.eq_ignore_ascii_case(&field.name))
+        {
+            Some(f) => *f = field,
+            None => servers.push(field),
+        }
+        restore_secrets(c, &stored)
+    })
+    .await
+}
+
+/// Removes a field connection (at the next restart). Operator.
+pub async fn remove_field(
+    state: &WebState,
+    who: &Authed,
+    name: &str,
+) -> Result<ConfigChange, ApiError> {
+    who.require(Role::Operator)?;
+    edit_config(state, who, |c| {
+        let before = c.field_servers.len();
+        c.field_servers
+            .retain(|f| !f.name.eq_ignore_ascii_case(name));
+        if c.field_servers.len() == before {
+            return Err(ApiError::NotFound(format!("no field connection {name:?}")));
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Asks a running field connection to leave its active server; audited
+/// as `event.field_failover`. Operator.
+pub async fn force_failover(state: &WebState, who: &Authed, name: &str) -> Result<(), ApiError> {
+    who.require(Role::Operator)?;
+    match state.engine.field_force_failover(name, &who.user) {
+        None => Err(ApiError::NotFound(format!(
+            "no running field connection {name:?}"
+        ))),
+        Some(Err(why)) => Err(ApiError::invalid("name", why)),
+        Some(Ok(())) => {
+            state
+                .store
+                .record_event(
+                    &who.user,
+                    "event.field_failover",
+                    &serde_json::json!({ "connection": name }),
+                )
+                .await?;
+            Ok(())
+        }
+    }
+}
+
+/// How long "test connection" waits for each URL.
+pub const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// One probed URL in `POST /api/v1/fields/{name}/test`.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ProbeView {
+    /// 1-based server number in the set.
+    pub server: usize,
+    /// The URL asked.
+    pub url: String,
+    /// Whether it answered GetEndpoints.
+    pub reachable: bool,
+    /// Its endpoints (`policy/mode`) when reachable.
+    pub endpoints: Vec<String>,
+    /// Why not, when not reachable.
+    pub error: Option<String>,
+    /// Whether an endpoint matches the configured policy and mode.
+    pub matches_config: bool,
+    /// For a secured connection: `trusted`, or why the certificate is not
+    /// (an unknown certificate is now on the rejected list).
+    pub certificate: Option<String>,
+}
+
+/// Probes every URL of a running field connection. Operator.
+pub async fn probe_field(
+    state: &WebState,
+    who: &Authed,
+    name: &str,
+) -> Result<Vec<ProbeView>, ApiError> {
+    who.require(Role::Operator)?;
+    let probes = state
+        .engine
+        .field_probe(name, PROBE_TIMEOUT)
+        .await
+        .ok_or_else(|| ApiError::NotFound(format!("no running field connection {name:?}")))?;
+    Ok(probes
+        .into_iter()
+        .map(|p| ProbeView {
+            server: p.server + 1,
+            url: p.url,
+            reachable: p.result.is_ok(),
+            error: p.result.as_ref().err().cloned(),
+            endpoints: p.result.unwrap_or_default(),
+            matches_config: p.matches_config,
+            certificate: p.certificate.map(|c| match c {
+                Ok(()) => "trusted".to_string(),
+                Err(e) => e,
+            }),
+        })
+        .collect())
+}
+
+/// One history event in the REST answer and on the page.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct HistoryView {
+    /// When (RFC 3339 UTC).
+    pub at: String,
+    /// 1-based server number in the set, when the event concerns one.
+    pub server: Option<usize>,
+    /// up, failed, lost, moved, failover, failover_requested,
+    /// failover_unavailable, closed.
+    pub kind: String,
+    /// URL, status code or who asked.
+    pub detail: String,
+}
+
+/// The recent events of a running field connection, newest first.
+pub fn field_history(state: &WebState, name: &str) -> Result<Vec<HistoryView>, ApiError> {
+    let h = state
+        .engine
+        .field_history(name)
+        .ok_or_else(|| ApiError::NotFound(format!("no running field connection {name:?}")))?;
+    Ok(h.into_iter()
+        .rev()
+        .map(|e| HistoryView {
+            at: rfc3339(e.at),
+            server: e.server.map(|s| s + 1),
+            kind: e.kind.to_string(),
+            detail: e.detail,
+        })
+        .collect())
+}
+
+/// A system time as RFC 3339 UTC, seconds precision.
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+// ---------------------------------------------------------------- sessions
+
+/// One northbound session in `GET /api/v1/sessions`.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SessionView {
+    /// SessionId (what `DELETE /api/v1/sessions/{id}` takes).
+    pub id: String,
+    /// The client's session name.
+    pub name: String,
+    /// opc.tcp, opc.wss or opc.https.
+    pub transport: String,
+    /// Security policy short name.
+    pub security_policy: String,
+    /// None, Sign or SignAndEncrypt.
+    pub security_mode: String,
+    /// Resource-isolation owner.
+    pub owner: Option<String>,
+    /// User, `anonymous`, or the certificate.
+    pub user: String,
+    /// Created (RFC 3339 UTC).
+    pub created: Option<String>,
+    /// Subscriptions.
+    pub subscriptions: usize,
+}
+
+/// The northbound sessions. Any role.
+pub fn sessions(state: &WebState) -> Vec<SessionView> {
+    state
+        .engine
+        .session_list()
+        .into_iter()
+        .map(|s| SessionView {
+            id: s.id,
+            name: s.name,
+            transport: s.transport.to_string(),
+            security_policy: s.security_policy,
+            security_mode: s.security_mode.to_string(),
+            owner: s.owner,
+            user: s.user,
+            created: s.created.map(rfc3339),
+            subscriptions: s.subscriptions,
+        })
+        .collect()
+}
+
+/// Closes a northbound session; audited as `event.session_close`. Operator.
+pub async fn close_session(state: &WebState, who: &Authed, id: &str) -> Result<(), ApiError> {
+    who.require(Role::Operator)?;
+    let name = state
+        .engine
+        .session_list()
+        .into_iter()
+        .find(|s| s.id == id)
+        .map(|s| s.name);
+    if !state.engine.close_session_by_id(id) {
+        return Err(ApiError::NotFound(format!("no session {id}")));
+    }
+    state
+        .store
+        .record_event(
+            &who.user,
+            "event.session_close",
+            &serde_json::json!({ "session": id, "name": name }),
+        )
+        .await?;
+    Ok(())
 }

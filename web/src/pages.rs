@@ -70,7 +70,12 @@ pub struct Chrome {
 }
 
 impl Chrome {
-    fn new(who: &Authed, title: &'static str, active: &'static str, notice: Option<String>) -> Self {
+    fn new(
+        who: &Authed,
+        title: &'static str,
+        active: &'static str,
+        notice: Option<String>,
+    ) -> Self {
         Chrome {
             title,
             active,
@@ -540,7 +545,9 @@ impl LimitsForm {
             .ok_or_else(|| ApiError::invalid("isolation.max_tracked_owners", "required"))?;
         let mut stages = Vec::new();
         for (stage, f) in Stage::ALL.iter().zip(&self.stages) {
-            let n = |field: &str, v: &str| number::<u64>(&format!("isolation.stages.{}.{field}", stage.key()), v);
+            let n = |field: &str, v: &str| {
+                number::<u64>(&format!("isolation.stages.{}.{field}", stage.key()), v)
+            };
             let o = StageOverride {
                 stage: *stage,
                 capacity: n("capacity", &f.capacity)?,
@@ -569,12 +576,20 @@ fn number<T: std::str::FromStr>(setting: &str, v: &str) -> Result<Option<T>, Api
     if v.is_empty() {
         return Ok(None);
     }
-    v.parse()
-        .map(Some)
-        .map_err(|_| ApiError::invalid(setting, format!("`{v}` is not a valid number for `{setting}`")))
+    v.parse().map(Some).map_err(|_| {
+        ApiError::invalid(
+            setting,
+            format!("`{v}` is not a valid number for `{setting}`"),
+        )
+    })
 }
 
-const MODES: [&str; 4] = ["shared_only", "fair_share", "balanced", "trusted_reservations"];
+const MODES: [&str; 4] = [
+    "shared_only",
+    "fair_share",
+    "balanced",
+    "trusted_reservations",
+];
 const MODE_VALUES: [IsolationMode; 4] = [
     IsolationMode::SharedOnly,
     IsolationMode::FairShare,
@@ -822,12 +837,14 @@ pub fn parse_reservations(text: &str) -> Result<Vec<Reservation>, ApiError> {
             .first()
             .and_then(|k| Stage::ALL.iter().find(|s| s.key() == *k || s.name() == *k))
             .ok_or_else(|| {
-                ApiError::invalid(field, format!("`{line}`: the first word must be a stage, e.g. request_execution"))
+                ApiError::invalid(
+                    field,
+                    format!("`{line}`: the first word must be a stage, e.g. request_execution"),
+                )
             })?;
-        let reserved = parts
-            .get(1)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| ApiError::invalid(field, format!("`{line}`: a reserved amount is required")))?;
+        let reserved = parts.get(1).and_then(|v| v.parse().ok()).ok_or_else(|| {
+            ApiError::invalid(field, format!("`{line}`: a reserved amount is required"))
+        })?;
         let hard_limit = match parts.get(2) {
             Some(v) => Some(v.parse().map_err(|_| {
                 ApiError::invalid(field, format!("`{line}`: the hard limit is not a number"))
@@ -835,7 +852,10 @@ pub fn parse_reservations(text: &str) -> Result<Vec<Reservation>, ApiError> {
             None => None,
         };
         if parts.len() > 3 {
-            return Err(ApiError::invalid(field, format!("`{line}`: at most three words")));
+            return Err(ApiError::invalid(
+                field,
+                format!("`{line}`: at most three words"),
+            ));
         }
         out.push(Reservation {
             stage: *stage,
@@ -873,6 +893,8 @@ pub struct OwnerForm {
     weight: String,
     #[serde(default)]
     reservations: String,
+    #[serde(default)]
+    ingress: String,
 }
 
 /// `POST /owners`: adds or replaces a trusted owner (admin), validated
@@ -889,7 +911,14 @@ pub async fn owner_save(
             weight: number("weight", &f.weight)?.unwrap_or(1),
             reservations: parse_reservations(&f.reservations)?,
         };
-        ops::upsert_owner(&state, &who, owner).await
+        let ingress = f
+            .ingress
+            .split([',', '\n', ' '])
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect();
+        ops::upsert_owner(&state, &who, owner, ingress).await
     }
     .await;
     match result {
@@ -998,7 +1027,12 @@ struct LevelPage {
     status: StatusView,
 }
 
-fn render_level(state: &WebState, who: &Authed, flash: Option<String>, error: Option<ApiError>) -> Response {
+fn render_level(
+    state: &WebState,
+    who: &Authed,
+    flash: Option<String>,
+    error: Option<ApiError>,
+) -> Response {
     let mut chrome = Chrome::new(who, "ServiceLevel", "/service-level", flash);
     let status = error.as_ref().map(status_of).unwrap_or(StatusCode::OK);
     chrome.error = error.map(|e| e.to_string());
@@ -1177,7 +1211,10 @@ pub async fn maintenance_submit(
         return render_maintenance(&state, &who, None, Some(confirm), None);
     }
     match ops::change_state(&state, &who, &req).await {
-        Ok(()) => done("/maintenance", &format!("Server state is now {}.", req.state)),
+        Ok(()) => done(
+            "/maintenance",
+            &format!("Server state is now {}.", req.state),
+        ),
         Err(e) => render_maintenance(&state, &who, None, None, Some(e)),
     }
 }
@@ -1620,11 +1657,294 @@ pub async fn audit(
     )
 }
 
+// ------------------------------------------------------- field connections
+
+/// One field connection's live row.
+pub struct FieldRow {
+    name: String,
+    state: &'static str,
+    active_endpoint: Option<String>,
+    service_level: Option<u8>,
+    reconnects: u64,
+    failovers: u64,
+    failed_attempts: u64,
+    last_error: String,
+    /// (url, session up, ServiceLevel) per server of the set.
+    servers: Vec<(String, bool, Option<u8>)>,
+}
+
+fn field_rows(state: &WebState) -> Vec<FieldRow> {
+    let engine = &state.engine;
+    engine
+        .applied_config()
+        .field_servers
+        .iter()
+        .filter_map(|f| {
+            let st = engine.field_status(&f.name)?;
+            Some(FieldRow {
+                name: f.name.clone(),
+                state: ops::conn_state(st.state),
+                active_endpoint: st.active_endpoint,
+                service_level: st.service_level,
+                reconnects: st.reconnect_count,
+                failovers: st.failover_count,
+                failed_attempts: st.failed_attempts,
+                last_error: st.last_error.map(|e| e.to_string()).unwrap_or_default(),
+                servers: st
+                    .servers
+                    .iter()
+                    .map(|v| (v.url.clone(), v.reachable, v.service_level))
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+#[derive(Template)]
+#[template(path = "fields.html")]
+struct FieldsPage {
+    chrome: Chrome,
+    fields: Vec<FieldRow>,
+    operator: bool,
+    csrf: String,
+    probe: Option<(String, Vec<ops::ProbeView>)>,
+    histories: Vec<(String, Vec<ops::HistoryView>)>,
+    /// (name, TOML of its entry, passwords redacted).
+    entries: Vec<(String, String)>,
+    template: &'static str,
+}
+
+#[derive(Template)]
+#[template(path = "fields_live.html")]
+struct FieldsLive {
+    fields: Vec<FieldRow>,
+    operator: bool,
+    csrf: String,
+}
+
+/// What the add form starts with.
+const FIELD_TEMPLATE: &str = r#"name = "line3"
+security_mode = "sign_and_encrypt"
+security_policy = "Basic256Sha256"
+identity = { kind = "anonymous" }
+
+[[endpoints]]
+url = "opc.tcp://10.0.3.10:4840"
+alternates = []
+"#;
+
+/// One `[[field_servers]]` entry as TOML (passwords redacted).
+fn field_toml(f: &uagate_config::FieldServer) -> String {
+    let mut c = Config::default();
+    c.field_servers.push(f.clone());
+    ops::redact(&mut c);
+    toml::to_string(&c.field_servers[0]).unwrap_or_default()
+}
+
+async fn render_fields(
+    state: &WebState,
+    who: &Authed,
+    flash: Option<String>,
+    probe: Option<(String, Vec<ops::ProbeView>)>,
+    error: Option<ApiError>,
+) -> Response {
+    let config = match ops::stored_config(state).await {
+        Ok(c) => c,
+        Err(e) => return error_page(e),
+    };
+    let fields = field_rows(state);
+    let histories = fields
+        .iter()
+        .map(|f| {
+            let mut h = ops::field_history(state, &f.name).unwrap_or_default();
+            h.truncate(30);
+            (f.name.clone(), h)
+        })
+        .collect();
+    let mut chrome = Chrome::new(who, "Field connections", "/fields", flash);
+    let status = error.as_ref().map(status_of).unwrap_or(StatusCode::OK);
+    chrome.error = error.map(|e| e.to_string());
+    page(
+        &FieldsPage {
+            operator: who.can(Role::Operator),
+            csrf: who.csrf.clone(),
+            chrome,
+            fields,
+            probe,
+            histories,
+            entries: config
+                .field_servers
+                .iter()
+                .map(|f| (f.name.clone(), field_toml(f)))
+                .collect(),
+            template: FIELD_TEMPLATE,
+        },
+        status,
+        false,
+    )
+}
+
+/// `GET /fields`.
+pub async fn fields(
+    State(state): State<WebState>,
+    Viewer(who): Viewer,
+    headers: HeaderMap,
+) -> Response {
+    let flash = take_flash(&headers);
+    render_fields(&state, &who, flash, None, None).await
+}
+
+/// `GET /partials/fields`: the live table, refreshed by htmx.
+pub async fn fields_partial(State(state): State<WebState>, Viewer(who): Viewer) -> Response {
+    page(
+        &FieldsLive {
+            fields: field_rows(&state),
+            operator: who.can(Role::Operator),
+            csrf: who.csrf.clone(),
+        },
+        StatusCode::OK,
+        false,
+    )
+}
+
+/// `POST /fields` form: one entry as TOML.
+#[derive(Debug, Deserialize)]
+pub struct FieldForm {
+    toml: String,
+}
+
+/// Parses one `[[field_servers]]` entry; errors name `field_servers`.
+pub fn parse_field(text: &str) -> Result<uagate_config::FieldServer, ApiError> {
+    toml::from_str(text).map_err(|e| {
+        ApiError::invalid(
+            "field_servers",
+            format!("not a valid field server entry: {}", e.message()),
+        )
+    })
+}
+
+/// `POST /fields`: adds or replaces a field connection (operator).
+pub async fn field_save(
+    State(state): State<WebState>,
+    Viewer(who): Viewer,
+    Form(f): Form<FieldForm>,
+) -> Response {
+    let result = async {
+        who.require(Role::Operator)?;
+        let field = parse_field(&f.toml)?;
+        ops::upsert_field(&state, &who, field).await
+    }
+    .await;
+    match result {
+        Ok(change) => done("/fields", &change_notice(&change)),
+        Err(e) => render_fields(&state, &who, None, None, Some(e)).await,
+    }
+}
+
+/// `POST /fields/remove` (operator).
+pub async fn field_remove(
+    State(state): State<WebState>,
+    Viewer(who): Viewer,
+    Form(f): Form<NameForm>,
+) -> Response {
+    match ops::remove_field(&state, &who, &f.name).await {
+        Ok(change) => done("/fields", &change_notice(&change)),
+        Err(e) => render_fields(&state, &who, None, None, Some(e)).await,
+    }
+}
+
+/// `POST /fields/test` (operator): probes the connection's URLs and shows
+/// what each answered.
+pub async fn field_test(
+    State(state): State<WebState>,
+    Viewer(who): Viewer,
+    Form(f): Form<NameForm>,
+) -> Response {
+    match ops::probe_field(&state, &who, &f.name).await {
+        Ok(p) => render_fields(&state, &who, None, Some((f.name, p)), None).await,
+        Err(e) => render_fields(&state, &who, None, None, Some(e)).await,
+    }
+}
+
+/// `POST /fields/failover` (operator).
+pub async fn field_failover(
+    State(state): State<WebState>,
+    Viewer(who): Viewer,
+    Form(f): Form<NameForm>,
+) -> Response {
+    match ops::force_failover(&state, &who, &f.name).await {
+        Ok(()) => done(
+            "/fields",
+            &format!("Failover of {} requested; see its recent events.", f.name),
+        ),
+        Err(e) => render_fields(&state, &who, None, None, Some(e)).await,
+    }
+}
+
+// ---------------------------------------------------------------- sessions
+
+#[derive(Template)]
+#[template(path = "sessions.html")]
+struct SessionsPage {
+    chrome: Chrome,
+    sessions: Vec<ops::SessionView>,
+}
+
+fn render_sessions(
+    state: &WebState,
+    who: &Authed,
+    flash: Option<String>,
+    error: Option<ApiError>,
+) -> Response {
+    let mut chrome = Chrome::new(who, "Sessions", "/sessions", flash);
+    let status = error.as_ref().map(status_of).unwrap_or(StatusCode::OK);
+    chrome.error = error.map(|e| e.to_string());
+    page(
+        &SessionsPage {
+            chrome,
+            sessions: ops::sessions(state),
+        },
+        status,
+        false,
+    )
+}
+
+/// `GET /sessions`.
+pub async fn sessions(
+    State(state): State<WebState>,
+    Viewer(who): Viewer,
+    headers: HeaderMap,
+) -> Response {
+    let flash = take_flash(&headers);
+    render_sessions(&state, &who, flash, None)
+}
+
+/// `POST /sessions/close` form.
+#[derive(Debug, Deserialize)]
+pub struct SessionForm {
+    id: String,
+}
+
+/// `POST /sessions/close` (operator).
+pub async fn session_close(
+    State(state): State<WebState>,
+    Viewer(who): Viewer,
+    Form(f): Form<SessionForm>,
+) -> Response {
+    match ops::close_session(&state, &who, &f.id).await {
+        Ok(()) => done("/sessions", "Session closed."),
+        Err(e) => render_sessions(&state, &who, None, Some(e)),
+    }
+}
+
 // ------------------------------------------------------------------ static
 
 /// `GET /static/htmx.min.js` (vendored from the npm package htmx.org).
 pub async fn htmx() -> Response {
-    static_asset(include_bytes!("../../static/htmx.min.js"), "text/javascript")
+    static_asset(
+        include_bytes!("../../static/htmx.min.js"),
+        "text/javascript",
+    )
 }
 
 /// `GET /static/console.css`.

@@ -22,18 +22,47 @@ pub async fn owners(
     State(state): State<WebState>,
     _who: Authed,
 ) -> Result<Json<Vec<TrustedOwner>>, ApiError> {
-    Ok(Json(ops::stored_config(&state).await?.isolation.trusted_owners))
+    Ok(Json(
+        ops::stored_config(&state).await?.isolation.trusted_owners,
+    ))
+}
+
+/// `POST /api/v1/owners` body: a trusted owner and, optionally, address
+/// ranges to map to it (added as ingress rules in the same change).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OwnerRequest {
+    /// The owner key.
+    pub key: String,
+    /// Scheduling weight (1-1000), default 1.
+    #[serde(default)]
+    pub weight: Option<u32>,
+    /// Per-stage reserves: `{stage, reserved, hard_limit?}`.
+    #[serde(default)]
+    #[schemars(with = "Vec<serde_json::Map<String, serde_json::Value>>")]
+    pub reservations: Vec<uagate_config::Reservation>,
+    /// CIDRs whose callers belong to this owner.
+    #[serde(default)]
+    pub ingress: Vec<String>,
 }
 
 /// `POST /api/v1/owners`: adds a trusted owner or replaces the one with
-/// the same key; 422 naming the setting when the plan refuses it. Admin.
+/// the same key (with its ingress rules); 422 naming the setting when the
+/// plan refuses it. Admin.
 pub async fn owner_put(
     State(state): State<WebState>,
     who: Authed,
-    body: Result<Json<TrustedOwner>, JsonRejection>,
+    body: Result<Json<OwnerRequest>, JsonRejection>,
 ) -> Result<Json<ConfigChange>, ApiError> {
-    let Json(owner) = body.map_err(json_error)?;
-    Ok(Json(ops::upsert_owner(&state, &who, owner).await?))
+    let Json(req) = body.map_err(json_error)?;
+    let owner = TrustedOwner {
+        key: req.key,
+        weight: req.weight.unwrap_or(1),
+        reservations: req.reservations,
+    };
+    Ok(Json(
+        ops::upsert_owner(&state, &who, owner, req.ingress).await?,
+    ))
 }
 
 /// `DELETE /api/v1/owners/{key}`. Admin.
@@ -75,7 +104,7 @@ pub async fn ingress_delete(
 
 /// A certificate in the REST answers (the DER is left out; fetch nothing
 /// secret, and keep answers small).
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CertView {
     /// SHA-1 thumbprint, lowercase hex.
     pub thumbprint: String,
@@ -108,9 +137,11 @@ impl From<CertInfo> for CertView {
 }
 
 /// `GET /api/v1/certificates` answer.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Certificates {
-    /// The appliance's OPC UA application instance certificate.
+    /// The appliance's OPC UA application instance certificate:
+    /// thumbprint, subject, application_uri, not_before, not_after.
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
     pub application: Option<CertSummary>,
     /// SHA-256 fingerprint of the TLS certificate in service.
     pub tls_fingerprint: Option<String>,
@@ -204,5 +235,108 @@ pub async fn crl_add(
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
     ops::add_crl(&state, &who, &body).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// One field connection in `GET /api/v1/fields`: its configuration
+/// (passwords as `<stored>`) and, when running, its status.
+#[derive(Debug, Serialize)]
+pub struct FieldEntry {
+    /// The `[[field_servers]]` entry.
+    pub config: uagate_config::FieldServer,
+    /// The live status, when the connection runs (it may wait for a restart).
+    pub status: Option<ops::FieldView>,
+}
+
+/// `GET /api/v1/fields`. Any role.
+pub async fn fields(
+    State(state): State<WebState>,
+    _who: Authed,
+) -> Result<Json<Vec<FieldEntry>>, ApiError> {
+    let mut config = ops::stored_config(&state).await?;
+    ops::redact(&mut config);
+    let live = ops::status(&state).fields;
+    Ok(Json(
+        config
+            .field_servers
+            .into_iter()
+            .map(|f| {
+                let status = live
+                    .iter()
+                    .find(|v| v.name == f.name)
+                    .map(|v| ops::FieldView {
+                        name: v.name.clone(),
+                        state: v.state.clone(),
+                        active_endpoint: v.active_endpoint.clone(),
+                        service_level: v.service_level,
+                        reconnect_count: v.reconnect_count,
+                        failover_count: v.failover_count,
+                    });
+                FieldEntry { config: f, status }
+            })
+            .collect(),
+    ))
+}
+
+/// `POST /api/v1/fields`: adds a field connection or replaces the one with
+/// the same name (takes effect at the next restart). Operator.
+pub async fn field_put(
+    State(state): State<WebState>,
+    who: Authed,
+    body: Result<Json<uagate_config::FieldServer>, JsonRejection>,
+) -> Result<Json<ConfigChange>, ApiError> {
+    let Json(field) = body.map_err(json_error)?;
+    Ok(Json(ops::upsert_field(&state, &who, field).await?))
+}
+
+/// `DELETE /api/v1/fields/{name}`. Operator.
+pub async fn field_delete(
+    State(state): State<WebState>,
+    who: Authed,
+    Path(name): Path<String>,
+) -> Result<Json<ConfigChange>, ApiError> {
+    Ok(Json(ops::remove_field(&state, &who, &name).await?))
+}
+
+/// `GET /api/v1/fields/{name}/history`: recent events, newest first. Any role.
+pub async fn field_history(
+    State(state): State<WebState>,
+    _who: Authed,
+    Path(name): Path<String>,
+) -> Result<Json<Vec<ops::HistoryView>>, ApiError> {
+    Ok(Json(ops::field_history(&state, &name)?))
+}
+
+/// `POST /api/v1/fields/{name}/test`: probes every URL. Operator.
+pub async fn field_test(
+    State(state): State<WebState>,
+    who: Authed,
+    Path(name): Path<String>,
+) -> Result<Json<Vec<ops::ProbeView>>, ApiError> {
+    Ok(Json(ops::probe_field(&state, &who, &name).await?))
+}
+
+/// `POST /api/v1/fields/{name}/failover`: leave the active server. Operator.
+pub async fn field_failover(
+    State(state): State<WebState>,
+    who: Authed,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    ops::force_failover(&state, &who, &name).await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+/// `GET /api/v1/sessions`. Any role.
+pub async fn sessions(State(state): State<WebState>, _who: Authed) -> Json<Vec<ops::SessionView>> {
+    Json(ops::sessions(&state))
+}
+
+/// `DELETE /api/v1/sessions/{id}`: closes a northbound session. Operator.
+pub async fn session_delete(
+    State(state): State<WebState>,
+    who: Authed,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    ops::close_session(&state, &who, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::WebState;
 
 /// A user as listed (never the password hash).
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UserView {
     /// The user name.
     pub name: String,
@@ -24,7 +24,7 @@ pub struct UserView {
 }
 
 /// `POST /api/v1/users` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewUser {
     /// The user name.
@@ -36,7 +36,7 @@ pub struct NewUser {
 }
 
 /// `PUT /api/v1/users/{name}` body: what to change.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserChange {
     /// A new role.
@@ -148,7 +148,7 @@ pub struct AuditQuery {
 }
 
 /// One change-log entry.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AuditEntry {
     /// Sequence number (use as `after` for the next page).
     pub seq: i64,
@@ -190,7 +190,7 @@ pub async fn audit(
                 actor: e.actor,
                 at: e.at,
                 kind: e.kind,
-                payload: serde_json::from_str(&e.payload).unwrap_or(serde_json::Value::Null),
+                payload: crate::ops::redact_payload(&e.payload),
             });
             if out.len() as i64 >= limit {
                 return Ok(Json(out));

@@ -439,6 +439,89 @@ struct Inner {
     cancel: CancellationToken,
     /// EURanges of field nodes, for percent deadband items.
     eu_ranges: Mutex<HashMap<NodeId, (f64, f64)>>,
+    /// Recent events, newest last, at most [`HISTORY_LEN`].
+    history: Mutex<std::collections::VecDeque<HistoryEvent>>,
+    /// Attempts and recovery durations.
+    stats: Mutex<ReconnectStats>,
+    /// An operator asked to leave the active server.
+    force: Notify,
+}
+
+impl Inner {
+    fn record(&self, server: Option<usize>, kind: &'static str, detail: impl Into<String>) {
+        let mut h = self.history.lock();
+        if h.len() >= HISTORY_LEN {
+            h.pop_front();
+        }
+        h.push_back(HistoryEvent {
+            at: std::time::SystemTime::now(),
+            server,
+            kind,
+            detail: detail.into(),
+        });
+    }
+}
+
+/// Most entries kept in a connection's history.
+pub const HISTORY_LEN: usize = 100;
+
+/// Upper bounds (seconds) of the reconnect-duration histogram buckets.
+pub const RECONNECT_BUCKETS: [f64; 9] = [0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0];
+
+/// One event in a field connection's history (shown by the console).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryEvent {
+    /// When it happened.
+    pub at: std::time::SystemTime,
+    /// Which server of the set (index into the configured servers).
+    pub server: Option<usize>,
+    /// `up`, `failed`, `lost`, `moved`, `failover`, `failover_requested`,
+    /// `failover_unavailable` or `closed`.
+    pub kind: &'static str,
+    /// The URL, the status code, or who asked.
+    pub detail: String,
+}
+
+/// Reconnect attempts and how long recoveries took.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReconnectStats {
+    /// Connect attempts that brought a session up.
+    pub attempts_ok: u64,
+    /// Connect attempts that failed.
+    pub attempts_failed: u64,
+    /// Recoveries (session lost, then up again) per bucket of
+    /// [`RECONNECT_BUCKETS`] (not cumulative), plus one for longer ones.
+    pub duration_buckets: [u64; RECONNECT_BUCKETS.len() + 1],
+    /// Sum of the recovery durations, seconds.
+    pub duration_sum: f64,
+}
+
+impl ReconnectStats {
+    fn observe(&mut self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let i = RECONNECT_BUCKETS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(RECONNECT_BUCKETS.len());
+        self.duration_buckets[i] += 1;
+        self.duration_sum += secs;
+    }
+}
+
+/// What probing one URL of a field server found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Probe {
+    /// Index of the server in the configured set.
+    pub server: usize,
+    /// The URL probed.
+    pub url: String,
+    /// The endpoints it offers (`policy/mode`), or why it could not be asked.
+    pub result: Result<Vec<String>, String>,
+    /// Whether an endpoint matches the configured security policy and mode.
+    pub matches_config: bool,
+    /// For a secured connection: whether the server's certificate is
+    /// trusted (an unknown one is now on the rejected list).
+    pub certificate: Option<Result<(), String>>,
 }
 
 /// A managed field connection (see the module docs). Created with
@@ -492,6 +575,9 @@ impl FieldConnection {
             peers: Mutex::new(vec![PeerStatus::default(); n]),
             cancel: CancellationToken::new(),
             eu_ranges: Mutex::new(HashMap::new()),
+            history: Mutex::default(),
+            stats: Mutex::default(),
+            force: Notify::new(),
         });
         let task = enabled.then(|| tokio::spawn(run(inner.clone())));
         FieldConnection {
@@ -513,6 +599,48 @@ impl FieldConnection {
     /// A receiver of the connection's status.
     pub fn status(&self) -> watch::Receiver<FieldStatus> {
         self.inner.status.subscribe()
+    }
+
+    /// Recent events (connects, losses, failovers), oldest first.
+    pub fn history(&self) -> Vec<HistoryEvent> {
+        self.inner.history.lock().iter().cloned().collect()
+    }
+
+    /// Connect attempts and recovery durations so far.
+    pub fn reconnect_stats(&self) -> ReconnectStats {
+        self.inner.stats.lock().clone()
+    }
+
+    /// Asks the connection to leave its active server for the best other
+    /// one of the set (an operator's maintenance step). The switch happens
+    /// in the connection's task; the history says whether another server
+    /// was available. Refused for a set of one server.
+    pub fn force_failover(&self, actor: &str) -> Result<(), &'static str> {
+        if self.inner.settings.servers.len() < 2 {
+            return Err("this field connection has only one server");
+        }
+        if self.inner.settings.handling == Handling::HotAndMirrored {
+            return Err("a hot-and-mirrored set moves its one session itself");
+        }
+        self.inner
+            .record(None, "failover_requested", format!("by {actor}"));
+        self.inner.force.notify_one();
+        Ok(())
+    }
+
+    /// Asks every configured URL for its endpoints (bounded by `timeout`
+    /// each), and checks the server certificate against the trust list as
+    /// a connect would: the console's "test connection". Does not touch
+    /// the running sessions.
+    pub async fn probe(&self, timeout: Duration) -> Vec<Probe> {
+        let s = &self.inner.settings;
+        let mut out = Vec::new();
+        for (server, urls) in s.servers.iter().enumerate() {
+            for url in urls {
+                out.push(probe_url(&self.inner, server, url, timeout).await);
+            }
+        }
+        out
     }
 
     /// The active session, waiting for one until `deadline`. While the
@@ -686,6 +814,8 @@ struct Link {
     ever_up: bool,
     /// A path move was requested and has not completed yet.
     moving: bool,
+    /// When the link's session was lost (recovery duration starts).
+    down_since: Option<Instant>,
 }
 
 /// The state machine task of one connection.
@@ -710,6 +840,7 @@ async fn run(inner: Arc<Inner>) {
             generation: 0,
             ever_up: false,
             moving: false,
+            down_since: None,
         })
         .collect();
     // Cold-style modes connect only `candidate`.
@@ -717,6 +848,8 @@ async fn run(inner: Arc<Inner>) {
     let mut active: Option<usize> = None;
     let mut was_connected = false;
     let mut items_rev_seen = u64::MAX;
+    // An operator asked to leave the active server (handled once).
+    let mut forced = false;
 
     loop {
         let now = Instant::now();
@@ -750,11 +883,40 @@ async fn run(inner: Arc<Inner>) {
             matches!(links.get(i).map(|l| &l.phase), Some(Phase::Up(_)))
                 && peers.get(i).is_some_and(|p| p.service_level.is_some())
         };
-        let chosen = preferred.or_else(|| {
+        let mut chosen = preferred.or_else(|| {
             active
                 .filter(|a| up(*a))
                 .or_else(|| (0..links.len()).find(|i| up(*i)))
         });
+        if std::mem::take(&mut forced) {
+            // The best other server, by the usual rules; for cold-style
+            // modes the next candidate is connected instead.
+            let mut others = peers.clone();
+            if let Some(a) = active.and_then(|a| others.get_mut(a)) {
+                *a = PeerStatus::default();
+            }
+            let other = redundancy::select(&others, None, now_dt)
+                .or_else(|| (0..links.len()).find(|i| Some(*i) != active && up(*i)));
+            match other {
+                Some(o) => chosen = Some(o),
+                None if !s.handling.connects_all() && links.len() > 1 => {
+                    let next = (candidate + 1) % links.len();
+                    inner.record(Some(next), "failover", "cold: connecting the next server");
+                    candidate = next;
+                    let l = &mut links[next];
+                    if matches!(l.phase, Phase::Exhausted | Phase::Waiting(_)) {
+                        l.phase = Phase::Idle;
+                        l.cycle = ReconnectCycle::start(now);
+                    }
+                    continue;
+                }
+                None => inner.record(
+                    active,
+                    "failover_unavailable",
+                    "no other server of the set is connected",
+                ),
+            }
+        }
         // A hot-and-mirrored server going into Maintenance: move the one
         // session to the next server.
         if s.handling == Handling::HotAndMirrored && links.len() == 1 {
@@ -777,6 +939,11 @@ async fn run(inner: Arc<Inner>) {
                 if active.is_some() {
                     inner.status.send_modify(|st| st.failover_count += 1);
                     tracing::info!(field = %s.name, from = ?active, to = c, "field failover");
+                    inner.record(
+                        Some(c),
+                        "failover",
+                        format!("from server {}", active.map(|a| a + 1).unwrap_or(0)),
+                    );
                 }
             }
             active = chosen;
@@ -869,6 +1036,7 @@ async fn run(inner: Arc<Inner>) {
                 .lock()
                 .mark_all(StatusCode::BadNoCommunication, now_dt);
             tracing::warn!(field = %s.name, "reconnect policy exhausted; field connection closed");
+            inner.record(None, "closed", "reconnect policy exhausted");
             return;
         }
 
@@ -910,6 +1078,9 @@ async fn run(inner: Arc<Inner>) {
             }
             _ = inner.items_changed.notified() => {}
             _ = inner.peers_changed.notified() => {}
+            _ = inner.force.notified() => {
+                forced = true;
+            }
             _ = sleep => {}
         }
     }
@@ -941,6 +1112,14 @@ fn handle_event(inner: &Arc<Inner>, links: &mut [Link], ev: Event, active: &mut 
             if link.ever_up {
                 inner.status.send_modify(|st| st.reconnect_count += 1);
             }
+            {
+                let mut stats = inner.stats.lock();
+                stats.attempts_ok += 1;
+                if let Some(since) = link.down_since.take() {
+                    stats.observe(now.saturating_duration_since(since));
+                }
+            }
+            inner.record(Some(i), "up", ls.url());
             link.ever_up = true;
             link.cycle = ReconnectCycle::start(now);
             tracing::info!(field = %s.name, server = i, url = %ls.url(), "field session up");
@@ -959,6 +1138,8 @@ fn handle_event(inner: &Arc<Inner>, links: &mut [Link], ev: Event, active: &mut 
                 st.failed_attempts += 1;
                 st.last_error = Some(failure.status);
             });
+            inner.stats.lock().attempts_failed += 1;
+            inner.record(Some(i), "failed", failure.status.to_string());
             tracing::warn!(field = %s.name, server = i, status = %failure.status, %detail, "field connect failed");
             link.next_url = (link.next_url + 1) % link.urls.len().max(1);
             let jitter = rand::random::<f64>() * 2.0 - 1.0;
@@ -975,6 +1156,7 @@ fn handle_event(inner: &Arc<Inner>, links: &mut [Link], ev: Event, active: &mut 
             link.moving = false;
             inner.status.send_modify(|st| st.reconnect_count += 1);
             if let Phase::Up(ls) = &link.phase {
+                inner.record(Some(i), "moved", ls.url());
                 tracing::info!(field = %s.name, server = i, url = %ls.url(), "field session moved to another path");
                 // The server behind the new path may be another one (mirrored
                 // set): learn its level and state now rather than at their
@@ -993,6 +1175,8 @@ fn handle_event(inner: &Arc<Inner>, links: &mut [Link], ev: Event, active: &mut 
                 ls.lost.cancel();
             }
             tracing::warn!(field = %s.name, server = i, %status, "field session lost");
+            inner.record(Some(i), "lost", status.to_string());
+            link.down_since = Some(now);
             inner.status.send_modify(|st| st.last_error = Some(status));
             inner.peers.lock()[i] = PeerStatus::default();
             link.cycle = ReconnectCycle::start(now);
@@ -1741,4 +1925,73 @@ fn filter_of(key: &ItemKey) -> ExtensionObject {
         },
         deadband_value: deadband.unwrap_or(0.0),
     })
+}
+
+/// Asks one URL for its endpoints and checks the certificate of the one
+/// the configuration would use (see [`FieldConnection::probe`]).
+async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Duration) -> Probe {
+    let s = &inner.settings;
+    let su = &inner.setup;
+    let mut probe = Probe {
+        server,
+        url: url.to_string(),
+        result: Err(String::new()),
+        matches_config: false,
+        certificate: None,
+    };
+    let client = ClientBuilder::new()
+        .application_name(su.application_name.clone())
+        .application_uri(su.application_uri.clone())
+        .product_uri("urn:uagate")
+        .pki_dir(su.pki_dir.clone())
+        .create_sample_keypair(false)
+        .trust_server_certs(true)
+        .verify_server_certs(false)
+        .session_retry_limit(0)
+        .request_timeout(timeout)
+        .client();
+    let client = match client {
+        Ok(c) => c,
+        Err(e) => {
+            probe.result = Err(e.join("; "));
+            return probe;
+        }
+    };
+    let endpoints =
+        match tokio::time::timeout(timeout, client.get_server_endpoints_from_url(url)).await {
+            Ok(Ok(e)) => e,
+            Ok(Err(e)) => {
+                probe.result = Err(e.status().to_string());
+                return probe;
+            }
+            Err(_) => {
+                probe.result = Err(format!("no answer within {} ms", timeout.as_millis()));
+                return probe;
+            }
+        };
+    let wanted = endpoints.iter().find(|e| {
+        e.security_policy_uri.as_ref() == s.security_policy_uri
+            && e.security_mode == s.security_mode
+    });
+    probe.matches_config = wanted.is_some();
+    if let Some(e) = wanted.filter(|_| s.security_mode != MessageSecurityMode::None) {
+        let der = e.server_certificate.as_ref().to_vec();
+        probe.certificate = Some(if der.is_empty() {
+            Err("no server certificate".to_string())
+        } else {
+            (su.trust)(der).await.map_err(|st| st.to_string())
+        });
+    }
+    probe.result = Ok(endpoints
+        .iter()
+        .map(|e| {
+            let policy = e.security_policy_uri.as_ref();
+            format!(
+                "{}/{:?}",
+                policy.rsplit('#').next().unwrap_or(policy),
+                e.security_mode
+            )
+        })
+        .collect());
+    probe
 }

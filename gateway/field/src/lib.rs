@@ -18,7 +18,8 @@ pub mod redundancy;
 pub mod remap;
 
 pub use conn::{
-    ClientSetup, ConnState, FieldConnection, FieldSettings, FieldStatus, Handling, Identity,
-    LinkSession, NamespaceHook, ServerView, TrustCheck,
+    ClientSetup, ConnState, FieldConnection, FieldSettings, FieldStatus, Handling, HistoryEvent,
+    Identity, LinkSession, NamespaceHook, Probe, ReconnectStats, ServerView, TrustCheck,
+    RECONNECT_BUCKETS,
 };
 pub use items::{ItemKey, ItemTable};

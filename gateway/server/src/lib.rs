@@ -65,6 +65,32 @@ pub struct ChannelInfo {
     /// The transport itself is encrypted (opc.https inside TLS): a UserName
     /// password may then arrive without the token's own encryption.
     pub transport_encrypted: bool,
+    /// The transport's URL scheme: `opc.tcp`, `opc.wss` or `opc.https`
+    /// (shown on the console's sessions page; a bounded metric label).
+    pub transport: &'static str,
+}
+
+/// One northbound session as the console lists it.
+#[derive(Debug, Clone)]
+pub struct SessionSummary {
+    /// The public SessionId (NodeId text form); what closing takes.
+    pub id: String,
+    /// The client's session name.
+    pub name: String,
+    /// `opc.tcp`, `opc.wss` or `opc.https`.
+    pub transport: &'static str,
+    /// The security policy's short name, e.g. `Basic256Sha256`.
+    pub security_policy: String,
+    /// None, Sign or SignAndEncrypt.
+    pub security_mode: &'static str,
+    /// The resource-isolation owner charged for it.
+    pub owner: Option<String>,
+    /// The user (name, `anonymous`, or the certificate's thumbprint).
+    pub user: String,
+    /// When it was created.
+    pub created: Option<std::time::SystemTime>,
+    /// Its subscriptions.
+    pub subscriptions: usize,
 }
 
 /// Shared state of the running server.
@@ -290,6 +316,66 @@ impl Engine {
     /// service, when a TLS listener runs.
     pub fn tls_certificate(&self) -> Option<tls_cert::TlsInfo> {
         self.tls_identity.as_ref().map(|t| t.info())
+    }
+
+    /// The northbound sessions, for the console: id, client name, where
+    /// they came from, the user, and their subscriptions. Sorted by
+    /// creation time.
+    pub fn session_list(&self) -> Vec<SessionSummary> {
+        let mut out: Vec<SessionSummary> = self
+            .sessions
+            .lock()
+            .iter()
+            .map(|s| SessionSummary {
+                id: s.id.to_string(),
+                name: s.name.clone(),
+                transport: s.origin.transport,
+                security_policy: s
+                    .origin
+                    .security_policy
+                    .rsplit('#')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+                security_mode: s.origin.security_mode,
+                owner: s.origin.owner.clone(),
+                user: match s.identity() {
+                    None => "(not activated)".to_string(),
+                    Some(session::UserIdentity::Anonymous) => "anonymous".to_string(),
+                    Some(session::UserIdentity::User { name, .. }) => name.clone(),
+                    Some(session::UserIdentity::Certificate { thumbprint }) => {
+                        format!("certificate {thumbprint}")
+                    }
+                },
+                created: s.origin.created,
+                subscriptions: s.subscriptions.subscription_ids().len(),
+            })
+            .collect();
+        out.sort_by_key(|s| s.created);
+        out
+    }
+
+    /// Closes the session with this SessionId (as printed by
+    /// [`Engine::session_list`]); its subscriptions go with it and its next
+    /// request gets BadSessionIdInvalid. `false` when there is no such
+    /// session.
+    pub fn close_session_by_id(&self, id: &str) -> bool {
+        let Ok(id) = id.parse::<opcua_types::NodeId>() else {
+            return false;
+        };
+        let (closed, count) = {
+            let mut sessions = self.sessions.lock();
+            let closed = sessions.remove_by_session_id(&id);
+            (closed, sessions.len())
+        };
+        let Some(session) = closed else {
+            return false;
+        };
+        tracing::info!(session = %session.id, "session closed by an operator");
+        drop(session);
+        self.publish_session_count(count);
+        self.subs_changed.notify_one();
+        true
     }
 
     /// Whether new sessions are refused because a maintenance state was

@@ -619,7 +619,41 @@ fn keep_folders_local<T>(
 }
 
 impl Engine {
-    /// Status of the field connection `name` (console, tests).
+    /// Recent events of the field connection `name` (console).
+    pub fn field_history(&self, name: &str) -> Option<Vec<uagate_field::HistoryEvent>> {
+        let f = self.fields()?;
+        Some(f.conns.get(f.index_of(name)?)?.history())
+    }
+
+    /// Connect attempts and recovery durations of a field connection.
+    pub fn field_reconnect_stats(&self, name: &str) -> Option<uagate_field::ReconnectStats> {
+        let f = self.fields()?;
+        Some(f.conns.get(f.index_of(name)?)?.reconnect_stats())
+    }
+
+    /// Asks a field connection to leave its active server (console). `None`
+    /// for an unknown (or not running) connection.
+    pub fn field_force_failover(
+        &self,
+        name: &str,
+        actor: &str,
+    ) -> Option<std::result::Result<(), &'static str>> {
+        let f = self.fields()?;
+        Some(f.conns.get(f.index_of(name)?)?.force_failover(actor))
+    }
+
+    /// Probes every URL of a field connection (console "test connection").
+    pub async fn field_probe(
+        &self,
+        name: &str,
+        timeout: std::time::Duration,
+    ) -> Option<Vec<uagate_field::Probe>> {
+        let f = self.fields()?;
+        let conn = f.conns.get(f.index_of(name)?)?;
+        Some(conn.probe(timeout).await)
+    }
+
+    /// The status of a running field connection, `None` for an unknown one.
     pub fn field_status(&self, name: &str) -> Option<uagate_field::FieldStatus> {
         let f = self.fields()?;
         let c = f.conns.get(f.index_of(name)?)?;

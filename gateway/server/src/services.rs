@@ -245,6 +245,17 @@ impl Engine {
                 limits.max_browse_continuation_points,
             ),
             subscriptions: uagate_subs::SessionSubscriptions::new(self.subscription_limits()),
+            origin: crate::session::Origin {
+                transport: chan.transport,
+                security_policy: chan.policy.to_uri().to_string(),
+                security_mode: match chan.mode {
+                    MessageSecurityMode::Sign => "Sign",
+                    MessageSecurityMode::SignAndEncrypt => "SignAndEncrypt",
+                    _ => "None",
+                },
+                owner: chan.caller.as_ref().map(|c| c.owner.to_string()),
+                created: Some(std::time::SystemTime::now()),
+            },
         };
         let (id, token) = (session.id.clone(), session.auth_token.clone());
         let count = {

@@ -76,6 +76,24 @@ pub struct Session {
     pub continuation_points: ContinuationPoints,
     /// Subscriptions and queued Publish requests of this session.
     pub subscriptions: SessionSubscriptions,
+    /// How the client reached us (for the console's session list).
+    pub origin: Origin,
+}
+
+/// Where a session came from: transport, security and the isolation owner
+/// charged for it. Fixed at CreateSession.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    /// `opc.tcp`, `opc.wss` or `opc.https`.
+    pub transport: &'static str,
+    /// Security policy URI of the channel.
+    pub security_policy: String,
+    /// Security mode of the channel: None, Sign or SignAndEncrypt.
+    pub security_mode: &'static str,
+    /// The resource-isolation owner charged for the session's work.
+    pub owner: Option<String>,
+    /// When the session was created.
+    pub created: Option<std::time::SystemTime>,
 }
 
 impl Session {
@@ -183,6 +201,17 @@ impl Sessions {
             .collect()
     }
 
+    /// Removes the session with this public SessionId (an operator closing
+    /// it from the console).
+    pub fn remove_by_session_id(&mut self, id: &NodeId) -> Option<Session> {
+        let token = self
+            .by_token
+            .iter()
+            .find(|(_, s)| s.id == *id)
+            .map(|(t, _)| t.clone())?;
+        self.by_token.remove(&token)
+    }
+
     /// Drops unactivated sessions of a closed channel (an activated session
     /// outlives its channel until its timeout, so it can be transferred).
     pub fn channel_closed(&mut self, channel_id: u32) {
@@ -205,6 +234,7 @@ mod tests {
             timeout: Duration::from_secs(timeout_s),
             last_activity: now,
             server_nonce: ByteString::null(),
+            origin: Origin::default(),
             phase: Phase::Created(Created),
             continuation_points: ContinuationPoints::new(2),
             subscriptions: SessionSubscriptions::new(Default::default()),

@@ -124,6 +124,7 @@ impl Engine {
             tokens: offered.tokens.clone(),
             caller: None,
             transport_encrypted: false,
+            transport: "opc.tcp",
         };
         if req.policy == SecurityPolicy::None {
             return Ok(info);
@@ -216,6 +217,9 @@ async fn refuse(mut stream: TcpStream) {
 /// The byte transport under one UACP connection: a TCP socket (opc.tcp),
 /// or a WebSocket carrying UACP messages in binary messages (opc.wss).
 pub(crate) trait Transport: Send {
+    /// The URL scheme of the endpoint this transport serves.
+    const SCHEME: &'static str;
+
     /// Waits for input and reads it into `buf` (0 at the end).
     fn read(
         &mut self,
@@ -236,6 +240,8 @@ pub(crate) trait Transport: Send {
 struct TcpTransport(TcpStream);
 
 impl Transport for TcpTransport {
+    const SCHEME: &'static str = "opc.tcp";
+
     async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         self.0.read(buf).await
     }
@@ -316,6 +322,7 @@ pub(crate) async fn drive_transport<T: Transport>(
                     Ok(mut i) => {
                         let id = i.channel_id;
                         i.caller = Some(admitted.caller.clone());
+                        i.transport = T::SCHEME;
                         let caller = engine.request_caller(&i);
                         let weight = engine.admission.weight(&caller);
                         owner = Some((caller, weight));

@@ -573,6 +573,7 @@ async fn https(conn: &Arc<Conn>, req: Request<Incoming>) -> Response<Full<Bytes>
         tokens: channel.tokens.clone(),
         caller: Some(conn.caller.clone()),
         transport_encrypted: true,
+        transport: "opc.https",
     };
     let request_id = channel.next_request.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = oneshot::channel();

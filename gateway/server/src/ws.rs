@@ -149,6 +149,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsTransport<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Transport for WsTransport<S> {
+    const SCHEME: &'static str = "opc.wss";
+
     async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         if !self.fill().await? {
             return Ok(0);

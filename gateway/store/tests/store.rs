@@ -225,7 +225,9 @@ async fn each_change_logs_exactly_once_and_failures_log_nothing() {
 
     // Operator events: only `event.` kinds, logged once.
     assert!(matches!(
-        store.record_event("alice", "user.add", &serde_json::json!({})).await,
+        store
+            .record_event("alice", "user.add", &serde_json::json!({}))
+            .await,
         Err(StoreError::Invalid { .. })
     ));
     let seq = store

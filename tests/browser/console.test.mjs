@@ -1,0 +1,292 @@
+// The console in headless Chromium (Debian package), driven by playwright-core, against a real
+// `uagate run`: first-run setup, login, a stage limit with the live plan preview, a trusted owner
+// with an ingress rule, trusting a rejected certificate, Maintenance seen by an asyncua client,
+// and back to Running. A screenshot of every page goes to $UAGATE_TEST_OUTPUT (default
+// target/test-output/browser).
+
+import { execFile, spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import readline from "node:readline";
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+
+import { chromium } from "playwright-core";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ROOT = path.resolve(HERE, "..", "..");
+const UAGATE_BIN = process.env.UAGATE_BIN || path.join(ROOT, "target", "debug", "uagate");
+const PYTHON = process.env.UAGATE_INTEROP_PYTHON || path.join(ROOT, ".venv", "bin", "python");
+const CHROMIUM = process.env.UAGATE_CHROMIUM || "/usr/bin/chromium";
+const OUT = process.env.UAGATE_TEST_OUTPUT || path.join(ROOT, "target", "test-output", "browser");
+const STEP_MS = 15_000;
+const ADMIN = ["ada", "ada-console-pass-1"];
+
+let tmp;
+let proc;
+let console_url;
+let opc_url;
+let setup_code;
+let browser;
+let serverLog = "";
+
+/** Runs a program (bounded); resolves {code, stdout, stderr}. */
+function run(cmd, args) {
+  return new Promise((resolve, reject) => {
+    execFile(cmd, args, { timeout: 60_000, killSignal: "SIGKILL" }, (err, stdout, stderr) => {
+      if (err && typeof err.code !== "number") reject(new Error(`${cmd}: ${err.message}\n${stderr}`));
+      else resolve({ code: err ? err.code : 0, stdout, stderr });
+    });
+  });
+}
+
+/** The asyncua client's view: {service_level, state} or {error}. */
+async function uaRead() {
+  const r = await run(PYTHON, [path.join(HERE, "uaclient.py"), "read", opc_url, path.join(tmp, "client")]);
+  return JSON.parse(r.stdout.trim().split("\n").pop());
+}
+
+before(async () => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "uagate-browser-"));
+  fs.mkdirSync(OUT, { recursive: true });
+  const data = path.join(tmp, "data");
+  const cfg = path.join(tmp, "uagate.toml");
+  fs.writeFileSync(cfg, `[listen]\nopc_tcp = "127.0.0.1:0"\n[server]\napplication_name = "uagate-browser"\nmax_session_count = 50\n`);
+  let r = await run(UAGATE_BIN, ["--data", data, "config", "import", cfg]);
+  assert.equal(r.code, 0, r.stderr);
+  r = await run(PYTHON, [path.join(HERE, "uaclient.py"), "gen", path.join(tmp, "client")]);
+  assert.equal(r.code, 0, r.stderr);
+
+  proc = spawn(UAGATE_BIN, ["--data", data, "run"], { stdio: ["ignore", "pipe", "pipe"] });
+  const codeSeen = new Promise((resolve) => {
+    proc.stderr.on("data", (chunk) => {
+      serverLog += chunk.toString();
+      const m = serverLog.match(/setup code ([0-9a-f]{16})/);
+      if (m) resolve(m[1]);
+    });
+  });
+  const lines = readline.createInterface({ input: proc.stdout });
+  const ready = new Promise((resolve, reject) => {
+    const got = [];
+    lines.on("line", (l) => {
+      got.push(l);
+      if (got.length === 3) resolve(got);
+    });
+    proc.on("exit", (c) => reject(new Error(`uagate exited (${c}) before READY:\n${serverLog}`)));
+  });
+  const timeout = (ms, what) => new Promise((_, rej) => setTimeout(() => rej(new Error(`${what} within ${ms} ms\n${serverLog}`)), ms).unref());
+  const [readyLine, , consoleLine] = await Promise.race([ready, timeout(60_000, "no READY/TLS/CONSOLE lines")]);
+  opc_url = readyLine.match(/^READY opc\.tcp=(\S+)$/)[1];
+  console_url = consoleLine.match(/^CONSOLE (https:\/\/127\.0\.0\.1:\d+\/)$/)[1];
+  setup_code = await Promise.race([codeSeen, timeout(10_000, "no setup code in the log")]);
+  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] });
+});
+
+after(async () => {
+  await browser?.close();
+  if (proc && proc.exitCode === null) {
+    proc.kill("SIGTERM");
+    await Promise.race([new Promise((r) => proc.on("exit", r)), new Promise((r) => setTimeout(r, 10_000).unref())]);
+    if (proc.exitCode === null) proc.kill("SIGKILL");
+  }
+  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+async function newPage(opts = {}) {
+  // The appliance's certificate is self-signed; the Python suite verifies it properly.
+  const context = await browser.newContext({ ignoreHTTPSErrors: true, baseURL: console_url, ...opts });
+  context.setDefaultTimeout(STEP_MS);
+  return context.newPage();
+}
+
+/** Waits for the page's notice (a change was made); fails with the page's error otherwise. */
+async function notice(page) {
+  await page.waitForSelector("#notice, #error");
+  const error = await page.$("#error");
+  if (error) assert.fail(`the console refused: ${await error.textContent()}`);
+  return page.textContent("#notice");
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(OUT, `${name}.png`), fullPage: true });
+}
+
+test("the console end to end", async (t) => {
+  const page = await newPage();
+
+  await t.test("first start: setup creates the first admin", async () => {
+    await page.goto("/");
+    assert.match(page.url(), /\/login\?next=/);
+    await shot(page, "01-login-first-start");
+    await page.click("text=create the first administrator");
+    await page.fill("input[name=code]", "0000000000000000");
+    await page.fill("input[name=username]", ADMIN[0]);
+    await page.fill("input[name=password]", ADMIN[1]);
+    await page.click("button[type=submit]");
+    assert.match(await page.textContent("#error"), /Wrong setup code/);
+    await page.fill("input[name=code]", setup_code);
+    await page.fill("input[name=username]", ADMIN[0]);
+    await page.fill("input[name=password]", ADMIN[1]);
+    await page.click("button[type=submit]");
+    await page.waitForURL(console_url);
+    assert.equal(await page.textContent("#server-state"), "running");
+    const cookies = await page.context().cookies();
+    const session = cookies.find((c) => c.name === "uagate_token");
+    assert.ok(session, "session cookie set");
+    assert.equal(session.httpOnly, true);
+    assert.equal(session.secure, true);
+    assert.equal(session.sameSite, "Strict");
+    await shot(page, "02-dashboard");
+  });
+
+  await t.test("logout, then login (a wrong password is refused)", async () => {
+    await page.click("header form.who button");
+    await page.waitForURL(/\/login$/);
+    await page.goto("/limits");
+    assert.match(page.url(), /\/login\?next=%2Flimits/);
+    await page.fill("input[name=username]", ADMIN[0]);
+    await page.fill("input[name=password]", "not the password");
+    await page.click("button[type=submit]");
+    assert.match(await page.textContent("#error"), /wrong user name or password/);
+    await page.fill("input[name=username]", ADMIN[0]);
+    await page.fill("input[name=password]", ADMIN[1]);
+    await page.click("button[type=submit]");
+    await page.waitForURL(/\/limits$/);
+  });
+
+  await t.test("a stage limit: the plan preview follows the typing, invalid cannot be applied", async () => {
+    const planLine = async () =>
+      (await page.textContent("#plan-lines")).split("\n").find((l) => l.startsWith("RequestExecution"));
+    const beforeLine = await planLine();
+    assert.ok(beforeLine, "the plan lists RequestExecution");
+    const input = page.locator("input[name='request_execution.capacity']");
+    await input.fill("24");
+    await page.waitForFunction(() =>
+      (document.querySelector("#plan-lines")?.textContent || "").split("\n").some((l) => l.startsWith("RequestExecution") && /\b24\b/.test(l)),
+    );
+    assert.notEqual(await planLine(), beforeLine);
+    assert.equal(await page.isEnabled("#apply"), true);
+    await input.fill("lots");
+    await page.waitForSelector("#plan-error");
+    assert.match(await page.textContent("#plan-error"), /isolation\.stages\.request_execution\.capacity/);
+    assert.equal(await page.isDisabled("#apply"), true);
+    await shot(page, "03-limits-invalid");
+    await input.fill("24");
+    await page.waitForSelector("#plan-lines");
+    assert.equal(await page.isEnabled("#apply"), true);
+    await page.click("#apply");
+    assert.match(await notice(page), /Applied live: .*isolation/);
+    assert.equal(await page.inputValue("input[name='request_execution.capacity']"), "24");
+    await shot(page, "04-limits-applied");
+  });
+
+  await t.test("a trusted owner with an ingress rule", async () => {
+    await page.goto("/owners");
+    await page.fill("#owner-key", "scada-main");
+    await page.fill("#owner-weight", "4");
+    await page.fill("#owner-reservations", "request_execution 2\nsession_establishment 1");
+    // Without an address range the first owner is refused, naming the setting; nothing is stored.
+    await page.click("#owner-form button[type=submit]");
+    assert.match(await page.textContent("#error"), /isolation\.ingress/);
+    assert.equal(await page.$("#owners"), null);
+    await page.fill("#owner-key", "scada-main");
+    await page.fill("#owner-weight", "4");
+    await page.fill("#owner-reservations", "request_execution 2\nsession_establishment 1");
+    await page.fill("#owner-ingress", "127.0.0.64/26");
+    await page.click("#owner-form button[type=submit]");
+    // The first owner switches the profile, in the same change.
+    assert.match(await notice(page), /isolation\.mode/);
+    assert.match(await page.textContent("#owners"), /scada-main/);
+    const row = await page.textContent("#ingress tbody");
+    assert.match(row, /127\.0\.0\.64\/26/);
+    assert.match(row, /owner scada-main/);
+    // A second rule through the ingress form.
+    await page.fill("#ingress-cidr", "127.0.0.200");
+    await page.selectOption("#ingress-target", "owner:scada-main");
+    await page.click("#ingress-form button[type=submit]");
+    await notice(page);
+    assert.match(await page.textContent("#ingress tbody"), /127\.0\.0\.200/);
+    // A rule naming an unknown owner is refused naming the setting, and nothing is stored.
+    await page.fill("#ingress-cidr", "not-an-address");
+    await page.click("#ingress-form button[type=submit]");
+    assert.match(await page.textContent("#error"), /isolation\.ingress/);
+    assert.doesNotMatch(await page.textContent("#ingress tbody"), /not-an-address/);
+    await shot(page, "05-owners");
+  });
+
+  await t.test("trust a rejected certificate with one click", async () => {
+    const refused = await uaRead();
+    assert.ok(refused.error, `an unknown client certificate is refused: ${JSON.stringify(refused)}`);
+    await page.goto("/certificates");
+    const row = page.locator("#rejected tbody tr", { hasText: "uagate-browser-test" });
+    assert.equal(await row.count(), 1);
+    await shot(page, "06-certificates-rejected");
+    await row.locator("button.trust").click();
+    await notice(page);
+    assert.equal(await page.locator("#trusted tbody tr", { hasText: "uagate-browser-test" }).count(), 1);
+    assert.equal(await page.locator("#rejected tbody tr", { hasText: "uagate-browser-test" }).count(), 0);
+    const ok = await uaRead();
+    assert.deepEqual(ok, { service_level: 255, state: 0 });
+    await shot(page, "07-certificates-trusted");
+  });
+
+  await t.test("maintenance with confirmation, seen by asyncua, and back to running", async () => {
+    await page.goto("/maintenance");
+    await page.selectOption("#maintenance-state", "suspended");
+    await page.fill("#maintenance-reason", "firmware update");
+    await page.click("#maintenance-submit");
+    await page.waitForSelector("#confirm");
+    assert.match(await page.textContent("#confirm-summary"), /suspended/);
+    // Nothing changed before the confirmation.
+    assert.deepEqual(await uaRead(), { service_level: 255, state: 0 });
+    await shot(page, "08-maintenance-confirm");
+    await page.click("#confirm");
+    await notice(page);
+    assert.equal(await page.textContent("#server-state"), "suspended");
+    assert.deepEqual(await uaRead(), { service_level: 0, state: 3 });
+    await shot(page, "09-maintenance-suspended");
+    await page.click("#back-to-running");
+    await page.click("#confirm");
+    await notice(page);
+    assert.equal(await page.textContent("#server-state"), "running");
+    assert.deepEqual(await uaRead(), { service_level: 255, state: 0 });
+  });
+
+  await t.test("the other pages render; the audit log shows before and after", async () => {
+    for (const [p, name] of [
+      ["/service-level", "10-service-level"],
+      ["/users", "11-users"],
+      ["/fields", "12-fields"],
+      ["/sessions", "13-sessions"],
+    ]) {
+      const r = await page.goto(p);
+      assert.equal(r.status(), 200, p);
+      await shot(page, name);
+    }
+    await page.goto("/audit?kind=setting.set");
+    const audit = await page.textContent("#audit");
+    assert.match(audit, /isolation\.stages\[0\]\.capacity|isolation\.mode/);
+    assert.match(audit, /trusted_reservations/);
+    assert.match(audit, new RegExp(ADMIN[0]));
+    await shot(page, "14-audit");
+  });
+
+  await t.test("without JavaScript the pages still read and forms still post", async () => {
+    const plain = await newPage({ javaScriptEnabled: false });
+    await plain.goto("/login");
+    await plain.fill("input[name=username]", ADMIN[0]);
+    await plain.fill("input[name=password]", ADMIN[1]);
+    await plain.click("button[type=submit]");
+    await plain.waitForURL(console_url);
+    assert.equal(await plain.textContent("#server-state"), "running");
+    await plain.goto("/limits");
+    await plain.fill("input[name='request_execution.capacity']", "20");
+    await plain.click("noscript button, button[formaction='/limits/preview']");
+    assert.match(await plain.textContent("#plan-lines"), /RequestExecution.*\b20\b/);
+    await plain.context().close();
+  });
+
+  await page.context().close();
+});
