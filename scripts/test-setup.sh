@@ -2,6 +2,8 @@
 # Installs the interop test peers; idempotent and quick when nothing changed.
 #   - .venv (python3 -m venv) with tests/interop/python/requirements.txt (asyncua, pytest, ...)
 #   - tests/interop/node/node_modules from package-lock.json (node-opcua)
+#   - tests/browser/node_modules from package-lock.json (playwright-core)
+#   - Debian packages chromium (headless browser tests) and prometheus (promtool)
 # Each part is skipped while its stamp (hash of its inputs and the interpreter version) matches.
 set -euo pipefail
 
@@ -62,4 +64,39 @@ else
   fi
   node_inputs | sha256sum | cut -d' ' -f1 >"$NODE_STAMP"
 fi
+# --- Browser tests: tests/browser/node_modules (playwright-core) -------------------------
+BROWSER_DIR="tests/browser"
+BROWSER_STAMP="$BROWSER_DIR/node_modules/.uagate-stamp"
+browser_want="$( { cat "$BROWSER_DIR/package.json" "$BROWSER_DIR/package-lock.json"; node --version; } | sha256sum | cut -d' ' -f1)"
+if [ -d "$BROWSER_DIR/node_modules" ] && [ "$(cat "$BROWSER_STAMP" 2>/dev/null || true)" = "$browser_want" ]; then
+  log "browser test modules up to date"
+else
+  log "npm ci in $BROWSER_DIR"
+  (cd "$BROWSER_DIR" && npm ci --no-audit --no-fund --loglevel=error)
+  printf '%s\n' "$browser_want" >"$BROWSER_STAMP"
+fi
+
+# --- Debian packages: chromium (browser tests), prometheus (promtool) -------------------
+missing=()
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+if [ "${#missing[@]}" -eq 0 ]; then
+  log "chromium and promtool present"
+else
+  as_root=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { log "need root (or sudo) to install: ${missing[*]}"; exit 1; }
+    as_root=(sudo -n)
+  fi
+  log "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # The package lists of a fresh machine may be missing or stale.
+  "${as_root[@]}" apt-get update -q >/dev/null
+  # prometheus would start a server as a service; only promtool is wanted.
+  "${as_root[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
+    "${as_root[@]}" systemctl stop prometheus || true
+  fi
+fi
+
 log "done"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one test command: set-up, build, Rust tests, then the interop suites (Python asyncua,
-# node-opcua) against the freshly built uagate binary. Every step is bounded in time.
+# node-opcua) and the console's browser tests (headless Chromium) against the freshly built
+# uagate binary. Every step is bounded in time.
 # Exit status is non-zero if any step failed; the last line summarises the steps.
 #
 # Environment:
@@ -62,6 +63,7 @@ if [ "$UAGATE_INTEROP_TARGET" = "uagate" ] && [ ! -x "$UAGATE_BIN" ]; then
 fi
 step interop-python 20m .venv/bin/python -m pytest tests/interop/python
 step interop-node 20m node --test tests/interop/node/
+step browser 15m node --test tests/browser/
 
 summary
 [ "$failed" -eq 0 ]

@@ -196,6 +196,7 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("configuration cannot be planned: {e}"))?;
     plan.log();
     let console_addr = config.listen.console_addr();
+    let metrics_addr = config.listen.metrics;
     let gateway = uagate_server::start(config, store.clone(), data).await?;
     // The console: its own HTTPS listener with the appliance certificate.
     let console = tokio::net::TcpListener::bind(console_addr)
@@ -217,6 +218,31 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
         .engine
         .tls_server_config()
         .context("the TLS certificate is not loaded")?;
+    // The unauthenticated scrape listener, only where configured.
+    let scrape = match metrics_addr {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for metrics scrapes on {addr}"))?,
+        ),
+        None => None,
+    };
+    let scrape_url = match &scrape {
+        Some(l) => Some(format!("http://{}/metrics", l.local_addr()?)),
+        None => None,
+    };
+    let scrape_task = scrape.map(|listener| {
+        let cancel = gateway.cancel_token();
+        let app = uagate_web::metrics::scrape_app(web.clone());
+        tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { cancel.cancelled().await })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "metrics listener failed");
+            }
+        })
+    });
     let console_task = tokio::spawn(uagate_web::serve_tls(
         console,
         tls,
@@ -230,9 +256,15 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
         gateway.wss_url, gateway.https_url
     );
     println!("CONSOLE {console_url}");
+    if let Some(url) = &scrape_url {
+        println!("METRICS {url}");
+    }
     wait_for_stop().await;
     gateway.shutdown().await;
     let _ = console_task.await;
+    if let Some(t) = scrape_task {
+        let _ = t.await;
+    }
     Ok(())
 }
 

@@ -9,6 +9,7 @@
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use prometheus::proto::{Bucket, Histogram, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
 use crate::auth::Authed;
@@ -19,12 +20,127 @@ use crate::WebState;
 /// Serves the scrape. Any role (a Bearer token is required on the console
 /// listener).
 pub async fn metrics(State(state): State<WebState>, _who: Authed) -> Result<Response, ApiError> {
-    let registry = collect(&state).map_err(ApiError::internal)?;
+    scrape(&state)
+}
+
+/// Serves the scrape without a token: only routed on the configured scrape
+/// address (`[listen] metrics`), see [`scrape_app`].
+pub async fn open_metrics(State(state): State<WebState>) -> Result<Response, ApiError> {
+    scrape(&state)
+}
+
+/// The router of the unauthenticated scrape listener: `GET /metrics` and
+/// nothing else.
+pub fn scrape_app(state: WebState) -> axum::Router {
+    axum::Router::new()
+        .route("/metrics", axum::routing::get(open_metrics))
+        .fallback(crate::api::not_found)
+        .with_state(state)
+}
+
+fn scrape(state: &WebState) -> Result<Response, ApiError> {
+    let registry = collect(state).map_err(ApiError::internal)?;
+    let mut families = registry.gather();
+    families.extend(histograms(state));
+    families.sort_by(|a, b| a.name().cmp(b.name()));
     let mut out = Vec::new();
     TextEncoder::new()
-        .encode(&registry.gather(), &mut out)
+        .encode(&families, &mut out)
         .map_err(ApiError::internal)?;
     Ok(([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], out).into_response())
+}
+
+/// The histograms, built from the engine's pre-aggregated buckets.
+fn histograms(state: &WebState) -> Vec<MetricFamily> {
+    let engine = &state.engine;
+    let mut latency = family(
+        "uagate_request_duration_seconds",
+        "Time from a request's dispatch to its answer, per service (queued Publish not included).",
+    );
+    for s in engine.request_stats() {
+        latency.mut_metric().push(histogram(
+            &[("service", s.service)],
+            &uagate_server::stats::LATENCY_BUCKETS,
+            &s.cumulative,
+            s.count,
+            s.sum_s,
+        ));
+    }
+    let mut recovery = family(
+        "uagate_field_reconnect_duration_seconds",
+        "Time from a field session's loss to its recovery, per field connection.",
+    );
+    for f in &engine.applied_config().field_servers {
+        let Some(st) = engine.field_reconnect_stats(&f.name) else {
+            continue;
+        };
+        let mut running = 0;
+        let cumulative: Vec<u64> = st.duration_buckets[..uagate_field::RECONNECT_BUCKETS.len()]
+            .iter()
+            .map(|b| {
+                running += b;
+                running
+            })
+            .collect();
+        let count = st.duration_buckets.iter().sum();
+        recovery.mut_metric().push(histogram(
+            &[("connection", f.name.as_str())],
+            &uagate_field::RECONNECT_BUCKETS,
+            &cumulative,
+            count,
+            st.duration_sum,
+        ));
+    }
+    [latency, recovery]
+        .into_iter()
+        .filter(|f| !f.get_metric().is_empty())
+        .collect()
+}
+
+fn family(name: &str, help: &str) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_string());
+    f.set_help(help.to_string());
+    f.set_field_type(MetricType::HISTOGRAM);
+    f
+}
+
+fn histogram(
+    labels: &[(&str, &str)],
+    bounds: &[f64],
+    cumulative: &[u64],
+    count: u64,
+    sum: f64,
+) -> Metric {
+    let mut h = Histogram::default();
+    h.set_sample_count(count);
+    h.set_sample_sum(sum);
+    h.set_bucket(
+        bounds
+            .iter()
+            .zip(cumulative)
+            .map(|(b, c)| {
+                let mut bucket = Bucket::default();
+                bucket.set_upper_bound(*b);
+                bucket.set_cumulative_count(*c);
+                bucket
+            })
+            .collect(),
+    );
+    let mut m = Metric::default();
+    m.set_label(
+        labels
+            .iter()
+            .map(|(k, v)| {
+                let mut l = LabelPair::default();
+                l.set_name(k.to_string());
+                l.set_value(v.to_string());
+                l
+            })
+            .collect(),
+    );
+    m.set_histogram(h);
+    m
 }
 
 /// A registry filled from the engine's current state.
@@ -125,5 +241,61 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     r.register(Box::new(field_state))?;
     r.register(Box::new(reconnects))?;
     r.register(Box::new(failovers))?;
+
+    let attempts = IntCounterVec::new(
+        Opts::new(
+            "field_reconnect_attempts_total",
+            "Connect attempts of a field connection, by outcome (success, failure).",
+        ),
+        &["connection", "outcome"],
+    )?;
+    for f in &engine.applied_config().field_servers {
+        if let Some(st) = engine.field_reconnect_stats(&f.name) {
+            attempts
+                .with_label_values(&[f.name.as_str(), "success"])
+                .inc_by(st.attempts_ok);
+            attempts
+                .with_label_values(&[f.name.as_str(), "failure"])
+                .inc_by(st.attempts_failed);
+        }
+    }
+    r.register(Box::new(attempts))?;
+
+    let connections = IntGaugeVec::new(
+        Opts::new("connections", "Open client connections, per transport."),
+        &["transport"],
+    )?;
+    let channels = IntGaugeVec::new(
+        Opts::new("secure_channels", "Open secure channels, per transport."),
+        &["transport"],
+    )?;
+    for (transport, conns, chans) in engine.transport_stats() {
+        connections.with_label_values(&[transport]).set(conns);
+        channels.with_label_values(&[transport]).set(chans);
+    }
+    r.register(Box::new(connections))?;
+    r.register(Box::new(channels))?;
+
+    let requests = IntCounterVec::new(
+        Opts::new(
+            "requests_total",
+            "Answered requests, per service and StatusCode of the answer.",
+        ),
+        &["service", "status"],
+    )?;
+    for s in engine.request_stats() {
+        for (status, n) in &s.by_status {
+            requests.with_label_values(&[s.service, status]).inc_by(*n);
+        }
+    }
+    r.register(Box::new(requests))?;
+
+    let (subs, items) = engine.subscription_counts();
+    let subscriptions = IntGauge::new("subscriptions", "Subscriptions of all sessions.")?;
+    subscriptions.set(i64::try_from(subs).unwrap_or(i64::MAX));
+    r.register(Box::new(subscriptions))?;
+    let monitored = IntGauge::new("monitored_items", "Data monitored items of all sessions.")?;
+    monitored.set(i64::try_from(items).unwrap_or(i64::MAX));
+    r.register(Box::new(monitored))?;
     Ok(r)
 }

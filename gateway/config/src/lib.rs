@@ -111,6 +111,12 @@ pub struct Listen {
     /// [`Listen::console_addr`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub console: Option<SocketAddr>,
+    /// A scrape address for Prometheus: plain HTTP, `GET /metrics` only,
+    /// no token. Unset (the default), metrics are served only on the
+    /// console listener and need a Bearer token. Bind it to a management
+    /// network address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<SocketAddr>,
     /// Host name put in endpoint URLs; default: the machine's host name, or
     /// the listen IP when it is not a wildcard address.
     pub public_host: Option<String>,
@@ -123,6 +129,7 @@ impl Default for Listen {
             tls: None,
             tls_client_auth: TlsClientAuth::Off,
             console: None,
+            metrics: None,
             public_host: None,
         }
     }
@@ -779,6 +786,16 @@ impl Config {
 
     /// Checks every value; the error names the first offending setting.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(m) = self.listen.metrics {
+            let l = &self.listen;
+            let taken = [l.opc_tcp, l.console_addr(), l.tls_addr()];
+            if m.port() != 0 && taken.contains(&m) {
+                return Err(invalid(
+                    "listen.metrics",
+                    format!("{m} is already used by another listener"),
+                ));
+            }
+        }
         let s = &self.server;
         if s.application_name.trim().is_empty() {
             return Err(invalid("server.application_name", "must not be empty"));
@@ -1118,6 +1135,20 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scrape_address_must_not_take_another_listeners_port() {
+        let mut c = Config::default();
+        c.listen.metrics = Some("0.0.0.0:8443".parse().unwrap());
+        match c.validate() {
+            Err(ConfigError::Invalid { setting, .. }) => assert_eq!(setting, "listen.metrics"),
+            other => panic!("expected listen.metrics to be refused, got {other:?}"),
+        }
+        c.listen.metrics = Some("127.0.0.1:9464".parse().unwrap());
+        c.validate().unwrap();
+        let back = Config::from_toml(&c.to_toml()).unwrap();
+        assert_eq!(back.listen.metrics, c.listen.metrics);
+    }
 
     #[test]
     fn design_example_core_keys_parse() {

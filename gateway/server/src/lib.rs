@@ -16,6 +16,7 @@ pub mod reconfigure;
 mod routed;
 mod services;
 pub mod session;
+pub mod stats;
 pub mod subscriptions;
 pub mod tcp;
 pub mod throttle;
@@ -132,6 +133,8 @@ pub struct Engine {
     reconfigure: Mutex<reconfigure::ReconfigureStatus>,
     /// Mounted field connections (set once at start-up).
     fields: std::sync::OnceLock<fields::Fields>,
+    /// Requests, latencies, connections and channels (metrics).
+    pub(crate) stats: stats::Stats,
 }
 
 /// How often the TLS certificate files are checked for a replacement.
@@ -376,6 +379,28 @@ impl Engine {
         self.publish_session_count(count);
         self.subs_changed.notify_one();
         true
+    }
+
+    /// Requests per service and status, their latencies, and open
+    /// connections and channels per transport (the metrics endpoint).
+    pub fn request_stats(&self) -> Vec<stats::ServiceStats> {
+        self.stats.services()
+    }
+
+    /// Open (connections, secure channels) per transport.
+    pub fn transport_stats(&self) -> Vec<(&'static str, i64, i64)> {
+        self.stats.transports()
+    }
+
+    /// Subscriptions and monitored items of all sessions.
+    pub fn subscription_counts(&self) -> (usize, usize) {
+        let sessions = self.sessions.lock();
+        sessions.iter().fold((0, 0), |(s, m), session| {
+            (
+                s + session.subscriptions.subscription_ids().len(),
+                m + session.subscriptions.data_items().len(),
+            )
+        })
     }
 
     /// Whether new sessions are refused because a maintenance state was
@@ -651,6 +676,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         applied: Mutex::new(config.clone()),
         reconfigure: Mutex::new(reconfigure::ReconfigureStatus::Unchanged),
         fields: std::sync::OnceLock::new(),
+        stats: stats::Stats::default(),
         config,
         store,
         identity,

@@ -51,10 +51,30 @@ fn check_count(n: usize, limit: u32) -> Result<()> {
 }
 
 impl Engine {
-    /// Handles one request of channel `chan` and returns its response.
     /// Handles one request of channel `chan`. Returns the response, or
-    /// `None` when it is sent later (a queued Publish).
+    /// `None` when it is sent later (a queued Publish, which is then not
+    /// timed). Counts the answer by service and status, with its latency.
     pub async fn handle_request(
+        &self,
+        chan: &ChannelInfo,
+        request_id: u32,
+        request: RequestMessage,
+    ) -> Option<ResponseMessage> {
+        let service = crate::stats::service_index(&request);
+        let started = Instant::now();
+        let answer = self.answer_request(chan, request_id, request).await;
+        if let Some(a) = &answer {
+            self.stats.observe(
+                service,
+                a.response_header().service_result,
+                started.elapsed(),
+            );
+        }
+        answer
+    }
+
+    /// The work of [`Engine::handle_request`].
+    async fn answer_request(
         &self,
         chan: &ChannelInfo,
         request_id: u32,

@@ -284,6 +284,8 @@ pub(crate) async fn drive_transport<T: Transport>(
     let cancel = server_cancel.child_token();
     let reclaim_id = engine.reclaimer.register(cancel.clone());
     let _registered = Registered(&engine, reclaim_id);
+    let _open = crate::stats::OpenCount::new(engine.clone(), T::SCHEME, false);
+    let mut _open_channel: Option<crate::stats::OpenCount> = None;
     let mut in_flight: usize = 0;
     // Who this channel's requests are charged to, and its weight.
     let mut owner: Option<(crate::admission::Caller, u32)> = None;
@@ -323,6 +325,11 @@ pub(crate) async fn drive_transport<T: Transport>(
                         let id = i.channel_id;
                         i.caller = Some(admitted.caller.clone());
                         i.transport = T::SCHEME;
+                        _open_channel = Some(crate::stats::OpenCount::new(
+                            engine.clone(),
+                            T::SCHEME,
+                            true,
+                        ));
                         let caller = engine.request_caller(&i);
                         let weight = engine.admission.weight(&caller);
                         owner = Some((caller, weight));

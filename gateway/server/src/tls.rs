@@ -193,6 +193,9 @@ struct Conn {
     cancel: CancellationToken,
     /// The verified TLS client certificate (mutual TLS), DER and parsed.
     client_cert: Option<(ByteString, X509)>,
+    /// Counts the connection under opc.https until a WebSocket upgrade
+    /// takes it over (it is then counted under opc.wss).
+    open: Mutex<Option<crate::stats::OpenCount>>,
 }
 
 /// Checks a TLS client certificate against the trust list; an unknown one
@@ -291,6 +294,11 @@ async fn serve(
         admission: Mutex::new(Some(admitted)),
         cancel: cancel.clone(),
         client_cert,
+        open: Mutex::new(Some(crate::stats::OpenCount::new(
+            engine.clone(),
+            "opc.https",
+            false,
+        ))),
     });
     // A connection must start its first request within the handshake
     // deadline (HTTP/1 heads after that are bounded by hyper's header
@@ -435,6 +443,7 @@ fn websocket(conn: &Arc<Conn>, mut req: Request<Incoming>) -> Response<Full<Byte
     let Some(mut admitted) = conn.admission.lock().take() else {
         return text(HttpStatus::BAD_REQUEST, "connection already upgraded");
     };
+    conn.open.lock().take();
     admitted.handshake = Some(handshake);
     let on_upgrade = hyper::upgrade::on(&mut req);
     let limit = engine.config.server.max_buffer_size as usize;

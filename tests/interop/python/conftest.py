@@ -217,6 +217,13 @@ class ServerTarget:
                 self.console_url = console.group(1)
         return self.url
 
+    def next_stdout_line(self, timeout_s: float = READY_TIMEOUT_S) -> str | None:
+        """The next line the server printed after the ones `start` read (e.g. METRICS)."""
+        try:
+            return self._stdout_lines.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
     @property
     def tls_cert_file(self) -> Path:
         """The gateway's TLS certificate (self-signed on first start)."""
@@ -225,10 +232,11 @@ class ServerTarget:
     def _pump_stdout(self) -> None:
         # Keeps draining stdout after READY so the server never blocks on a full pipe.
         assert self.proc is not None and self.proc.stdout is not None
-        # The first three lines (READY, then uagate's TLS and CONSOLE lines) are handed over.
+        # The first lines (READY, then uagate's TLS, CONSOLE and, when configured, METRICS
+        # lines) are handed over.
         handed = 0
         for raw in self.proc.stdout:
-            if handed < 3:
+            if handed < 4:
                 self._stdout_lines.put(raw.rstrip("\r\n"))
                 handed += 1
         if handed < 2:

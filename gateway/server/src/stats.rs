@@ -1,0 +1,301 @@
+//! Request and connection statistics for the metrics endpoint: requests
+//! per service and status, a latency histogram per service, and
+//! connections and secure channels per transport. Recorded on the request
+//! path with atomics only (a lock is taken for non-Good answers alone), and
+//! read by a scrape as a snapshot.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use opcua_core::RequestMessage;
+use opcua_types::StatusCode;
+use parking_lot::Mutex;
+
+/// Upper bounds (seconds) of the request latency buckets.
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+/// The service labels, in index order; `other` for anything else.
+pub const SERVICES: [&str; 31] = [
+    "GetEndpoints",
+    "FindServers",
+    "CreateSession",
+    "ActivateSession",
+    "CloseSession",
+    "Cancel",
+    "Browse",
+    "BrowseNext",
+    "TranslateBrowsePathsToNodeIds",
+    "RegisterNodes",
+    "UnregisterNodes",
+    "Read",
+    "Write",
+    "HistoryRead",
+    "Call",
+    "CreateSubscription",
+    "ModifySubscription",
+    "SetPublishingMode",
+    "DeleteSubscriptions",
+    "Republish",
+    "TransferSubscriptions",
+    "CreateMonitoredItems",
+    "ModifyMonitoredItems",
+    "DeleteMonitoredItems",
+    "SetMonitoringMode",
+    "SetTriggering",
+    "Publish",
+    "HistoryUpdate",
+    "QueryFirst",
+    "AddNodes",
+    "other",
+];
+
+/// The transports, in index order.
+pub const TRANSPORTS: [&str; 3] = ["opc.tcp", "opc.wss", "opc.https"];
+
+/// The index in [`SERVICES`] of a request.
+pub fn service_index(r: &RequestMessage) -> usize {
+    use RequestMessage as M;
+    let name = match r {
+        M::GetEndpoints(_) => "GetEndpoints",
+        M::FindServers(_) => "FindServers",
+        M::CreateSession(_) => "CreateSession",
+        M::ActivateSession(_) => "ActivateSession",
+        M::CloseSession(_) => "CloseSession",
+        M::Cancel(_) => "Cancel",
+        M::Browse(_) => "Browse",
+        M::BrowseNext(_) => "BrowseNext",
+        M::TranslateBrowsePathsToNodeIds(_) => "TranslateBrowsePathsToNodeIds",
+        M::RegisterNodes(_) => "RegisterNodes",
+        M::UnregisterNodes(_) => "UnregisterNodes",
+        M::Read(_) => "Read",
+        M::Write(_) => "Write",
+        M::HistoryRead(_) => "HistoryRead",
+        M::Call(_) => "Call",
+        M::CreateSubscription(_) => "CreateSubscription",
+        M::ModifySubscription(_) => "ModifySubscription",
+        M::SetPublishingMode(_) => "SetPublishingMode",
+        M::DeleteSubscriptions(_) => "DeleteSubscriptions",
+        M::Republish(_) => "Republish",
+        M::TransferSubscriptions(_) => "TransferSubscriptions",
+        M::CreateMonitoredItems(_) => "CreateMonitoredItems",
+        M::ModifyMonitoredItems(_) => "ModifyMonitoredItems",
+        M::DeleteMonitoredItems(_) => "DeleteMonitoredItems",
+        M::SetMonitoringMode(_) => "SetMonitoringMode",
+        M::SetTriggering(_) => "SetTriggering",
+        M::Publish(_) => "Publish",
+        M::HistoryUpdate(_) => "HistoryUpdate",
+        M::QueryFirst(_) => "QueryFirst",
+        M::AddNodes(_) => "AddNodes",
+        _ => "other",
+    };
+    SERVICES
+        .iter()
+        .position(|s| *s == name)
+        .unwrap_or(SERVICES.len() - 1)
+}
+
+/// The index in [`TRANSPORTS`] of a URL scheme.
+pub fn transport_index(scheme: &str) -> usize {
+    TRANSPORTS.iter().position(|t| *t == scheme).unwrap_or(0)
+}
+
+/// Latency histogram of one service.
+#[derive(Default)]
+struct Latency {
+    /// Per bucket of [`LATENCY_BUCKETS`] (not cumulative), plus overflow.
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+/// The engine's counters.
+#[derive(Default)]
+pub struct Stats {
+    latency: [Latency; SERVICES.len()],
+    /// Non-Good answers per (service, status code); Good ones are the
+    /// histogram count minus these.
+    not_good: Mutex<HashMap<(usize, u32), u64>>,
+    connections: [AtomicI64; TRANSPORTS.len()],
+    channels: [AtomicI64; TRANSPORTS.len()],
+}
+
+/// A snapshot of one service's answers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceStats {
+    /// The service label.
+    pub service: &'static str,
+    /// (status name, count), Good included.
+    pub by_status: Vec<(&'static str, u64)>,
+    /// Cumulative counts per bucket of [`LATENCY_BUCKETS`].
+    pub cumulative: Vec<u64>,
+    /// Answers timed.
+    pub count: u64,
+    /// Sum of their latencies, seconds.
+    pub sum_s: f64,
+}
+
+impl Stats {
+    /// Records one answered request (called for every answer the engine
+    /// produces; a queued Publish is recorded when it is answered later
+    /// only through its count of zero here).
+    pub fn observe(&self, service: usize, status: StatusCode, took: Duration) {
+        let Some(l) = self.latency.get(service) else {
+            return;
+        };
+        let secs = took.as_secs_f64();
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        l.buckets[i].fetch_add(1, Ordering::Relaxed);
+        l.count.fetch_add(1, Ordering::Relaxed);
+        l.sum_ns.fetch_add(
+            u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        if !status.is_good() {
+            *self
+                .not_good
+                .lock()
+                .entry((service, status.bits() & 0xFFFF_0000))
+                .or_insert(0) += 1;
+        }
+    }
+
+    /// A connection of `transport` opened (`+1`) or closed (`-1`).
+    pub fn connection(&self, transport: &str, delta: i64) {
+        self.connections[transport_index(transport)].fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// A secure channel over `transport` opened (`+1`) or closed (`-1`).
+    pub fn channel(&self, transport: &str, delta: i64) {
+        self.channels[transport_index(transport)].fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Open connections and channels per transport: (transport, connections, channels).
+    pub fn transports(&self) -> Vec<(&'static str, i64, i64)> {
+        TRANSPORTS
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                (
+                    *t,
+                    self.connections[i].load(Ordering::Relaxed),
+                    self.channels[i].load(Ordering::Relaxed),
+                )
+            })
+            .collect()
+    }
+
+    /// Every service that answered at least once.
+    pub fn services(&self) -> Vec<ServiceStats> {
+        let not_good = self.not_good.lock().clone();
+        SERVICES
+            .iter()
+            .enumerate()
+            .filter_map(|(i, name)| {
+                let l = &self.latency[i];
+                let count = l.count.load(Ordering::Relaxed);
+                if count == 0 {
+                    return None;
+                }
+                let mut running = 0;
+                let cumulative = l.buckets[..LATENCY_BUCKETS.len()]
+                    .iter()
+                    .map(|b| {
+                        running += b.load(Ordering::Relaxed);
+                        running
+                    })
+                    .collect();
+                let mut by_status: Vec<(&'static str, u64)> = not_good
+                    .iter()
+                    .filter(|((s, _), _)| *s == i)
+                    .map(|((_, code), n)| (StatusCode::from(*code).sub_code().name(), *n))
+                    .collect();
+                let bad: u64 = by_status.iter().map(|(_, n)| n).sum();
+                by_status.push(("Good", count.saturating_sub(bad)));
+                by_status.sort();
+                Some(ServiceStats {
+                    service: name,
+                    by_status,
+                    cumulative,
+                    count,
+                    sum_s: l.sum_ns.load(Ordering::Relaxed) as f64 / 1e9,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Counts one open connection or channel of a transport while it lives.
+pub(crate) struct OpenCount {
+    engine: std::sync::Arc<crate::Engine>,
+    transport: &'static str,
+    channel: bool,
+}
+
+impl OpenCount {
+    /// A connection (`channel == false`) or secure channel now open.
+    pub(crate) fn new(
+        engine: std::sync::Arc<crate::Engine>,
+        transport: &'static str,
+        channel: bool,
+    ) -> OpenCount {
+        if channel {
+            engine.stats.channel(transport, 1);
+        } else {
+            engine.stats.connection(transport, 1);
+        }
+        OpenCount {
+            engine,
+            transport,
+            channel,
+        }
+    }
+}
+
+impl Drop for OpenCount {
+    fn drop(&mut self) {
+        if self.channel {
+            self.engine.stats.channel(self.transport, -1);
+        } else {
+            self.engine.stats.connection(self.transport, -1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_counted_by_service_status_and_latency() {
+        let s = Stats::default();
+        let read = SERVICES.iter().position(|n| *n == "Read").unwrap();
+        s.observe(read, StatusCode::Good, Duration::from_micros(300));
+        s.observe(read, StatusCode::Good, Duration::from_millis(3));
+        s.observe(
+            read,
+            StatusCode::BadSessionIdInvalid,
+            Duration::from_secs(9),
+        );
+        let all = s.services();
+        assert_eq!(all.len(), 1);
+        let r = &all[0];
+        assert_eq!(r.service, "Read");
+        assert_eq!(r.count, 3);
+        assert_eq!(r.by_status, vec![("BadSessionIdInvalid", 1), ("Good", 2)]);
+        // 0.3 ms in the first bucket, 3 ms by the 5 ms bucket, 9 s beyond all.
+        assert_eq!(r.cumulative[0], 1);
+        assert_eq!(r.cumulative[3], 2);
+        assert_eq!(*r.cumulative.last().unwrap(), 2);
+        assert!((r.sum_s - 9.0033).abs() < 1e-6);
+        s.connection("opc.wss", 1);
+        s.channel("opc.wss", 1);
+        s.channel("opc.wss", -1);
+        assert_eq!(s.transports()[1], ("opc.wss", 1, 0));
+    }
+}
