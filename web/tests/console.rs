@@ -1,0 +1,722 @@
+//! Router tests of the console pages and the REST routes added for them,
+//! against a real gateway and a real SQLite store: the session cookie,
+//! CSRF and same-origin checks, renewal and logout, roles on pages, trusted
+//! owners and ingress, certificates, field connections, sessions, secrets
+//! kept out of answers, and the OpenAPI document.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, Method, Request, StatusCode};
+use common::{get, json_request, Fixture};
+use serde_json::{json, Value};
+
+/// A console session: the cookie header value and the CSRF token.
+struct Browser {
+    cookie: String,
+    csrf: String,
+}
+
+fn set_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with(&format!("{name}=")))
+        .map(str::to_string)
+}
+
+fn form(uri: &str, fields: &[(&str, &str)], b: Option<&Browser>) -> Request<Body> {
+    let mut r = Request::builder()
+        .method(Method::POST)
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    if let Some(b) = b {
+        r = r.header(header::COOKIE, &b.cookie);
+    }
+    r.body(Body::from(serde_urlencoded::to_string(fields).unwrap()))
+        .unwrap()
+}
+
+fn page(uri: &str, b: &Browser) -> Request<Body> {
+    Request::builder()
+        .uri(uri)
+        .header(header::COOKIE, &b.cookie)
+        .body(Body::empty())
+        .unwrap()
+}
+
+/// Logs in through the login form and reads the CSRF token off a page.
+async fn browser(f: &Fixture, role: &str) -> Browser {
+    let password = format!("correct horse {role}");
+    let (s, _, h) = f
+        .call(form(
+            "/login",
+            &[("username", role), ("password", &password), ("next", "/")],
+            None,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let cookie = set_cookie(&h, "uagate_token").expect("session cookie");
+    for attr in ["HttpOnly", "Secure", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(attr), "{cookie} lacks {attr}");
+    }
+    let cookie = cookie.split(';').next().unwrap().to_string();
+    let (s, body, _) = f
+        .call(
+            Request::builder()
+                .uri("/")
+                .header(header::COOKIE, &cookie)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let html = body.as_str().unwrap().to_string();
+    let csrf = html
+        .split("name=\"_csrf\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("a CSRF field on the page")
+        .to_string();
+    Browser { cookie, csrf }
+}
+
+#[tokio::test]
+async fn pages_need_a_session_and_changes_need_the_csrf_token() {
+    let f = Fixture::start().await;
+    // No session: pages redirect to the login, htmx gets HX-Redirect.
+    let (s, _, h) = f.call(get("/limits?x=1", None)).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert_eq!(h[header::LOCATION], "/login?next=%2Flimits%3Fx%3D1");
+    let (s, _, h) = f
+        .call(
+            Request::builder()
+                .uri("/partials/dashboard")
+                .header("hx-request", "true")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(h["hx-redirect"].to_str().unwrap().starts_with("/login"));
+    // A wrong password re-renders the form with the reason, no cookie.
+    let (s, body, h) = f
+        .call(form(
+            "/login",
+            &[("username", "operator"), ("password", "wrong password!")],
+            None,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert!(body
+        .as_str()
+        .unwrap()
+        .contains("wrong user name or password"));
+    assert!(set_cookie(&h, "uagate_token").is_none());
+    // After login only local paths are followed.
+    let (_, _, h) = f
+        .call(form(
+            "/login",
+            &[
+                ("username", "viewer"),
+                ("password", "correct horse viewer"),
+                ("next", "//evil.example/"),
+            ],
+            None,
+        ))
+        .await;
+    assert_eq!(h[header::LOCATION], "/");
+
+    let b = browser(&f, "operator").await;
+    let set = |csrf: &str| {
+        form(
+            "/service-level",
+            &[
+                ("_csrf", csrf),
+                ("level", "150"),
+                ("expires_min", "5"),
+                ("reason", "test"),
+            ],
+            Some(&b),
+        )
+    };
+    // Without, or with a wrong, token: 403 csrf and nothing changes.
+    for bad in ["", "00000000000000000000000000000000"] {
+        let (s, body, _) = f.call(set(bad)).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(body["code"], "csrf");
+        assert_ne!(f.state.engine.service_level(), 150);
+    }
+    // From another site: refused even with the right token.
+    let mut cross = set(&b.csrf);
+    cross
+        .headers_mut()
+        .insert(header::ORIGIN, "https://evil.example".parse().unwrap());
+    cross
+        .headers_mut()
+        .insert(header::HOST, "gateway.local:8443".parse().unwrap());
+    let (s, body, _) = f.call(cross).await;
+    assert_eq!(
+        (s, body["code"].clone()),
+        (StatusCode::FORBIDDEN, json!("csrf"))
+    );
+    // Same origin with the token: done, and the notice is shown once.
+    let mut ok = set(&b.csrf);
+    ok.headers_mut().insert(
+        header::ORIGIN,
+        "https://gateway.local:8443".parse().unwrap(),
+    );
+    ok.headers_mut()
+        .insert(header::HOST, "gateway.local:8443".parse().unwrap());
+    let (s, _, h) = f.call(ok).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert_eq!(f.state.engine.service_level(), 150);
+    let flash = set_cookie(&h, "uagate_flash").unwrap();
+    let flash = flash.split(';').next().unwrap();
+    let (_, body, _) = f
+        .call(
+            Request::builder()
+                .uri("/service-level")
+                .header(header::COOKIE, format!("{}; {flash}", b.cookie))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert!(body.as_str().unwrap().contains("Override set."));
+    // The cookie also authenticates REST calls, which then need the header.
+    let rest = |csrf: Option<&str>| {
+        let mut r = Request::builder()
+            .method(Method::PUT)
+            .uri("/api/v1/service-level")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::COOKIE, &b.cookie);
+        if let Some(c) = csrf {
+            r = r.header("x-csrf-token", c);
+        }
+        r.body(Body::from(json!({"level": null}).to_string()))
+            .unwrap()
+    };
+    let (s, _, _) = f.call(rest(None)).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, body, _) = f.call(rest(Some(&b.csrf))).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["service_level_source"], "computed");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn logout_ends_the_session_and_roles_apply_to_pages() {
+    let f = Fixture::start().await;
+    let viewer = browser(&f, "viewer").await;
+    // A viewer reads the maintenance page but cannot change the state.
+    let (s, body, _) = f.call(page("/maintenance", &viewer)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(!body.as_str().unwrap().contains("maintenance-form"));
+    let (s, _, _) = f
+        .call(form(
+            "/maintenance",
+            &[
+                ("_csrf", &viewer.csrf),
+                ("state", "suspended"),
+                ("confirm", "yes"),
+            ],
+            Some(&viewer),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert_eq!(
+        f.state.engine.server_state(),
+        opcua_types::ServerState::Running
+    );
+    // Admin pages are refused to a viewer, and not in its navigation.
+    let (s, _, _) = f.call(page("/users", &viewer)).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (_, body, _) = f.call(page("/", &viewer)).await;
+    assert!(!body.as_str().unwrap().contains("href=\"/users\""));
+
+    // An operator's maintenance needs the confirmation step.
+    let op = browser(&f, "operator").await;
+    let (s, body, _) = f
+        .call(form(
+            "/maintenance",
+            &[
+                ("_csrf", &op.csrf),
+                ("state", "suspended"),
+                ("reason", "pump swap"),
+            ],
+            Some(&op),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(body.as_str().unwrap().contains("id=\"confirm\""));
+    assert_eq!(
+        f.state.engine.server_state(),
+        opcua_types::ServerState::Running
+    );
+    let (s, _, _) = f
+        .call(form(
+            "/maintenance",
+            &[
+                ("_csrf", &op.csrf),
+                ("state", "suspended"),
+                ("reason", "pump swap"),
+                ("drain", "on"),
+                ("confirm", "yes"),
+            ],
+            Some(&op),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert_eq!(
+        f.state.engine.server_state(),
+        opcua_types::ServerState::Suspended
+    );
+    assert!(f.state.engine.draining());
+
+    // Logout: the cookie is cleared and the old one no longer works.
+    let (s, _, h) = f
+        .call(form("/logout", &[("_csrf", &op.csrf)], Some(&op)))
+        .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert!(set_cookie(&h, "uagate_token")
+        .unwrap()
+        .contains("Max-Age=0"));
+    let (s, _, h) = f.call(page("/", &op)).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert!(h[header::LOCATION].to_str().unwrap().starts_with("/login"));
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn an_active_session_is_renewed_but_a_refresh_loop_does_not_keep_it() {
+    let f = Fixture::start().await;
+    // A token with one minute left, signed with the console's own key.
+    let secret = std::fs::read(f.data_dir().join("console").join("jwt.key")).unwrap();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = json!({"sub": "viewer", "role": "viewer", "sid": "0123abcd", "auth": now - 840,
+                        "iat": now - 840, "exp": now + 60});
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(&secret),
+    )
+    .unwrap();
+    let b = Browser {
+        cookie: format!("uagate_token={token}"),
+        csrf: String::new(),
+    };
+    // A periodic refresh does not renew.
+    let mut poll = page("/partials/dashboard", &b);
+    poll.headers_mut()
+        .insert("x-uagate-poll", "1".parse().unwrap());
+    let (s, _, h) = f.call(poll).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(set_cookie(&h, "uagate_token").is_none());
+    // Opening a page does; the session (and so its CSRF token) stays.
+    let (s, _, h) = f.call(page("/limits", &b)).await;
+    assert_eq!(s, StatusCode::OK);
+    let renewed = set_cookie(&h, "uagate_token").expect("renewed cookie");
+    let renewed = renewed
+        .split(';')
+        .next()
+        .unwrap()
+        .trim_start_matches("uagate_token=");
+    let a = f.state.keys.verify(renewed).unwrap();
+    assert_eq!(a.sid, "0123abcd");
+    assert!(a.expires >= now + 14 * 60);
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn trusted_owners_and_ingress_are_validated_against_the_plan() {
+    let f = Fixture::start_with(true, "[server]\nmax_session_count = 50\n").await;
+    let admin = f.token("admin").await;
+    let op = f.token("operator").await;
+    let owner = json!({"key": "scada", "weight": 4,
+                       "reservations": [{"stage": "request_execution", "reserved": 2}]});
+    let (s, _, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/owners",
+            Some(&op),
+            owner.clone(),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    // The first owner needs an ingress rule: refused naming it, nothing stored.
+    let (s, body, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/owners",
+            Some(&admin),
+            owner.clone(),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["field"], "isolation.ingress");
+    let (_, owners, _) = f.call(get("/api/v1/owners", Some(&admin))).await;
+    assert_eq!(owners, json!([]));
+    let mut with_rule = owner.clone();
+    with_rule["ingress"] = json!(["10.0.5.0/24"]);
+    let (s, body, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/owners",
+            Some(&admin),
+            with_rule,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert!(body["live"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(body["restart"].as_array().unwrap())
+        .any(|v| v == "isolation.mode"));
+    let (_, owners, _) = f.call(get("/api/v1/owners", Some(&op))).await;
+    assert_eq!(owners[0]["key"], "scada");
+    // A bad CIDR names the rule's setting.
+    let (s, body, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/ingress",
+            Some(&admin),
+            json!({"cidr": "10.0.300.0/24", "owner": "scada"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(body["field"]
+        .as_str()
+        .unwrap()
+        .starts_with("isolation.ingress"));
+    let (s, _, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/ingress",
+            Some(&admin),
+            json!({"cidr": "10.0.6.7", "class": "reconnect"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (_, rules, _) = f.call(get("/api/v1/ingress", Some(&op))).await;
+    assert_eq!(rules.as_array().unwrap().len(), 2);
+    let (s, _, _) = f
+        .call(json_request(
+            Method::DELETE,
+            "/api/v1/ingress/1",
+            Some(&admin),
+            Value::Null,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _, _) = f
+        .call(json_request(
+            Method::DELETE,
+            "/api/v1/ingress/9",
+            Some(&admin),
+            Value::Null,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    // Removing the owner removes its rules and returns the profile.
+    let (s, body, _) = f
+        .call(json_request(
+            Method::DELETE,
+            "/api/v1/owners/scada",
+            Some(&admin),
+            Value::Null,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let (_, config, _) = f.call(get("/api/v1/config", Some(&op))).await;
+    assert_eq!(config["isolation"]["mode"], "balanced");
+    assert_eq!(config["isolation"]["ingress"], json!([]));
+    f.stop().await;
+}
+
+fn make_cert(cn: &str) -> Vec<u8> {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    params.subject_alt_names.push(rcgen::SanType::URI(
+        format!("urn:test:{cn}").try_into().unwrap(),
+    ));
+    let key = rcgen::KeyPair::generate().unwrap();
+    params.self_signed(&key).unwrap().der().to_vec()
+}
+
+#[tokio::test]
+async fn certificates_are_trusted_removed_and_listed() {
+    let f = Fixture::start().await;
+    let op = f.token("operator").await;
+    let viewer = f.token("viewer").await;
+    let stranger = make_cert("stranger");
+    f.state.store.record_rejected(&stranger).await.unwrap();
+    let (s, certs, _) = f.call(get("/api/v1/certificates", Some(&viewer))).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(certs["rejected"].as_array().unwrap().len(), 1);
+    assert!(certs["application"]["thumbprint"].is_string());
+    let thumb = certs["rejected"][0]["thumbprint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let trust = format!("/api/v1/certificates/{thumb}/trust");
+    let (s, _, _) = f
+        .call(json_request(
+            Method::POST,
+            &trust,
+            Some(&viewer),
+            Value::Null,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, body, _) = f
+        .call(json_request(Method::POST, &trust, Some(&op), Value::Null))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["kind"], "trusted");
+    let (s, _, _) = f
+        .call(json_request(Method::POST, &trust, Some(&op), Value::Null))
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(
+        f.state.store.cert_status(&stranger).await.unwrap(),
+        Some(uagate_store::CertKind::Trusted)
+    );
+    // Upload (DER body) and garbage.
+    let upload = |body: Vec<u8>| {
+        Request::builder()
+            .method(Method::POST)
+            .uri("/api/v1/certificates?kind=issuer")
+            .header(header::AUTHORIZATION, format!("Bearer {op}"))
+            .body(Body::from(body))
+            .unwrap()
+    };
+    let (s, body, _) = f.call(upload(make_cert("ca"))).await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    assert_eq!(body["kind"], "issuer");
+    let (s, body, _) = f.call(upload(b"not a certificate".to_vec())).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let del = format!("/api/v1/certificates/{thumb}");
+    let (s, _, _) = f
+        .call(json_request(Method::DELETE, &del, Some(&op), Value::Null))
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _, _) = f
+        .call(json_request(Method::DELETE, &del, Some(&op), Value::Null))
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _, _) = f
+        .call(
+            Request::builder()
+                .method(Method::POST)
+                .uri("/api/v1/crls")
+                .header(header::AUTHORIZATION, format!("Bearer {op}"))
+                .body(Body::from("junk"))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    f.stop().await;
+}
+
+const FIELD: &str = r#"
+[[field_servers]]
+name = "plc1"
+security_mode = "none"
+security_policy = "None"
+identity = { kind = "username", username = "op", password = "plc-secret-42" }
+reconnect = { initial_delay = "100ms", max_delay = "200ms" }
+[[field_servers.endpoints]]
+url = "opc.tcp://127.0.0.1:1"
+"#;
+
+#[tokio::test]
+async fn field_connections_sessions_and_secrets() {
+    let f = Fixture::start_with(true, FIELD).await;
+    let op = f.token("operator").await;
+    let viewer = f.token("viewer").await;
+    // The password never appears in an answer.
+    let (_, config, _) = f.call(get("/api/v1/config", Some(&viewer))).await;
+    assert_eq!(
+        config["field_servers"][0]["identity"]["password"],
+        "<stored>"
+    );
+    let (s, fields, _) = f.call(get("/api/v1/fields", Some(&viewer))).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(!fields.to_string().contains("plc-secret-42"));
+    assert_eq!(fields[0]["config"]["name"], "plc1");
+    assert!(fields[0]["status"]["state"].is_string());
+    // Sending the config back keeps the stored password.
+    let mut doc = config.clone();
+    doc["server"]["max_queue_size"] = json!(500);
+    let (s, body) = f.put_config(&f.token("admin").await, doc).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let stored = f
+        .state
+        .store
+        .setting(uagate_server::CONFIG_KEY)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(stored.contains("plc-secret-42"));
+    // ... and the audit trail shows it redacted.
+    let (_, audit, _) = f
+        .call(get(
+            "/api/v1/audit?kind=setting.set",
+            Some(&f.token("admin").await),
+        ))
+        .await;
+    assert!(!audit.to_string().contains("plc-secret-42"));
+    // The unreachable server: failed attempts in the history; a probe says why.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, h, _) = f
+            .call(get("/api/v1/fields/plc1/history", Some(&viewer)))
+            .await;
+        if h.as_array()
+            .is_some_and(|a| a.iter().any(|e| e["kind"] == "failed"))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no failed attempt recorded: {h}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (s, probe, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/fields/plc1/test",
+            Some(&op),
+            Value::Null,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{probe}");
+    assert_eq!(probe[0]["reachable"], false);
+    assert!(probe[0]["error"].is_string());
+    let (s, _, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/fields/plc1/test",
+            Some(&viewer),
+            Value::Null,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    // One server: no failover, said why.
+    let (s, body, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/fields/plc1/failover",
+            Some(&op),
+            Value::Null,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (s, _, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/fields/nope/failover",
+            Some(&op),
+            Value::Null,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    // Add one (restart-only), and an invalid one naming the setting.
+    let (s, body, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/fields",
+            Some(&op),
+            json!({"name": "plc2", "security_mode": "none", "security_policy": "None",
+                   "endpoints": [{"url": "opc.tcp://127.0.0.1:2"}]}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert!(!body["restart"].as_array().unwrap().is_empty());
+    let (s, body, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/fields",
+            Some(&op),
+            json!({"name": "bad name!", "endpoints": [{"url": "opc.tcp://127.0.0.1:2"}]}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["field"].as_str().unwrap().starts_with("field_servers"));
+    let (s, _, _) = f
+        .call(json_request(
+            Method::DELETE,
+            "/api/v1/fields/plc2",
+            Some(&op),
+            Value::Null,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    // Sessions: none yet; closing an unknown one is a 404, and for operators.
+    let (s, sessions, _) = f.call(get("/api/v1/sessions", Some(&viewer))).await;
+    assert_eq!((s, sessions), (StatusCode::OK, json!([])));
+    let (s, _, _) = f
+        .call(json_request(
+            Method::DELETE,
+            "/api/v1/sessions/ns=1;i=5",
+            Some(&viewer),
+            Value::Null,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _, _) = f
+        .call(json_request(
+            Method::DELETE,
+            "/api/v1/sessions/ns=1;i=5",
+            Some(&op),
+            Value::Null,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn the_openapi_document_describes_every_api_route() {
+    let f = Fixture::start().await;
+    let (s, doc, _) = f.call(get("/api/v1/openapi.json", None)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(doc["openapi"], "3.1.0");
+    let admin = f.token("admin").await;
+    for (method, path) in uagate_web::openapi::described() {
+        assert!(
+            doc["paths"][path][method].is_object(),
+            "{method} {path} missing from the document"
+        );
+        // Every described operation is routed (not a 404/405 from the router).
+        let uri = path
+            .replace("{key}", "k")
+            .replace("{index}", "0")
+            .replace("{name}", "n")
+            .replace("{thumbprint}", "00")
+            .replace("{id}", "i");
+        let m = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let (s, body, _) = f
+            .call(json_request(m, &uri, Some(&admin), Value::Null))
+            .await;
+        assert_ne!(s, StatusCode::METHOD_NOT_ALLOWED, "{method} {uri}");
+        if s == StatusCode::NOT_FOUND {
+            assert_ne!(
+                body["message"], "no such resource",
+                "{method} {uri} is not routed"
+            );
+        }
+    }
+    f.stop().await;
+}
