@@ -299,3 +299,51 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     r.register(Box::new(monitored))?;
     Ok(r)
 }
+
+#[cfg(test)]
+mod tests {
+    /// The metric names of docs/console.md's table.
+    fn documented() -> Vec<String> {
+        include_str!("../../docs/console.md")
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `uagate_"))
+            .filter_map(|l| l.split('`').next())
+            .map(|n| format!("uagate_{n}"))
+            .collect()
+    }
+
+    #[test]
+    fn the_dashboard_uses_only_documented_metrics_and_all_of_them() {
+        let docs = documented();
+        assert!(docs.len() >= 17, "{docs:?}");
+        let dash = include_str!("../../dashboards/uagate.json");
+        let parsed: serde_json::Value = serde_json::from_str(dash).expect("valid JSON");
+        assert!(parsed["panels"].as_array().is_some_and(|p| !p.is_empty()));
+        let mut used = std::collections::BTreeSet::new();
+        for (i, _) in dash.match_indices("uagate_") {
+            let name: String = dash[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let base = ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(&name)
+                .to_string();
+            used.insert(base);
+        }
+        used.remove("uagate_"); // the tag
+        for u in &used {
+            assert!(
+                docs.contains(u),
+                "{u} is on the dashboard but not documented"
+            );
+        }
+        for d in &docs {
+            assert!(
+                used.contains(d),
+                "{d} is documented but not on the dashboard"
+            );
+        }
+    }
+}

@@ -443,7 +443,10 @@ struct Inner {
     history: Mutex<std::collections::VecDeque<HistoryEvent>>,
     /// Attempts and recovery durations.
     stats: Mutex<ReconnectStats>,
-    /// An operator asked to leave the active server.
+    /// An operator asked to leave the active server: the flag says so (it
+    /// survives a wake-up lost to another select branch), the Notify wakes
+    /// the task.
+    force_requested: std::sync::atomic::AtomicBool,
     force: Notify,
 }
 
@@ -577,6 +580,7 @@ impl FieldConnection {
             eu_ranges: Mutex::new(HashMap::new()),
             history: Mutex::default(),
             stats: Mutex::default(),
+            force_requested: std::sync::atomic::AtomicBool::new(false),
             force: Notify::new(),
         });
         let task = enabled.then(|| tokio::spawn(run(inner.clone())));
@@ -624,6 +628,9 @@ impl FieldConnection {
         }
         self.inner
             .record(None, "failover_requested", format!("by {actor}"));
+        self.inner
+            .force_requested
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.inner.force.notify_one();
         Ok(())
     }
@@ -848,8 +855,6 @@ async fn run(inner: Arc<Inner>) {
     let mut active: Option<usize> = None;
     let mut was_connected = false;
     let mut items_rev_seen = u64::MAX;
-    // An operator asked to leave the active server (handled once).
-    let mut forced = false;
 
     loop {
         let now = Instant::now();
@@ -888,7 +893,10 @@ async fn run(inner: Arc<Inner>) {
                 .filter(|a| up(*a))
                 .or_else(|| (0..links.len()).find(|i| up(*i)))
         });
-        if std::mem::take(&mut forced) {
+        if inner
+            .force_requested
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
             // The best other server, by the usual rules; for cold-style
             // modes the next candidate is connected instead.
             let mut others = peers.clone();
@@ -1078,9 +1086,7 @@ async fn run(inner: Arc<Inner>) {
             }
             _ = inner.items_changed.notified() => {}
             _ = inner.peers_changed.notified() => {}
-            _ = inner.force.notified() => {
-                forced = true;
-            }
+            _ = inner.force.notified() => {}
             _ = sleep => {}
         }
     }

@@ -820,3 +820,99 @@ async fn concurrent_reads_are_merged_and_each_caller_gets_its_own_results() {
     gw.stop().await;
     sim.cancel();
 }
+
+/// An operator's forced failover moves a healthy pair to the other server,
+/// records it in the connection's history, and does not flap back.
+async fn forced_failover_in_mode(mode: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = start_sim(tmp.path(), "a").await;
+    let b = start_sim(tmp.path(), "b").await;
+    let gw = TestGateway::start(&field_toml(
+        "pair",
+        mode,
+        &[&a.endpoint_url, &b.endpoint_url],
+    ))
+    .await;
+    wait_connected(&gw, "pair").await;
+    let engine = gw.engine();
+    if mode != "cold" {
+        // The backup must be ready to take over (its ServiceLevel known);
+        // before that a forced failover is refused as unavailable.
+        let t0 = Instant::now();
+        while !engine
+            .field_status("pair")
+            .unwrap()
+            .servers
+            .iter()
+            .all(|s| s.reachable && s.service_level.is_some())
+        {
+            assert!(t0.elapsed() < Duration::from_secs(10), "backup never ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let first = engine.field_status("pair").unwrap().active_server.unwrap();
+    let before = engine.field_status("pair").unwrap().failover_count;
+    assert_eq!(engine.field_force_failover("pair", "tester"), Some(Ok(())));
+    let t0 = Instant::now();
+    loop {
+        let st = engine.field_status("pair").unwrap();
+        if st.active_server == Some(1 - first) && st.state == uagate_field::ConnState::Connected {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{mode}: still on server {first}: {st:?}\n{:?}",
+            engine.field_history("pair")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let history = engine.field_history("pair").unwrap();
+    let kinds: Vec<&str> = history.iter().map(|e| e.kind).collect();
+    let asked = kinds.iter().position(|k| *k == "failover_requested");
+    assert!(asked.is_some(), "{mode}: {kinds:?}");
+    assert!(
+        history[asked.unwrap()..]
+            .iter()
+            .any(|e| e.kind == "failover" && e.server == Some(1 - first)),
+        "{mode}: {history:?}"
+    );
+    assert!(history[asked.unwrap()].detail.contains("tester"));
+    // Both servers are healthy: the gateway stays on the new one.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let st = engine.field_status("pair").unwrap();
+    assert_eq!(st.active_server, Some(1 - first), "{mode}: flapped back");
+    if mode != "cold" {
+        assert_eq!(st.failover_count, before + 1, "{mode}");
+    }
+    // Unknown connections and single-server sets are refused.
+    assert_eq!(engine.field_force_failover("nope", "tester"), None);
+    gw.stop().await;
+    a.cancel();
+    b.cancel();
+}
+
+#[tokio::test]
+async fn an_operator_forces_a_hot_pair_to_the_other_server() {
+    forced_failover_in_mode("hot").await;
+}
+
+#[tokio::test]
+async fn an_operator_forces_a_cold_pair_to_the_other_server() {
+    forced_failover_in_mode("cold").await;
+}
+
+#[tokio::test]
+async fn a_single_server_connection_cannot_be_forced_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = start_sim(tmp.path(), "a").await;
+    let gw = TestGateway::start(&field_toml("one", "none", &[&a.endpoint_url])).await;
+    wait_connected(&gw, "one").await;
+    assert!(matches!(
+        gw.engine().field_force_failover("one", "tester"),
+        Some(Err(_))
+    ));
+    let st = gw.engine().field_reconnect_stats("one").unwrap();
+    assert_eq!(st.attempts_ok, 1);
+    gw.stop().await;
+    a.cancel();
+}
