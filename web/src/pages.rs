@@ -466,6 +466,28 @@ pub struct StageForm {
     reconnect_reserved: String,
     control_reserved: String,
     owner_hard_limit: String,
+    /// What an empty field means (the profile's value), as placeholders:
+    /// capacity, bootstrap, reconnect, control, owner hard limit.
+    defaults: [String; 5],
+}
+
+/// The profile's value of every stage field, with no stage override.
+fn stage_defaults(config: &Config) -> Vec<[String; 5]> {
+    let mut bare = config.clone();
+    bare.isolation.stages.clear();
+    let plan = uagate_isolation::plan::Plan::build(&bare).ok();
+    Stage::ALL
+        .iter()
+        .map(|stage| {
+            plan.as_ref()
+                .and_then(|p| p.stages().iter().find(|s| s.stage == *stage))
+                .map(|s| {
+                    [s.total, s.bootstrap, s.reconnect, s.control, s.owner_limit]
+                        .map(|v| v.to_string())
+                })
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 /// The limits form's values.
@@ -480,15 +502,18 @@ impl LimitsForm {
     fn of(config: &Config) -> LimitsForm {
         let iso = &config.isolation;
         let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+        let defaults = stage_defaults(config);
         LimitsForm {
             mode: iso.mode.as_str().to_string(),
             default_weight: iso.default_weight.to_string(),
             max_tracked_owners: iso.max_tracked_owners.to_string(),
             stages: Stage::ALL
                 .iter()
-                .map(|stage| {
+                .zip(defaults)
+                .map(|(stage, defaults)| {
                     let o = iso.stages.iter().find(|o| o.stage == *stage);
                     StageForm {
+                        defaults,
                         name: stage.name(),
                         key: stage.key(),
                         capacity: opt(o.and_then(|o| o.capacity)),
@@ -502,7 +527,8 @@ impl LimitsForm {
         }
     }
 
-    fn from_fields(fields: &[(String, String)]) -> LimitsForm {
+    fn from_fields(fields: &[(String, String)], base: &Config) -> LimitsForm {
+        let defaults = stage_defaults(base);
         let get = |k: &str| {
             fields
                 .iter()
@@ -516,7 +542,9 @@ impl LimitsForm {
             max_tracked_owners: get("max_tracked_owners"),
             stages: Stage::ALL
                 .iter()
-                .map(|s| StageForm {
+                .zip(defaults)
+                .map(|(s, defaults)| StageForm {
+                    defaults,
                     name: s.name(),
                     key: s.key(),
                     capacity: get(&format!("{}.capacity", s.key())),
@@ -674,7 +702,7 @@ pub async fn limits_preview(
         Ok(c) => c,
         Err(e) => return error_page(e),
     };
-    let form = LimitsForm::from_fields(&fields);
+    let form = LimitsForm::from_fields(&fields, &base);
     let candidate = form.apply_to(base);
     if headers.contains_key("hx-request") {
         return page(
@@ -704,7 +732,8 @@ pub async fn limits_apply(
     Viewer(who): Viewer,
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Response {
-    let form = LimitsForm::from_fields(&fields);
+    let stored = ops::stored_config(&state).await.unwrap_or_default();
+    let form = LimitsForm::from_fields(&fields, &stored);
     let result = async {
         who.require(Role::Admin)?;
         let base = ops::stored_config(&state).await?;
@@ -771,6 +800,8 @@ struct OwnersPage {
     chrome: Chrome,
     owners: Vec<OwnerRow>,
     ingress: Vec<IngressRow>,
+    /// The owner whose values prefill the form (`?edit=KEY`).
+    editing: Option<OwnerRow>,
 }
 
 async fn render_owners(
@@ -779,6 +810,16 @@ async fn render_owners(
     flash: Option<String>,
     error: Option<ApiError>,
 ) -> Response {
+    render_owners_editing(state, who, flash, error, None).await
+}
+
+async fn render_owners_editing(
+    state: &WebState,
+    who: &Authed,
+    flash: Option<String>,
+    error: Option<ApiError>,
+    edit: Option<&str>,
+) -> Response {
     let config = match ops::stored_config(state).await {
         Ok(c) => c,
         Err(e) => return error_page(e),
@@ -786,8 +827,21 @@ async fn render_owners(
     let mut chrome = Chrome::new(who, "Trusted owners", "/owners", flash);
     let status = error.as_ref().map(status_of).unwrap_or(StatusCode::OK);
     chrome.error = error.map(|e| e.to_string());
+    let editing = edit.and_then(|k| {
+        config
+            .isolation
+            .trusted_owners
+            .iter()
+            .find(|o| o.key == k)
+            .map(|o| OwnerRow {
+                key: o.key.clone(),
+                weight: o.weight,
+                reservations: reservations_text(&o.reservations),
+            })
+    });
     let t = OwnersPage {
         chrome,
+        editing,
         owners: config
             .isolation
             .trusted_owners
@@ -866,15 +920,23 @@ pub fn parse_reservations(text: &str) -> Result<Vec<Reservation>, ApiError> {
     Ok(out)
 }
 
-/// `GET /owners`.
+/// `GET /owners?edit=` query.
+#[derive(Debug, Deserialize)]
+pub struct EditQuery {
+    #[serde(default)]
+    edit: Option<String>,
+}
+
+/// `GET /owners` (`?edit=KEY` prefills the form with that owner).
 pub async fn owners(
     State(state): State<WebState>,
     Viewer(who): Viewer,
     headers: HeaderMap,
+    Query(q): Query<EditQuery>,
 ) -> Response {
     let flash = take_flash(&headers);
     let cleared = flash.is_some();
-    let mut r = render_owners(&state, &who, flash, None).await;
+    let mut r = render_owners_editing(&state, &who, flash, None, q.edit.as_deref()).await;
     if cleared {
         if let Ok(v) = HeaderValue::from_str(&format!(
             "{FLASH}=; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=0"
