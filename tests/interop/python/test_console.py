@@ -4,6 +4,7 @@ their authentication."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import ssl
@@ -33,7 +34,8 @@ def _call(target: ServerTarget, method: str, path: str, body: dict | None = None
         req.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(req, timeout=TIMEOUT_S, context=_context(target)) as resp:
-            return resp.status, json.loads(resp.read())
+            raw = resp.read()
+            return resp.status, (json.loads(raw) if raw else None)
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
 
@@ -96,3 +98,47 @@ async def test_console_maintenance_is_seen_by_an_opcua_client(target: ServerTarg
         status, body = _call(target, "POST", "/api/v1/maintenance", {"state": "running"}, token=token)
         assert status == 200, body
         assert await read_state(client) == (255, int(ua.ServerState.Running))
+
+
+async def test_console_lists_and_closes_an_opcua_session(target: ServerTarget, client_cert) -> None:
+    """GET /api/v1/sessions shows an asyncua session with its transport, security and user;
+    DELETE closes it: the client's next request gets BadSessionIdInvalid."""
+    from test_asyncua_client import secure_client
+    from test_asyncua_server_state import read_state
+
+    from asyncua import ua
+
+    target.user_add("otto", "operator", "otto-pass-77")
+    target.trust_client(client_cert.cert_der)
+    target.start()
+    status, body = _call(target, "POST", "/api/v1/login", {"username": "otto", "password": "otto-pass-77"})
+    assert status == 200, body
+    token = body["token"]
+    client = await secure_client(target.url, client_cert)
+    await asyncio.wait_for(client.connect(), TIMEOUT_S)
+    try:
+        await read_state(client)
+        status, sessions = _call(target, "GET", "/api/v1/sessions", token=token)
+        assert status == 200, sessions
+        assert len(sessions) == 1, sessions
+        s = sessions[0]
+        assert s["transport"] == "opc.tcp"
+        assert s["security_policy"] == "Basic256Sha256"
+        assert s["security_mode"] == "SignAndEncrypt"
+        assert s["user"] == "anonymous"
+        assert s["owner"], s
+        from urllib.parse import quote
+
+        status, body = _call(target, "DELETE", "/api/v1/sessions/" + quote(s["id"], safe=""), token=token)
+        assert status == 204 or status == 200, body
+        with pytest.raises(ua.UaStatusCodeError) as err:
+            await read_state(client)
+        assert err.value.code == ua.StatusCodes.BadSessionIdInvalid
+        status, sessions = _call(target, "GET", "/api/v1/sessions", token=token)
+        assert sessions == []
+    finally:
+        # The session is gone; closing the channel is all that is left.
+        try:
+            await asyncio.wait_for(client.disconnect(), TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - CloseSession of a closed session may fail
+            pass
