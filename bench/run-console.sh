@@ -86,6 +86,7 @@ echo "flood: A=$A_SESSIONS + B=$B_SESSIONS sessions against $url" >&2
 $CLIENT_PIN "$BIN/uagate-bench-fairness" --endpoint "$url" \
     --a-sessions "$A_SESSIONS" --b-sessions "$B_SESSIONS" \
     --solo 1 --together $((SECS + 6)) --warmup 1 --label flood \
+    --server-pid "$SERVER_PID" --clk-tck "$(getconf CLK_TCK 2>/dev/null || echo 100)" \
     >"$OUT/flood.json" 2>"$OUT/flood.err" &
 FLOOD_PID=$!
 # Past the flood's solo phase and warm-up: both owners are flooding.
@@ -101,7 +102,10 @@ try:
     flood = json.loads(open(sys.argv[3]).read())
     rate = flood["together_a"]["req_per_s"] + flood["together_b"]["req_per_s"]
     rejected = flood["together_a"]["errors"] + flood["together_b"]["errors"]
-    note = f"{rate:.0f} Read/s, {rejected} refused"
+    cpu = flood.get("server_cpu_s_together")
+    secs = flood.get("together_s")
+    busy = f", server CPU {100 * cpu / secs:.0f} % of one core" if cpu is not None and secs else ""
+    note = f"{rate:.0f} Read/s, {rejected} refused{busy}"
 except Exception:
     note = "n/a"
 print("| data plane | console requests | p50 ms | p90 ms | p99 ms | max ms | errors |")
