@@ -204,6 +204,7 @@ pub async fn maintenance(
     who: Authed,
     body: Result<Json<MaintenanceRequest>, JsonRejection>,
 ) -> Result<Json<StatusView>, ApiError> {
+    who.require(Role::Operator)?;
     let Json(req) = body.map_err(json_error)?;
     ops::change_state(&state, &who, &req).await?;
     Ok(Json(ops::status(&state)))
@@ -215,6 +216,7 @@ pub async fn service_level(
     who: Authed,
     body: Result<Json<LevelOverride>, JsonRejection>,
 ) -> Result<Json<StatusView>, ApiError> {
+    who.require(Role::Operator)?;
     let Json(req) = body.map_err(json_error)?;
     ops::override_level(&state, &who, req).await?;
     Ok(Json(ops::status(&state)))

@@ -345,6 +345,15 @@ pub fn described() -> Vec<(&'static str, &'static str)> {
     operations().iter().map(|o| (o.method, o.path)).collect()
 }
 
+/// (method, path, least role) of every operation (`none`: no token), for
+/// the role tests.
+pub fn roles() -> Vec<(&'static str, &'static str, &'static str)> {
+    operations()
+        .iter()
+        .map(|o| (o.method, o.path, o.role))
+        .collect()
+}
+
 /// Builds the document.
 pub fn build() -> Value {
     let error = json!({

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use uagate_config::{IngressRule, TrustedOwner};
-use uagate_store::{CertInfo, CertKind, CertSummary};
+use uagate_store::{CertInfo, CertKind, CertSummary, Role};
 
 use crate::api::json_error;
 use crate::auth::Authed;
@@ -54,6 +54,7 @@ pub async fn owner_put(
     who: Authed,
     body: Result<Json<OwnerRequest>, JsonRejection>,
 ) -> Result<Json<ConfigChange>, ApiError> {
+    who.require(Role::Admin)?;
     let Json(req) = body.map_err(json_error)?;
     let owner = TrustedOwner {
         key: req.key,
@@ -71,6 +72,7 @@ pub async fn owner_delete(
     who: Authed,
     Path(key): Path<String>,
 ) -> Result<Json<ConfigChange>, ApiError> {
+    who.require(Role::Admin)?;
     Ok(Json(ops::remove_owner(&state, &who, &key).await?))
 }
 
@@ -89,6 +91,7 @@ pub async fn ingress_add(
     who: Authed,
     body: Result<Json<IngressRule>, JsonRejection>,
 ) -> Result<Json<ConfigChange>, ApiError> {
+    who.require(Role::Admin)?;
     let Json(rule) = body.map_err(json_error)?;
     Ok(Json(ops::add_ingress(&state, &who, rule).await?))
 }
@@ -99,6 +102,7 @@ pub async fn ingress_delete(
     who: Authed,
     Path(index): Path<usize>,
 ) -> Result<Json<ConfigChange>, ApiError> {
+    who.require(Role::Admin)?;
     Ok(Json(ops::remove_ingress(&state, &who, index).await?))
 }
 
@@ -200,6 +204,7 @@ pub async fn certificate_add(
     Query(q): Query<KindQuery>,
     body: Bytes,
 ) -> Result<(StatusCode, Json<CertView>), ApiError> {
+    who.require(Role::Operator)?;
     let kind = q.kind.as_deref().unwrap_or("trusted");
     let c = ops::add_certificate(&state, &who, &body, kind).await?;
     Ok((StatusCode::CREATED, Json(c.into())))
@@ -212,6 +217,7 @@ pub async fn certificate_trust(
     who: Authed,
     Path(thumbprint): Path<String>,
 ) -> Result<Json<CertView>, ApiError> {
+    who.require(Role::Operator)?;
     Ok(Json(
         ops::trust_rejected(&state, &who, &thumbprint).await?.into(),
     ))
@@ -224,6 +230,7 @@ pub async fn certificate_delete(
     who: Authed,
     Path(thumbprint): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    who.require(Role::Operator)?;
     ops::remove_certificate(&state, &who, &thumbprint).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -234,6 +241,7 @@ pub async fn crl_add(
     who: Authed,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
+    who.require(Role::Operator)?;
     ops::add_crl(&state, &who, &body).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -285,6 +293,7 @@ pub async fn field_put(
     who: Authed,
     body: Result<Json<uagate_config::FieldServer>, JsonRejection>,
 ) -> Result<Json<ConfigChange>, ApiError> {
+    who.require(Role::Operator)?;
     let Json(field) = body.map_err(json_error)?;
     Ok(Json(ops::upsert_field(&state, &who, field).await?))
 }
@@ -295,6 +304,7 @@ pub async fn field_delete(
     who: Authed,
     Path(name): Path<String>,
 ) -> Result<Json<ConfigChange>, ApiError> {
+    who.require(Role::Operator)?;
     Ok(Json(ops::remove_field(&state, &who, &name).await?))
 }
 
@@ -313,6 +323,7 @@ pub async fn field_test(
     who: Authed,
     Path(name): Path<String>,
 ) -> Result<Json<Vec<ops::ProbeView>>, ApiError> {
+    who.require(Role::Operator)?;
     Ok(Json(ops::probe_field(&state, &who, &name).await?))
 }
 
@@ -322,6 +333,7 @@ pub async fn field_failover(
     who: Authed,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    who.require(Role::Operator)?;
     ops::force_failover(&state, &who, &name).await?;
     Ok(StatusCode::ACCEPTED)
 }
@@ -337,6 +349,7 @@ pub async fn session_delete(
     who: Authed,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    who.require(Role::Operator)?;
     ops::close_session(&state, &who, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

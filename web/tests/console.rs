@@ -720,3 +720,106 @@ async fn the_openapi_document_describes_every_api_route() {
     }
     f.stop().await;
 }
+
+#[tokio::test]
+async fn every_api_route_needs_a_token_and_its_role() {
+    let f = Fixture::start().await;
+    let viewer = f.token("viewer").await;
+    let operator = f.token("operator").await;
+    let rank = |r: &str| match r {
+        "viewer" => 0,
+        "operator" => 1,
+        "admin" => 2,
+        _ => -1,
+    };
+    for (method, path, role) in uagate_web::openapi::roles() {
+        let uri = path
+            .replace("{key}", "k")
+            .replace("{index}", "0")
+            .replace("{name}", "n")
+            .replace("{thumbprint}", "00")
+            .replace("{id}", "i");
+        let m = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let (s, body, _) = f
+            .call(json_request(m.clone(), &uri, None, Value::Null))
+            .await;
+        if role == "none" {
+            assert_ne!(s, StatusCode::UNAUTHORIZED, "{method} {uri} needs no token");
+            continue;
+        }
+        assert_eq!(
+            s,
+            StatusCode::UNAUTHORIZED,
+            "{method} {uri} without a token: {body}"
+        );
+        // A lesser role is refused before the body is even looked at.
+        for (token, has) in [(&viewer, "viewer"), (&operator, "operator")] {
+            if rank(has) >= rank(role) {
+                continue;
+            }
+            let (s, body, _) = f
+                .call(json_request(m.clone(), &uri, Some(token), Value::Null))
+                .await;
+            assert_eq!(
+                (s, body["code"].as_str()),
+                (StatusCode::FORBIDDEN, Some("forbidden")),
+                "{method} {uri} as {has}: {body}"
+            );
+        }
+    }
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn every_page_needs_a_session() {
+    let f = Fixture::start().await;
+    for uri in [
+        "/",
+        "/limits",
+        "/owners",
+        "/service-level",
+        "/maintenance",
+        "/fields",
+        "/certificates",
+        "/sessions",
+        "/users",
+        "/audit",
+    ] {
+        let (s, _, h) = f.call(get(uri, None)).await;
+        assert_eq!(s, StatusCode::SEE_OTHER, "{uri}");
+        assert!(h[header::LOCATION]
+            .to_str()
+            .unwrap()
+            .starts_with("/login?next="));
+    }
+    for uri in [
+        "/limits",
+        "/limits/preview",
+        "/owners",
+        "/owners/remove",
+        "/ingress",
+        "/ingress/remove",
+        "/service-level",
+        "/service-level/clear",
+        "/maintenance",
+        "/certificates/trust",
+        "/certificates/remove",
+        "/users",
+        "/users/role",
+        "/users/password",
+        "/users/remove",
+        "/fields",
+        "/fields/remove",
+        "/fields/test",
+        "/fields/failover",
+        "/sessions/close",
+    ] {
+        let (s, _, h) = f.call(form(uri, &[("x", "1")], None)).await;
+        assert_eq!(s, StatusCode::SEE_OTHER, "POST {uri}");
+        assert!(
+            h[header::LOCATION].to_str().unwrap().starts_with("/login"),
+            "POST {uri}"
+        );
+    }
+    f.stop().await;
+}
