@@ -330,3 +330,67 @@ async fn service_level_override_applies_only_while_running() {
     admin.close().await;
     gw.stop().await;
 }
+
+/// The console's drain: a maintenance state requested with `drain` refuses
+/// new sessions even when the configuration does not; existing sessions
+/// keep working, and the drain survives a restart with the state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_maintenance_state_refuses_new_sessions() {
+    let gw = TestGateway::start("").await;
+    let (existing, et) = gw.anon_session("existing").await;
+    gw.engine()
+        .change_server_state(
+            "console-user",
+            uagate_server::health::RequestedState {
+                state: opcua_types::ServerState::Suspended,
+                estimated_return_time: return_time(),
+                seconds_till_shutdown: 0,
+                reason: opcua_types::LocalizedText::new("", "swap"),
+                drain: true,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(gw.engine().draining());
+    let newcomer = gw
+        .chan(
+            "newcomer",
+            opcua_crypto::SecurityPolicy::None,
+            opcua_types::MessageSecurityMode::None,
+        )
+        .await;
+    let refused = newcomer.create_session(60_000.0).await;
+    assert_eq!(
+        refused.err().map(|e| e.status()),
+        Some(StatusCode::BadServerHalted)
+    );
+    assert_eq!(existing.read_status(&et).await, StatusCode::Good);
+    // Persisted with the state: the stored request says drain.
+    let stored = gw
+        .engine()
+        .store()
+        .setting("server.requested_state")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(stored.contains("\"drain\":true"), "{stored}");
+    // Running again: sessions are accepted.
+    gw.engine()
+        .change_server_state(
+            "console-user",
+            uagate_server::health::RequestedState {
+                state: opcua_types::ServerState::Running,
+                estimated_return_time: DateTime::null(),
+                seconds_till_shutdown: 0,
+                reason: opcua_types::LocalizedText::null(),
+                drain: false,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!gw.engine().draining());
+    assert!(newcomer.create_session(60_000.0).await.is_ok());
+    newcomer.close().await;
+    existing.close().await;
+    gw.stop().await;
+}
