@@ -95,6 +95,23 @@ impl Chrome {
     }
 }
 
+impl Chrome {
+    /// The chrome of a page shown after `error` (if any), and the HTTP
+    /// status the page is answered with.
+    fn with_error(
+        who: &Authed,
+        title: &'static str,
+        active: &'static str,
+        notice: Option<String>,
+        error: Option<ApiError>,
+    ) -> (Chrome, StatusCode) {
+        let mut chrome = Chrome::new(who, title, active, notice);
+        let status = error.as_ref().map(status_of).unwrap_or(StatusCode::OK);
+        chrome.error = error.map(|e| e.to_string());
+        (chrome, status)
+    }
+}
+
 /// A logged-in console user. A request without a valid session is sent
 /// to the login page (htmx requests get `HX-Redirect`).
 pub struct Viewer(pub Authed);
@@ -824,9 +841,7 @@ async fn render_owners_editing(
         Ok(c) => c,
         Err(e) => return error_page(e),
     };
-    let mut chrome = Chrome::new(who, "Trusted owners", "/owners", flash);
-    let status = error.as_ref().map(status_of).unwrap_or(StatusCode::OK);
-    chrome.error = error.map(|e| e.to_string());
+    let (chrome, status) = Chrome::with_error(who, "Trusted owners", "/owners", flash, error);
     let editing = edit.and_then(|k| {
         config
             .isolation
@@ -947,6 +962,19 @@ pub async fn owners(
     r
 }
 
+/// After a change on the owners page: back to it with what the change
+/// did, or the page again with the error.
+async fn owners_outcome(
+    state: &WebState,
+    who: &Authed,
+    result: Result<ops::ConfigChange, ApiError>,
+) -> Response {
+    match result {
+        Ok(change) => done("/owners", &change_notice(&change)),
+        Err(e) => render_owners(state, who, None, Some(e)).await,
+    }
+}
+
 /// `POST /owners` form: add or replace an owner.
 #[derive(Debug, Deserialize)]
 pub struct OwnerForm {
@@ -983,10 +1011,7 @@ pub async fn owner_save(
         ops::upsert_owner(&state, &who, owner, ingress).await
     }
     .await;
-    match result {
-        Ok(change) => done("/owners", &change_notice(&change)),
-        Err(e) => render_owners(&state, &who, None, Some(e)).await,
-    }
+    owners_outcome(&state, &who, result).await
 }
 
 /// `POST /owners/remove` form.
@@ -1006,10 +1031,7 @@ pub async fn owner_remove(
         ops::remove_owner(&state, &who, &f.key).await
     }
     .await;
-    match result {
-        Ok(change) => done("/owners", &change_notice(&change)),
-        Err(e) => render_owners(&state, &who, None, Some(e)).await,
-    }
+    owners_outcome(&state, &who, result).await
 }
 
 /// `POST /ingress` form: `target` is `owner:<key>` or `class:<name>`.
@@ -1051,10 +1073,7 @@ pub async fn ingress_add(
         ops::add_ingress(&state, &who, rule).await
     }
     .await;
-    match result {
-        Ok(change) => done("/owners", &change_notice(&change)),
-        Err(e) => render_owners(&state, &who, None, Some(e)).await,
-    }
+    owners_outcome(&state, &who, result).await
 }
 
 /// `POST /ingress/remove` form.
@@ -1074,10 +1093,7 @@ pub async fn ingress_remove(
         ops::remove_ingress(&state, &who, f.index).await
     }
     .await;
-    match result {
-        Ok(change) => done("/owners", &change_notice(&change)),
-        Err(e) => render_owners(&state, &who, None, Some(e)).await,
-    }
+    owners_outcome(&state, &who, result).await
 }
 
 // ------------------------------------------------------------ ServiceLevel
@@ -1095,9 +1111,7 @@ fn render_level(
     flash: Option<String>,
     error: Option<ApiError>,
 ) -> Response {
-    let mut chrome = Chrome::new(who, "ServiceLevel", "/service-level", flash);
-    let status = error.as_ref().map(status_of).unwrap_or(StatusCode::OK);
-    chrome.error = error.map(|e| e.to_string());
+    let (chrome, status) = Chrome::with_error(who, "ServiceLevel", "/service-level", flash, error);
     page(
         &LevelPage {
             chrome,
@@ -1192,9 +1206,7 @@ fn render_maintenance(
     confirm: Option<Confirm>,
     error: Option<ApiError>,
 ) -> Response {
-    let mut chrome = Chrome::new(who, "Maintenance", "/maintenance", flash);
-    let status = error.as_ref().map(status_of).unwrap_or(StatusCode::OK);
-    chrome.error = error.map(|e| e.to_string());
+    let (chrome, status) = Chrome::with_error(who, "Maintenance", "/maintenance", flash, error);
     page(
         &MaintenancePage {
             chrome,
@@ -1329,9 +1341,7 @@ async fn render_certificates(
         }
     }
     let crl_count = state.store.crls().await.map(|c| c.len()).unwrap_or(0);
-    let mut chrome = Chrome::new(who, "Certificates", "/certificates", flash);
-    let status = error.as_ref().map(status_of).unwrap_or(StatusCode::OK);
-    chrome.error = error.map(|e| e.to_string());
+    let (chrome, status) = Chrome::with_error(who, "Certificates", "/certificates", flash, error);
     let t = CertificatesPage {
         chrome,
         app_cert: uagate_store::describe_certificate(&state.engine.application_certificate()).ok(),
@@ -1486,9 +1496,7 @@ async fn render_users(
         Ok(u) => u.into_iter().map(|(n, r)| (n, r.as_str())).collect(),
         Err(e) => return error_page(e.into()),
     };
-    let mut chrome = Chrome::new(who, "Users", "/users", flash);
-    let status = error.as_ref().map(status_of).unwrap_or(StatusCode::OK);
-    chrome.error = error.map(|e| e.to_string());
+    let (chrome, status) = Chrome::with_error(who, "Users", "/users", flash, error);
     page(
         &UsersPage {
             chrome,
@@ -1823,9 +1831,7 @@ async fn render_fields(
             (f.name.clone(), h)
         })
         .collect();
-    let mut chrome = Chrome::new(who, "Field connections", "/fields", flash);
-    let status = error.as_ref().map(status_of).unwrap_or(StatusCode::OK);
-    chrome.error = error.map(|e| e.to_string());
+    let (chrome, status) = Chrome::with_error(who, "Field connections", "/fields", flash, error);
     page(
         &FieldsPage {
             operator: who.can(Role::Operator),
@@ -1958,9 +1964,7 @@ fn render_sessions(
     flash: Option<String>,
     error: Option<ApiError>,
 ) -> Response {
-    let mut chrome = Chrome::new(who, "Sessions", "/sessions", flash);
-    let status = error.as_ref().map(status_of).unwrap_or(StatusCode::OK);
-    chrome.error = error.map(|e| e.to_string());
+    let (chrome, status) = Chrome::with_error(who, "Sessions", "/sessions", flash, error);
     page(
         &SessionsPage {
             chrome,

@@ -687,6 +687,15 @@ async fn field_connections_sessions_and_secrets() {
     f.stop().await;
 }
 
+/// A described path with its parameters filled in.
+fn concrete(path: &str) -> String {
+    path.replace("{key}", "k")
+        .replace("{index}", "0")
+        .replace("{name}", "n")
+        .replace("{thumbprint}", "00")
+        .replace("{id}", "i")
+}
+
 #[tokio::test]
 async fn the_openapi_document_describes_every_api_route() {
     let f = Fixture::start().await;
@@ -700,12 +709,7 @@ async fn the_openapi_document_describes_every_api_route() {
             "{method} {path} missing from the document"
         );
         // Every described operation is routed (not a 404/405 from the router).
-        let uri = path
-            .replace("{key}", "k")
-            .replace("{index}", "0")
-            .replace("{name}", "n")
-            .replace("{thumbprint}", "00")
-            .replace("{id}", "i");
+        let uri = concrete(path);
         let m = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         let (s, body, _) = f
             .call(json_request(m, &uri, Some(&admin), Value::Null))
@@ -733,12 +737,7 @@ async fn every_api_route_needs_a_token_and_its_role() {
         _ => -1,
     };
     for (method, path, role) in uagate_web::openapi::roles() {
-        let uri = path
-            .replace("{key}", "k")
-            .replace("{index}", "0")
-            .replace("{name}", "n")
-            .replace("{thumbprint}", "00")
-            .replace("{id}", "i");
+        let uri = concrete(path);
         let m = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         let (s, body, _) = f
             .call(json_request(m.clone(), &uri, None, Value::Null))

@@ -1267,17 +1267,7 @@ async fn connect(
     let url = paths.get(first).map(String::as_str).unwrap_or_default();
     let s = &inner.settings;
     let su = &inner.setup;
-    let client = ClientBuilder::new()
-        .application_name(su.application_name.clone())
-        .application_uri(su.application_uri.clone())
-        .product_uri("urn:uagate")
-        .pki_dir(su.pki_dir.clone())
-        .create_sample_keypair(false)
-        // The server certificate is checked against the gateway's trust
-        // list below (exact certificate); the channel is then bound to it.
-        .trust_server_certs(true)
-        .verify_server_certs(false)
-        .session_retry_limit(0)
+    let client = base_client(su)
         .recreate_subscriptions(false)
         .request_timeout(s.request_timeout)
         .session_timeout(u32::try_from(s.session_timeout.as_millis()).unwrap_or(u32::MAX))
@@ -1933,6 +1923,23 @@ fn filter_of(key: &ItemKey) -> ExtensionObject {
     })
 }
 
+/// The gateway's client identity for a field server connection or probe.
+/// The server certificate is checked against the gateway's trust list by
+/// the caller (exact certificate); the channel is then bound to it, so
+/// the library's own checks are off. No retries: the reconnect policy
+/// decides.
+fn base_client(su: &ClientSetup) -> ClientBuilder {
+    ClientBuilder::new()
+        .application_name(su.application_name.clone())
+        .application_uri(su.application_uri.clone())
+        .product_uri("urn:uagate")
+        .pki_dir(su.pki_dir.clone())
+        .create_sample_keypair(false)
+        .trust_server_certs(true)
+        .verify_server_certs(false)
+        .session_retry_limit(0)
+}
+
 /// Asks one URL for its endpoints and checks the certificate of the one
 /// the configuration would use (see [`FieldConnection::probe`]).
 async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Duration) -> Probe {
@@ -1945,17 +1952,7 @@ async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Durati
         matches_config: false,
         certificate: None,
     };
-    let client = ClientBuilder::new()
-        .application_name(su.application_name.clone())
-        .application_uri(su.application_uri.clone())
-        .product_uri("urn:uagate")
-        .pki_dir(su.pki_dir.clone())
-        .create_sample_keypair(false)
-        .trust_server_certs(true)
-        .verify_server_certs(false)
-        .session_retry_limit(0)
-        .request_timeout(timeout)
-        .client();
+    let client = base_client(su).request_timeout(timeout).client();
     let client = match client {
         Ok(c) => c,
         Err(e) => {
