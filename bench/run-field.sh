@@ -37,6 +37,8 @@
 #
 # Usage: bench/run-field.sh [READ_SECS] [FANOUT_SECS]    (default 10 30)
 # Env:   SESSIONS=16 REPEAT=2 WARMUP=2 (read) NOTIFY_WARMUP=5
+#        PERF=1: record a flat `perf` profile of the gateway in each gateway
+#        read cell ($OUT/perf-REP-SET.data; read it with `perf report -i`)
 #        READ_SETS="8 1"  node sets per read cell: 8 = the eight Simulation
 #                 variables with a Value, 1 = Simulation.Setpoint only
 #        FANOUT="10x100 100x10"  DIRECT_FANOUT="10x100" (empty to skip)
@@ -154,6 +156,11 @@ if [ "${SKIP_READ:-0}" != 1 ]; then
                 gateway) url=$GW_URL pid=$GW_PID extra=(--field-pid "$SIM_PID") ;;
                 esac
                 echo "read run $rep: $target, $SESSIONS sessions, $set node(s)/request, ${READ_SECS} s" >&2
+                # PERF=1: a flat CPU profile of the gateway during its measured window.
+                if [ "${PERF:-0}" = 1 ] && [ "$target" = gateway ] && command -v perf >/dev/null; then
+                    (sleep "$WARMUP"; perf record -q -g -F 1999 -p "$GW_PID" -o "$OUT/perf-$rep-$set.data" \
+                        -- sleep "$READ_SECS" >/dev/null 2>&1) &
+                fi
                 # shellcheck disable=SC2046
                 if ! $CLIENT_PIN "$BIN/uagate-bench" --endpoint "$url" --pki "$PKI" \
                     --sessions "$SESSIONS" --duration "$READ_SECS" --warmup "$WARMUP" \
