@@ -238,7 +238,7 @@ test("the console end to end", async (t) => {
     await page.fill("#maintenance-reason", "firmware update");
     await page.click("#maintenance-submit");
     await page.waitForSelector("#confirm");
-    assert.match(await page.textContent("#confirm-summary"), /suspended/);
+    assert.match(await page.textContent("#confirm-summary"), /suspended.*Reason: firmware update/s);
     // Nothing changed before the confirmation.
     assert.deepEqual(await uaRead(), { service_level: 255, state: 0 });
     await shot(page, "08-maintenance-confirm");
