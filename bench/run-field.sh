@@ -158,7 +158,7 @@ if [ "${SKIP_READ:-0}" != 1 ]; then
                 echo "read run $rep: $target, $SESSIONS sessions, $set node(s)/request, ${READ_SECS} s" >&2
                 # PERF=1: a flat CPU profile of the gateway during its measured window.
                 if [ "${PERF:-0}" = 1 ] && [ "$target" = gateway ] && command -v perf >/dev/null; then
-                    (sleep "$WARMUP"; perf record -q -g -F 1999 -p "$GW_PID" -o "$OUT/perf-$rep-$set.data" \
+                    (sleep "$WARMUP"; perf record -q ${PERF_ARGS:--g} -F 1999 -p "$GW_PID" -o "$OUT/perf-$rep-$set.data" \
                         -- sleep "$READ_SECS" >/dev/null 2>&1) &
                 fi
                 # shellcheck disable=SC2046

@@ -32,7 +32,9 @@ pub const RETRY_AFTER: Duration = Duration::from_millis(250);
 
 /// A queued request and the charges it holds until it is answered.
 pub(crate) struct Job {
-    chan: ChannelInfo,
+    /// Shared with the connection: a request holds a reference, not a copy
+    /// (a copy made every job, and every spawned future, kilobytes larger).
+    chan: std::sync::Arc<ChannelInfo>,
     request_id: u32,
     request: Box<RequestMessage>,
     caller: Caller,
@@ -220,7 +222,7 @@ impl Engine {
     /// when it cannot be queued (BadServerTooBusy with RetryAfterMs).
     pub(crate) fn submit(
         &self,
-        chan: &ChannelInfo,
+        chan: &std::sync::Arc<ChannelInfo>,
         request_id: u32,
         request: Box<RequestMessage>,
         claim: Option<FlowClaim>,
@@ -252,7 +254,7 @@ impl Engine {
         };
         let weight = admission.weight(&caller);
         let job = Job {
-            chan: chan.clone(),
+            chan: std::sync::Arc::clone(chan),
             request_id,
             request,
             caller: caller.clone(),

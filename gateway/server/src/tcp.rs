@@ -289,7 +289,7 @@ pub(crate) async fn drive_transport<T: Transport>(
     let mut in_flight: usize = 0;
     // Who this channel's requests are charged to, and its weight.
     let mut owner: Option<(crate::admission::Caller, u32)> = None;
-    let mut info: Option<ChannelInfo> = None;
+    let mut info: Option<Arc<ChannelInfo>> = None;
     // The pipeline claim of the last read (fair scheduling), and the wait
     // while the owner is at its share.
     let mut read_claim: Option<crate::dispatch::FlowClaim> = None;
@@ -335,7 +335,7 @@ pub(crate) async fn drive_transport<T: Transport>(
                         owner = Some((caller, weight));
                         // The handshake is over: its stage slot is released.
                         admitted.handshake = None;
-                        info = Some(i);
+                        info = Some(Arc::new(i));
                         engine.responders.lock().insert(id, responder.clone());
                         // Set before accept_open: frames buffered behind the
                         // OPN are processed as soon as the channel is open.
@@ -593,7 +593,7 @@ impl ReassemblyBudget for ReassemblyLeases {
     }
 }
 
-fn finish(engine: &Engine, info: Option<ChannelInfo>) {
+fn finish(engine: &Engine, info: Option<Arc<ChannelInfo>>) {
     if let Some(i) = info {
         engine.responders.lock().remove(&i.channel_id);
         engine.dispatcher.channel_closed(i.channel_id);
