@@ -37,17 +37,8 @@ echo "building release binaries..." >&2
 (cd "$ROOT" && cargo build --release -p uagate-bench --bin uagate-bench-fairness >&2)
 BIN="$ROOT/target/release"
 
-SERVER_PID=""
-FLOOD_PID=""
-cleanup() {
-    for p in $FLOOD_PID $SERVER_PID; do
-        kill "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    FLOOD_PID=""
-    SERVER_PID=""
-}
-trap cleanup EXIT INT TERM
+# Background processes stopped on exit, and `start` (waits for READY).
+. "$ROOT/bench/lib.sh"
 
 cat >"$OUT/uagate.toml" <<CFG
 [listen]
@@ -65,18 +56,16 @@ mode = "balanced"
 CFG
 "$BIN/uagate" --data "$OUT/data" config import "$OUT/uagate.toml" >&2
 printf 'bench-console-pass\n' | "$BIN/uagate" --data "$OUT/data" user add bench --role viewer >&2
-RUST_LOG="${RUST_LOG:-warn}" $SERVER_PIN "$BIN/uagate" --data "$OUT/data" run \
-    >"$OUT/uagate.out" 2>"$OUT/uagate.err" &
-SERVER_PID=$!
-url="" console=""
-for _ in $(seq 1 600); do
-    url="$(sed -n 's/^READY opc.tcp=//p' "$OUT/uagate.out" | head -n1)"
+RUST_LOG="${RUST_LOG:-warn}" start uagate $SERVER_PIN "$BIN/uagate" --data "$OUT/data" run
+SERVER_PID=$STARTED_PID
+url=$STARTED_URL
+console=""
+for _ in $(seq 1 100); do
     console="$(sed -n 's/^CONSOLE //p' "$OUT/uagate.out" | head -n1)"
-    [ -n "$url" ] && [ -n "$console" ] && break
-    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$OUT/uagate.err" >&2; exit 1; }
+    [ -n "$console" ] && break
     sleep 0.1
 done
-[ -n "$console" ] || { echo "uagate did not become ready" >&2; exit 1; }
+[ -n "$console" ] || { echo "uagate printed no CONSOLE line" >&2; exit 1; }
 CA="$OUT/data/tls/cert.pem"
 probe() { $CLIENT_PIN "$PY" "$ROOT/bench/console_latency.py" "$console" "$CA" bench bench-console-pass "$SECS" "$1"; }
 
@@ -89,11 +78,11 @@ $CLIENT_PIN "$BIN/uagate-bench-fairness" --endpoint "$url" \
     --server-pid "$SERVER_PID" --clk-tck "$(getconf CLK_TCK 2>/dev/null || echo 100)" \
     >"$OUT/flood.json" 2>"$OUT/flood.err" &
 FLOOD_PID=$!
+PIDS+=("$FLOOD_PID")
 # Past the flood's solo phase and warm-up: both owners are flooding.
 sleep 4
 probe flood >"$OUT/flooded.json"
 wait "$FLOOD_PID" || { echo "flood client failed: $(tail -n 3 "$OUT/flood.err")" >&2; }
-FLOOD_PID=""
 
 "$PY" - "$OUT/idle.json" "$OUT/flooded.json" "$OUT/flood.json" <<'PY'
 import json, sys
