@@ -312,12 +312,17 @@ fn token_of(headers: &HeaderMap) -> Option<(&str, bool)> {
 }
 
 fn cookie_token(headers: &HeaderMap) -> Option<&str> {
+    cookie_value(headers, COOKIE)
+}
+
+/// The value of the cookie `name` of a request.
+pub(crate) fn cookie_value<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get_all(axum::http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+        .find_map(|c| c.trim().strip_prefix(name)?.strip_prefix('='))
 }
 
 impl FromRequestParts<WebState> for Authed {
@@ -327,9 +332,17 @@ impl FromRequestParts<WebState> for Authed {
         if let Some(a) = parts.extensions.get::<Authed>() {
             return Ok(a.clone());
         }
-        let (token, via_cookie) = token_of(&parts.headers).ok_or(ApiError::Unauthenticated)?;
-        let mut who = state.keys.verify(token)?;
-        who.via_cookie = via_cookie;
+        let mut who = match parts.extensions.get::<CookieSession>() {
+            // The guard already checked this request's cookie token.
+            Some(CookieSession(a)) => a.clone(),
+            None => {
+                let (token, via_cookie) =
+                    token_of(&parts.headers).ok_or(ApiError::Unauthenticated)?;
+                let mut who = state.keys.verify(token)?;
+                who.via_cookie = via_cookie;
+                who
+            }
+        };
         // The stored role wins: a demoted or removed user loses access now.
         who.role = state
             .store
@@ -341,6 +354,11 @@ impl FromRequestParts<WebState> for Authed {
         Ok(who)
     }
 }
+
+/// The cookie session the guard verified, handed to the [`Authed`]
+/// extractor so the token is checked once per request.
+#[derive(Clone)]
+struct CookieSession(Authed);
 
 /// Paths whose unsafe requests need no CSRF token (they carry no session:
 /// logging in and first-start setup).
@@ -379,6 +397,9 @@ pub async fn guard(
     };
     let mut req = req;
     if let Some(who) = &session {
+        let mut verified = who.clone();
+        verified.via_cookie = true;
+        req.extensions_mut().insert(CookieSession(verified));
         if unsafe_method && !CSRF_EXEMPT.contains(&req.uri().path()) {
             match csrf_ok(req, &who.csrf).await {
                 Ok(r) => req = r,
@@ -387,7 +408,18 @@ pub async fn guard(
         }
     }
     let poll = req.headers().contains_key(POLL_HEADER);
+    // A page that showed the one-shot notice of a redirect clears it.
+    let had_flash =
+        !unsafe_method && !poll && cookie_value(req.headers(), crate::pages::FLASH).is_some();
     let mut resp = next.run(req).await;
+    if had_flash && resp.status().is_success() {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&format!(
+            "{}=; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=0",
+            crate::pages::FLASH
+        )) {
+            resp.headers_mut().append(axum::http::header::SET_COOKIE, v);
+        }
+    }
     if let Some(who) = session {
         let half = TOKEN_LIFETIME.as_secs() / 2;
         let renew = !poll

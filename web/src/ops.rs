@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::WebState;
 
 /// One field connection in `GET /api/v1/status`.
-#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FieldView {
     /// The configured name (mounted as Objects/<name>).
     pub name: String,
@@ -241,9 +241,8 @@ pub async fn apply_config(
     new: Config,
 ) -> Result<ConfigChange, ApiError> {
     let _serial = state.config_lock.lock().await;
-    let mut new = new;
-    restore_secrets(&mut new, &stored_config(state).await?)?;
-    apply_locked(state, who, new).await
+    let previous = stored_config(state).await?;
+    apply_locked(state, who, &previous, new).await
 }
 
 /// Changes the stored document with `edit` and applies it like
@@ -254,19 +253,24 @@ pub async fn edit_config(
     edit: impl FnOnce(&mut Config) -> Result<(), ApiError>,
 ) -> Result<ConfigChange, ApiError> {
     let _serial = state.config_lock.lock().await;
-    let mut config = stored_config(state).await?;
+    let previous = stored_config(state).await?;
+    let mut config = previous.clone();
     edit(&mut config)?;
-    apply_locked(state, who, config).await
+    apply_locked(state, who, &previous, config).await
 }
 
+/// Validates `new` against the stored `previous` (passwords sent as
+/// [`KEEP_PASSWORD`] are taken from it), stores and applies it. Called
+/// with the configuration lock held.
 async fn apply_locked(
     state: &WebState,
     who: &Authed,
-    new: Config,
+    previous: &Config,
+    mut new: Config,
 ) -> Result<ConfigChange, ApiError> {
+    restore_secrets(&mut new, previous)?;
     new.validate().map_err(config_error)?;
-    let previous = stored_config(state).await?;
-    let report = uagate_server::classify_change(&previous, &new).map_err(plan_error)?;
+    let report = uagate_server::classify_change(previous, &new).map_err(plan_error)?;
     if report.is_empty() {
         return Ok(ConfigChange {
             live: Vec::new(),
@@ -649,25 +653,45 @@ pub async fn audit_entries(
 ) -> Result<Vec<uagate_store::ChangeLogEntry>, ApiError> {
     let mut keep: std::collections::VecDeque<uagate_store::ChangeLogEntry> =
         std::collections::VecDeque::with_capacity(limit + 1);
-    let mut after = 0;
+    scan_log(state, 0, actor, kind, |e| {
+        if before.is_some_and(|b| e.seq >= b) {
+            return false;
+        }
+        keep.push_back(e);
+        if keep.len() > limit {
+            keep.pop_front();
+        }
+        true
+    })
+    .await?;
+    Ok(keep.into_iter().rev().collect())
+}
+
+/// Feeds the change-log entries after `after`, oldest first, of one actor
+/// and/or whose kind starts with `kind`, to `take` until it returns
+/// `false`. The filters run here, so the log is read in pages.
+pub async fn scan_log(
+    state: &WebState,
+    mut after: i64,
+    actor: Option<&str>,
+    kind: Option<&str>,
+    mut take: impl FnMut(uagate_store::ChangeLogEntry) -> bool,
+) -> Result<(), ApiError> {
     loop {
         let page = state.store.change_log_since(after, 1000).await?;
-        let Some(last) = page.last() else { break };
+        let Some(last) = page.last() else {
+            return Ok(());
+        };
         after = last.seq;
         for e in page {
-            if before.is_some_and(|b| e.seq >= b)
-                || actor.is_some_and(|a| a != e.actor)
-                || kind.is_some_and(|k| !e.kind.starts_with(k))
-            {
+            if actor.is_some_and(|a| a != e.actor) || kind.is_some_and(|k| !e.kind.starts_with(k)) {
                 continue;
             }
-            keep.push_back(e);
-            if keep.len() > limit {
-                keep.pop_front();
+            if !take(e) {
+                return Ok(());
             }
         }
     }
-    Ok(keep.into_iter().rev().collect())
 }
 
 /// The settings a `setting.set` of the configuration document changed:
@@ -838,7 +862,6 @@ pub async fn upsert_field(
 ) -> Result<ConfigChange, ApiError> {
     who.require(Role::Operator)?;
     edit_config(state, who, |c| {
-        let stored = c.clone();
         let servers = &mut c.field_servers;
         match servers
             .iter_mut()
@@ -847,7 +870,7 @@ pub async fn upsert_field(
             Some(f) => *f = field,
             None => servers.push(field),
         }
-        restore_secrets(c, &stored)
+        Ok(())
     })
     .await
 }
@@ -1032,13 +1055,8 @@ pub async fn close_session(state: &WebState, who: &Authed, id: &str) -> Result<(
     who.require(Role::Operator)?;
     let name = state
         .engine
-        .session_list()
-        .into_iter()
-        .find(|s| s.id == id)
-        .map(|s| s.name);
-    if !state.engine.close_session_by_id(id) {
-        return Err(ApiError::NotFound(format!("no session {id}")));
-    }
+        .close_session_by_id(id)
+        .ok_or_else(|| ApiError::NotFound(format!("no session {id}")))?;
     state
         .store
         .record_event(

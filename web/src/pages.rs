@@ -28,7 +28,7 @@ use crate::ops::{self, StatusView};
 use crate::WebState;
 
 /// Cookie that carries a one-shot notice across a post-redirect-get.
-const FLASH: &str = "uagate_flash";
+pub(crate) const FLASH: &str = "uagate_flash";
 
 /// The navigation, in order: (path, label, least role).
 const NAV: &[(&str, &str, Role)] = &[
@@ -172,14 +172,9 @@ fn done(to: &str, notice: &str) -> Response {
     r
 }
 
-/// The one-shot notice of a redirect, if any (the page clears it).
+/// The one-shot notice of a redirect, if any (the guard clears it).
 fn take_flash(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|c| c.trim().strip_prefix(FLASH)?.strip_prefix('='))
+    crate::auth::cookie_value(headers, FLASH)
         .filter(|v| !v.is_empty())
         .and_then(|v| {
             serde_urlencoded::from_str::<Vec<(String, String)>>(&format!("n={v}"))
@@ -190,20 +185,11 @@ fn take_flash(headers: &HeaderMap) -> Option<String> {
         })
 }
 
-/// Renders a template into a response (clearing a shown notice).
-fn page(t: &impl Template, status: StatusCode, cleared_flash: bool) -> Response {
+/// Renders a template into a response. (A notice shown from the flash
+/// cookie is cleared by [`crate::auth::guard`] for every page.)
+fn page(t: &impl Template, status: StatusCode) -> Response {
     match t.render() {
-        Ok(body) => {
-            let mut r = (status, Html(body)).into_response();
-            if cleared_flash {
-                if let Ok(v) = HeaderValue::from_str(&format!(
-                    "{FLASH}=; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=0"
-                )) {
-                    r.headers_mut().append(header::SET_COOKIE, v);
-                }
-            }
-            r
-        }
+        Ok(body) => (status, Html(body)).into_response(),
         Err(e) => error_page(ApiError::internal(e)),
     }
 }
@@ -260,7 +246,7 @@ pub async fn login_form(State(state): State<WebState>, Query(q): Query<NextQuery
         next: safe_next(q.next.as_deref()),
         setup_pending: state.setup_code.lock().is_some(),
     };
-    page(&t, StatusCode::OK, false)
+    page(&t, StatusCode::OK)
 }
 
 /// Only local console paths are followed after login (no open redirect).
@@ -297,7 +283,7 @@ pub async fn login_submit(
                 next: safe_next(f.next.as_deref()),
                 setup_pending: state.setup_code.lock().is_some(),
             };
-            page(&t, status_of(&e), false)
+            page(&t, status_of(&e))
         }
     }
 }
@@ -327,7 +313,6 @@ pub async fn setup_form(State(state): State<WebState>) -> Response {
             error: None,
         },
         StatusCode::OK,
-        false,
     )
 }
 
@@ -349,7 +334,6 @@ pub async fn setup_submit(
                 }),
             },
             StatusCode::FORBIDDEN,
-            false,
         ),
     }
 }
@@ -453,12 +437,11 @@ pub async fn dashboard(
     headers: HeaderMap,
 ) -> Response {
     let flash = take_flash(&headers);
-    let cleared = flash.is_some();
     let t = DashboardPage {
         chrome: Chrome::new(&who, "Dashboard", "/", flash),
         live: live(&state).await,
     };
-    page(&t, StatusCode::OK, cleared)
+    page(&t, StatusCode::OK)
 }
 
 /// `GET /partials/dashboard`: the live part, refreshed by htmx.
@@ -468,7 +451,6 @@ pub async fn dashboard_partial(State(state): State<WebState>, _who: Viewer) -> R
             live: live(&state).await,
         },
         StatusCode::OK,
-        false,
     )
 }
 
@@ -544,8 +526,8 @@ impl LimitsForm {
         }
     }
 
-    fn from_fields(fields: &[(String, String)], base: &Config) -> LimitsForm {
-        let defaults = stage_defaults(base);
+    /// The posted values (without placeholders; see [`Self::with_defaults`]).
+    fn from_fields(fields: &[(String, String)]) -> LimitsForm {
         let get = |k: &str| {
             fields
                 .iter()
@@ -559,9 +541,8 @@ impl LimitsForm {
             max_tracked_owners: get("max_tracked_owners"),
             stages: Stage::ALL
                 .iter()
-                .zip(defaults)
-                .map(|(s, defaults)| StageForm {
-                    defaults,
+                .map(|s| StageForm {
+                    defaults: Default::default(),
                     name: s.name(),
                     key: s.key(),
                     capacity: get(&format!("{}.capacity", s.key())),
@@ -572,6 +553,15 @@ impl LimitsForm {
                 })
                 .collect(),
         }
+    }
+
+    /// The form with the profile's values of `base` as placeholders; only
+    /// a whole page shows them.
+    fn with_defaults(mut self, base: &Config) -> LimitsForm {
+        for (stage, defaults) in self.stages.iter_mut().zip(stage_defaults(base)) {
+            stage.defaults = defaults;
+        }
+        self
     }
 
     /// `base` with this form's isolation settings; a value that is not a
@@ -691,7 +681,6 @@ pub async fn limits(
     headers: HeaderMap,
 ) -> Response {
     let flash = take_flash(&headers);
-    let cleared = flash.is_some();
     let config = match ops::stored_config(&state).await {
         Ok(c) => c,
         Err(e) => return error_page(e),
@@ -703,7 +692,7 @@ pub async fn limits(
         form: LimitsForm::of(&config),
         preview: Preview::of(Ok(config), false),
     };
-    page(&t, StatusCode::OK, cleared)
+    page(&t, StatusCode::OK)
 }
 
 /// `POST /limits/preview`: the plan of the form's values without storing
@@ -719,8 +708,8 @@ pub async fn limits_preview(
         Ok(c) => c,
         Err(e) => return error_page(e),
     };
-    let form = LimitsForm::from_fields(&fields, &base);
-    let candidate = form.apply_to(base);
+    let form = LimitsForm::from_fields(&fields);
+    let candidate = form.apply_to(base.clone());
     if headers.contains_key("hx-request") {
         return page(
             &PlanPartial {
@@ -728,9 +717,9 @@ pub async fn limits_preview(
                 chrome_admin: who.can(Role::Admin),
             },
             StatusCode::OK,
-            false,
         );
     }
+    let form = form.with_defaults(&base);
     let t = LimitsPage {
         chrome_admin: who.can(Role::Admin),
         chrome: Chrome::new(&who, "Limits", "/limits", None),
@@ -738,7 +727,7 @@ pub async fn limits_preview(
         form,
         preview: Preview::of(candidate, false),
     };
-    page(&t, StatusCode::OK, false)
+    page(&t, StatusCode::OK)
 }
 
 /// `POST /limits`: applies the form (admin). Says which changes took
@@ -749,8 +738,7 @@ pub async fn limits_apply(
     Viewer(who): Viewer,
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Response {
-    let stored = ops::stored_config(&state).await.unwrap_or_default();
-    let form = LimitsForm::from_fields(&fields, &stored);
+    let form = LimitsForm::from_fields(&fields);
     let result = async {
         who.require(Role::Admin)?;
         let base = ops::stored_config(&state).await?;
@@ -761,17 +749,21 @@ pub async fn limits_apply(
     match result {
         Ok(change) => done("/limits", &change_notice(&change)),
         Err(e) => {
-            let base = ops::stored_config(&state).await.ok();
-            let preview = match base {
-                Some(b) => Preview::of(form.apply_to(b), false),
-                None => Preview {
-                    lines: Vec::new(),
-                    error: None,
-                    oob: false,
-                },
+            let (form, preview) = match ops::stored_config(&state).await {
+                Ok(base) => {
+                    let preview = Preview::of(form.apply_to(base.clone()), false);
+                    (form.with_defaults(&base), preview)
+                }
+                Err(_) => (
+                    form,
+                    Preview {
+                        lines: Vec::new(),
+                        error: None,
+                        oob: false,
+                    },
+                ),
             };
-            let mut chrome = Chrome::new(&who, "Limits", "/limits", None);
-            chrome.error = Some(e.to_string());
+            let (chrome, status) = Chrome::with_error(&who, "Limits", "/limits", None, Some(e));
             let t = LimitsPage {
                 chrome_admin: who.can(Role::Admin),
                 chrome,
@@ -779,7 +771,7 @@ pub async fn limits_apply(
                 form,
                 preview,
             };
-            page(&t, status_of(&e), false)
+            page(&t, status)
         }
     }
 }
@@ -882,7 +874,7 @@ async fn render_owners_editing(
             })
             .collect(),
     };
-    page(&t, status, false)
+    page(&t, status)
 }
 
 /// `stage reserved [hard]` lines.
@@ -950,16 +942,7 @@ pub async fn owners(
     Query(q): Query<EditQuery>,
 ) -> Response {
     let flash = take_flash(&headers);
-    let cleared = flash.is_some();
-    let mut r = render_owners_editing(&state, &who, flash, None, q.edit.as_deref()).await;
-    if cleared {
-        if let Ok(v) = HeaderValue::from_str(&format!(
-            "{FLASH}=; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=0"
-        )) {
-            r.headers_mut().append(header::SET_COOKIE, v);
-        }
-    }
-    r
+    render_owners_editing(&state, &who, flash, None, q.edit.as_deref()).await
 }
 
 /// After a change on the owners page: back to it with what the change
@@ -1118,7 +1101,6 @@ fn render_level(
             status: ops::status(state),
         },
         status,
-        false,
     )
 }
 
@@ -1215,7 +1197,6 @@ fn render_maintenance(
             confirm,
         },
         status,
-        false,
     )
 }
 
@@ -1353,7 +1334,7 @@ async fn render_certificates(
         lists,
         crl_count,
     };
-    page(&t, status, false)
+    page(&t, status)
 }
 
 /// `GET /certificates`.
@@ -1504,7 +1485,6 @@ async fn render_users(
             roles: ["viewer", "operator", "admin"],
         },
         status,
-        false,
     )
 }
 
@@ -1723,7 +1703,6 @@ pub async fn audit(
             older,
         },
         StatusCode::OK,
-        false,
     )
 }
 
@@ -1848,7 +1827,6 @@ async fn render_fields(
             template: FIELD_TEMPLATE,
         },
         status,
-        false,
     )
 }
 
@@ -1871,7 +1849,6 @@ pub async fn fields_partial(State(state): State<WebState>, Viewer(who): Viewer) 
             csrf: who.csrf.clone(),
         },
         StatusCode::OK,
-        false,
     )
 }
 
@@ -1971,7 +1948,6 @@ fn render_sessions(
             sessions: ops::sessions(state),
         },
         status,
-        false,
     )
 }
 

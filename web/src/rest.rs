@@ -269,17 +269,7 @@ pub async fn fields(
             .field_servers
             .into_iter()
             .map(|f| {
-                let status = live
-                    .iter()
-                    .find(|v| v.name == f.name)
-                    .map(|v| ops::FieldView {
-                        name: v.name.clone(),
-                        state: v.state.clone(),
-                        active_endpoint: v.active_endpoint.clone(),
-                        service_level: v.service_level,
-                        reconnect_count: v.reconnect_count,
-                        failover_count: v.failover_count,
-                    });
+                let status = live.iter().find(|v| v.name == f.name).cloned();
                 FieldEntry { config: f, status }
             })
             .collect(),

@@ -169,22 +169,14 @@ pub async fn audit(
     Query(q): Query<AuditQuery>,
 ) -> Result<Json<Vec<AuditEntry>>, ApiError> {
     who.require(Role::Admin)?;
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let limit = usize::try_from(q.limit.unwrap_or(100).clamp(1, 1000)).unwrap_or(100);
     let mut out = Vec::new();
-    let mut after = q.after.max(0);
-    // Filtering happens here, so read in pages until the answer is full.
-    loop {
-        let page = state.store.change_log_since(after, 1000).await?;
-        let Some(last) = page.last() else { break };
-        after = last.seq;
-        for e in page {
-            if q.actor.as_ref().is_some_and(|a| *a != e.actor)
-                || q.kind
-                    .as_ref()
-                    .is_some_and(|k| !e.kind.starts_with(k.as_str()))
-            {
-                continue;
-            }
+    crate::ops::scan_log(
+        &state,
+        q.after.max(0),
+        q.actor.as_deref(),
+        q.kind.as_deref(),
+        |e| {
             out.push(AuditEntry {
                 seq: e.seq,
                 actor: e.actor,
@@ -192,10 +184,9 @@ pub async fn audit(
                 kind: e.kind,
                 payload: crate::ops::redact_payload(&e.payload),
             });
-            if out.len() as i64 >= limit {
-                return Ok(Json(out));
-            }
-        }
-    }
+            out.len() < limit
+        },
+    )
+    .await?;
     Ok(Json(out))
 }

@@ -360,25 +360,20 @@ impl Engine {
 
     /// Closes the session with this SessionId (as printed by
     /// [`Engine::session_list`]); its subscriptions go with it and its next
-    /// request gets BadSessionIdInvalid. `false` when there is no such
-    /// session.
-    pub fn close_session_by_id(&self, id: &str) -> bool {
-        let Ok(id) = id.parse::<opcua_types::NodeId>() else {
-            return false;
-        };
+    /// request gets BadSessionIdInvalid. Returns the closed session's client
+    /// name, `None` when there is no such session.
+    pub fn close_session_by_id(&self, id: &str) -> Option<String> {
+        let id = id.parse::<opcua_types::NodeId>().ok()?;
         let (closed, count) = {
             let mut sessions = self.sessions.lock();
             let closed = sessions.remove_by_session_id(&id);
             (closed, sessions.len())
         };
-        let Some(session) = closed else {
-            return false;
-        };
+        let session = closed?;
         tracing::info!(session = %session.id, "session closed by an operator");
-        drop(session);
         self.publish_session_count(count);
         self.subs_changed.notify_one();
-        true
+        Some(session.name)
     }
 
     /// Requests per service and status, their latencies, and open
