@@ -55,46 +55,62 @@ pub const SERVICES: [&str; 31] = [
 /// The transports, in index order.
 pub const TRANSPORTS: [&str; 3] = ["opc.tcp", "opc.wss", "opc.https"];
 
-/// The index in [`SERVICES`] of a request.
+/// The position of `name` in [`SERVICES`] (`other` when absent);
+/// evaluated at compile time for each arm of [`service_index`].
+const fn index_of(name: &str) -> usize {
+    let mut i = 0;
+    while i < SERVICES.len() {
+        let (a, b) = (SERVICES[i].as_bytes(), name.as_bytes());
+        if a.len() == b.len() {
+            let mut k = 0;
+            while k < a.len() && a[k] == b[k] {
+                k += 1;
+            }
+            if k == a.len() {
+                return i;
+            }
+        }
+        i += 1;
+    }
+    SERVICES.len() - 1
+}
+
+/// The index in [`SERVICES`] of a request (called for every request).
 pub fn service_index(r: &RequestMessage) -> usize {
     use RequestMessage as M;
-    let name = match r {
-        M::GetEndpoints(_) => "GetEndpoints",
-        M::FindServers(_) => "FindServers",
-        M::CreateSession(_) => "CreateSession",
-        M::ActivateSession(_) => "ActivateSession",
-        M::CloseSession(_) => "CloseSession",
-        M::Cancel(_) => "Cancel",
-        M::Browse(_) => "Browse",
-        M::BrowseNext(_) => "BrowseNext",
-        M::TranslateBrowsePathsToNodeIds(_) => "TranslateBrowsePathsToNodeIds",
-        M::RegisterNodes(_) => "RegisterNodes",
-        M::UnregisterNodes(_) => "UnregisterNodes",
-        M::Read(_) => "Read",
-        M::Write(_) => "Write",
-        M::HistoryRead(_) => "HistoryRead",
-        M::Call(_) => "Call",
-        M::CreateSubscription(_) => "CreateSubscription",
-        M::ModifySubscription(_) => "ModifySubscription",
-        M::SetPublishingMode(_) => "SetPublishingMode",
-        M::DeleteSubscriptions(_) => "DeleteSubscriptions",
-        M::Republish(_) => "Republish",
-        M::TransferSubscriptions(_) => "TransferSubscriptions",
-        M::CreateMonitoredItems(_) => "CreateMonitoredItems",
-        M::ModifyMonitoredItems(_) => "ModifyMonitoredItems",
-        M::DeleteMonitoredItems(_) => "DeleteMonitoredItems",
-        M::SetMonitoringMode(_) => "SetMonitoringMode",
-        M::SetTriggering(_) => "SetTriggering",
-        M::Publish(_) => "Publish",
-        M::HistoryUpdate(_) => "HistoryUpdate",
-        M::QueryFirst(_) => "QueryFirst",
-        M::AddNodes(_) => "AddNodes",
-        _ => "other",
-    };
-    SERVICES
-        .iter()
-        .position(|s| *s == name)
-        .unwrap_or(SERVICES.len() - 1)
+    match r {
+        M::GetEndpoints(_) => const { index_of("GetEndpoints") },
+        M::FindServers(_) => const { index_of("FindServers") },
+        M::CreateSession(_) => const { index_of("CreateSession") },
+        M::ActivateSession(_) => const { index_of("ActivateSession") },
+        M::CloseSession(_) => const { index_of("CloseSession") },
+        M::Cancel(_) => const { index_of("Cancel") },
+        M::Browse(_) => const { index_of("Browse") },
+        M::BrowseNext(_) => const { index_of("BrowseNext") },
+        M::TranslateBrowsePathsToNodeIds(_) => const { index_of("TranslateBrowsePathsToNodeIds") },
+        M::RegisterNodes(_) => const { index_of("RegisterNodes") },
+        M::UnregisterNodes(_) => const { index_of("UnregisterNodes") },
+        M::Read(_) => const { index_of("Read") },
+        M::Write(_) => const { index_of("Write") },
+        M::HistoryRead(_) => const { index_of("HistoryRead") },
+        M::Call(_) => const { index_of("Call") },
+        M::CreateSubscription(_) => const { index_of("CreateSubscription") },
+        M::ModifySubscription(_) => const { index_of("ModifySubscription") },
+        M::SetPublishingMode(_) => const { index_of("SetPublishingMode") },
+        M::DeleteSubscriptions(_) => const { index_of("DeleteSubscriptions") },
+        M::Republish(_) => const { index_of("Republish") },
+        M::TransferSubscriptions(_) => const { index_of("TransferSubscriptions") },
+        M::CreateMonitoredItems(_) => const { index_of("CreateMonitoredItems") },
+        M::ModifyMonitoredItems(_) => const { index_of("ModifyMonitoredItems") },
+        M::DeleteMonitoredItems(_) => const { index_of("DeleteMonitoredItems") },
+        M::SetMonitoringMode(_) => const { index_of("SetMonitoringMode") },
+        M::SetTriggering(_) => const { index_of("SetTriggering") },
+        M::Publish(_) => const { index_of("Publish") },
+        M::HistoryUpdate(_) => const { index_of("HistoryUpdate") },
+        M::QueryFirst(_) => const { index_of("QueryFirst") },
+        M::AddNodes(_) => const { index_of("AddNodes") },
+        _ => SERVICES.len() - 1,
+    }
 }
 
 /// The index in [`TRANSPORTS`] of a URL scheme.
@@ -138,9 +154,8 @@ pub struct ServiceStats {
 }
 
 impl Stats {
-    /// Records one answered request (called for every answer the engine
-    /// produces; a queued Publish is recorded when it is answered later
-    /// only through its count of zero here).
+    /// Records one answered request; called for every answer the engine
+    /// produces at once (a Publish answered later is not recorded).
     pub fn observe(&self, service: usize, status: StatusCode, took: Duration) {
         let Some(l) = self.latency.get(service) else {
             return;
@@ -273,6 +288,9 @@ mod tests {
 
     #[test]
     fn answers_are_counted_by_service_status_and_latency() {
+        for (i, name) in SERVICES.iter().enumerate() {
+            assert_eq!(index_of(name), i, "{name}");
+        }
         let s = Stats::default();
         let read = SERVICES.iter().position(|n| *n == "Read").unwrap();
         s.observe(read, StatusCode::Good, Duration::from_micros(300));
