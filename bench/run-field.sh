@@ -40,9 +40,14 @@
 #        PERF=1: record a flat `perf` profile of the gateway in each gateway
 #        read cell ($OUT/perf-REP-SET.data; read it with `perf report -i`)
 #        READ_SETS="8 1"  node sets per read cell: 8 = the eight Simulation
-#                 variables with a Value, 1 = Simulation.Setpoint only
+#                 variables with a Value, 1 = Simulation.Setpoint only,
+#                 local = Server_ServerStatus_CurrentTime (i=2258), which each
+#                 side serves itself: the gateway's own cost of a request
+#                 without the proxy, for comparison with the 1-node cell
 #        FANOUT="10x100 100x10"  DIRECT_FANOUT="10x100" (empty to skip)
 #        SAMPLING_MS=100 PUBLISHING_MS=100
+#        GW_ENV="VAR=value ..."  extra environment for the gateway only
+#        (e.g. UAGATE_EVENT_INTERVAL=61)
 #        SKIP_READ=1 / SKIP_FANOUT=1   OUT=<dir> (default: a new temp dir)
 # This is a measurement, not a test: nothing here asserts on timings.
 set -euo pipefail
@@ -117,7 +122,7 @@ EOF
 "$BIN/uagate" --data "$DATA" config import "$OUT/uagate.toml" >&2
 "$BIN/uagate" --data "$DATA" trust add "$CLIENT_CERT" >&2
 "$BIN/uagate" --data "$DATA" trust add "$OUT/sim-pki/own/cert.der" >&2
-RUST_LOG="${RUST_LOG:-warn}" start gateway $GW_PIN "$BIN/uagate" --data "$DATA" run
+RUST_LOG="${RUST_LOG:-warn}" start gateway $GW_PIN env ${GW_ENV:-} "$BIN/uagate" --data "$DATA" run
 GW_PID=$STARTED_PID
 GW_URL=$STARTED_URL
 echo "field server $SIM_URL (pid $SIM_PID), gateway $GW_URL (pid $GW_PID), pinning: $PIN" >&2
@@ -128,6 +133,7 @@ node_args() {
            printf -- '--node %s;s=Simulation.%s ' "$NSU" "$id"
        done ;;
     1) printf -- '--node %s;s=Simulation.Setpoint ' "$NSU" ;;
+    local) printf -- '--node i=2258 ' ;;
     *) echo "unknown read set $1" >&2; exit 2 ;;
     esac
 }
@@ -170,7 +176,7 @@ if [ "${SKIP_READ:-0}" != 1 ]; then
                     echo "  FAILED: $(tail -n 3 "$OUT/read-last.err" | tr '\n' ' ')" >&2
                     printf '{"label":"%s","failed":true}\n' "$target" >"$OUT/read-last.json"
                 fi
-                sed "s/^{/{\"rep\":$rep,\"set\":$set,/" "$OUT/read-last.json" >>"$READ_RESULTS"
+                sed "s/^{/{\"rep\":$rep,\"set\":\"$set\",/" "$OUT/read-last.json" >>"$READ_RESULTS"
                 tail -n 1 "$READ_RESULTS" >&2
                 # Let the servers drop the closed sessions (the simulator allows 20).
                 sleep 2
@@ -221,7 +227,7 @@ reads = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 fan = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 f = lambda v, d=2: "n/a" if v is None else f"{v:.{d}f}"
 if reads:
-    print("| run | nodes/req | path | sessions | req/s | ratio gw/direct | p50 ms | p99 ms | errors | gateway CPU s | field server CPU s | field CPU µs/req | client CPU s |")
+    print("| run | node set | path | sessions | req/s | ratio gw/direct | p50 ms | p99 ms | errors | gateway CPU s | field server CPU s | field CPU µs/req | client CPU s |")
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     direct = {(r["rep"], r["set"]): r for r in reads if r["label"] == "direct" and not r.get("failed")}
     for r in reads:
@@ -235,7 +241,7 @@ if reads:
         else:
             gw_cpu, field_cpu = f(r["server_cpu_s"]), r.get("field_cpu_s")
         per_req = "n/a" if field_cpu is None or not r["requests"] else f"{field_cpu * 1e6 / r['requests']:.0f}"
-        print(f"| {r['rep']} | {r['nodes_per_request']} | {r['label']} | {r['sessions']} | {r['req_per_s']:.0f} | {ratio} | "
+        print(f"| {r['rep']} | {r['set']} | {r['label']} | {r['sessions']} | {r['req_per_s']:.0f} | {ratio} | "
               f"{r['p50_us']/1000:.2f} | {r['p99_us']/1000:.2f} | {r['errors']} | {gw_cpu} | {f(field_cpu)} | {per_req} | {f(r['client_cpu_s'])} |")
     print()
 if fan:

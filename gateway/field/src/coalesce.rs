@@ -8,7 +8,9 @@
 //! are handed back to each caller in its own order. At most
 //! [`MAX_IN_FLIGHT`] merged Reads are outstanding per session, so a busy
 //! session batches more rather than queueing more requests at the field
-//! server.
+//! server; and while others are outstanding, a new batch waits a few
+//! runtime turns ([`GATHER_TURNS`]) for Reads already on their way. An idle
+//! field session sends a Read at once.
 //!
 //! Only Reads without operation-level diagnostics are merged: a merged
 //! response's string table would carry other callers' texts.
@@ -25,15 +27,57 @@ use tokio_util::sync::CancellationToken;
 
 /// Merged Reads outstanding per field session. Two kept the gateway
 /// waiting on the field server's round trip under load (bench/run-field.sh:
-/// 0.67-0.75x of direct); four keep both busy (0.71-0.81x) while a merged
-/// Read still carries several callers' operations.
+/// 0.67-0.75x of direct); four keep both busy while a merged Read still
+/// carries several callers' operations. Since batches are gathered
+/// (see [`GATHER_TURNS`]), eight in flight measured no better than four.
 pub const MAX_IN_FLIGHT: usize = 4;
+
+/// Runtime turns the merger waits, at most, for more Reads to join a batch
+/// while other merged Reads are in flight (see `merge_loop`). Each turn
+/// lets every other ready task run once and polls the sockets every few
+/// tasks (the runtime's event interval). One turn merged 2 Reads per
+/// southbound Read at 16 sessions, 8 turns about 5.7, which halved the
+/// southbound sends; 32 turns added latency and lowered throughput
+/// (BENCHMARKS.md, issue 6).
+pub const GATHER_TURNS: usize = 8;
 
 /// Operations per merged Read when the field server sets no limit.
 const DEFAULT_MAX_NODES: usize = 5_000;
 
 /// Waiting Reads per field session; beyond it callers wait for room.
 const QUEUE: usize = 1_024;
+
+/// Where merged Reads are sent: the field session (the unit tests use a
+/// stand-in that holds Reads until they release them).
+pub trait ReadTarget: Send + Sync + 'static {
+    /// Sends one Read of `nodes` and returns its results, one per node in
+    /// order; `Err` when the Read failed as a whole.
+    fn read(
+        &self,
+        key: ReadKey,
+        nodes: Vec<ReadValueId>,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<Vec<DataValue>, StatusCode>> + Send;
+}
+
+impl ReadTarget for Session {
+    async fn read(
+        &self,
+        key: ReadKey,
+        nodes: Vec<ReadValueId>,
+        timeout: Duration,
+    ) -> Result<Vec<DataValue>, StatusCode> {
+        Read::new(self)
+            .nodes_to_read(nodes)
+            .timestamps_to_return(key.timestamps)
+            .max_age(key.max_age)
+            .timeout(timeout)
+            .send(self.channel())
+            .await
+            .map(|r| r.results.unwrap_or_default())
+            .map_err(|e| e.status())
+    }
+}
 
 /// What must be equal for two Reads to be merged.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -67,11 +111,12 @@ pub struct ReadStats {
 }
 
 impl ReadCoalescer {
-    /// Starts the merger for `session`, whose Reads may hold `max_nodes`
-    /// operations (0 = no limit) and time out after `timeout`. It stops when
-    /// `lost` is cancelled or the coalescer is dropped.
-    pub fn start(
-        session: Arc<Session>,
+    /// Starts the merger for `session` (the field session; a test's
+    /// stand-in in unit tests), whose Reads may hold `max_nodes` operations
+    /// (0 = no limit) and time out after `timeout`. It stops when `lost` is
+    /// cancelled or the coalescer is dropped.
+    pub fn start<T: ReadTarget>(
+        session: Arc<T>,
         max_nodes: u32,
         timeout: Duration,
         lost: CancellationToken,
@@ -127,8 +172,8 @@ impl ReadCoalescer {
     }
 }
 
-async fn merge_loop(
-    session: Arc<Session>,
+async fn merge_loop<T: ReadTarget>(
+    session: Arc<T>,
     mut rx: mpsc::Receiver<Job>,
     max_nodes: usize,
     timeout: Duration,
@@ -160,28 +205,62 @@ async fn merge_loop(
                 _ = &mut lost => return,
             },
         };
-        let key = first.key;
-        let mut count = first.nodes.len();
-        let mut batch = vec![first];
-        while count < max_nodes {
-            match rx.try_recv() {
-                Ok(job) if job.key == key && count + job.nodes.len() <= max_nodes => {
-                    count += job.nodes.len();
-                    batch.push(job);
-                }
-                Ok(job) => {
-                    carry = Some(job);
-                    break;
-                }
-                Err(_) => break,
+        let mut batch = Batch::new(first);
+        carry = batch.take_waiting(&mut rx, max_nodes);
+        // While the field server is busy with other merged Reads, give Reads
+        // that are already on their way (decoded, or in socket buffers) a few
+        // turns of the runtime to join this batch; an idle field server gets
+        // the Read at once. A yield lets every other ready task run and the
+        // sockets be polled once, so it costs no timer and adds no latency
+        // beyond the work that was queued anyway.
+        for _ in 0..GATHER_TURNS {
+            let field_idle = in_flight.available_permits() + 1 >= MAX_IN_FLIGHT;
+            if field_idle || carry.is_some() || batch.count >= max_nodes {
+                break;
             }
+            tokio::task::yield_now().await;
+            carry = batch.take_waiting(&mut rx, max_nodes);
         }
         let session = session.clone();
         stats.sent.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             let _permit = permit;
-            send_merged(&session, key, batch, count, timeout).await;
+            send_merged(&*session, batch, timeout).await;
         });
+    }
+}
+
+/// The Reads gathered into one southbound Read.
+struct Batch {
+    key: ReadKey,
+    jobs: Vec<Job>,
+    /// Operations in `jobs`.
+    count: usize,
+}
+
+impl Batch {
+    fn new(first: Job) -> Batch {
+        Batch {
+            key: first.key,
+            count: first.nodes.len(),
+            jobs: vec![first],
+        }
+    }
+
+    /// Adds the waiting Reads that fit; returns the first one that does not
+    /// (other key, or too many operations), which starts the next batch.
+    fn take_waiting(&mut self, rx: &mut mpsc::Receiver<Job>, max_nodes: usize) -> Option<Job> {
+        while self.count < max_nodes {
+            match rx.try_recv() {
+                Ok(job) if job.key == self.key && self.count + job.nodes.len() <= max_nodes => {
+                    self.count += job.nodes.len();
+                    self.jobs.push(job);
+                }
+                Ok(job) => return Some(job),
+                Err(_) => return None,
+            }
+        }
+        None
     }
 }
 
@@ -200,13 +279,12 @@ impl Drop for StatsReport {
 }
 
 /// Sends one Read for every job of `batch` and answers each with its share.
-async fn send_merged(
-    session: &Session,
-    key: ReadKey,
-    batch: Vec<Job>,
-    count: usize,
-    timeout: Duration,
-) {
+async fn send_merged<T: ReadTarget>(target: &T, batch: Batch, timeout: Duration) {
+    let Batch {
+        key,
+        jobs: batch,
+        count,
+    } = batch;
     let mut nodes = Vec::with_capacity(count);
     let mut jobs = Vec::with_capacity(batch.len());
     for job in batch {
@@ -214,22 +292,13 @@ async fn send_merged(
         nodes.extend(job.nodes);
         jobs.push((n, job.reply));
     }
-    let result = Read::new(session)
-        .nodes_to_read(nodes)
-        .timestamps_to_return(key.timestamps)
-        .max_age(key.max_age)
-        .timeout(timeout)
-        .send(session.channel())
-        .await
-        .map_err(|e| e.status())
-        .and_then(|r| {
-            let values = r.results.unwrap_or_default();
-            if values.len() == count {
-                Ok(values)
-            } else {
-                Err(StatusCode::BadUnexpectedError)
-            }
-        });
+    let result = target.read(key, nodes, timeout).await.and_then(|values| {
+        if values.len() == count {
+            Ok(values)
+        } else {
+            Err(StatusCode::BadUnexpectedError)
+        }
+    });
     match result {
         Ok(values) => {
             let mut values = values.into_iter();
@@ -242,5 +311,179 @@ async fn send_merged(
                 let _ = reply.send(Err(st));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opcua_types::{NodeId, Variant};
+    use parking_lot::Mutex;
+
+    /// A field session stand-in: records each Read it is sent (its node
+    /// ids) and answers every node with its own numeric id as the value,
+    /// once the test releases it.
+    #[derive(Default)]
+    struct HeldTarget {
+        sent: Mutex<Vec<Vec<u32>>>,
+        release: tokio::sync::Notify,
+        held: std::sync::atomic::AtomicBool,
+    }
+
+    impl ReadTarget for HeldTarget {
+        async fn read(
+            &self,
+            _key: ReadKey,
+            nodes: Vec<ReadValueId>,
+            _timeout: Duration,
+        ) -> Result<Vec<DataValue>, StatusCode> {
+            let ids: Vec<u32> = nodes.iter().map(|n| id_of(&n.node_id)).collect();
+            self.sent.lock().push(ids.clone());
+            if self.held.load(Ordering::SeqCst) {
+                self.release.notified().await;
+            }
+            Ok(ids
+                .into_iter()
+                .map(|i| DataValue::value_only(Variant::UInt32(i)))
+                .collect())
+        }
+    }
+
+    fn id_of(n: &NodeId) -> u32 {
+        match &n.identifier {
+            opcua_types::Identifier::Numeric(i) => *i,
+            other => panic!("numeric ids only: {other:?}"),
+        }
+    }
+
+    fn nodes(ids: &[u32]) -> Vec<ReadValueId> {
+        ids.iter()
+            .map(|i| ReadValueId::from(NodeId::new(1, *i)))
+            .collect()
+    }
+
+    fn values(r: Result<Vec<DataValue>, StatusCode>) -> Vec<u32> {
+        r.unwrap()
+            .into_iter()
+            .map(|dv| match dv.value {
+                Some(Variant::UInt32(v)) => v,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    const KEY: ReadKey = ReadKey {
+        timestamps: TimestampsToReturn::Both,
+        max_age: 0.0,
+    };
+
+    /// Yields until `cond` holds, at most `turns` times.
+    async fn within(turns: usize, mut cond: impl FnMut() -> bool) {
+        for _ in 0..turns {
+            if cond() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("condition not reached in {turns} turns");
+    }
+
+    /// Yields until `cond` holds (bounded: the merger needs a few turns).
+    async fn until(cond: impl FnMut() -> bool) {
+        within(1_000, cond).await
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_idle_field_session_gets_a_read_at_once_and_busy_ones_gather() {
+        let target = Arc::new(HeldTarget::default());
+        target.held.store(true, Ordering::SeqCst);
+        let lost = CancellationToken::new();
+        let merger = Arc::new(ReadCoalescer::start(
+            target.clone(),
+            0,
+            Duration::from_secs(5),
+            lost.clone(),
+        ));
+        // Nothing in flight: the first Read goes out alone, without waiting
+        // for company.
+        let first = {
+            let m = merger.clone();
+            tokio::spawn(async move { m.read(KEY, nodes(&[1])).await })
+        };
+        within(GATHER_TURNS / 2, || target.sent.lock().len() == 1).await;
+        assert_eq!(target.sent.lock()[0], vec![1]);
+        // While it is in flight, Reads of five callers arriving one after
+        // the other are gathered into one southbound Read, in arrival order.
+        let mut callers = Vec::new();
+        for c in 0..5u32 {
+            let m = merger.clone();
+            let ids = vec![10 * (c + 1), 10 * (c + 1) + 1];
+            callers.push(tokio::spawn(async move {
+                (ids.clone(), m.read(KEY, nodes(&ids)).await)
+            }));
+            tokio::task::yield_now().await;
+        }
+        until(|| target.sent.lock().len() == 2).await;
+        assert_eq!(
+            target.sent.lock()[1],
+            vec![10, 11, 20, 21, 30, 31, 40, 41, 50, 51],
+            "the five Reads were not merged into one"
+        );
+        target.held.store(false, Ordering::SeqCst);
+        target.release.notify_waiters();
+        assert_eq!(values(first.await.unwrap()), vec![1]);
+        // Each caller gets exactly its own values, in its own order.
+        for c in callers {
+            let (ids, got) = c.await.unwrap();
+            assert_eq!(values(got), ids);
+        }
+        assert_eq!(merger.stats(), (6, 2));
+        lost.cancel();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn reads_with_another_key_or_beyond_the_limit_start_a_new_batch() {
+        let target = Arc::new(HeldTarget::default());
+        target.held.store(true, Ordering::SeqCst);
+        let lost = CancellationToken::new();
+        // At most 4 operations per southbound Read.
+        let merger = Arc::new(ReadCoalescer::start(
+            target.clone(),
+            4,
+            Duration::from_secs(5),
+            lost.clone(),
+        ));
+        let read = |key: ReadKey, ids: Vec<u32>| {
+            let m = merger.clone();
+            tokio::spawn(async move { m.read(key, nodes(&ids)).await })
+        };
+        let busy = read(KEY, vec![1]);
+        until(|| target.sent.lock().len() == 1).await;
+        let other_key = ReadKey {
+            timestamps: TimestampsToReturn::Source,
+            max_age: 0.0,
+        };
+        let a = read(KEY, vec![2, 3]);
+        let b = read(KEY, vec![4, 5]);
+        let c = read(KEY, vec![6]);
+        let d = read(other_key, vec![7]);
+        until(|| target.sent.lock().len() == 4).await;
+        assert_eq!(
+            target.sent.lock()[1..].to_vec(),
+            vec![vec![2, 3, 4, 5], vec![6], vec![7]],
+            "a batch stops at the operation limit and at another key"
+        );
+        target.held.store(false, Ordering::SeqCst);
+        target.release.notify_waiters();
+        for (task, want) in [
+            (busy, vec![1]),
+            (a, vec![2, 3]),
+            (b, vec![4, 5]),
+            (c, vec![6]),
+            (d, vec![7]),
+        ] {
+            assert_eq!(values(task.await.unwrap()), want);
+        }
+        lost.cancel();
     }
 }
