@@ -33,13 +33,14 @@ use tokio_util::sync::CancellationToken;
 pub const MAX_IN_FLIGHT: usize = 4;
 
 /// Runtime turns the merger waits, at most, for more Reads to join a batch
-/// while other merged Reads are in flight (see `merge_loop`). Each turn
-/// lets every other ready task run once and polls the sockets every few
-/// tasks (the runtime's event interval). One turn merged 2 Reads per
-/// southbound Read at 16 sessions, 8 turns about 5.7, which halved the
-/// southbound sends; 32 turns added latency and lowered throughput
-/// (BENCHMARKS.md, issue 6).
-pub const GATHER_TURNS: usize = 8;
+/// while other merged Reads are in flight (see `merge_loop`). A turn lasts
+/// until the runtime next polls its sockets (every few tasks, the event
+/// interval), so the wait is bounded by work that was queued anyway.
+/// Measured at 16 sessions (BENCHMARKS.md, issue 6): 1 turn merged 2 Reads
+/// per southbound Read; 8 turns merged 5.7 and suited 1-node Reads, but
+/// delayed 8-node Reads enough to lower their throughput; 2-3 turns were
+/// best for both.
+pub const GATHER_TURNS: usize = 3;
 
 /// Operations per merged Read when the field server sets no limit.
 const DEFAULT_MAX_NODES: usize = 5_000;
@@ -410,10 +411,11 @@ mod tests {
             let m = merger.clone();
             tokio::spawn(async move { m.read(KEY, nodes(&[1])).await })
         };
-        within(GATHER_TURNS / 2, || target.sent.lock().len() == 1).await;
+        within(2, || target.sent.lock().len() == 1).await;
         assert_eq!(target.sent.lock()[0], vec![1]);
-        // While it is in flight, Reads of five callers arriving one after
-        // the other are gathered into one southbound Read, in arrival order.
+        // While it is in flight, Reads of five callers arriving over two
+        // turns of the runtime are gathered into one southbound Read, in
+        // arrival order.
         let mut callers = Vec::new();
         for c in 0..5u32 {
             let m = merger.clone();
@@ -421,7 +423,9 @@ mod tests {
             callers.push(tokio::spawn(async move {
                 (ids.clone(), m.read(KEY, nodes(&ids)).await)
             }));
-            tokio::task::yield_now().await;
+            if c == 2 {
+                tokio::task::yield_now().await;
+            }
         }
         until(|| target.sent.lock().len() == 2).await;
         assert_eq!(
