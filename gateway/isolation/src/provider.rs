@@ -25,7 +25,7 @@
 //!
 //! No clock reads and no tokio here: time is an argument.
 
-use std::collections::{HashMap, HashSet};
+use crate::{FastMap, FastSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -158,7 +158,7 @@ struct StageState {
     control: Pool,
     /// Parallel to `capacity.trusted`.
     trusted: Vec<Pool>,
-    trusted_index: HashMap<OwnerKey, usize>,
+    trusted_index: FastMap<OwnerKey, usize>,
     /// Units held by ordinary-class charges (counted against
     /// `capacity.without_session` when it is set).
     without_session_used: u64,
@@ -243,8 +243,8 @@ struct Entry {
 #[derive(Debug)]
 struct State {
     stages: Vec<StageState>,
-    owners: HashMap<OwnerKey, Entry>,
-    trusted_keys: HashSet<OwnerKey>,
+    owners: FastMap<OwnerKey, Entry>,
+    trusted_keys: FastSet<OwnerKey>,
     general_capacity: usize,
     general_used: usize,
     /// Whether the class keeps an entry (it has a reserve at some stage).
@@ -292,7 +292,7 @@ impl IsolationLimiter {
                 *slot = StageState::new(cap);
             }
         }
-        let mut trusted_keys = HashSet::new();
+        let mut trusted_keys = FastSet::default();
         let mut class_slot_kept = [false; 3];
         for s in &states {
             let c = &s.capacity;
@@ -305,7 +305,7 @@ impl IsolationLimiter {
         IsolationLimiter {
             state: Arc::new(Mutex::new(State {
                 stages: states,
-                owners: HashMap::new(),
+                owners: FastMap::default(),
                 trusted_keys,
                 general_capacity: max_tracked_owners.saturating_sub(kept),
                 general_used: 0,
@@ -747,7 +747,7 @@ pub struct ConnectionRateLimiter {
     shared: Bucket,
     bootstrap: Option<Bucket>,
     reconnect: Option<Bucket>,
-    trusted: HashMap<OwnerKey, Bucket>,
+    trusted: FastMap<OwnerKey, Bucket>,
 }
 
 impl ConnectionRateLimiter {

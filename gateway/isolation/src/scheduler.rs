@@ -22,7 +22,9 @@
 //! (RequestQueue, RequestQueueBytes) are leases from the provider that travel
 //! with the item. Time is an argument (`now`), used for the queued duration.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
+
+use crate::FastMap;
 use std::time::{Duration, Instant};
 
 use crate::owner::OwnerKey;
@@ -87,11 +89,11 @@ pub struct FairScheduler<T> {
     len: usize,
     seq: u64,
     // Fair mode.
-    owners: HashMap<OwnerKey, OwnerQueue<T>>,
+    owners: FastMap<OwnerKey, OwnerQueue<T>>,
     ready: BTreeSet<(u128, u64, OwnerKey)>,
     vtime: u128,
     /// Pass of owners that went idle ahead of virtual time.
-    idle: HashMap<OwnerKey, u128>,
+    idle: FastMap<OwnerKey, u128>,
     idle_prune_at: usize,
     // Fifo mode.
     fifo: VecDeque<(OwnerKey, Queued<T>)>,
@@ -105,10 +107,10 @@ impl<T> FairScheduler<T> {
             capacity,
             len: 0,
             seq: 0,
-            owners: HashMap::new(),
+            owners: FastMap::default(),
             ready: BTreeSet::new(),
             vtime: 0,
-            idle: HashMap::new(),
+            idle: FastMap::default(),
             idle_prune_at: 64,
             fifo: VecDeque::new(),
         }

@@ -25,7 +25,9 @@
 //! Plain data: the caller supplies a waker value `W` per owner (the server
 //! uses a notification handle) and is told whom to wake on every release.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::FastMap;
 use std::time::{Duration, Instant};
 
 use crate::owner::OwnerKey;
@@ -68,7 +70,7 @@ impl<W> Flow<W> {
 pub struct PipelineShares<W> {
     capacity: u64,
     active_weight: u64,
-    flows: HashMap<OwnerKey, Flow<W>>,
+    flows: FastMap<OwnerKey, Flow<W>>,
     /// Owners that became idle, oldest first (stale marks are skipped).
     idle: VecDeque<(Instant, OwnerKey)>,
 }
@@ -79,7 +81,7 @@ impl<W: Clone + Default> PipelineShares<W> {
         PipelineShares {
             capacity: capacity.max(1),
             active_weight: 0,
-            flows: HashMap::new(),
+            flows: FastMap::default(),
             idle: VecDeque::new(),
         }
     }

@@ -4,7 +4,6 @@
 //! free. A Publish that waits for notifications gives its execution slot
 //! back and keeps its parked slot and bytes until it is answered.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,7 +55,7 @@ pub(crate) struct Dispatcher {
     /// Per-owner shares of the request pipeline, enforced where connections
     /// read (fair scheduling only).
     pub(crate) flows: Option<Arc<Flows>>,
-    parked: Mutex<HashMap<(u32, u32), Charges>>,
+    parked: Mutex<uagate_isolation::FastMap<(u32, u32), Charges>>,
 }
 
 /// The pipeline shares with a wake-up handle per owner: connections of an
@@ -165,7 +164,7 @@ impl Dispatcher {
             queue: Mutex::new(FairScheduler::new(mode, capacity)),
             wake: tokio::sync::Notify::new(),
             flows: fair.then(|| Flows::new(pipeline)),
-            parked: Mutex::new(HashMap::new()),
+            parked: Mutex::new(Default::default()),
         }
     }
 

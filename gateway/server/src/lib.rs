@@ -24,7 +24,6 @@ pub mod tls;
 pub mod tls_cert;
 pub mod ws;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::AtomicU32;
@@ -107,7 +106,7 @@ pub struct Engine {
     next_channel_id: AtomicU32,
     /// Where to send responses produced outside the request/response flow
     /// (Publish answered by the subscription timer), by channel id.
-    responders: Mutex<HashMap<u32, mpsc::Sender<dispatch::Reply>>>,
+    responders: Mutex<uagate_isolation::FastMap<u32, mpsc::Sender<dispatch::Reply>>>,
     /// The administrator-requested state and the operator's ServiceLevel override.
     control: Mutex<health::Control>,
     /// Computes ServiceLevel while running normally.
@@ -680,7 +679,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         space: RwLock::new(space),
         throttle: throttle::Throttle::default(),
         next_channel_id: AtomicU32::new(NEXT_CHANNEL_START + 1),
-        responders: Mutex::new(HashMap::from([(NEXT_CHANNEL_START, https_tx)])),
+        responders: Mutex::new([(NEXT_CHANNEL_START, https_tx)].into_iter().collect()),
         control: Mutex::new(health::Control {
             requested: stored_state,
             override_level: None,

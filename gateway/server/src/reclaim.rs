@@ -8,9 +8,9 @@
 //! When a new caller finds the Connection stage full, the longest-quiet
 //! channel is closed to make room.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+use uagate_isolation::FastMap;
 
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -24,7 +24,7 @@ struct Entry {
 #[derive(Default)]
 pub struct Reclaimer {
     next: AtomicU64,
-    conns: Mutex<HashMap<u64, Entry>>,
+    conns: Mutex<FastMap<u64, Entry>>,
 }
 
 impl Reclaimer {
