@@ -378,6 +378,29 @@ mod tests {
         max_age: 0.0,
     };
 
+    impl HeldTarget {
+        /// Answers the held Reads, and later ones at once.
+        fn release_all(&self) {
+            self.held.store(false, Ordering::SeqCst);
+            self.release.notify_waiters();
+        }
+    }
+
+    /// A merger (Reads of at most `max_nodes` operations, 0 = no limit)
+    /// whose target holds every Read until the test releases it.
+    fn held_merger(max_nodes: u32) -> (Arc<HeldTarget>, Arc<ReadCoalescer>, CancellationToken) {
+        let target = Arc::new(HeldTarget::default());
+        target.held.store(true, Ordering::SeqCst);
+        let lost = CancellationToken::new();
+        let merger = ReadCoalescer::start(
+            target.clone(),
+            max_nodes,
+            Duration::from_secs(5),
+            lost.clone(),
+        );
+        (target, Arc::new(merger), lost)
+    }
+
     /// Yields until `cond` holds, at most `turns` times.
     async fn within(turns: usize, mut cond: impl FnMut() -> bool) {
         for _ in 0..turns {
@@ -396,15 +419,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn an_idle_field_session_gets_a_read_at_once_and_busy_ones_gather() {
-        let target = Arc::new(HeldTarget::default());
-        target.held.store(true, Ordering::SeqCst);
-        let lost = CancellationToken::new();
-        let merger = Arc::new(ReadCoalescer::start(
-            target.clone(),
-            0,
-            Duration::from_secs(5),
-            lost.clone(),
-        ));
+        let (target, merger, lost) = held_merger(0);
         // Nothing in flight: the first Read goes out alone, without waiting
         // for company.
         let first = {
@@ -433,8 +448,7 @@ mod tests {
             vec![10, 11, 20, 21, 30, 31, 40, 41, 50, 51],
             "the five Reads were not merged into one"
         );
-        target.held.store(false, Ordering::SeqCst);
-        target.release.notify_waiters();
+        target.release_all();
         assert_eq!(values(first.await.unwrap()), vec![1]);
         // Each caller gets exactly its own values, in its own order.
         for c in callers {
@@ -447,16 +461,8 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn reads_with_another_key_or_beyond_the_limit_start_a_new_batch() {
-        let target = Arc::new(HeldTarget::default());
-        target.held.store(true, Ordering::SeqCst);
-        let lost = CancellationToken::new();
         // At most 4 operations per southbound Read.
-        let merger = Arc::new(ReadCoalescer::start(
-            target.clone(),
-            4,
-            Duration::from_secs(5),
-            lost.clone(),
-        ));
+        let (target, merger, lost) = held_merger(4);
         let read = |key: ReadKey, ids: Vec<u32>| {
             let m = merger.clone();
             tokio::spawn(async move { m.read(key, nodes(&ids)).await })
@@ -477,8 +483,7 @@ mod tests {
             vec![vec![2, 3, 4, 5], vec![6], vec![7]],
             "a batch stops at the operation limit and at another key"
         );
-        target.held.store(false, Ordering::SeqCst);
-        target.release.notify_waiters();
+        target.release_all();
         for (task, want) in [
             (busy, vec![1]),
             (a, vec![2, 3]),
