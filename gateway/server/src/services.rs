@@ -364,9 +364,9 @@ impl Engine {
                     );
                 }
             }
-            session.channel_id = chan.channel_id;
             session.last_activity = Instant::now();
             session.phase = Phase::Active(Active { identity });
+            sessions.bind_channel(&r.request_header.authentication_token, chan.channel_id);
         }
         Ok(ActivateSessionResponse {
             response_header: ResponseHeader::new_good(&r.request_header),

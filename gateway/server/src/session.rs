@@ -60,7 +60,9 @@ pub struct Session {
     pub auth_token: NodeId,
     /// Client-supplied name (diagnostics only).
     pub name: String,
-    /// Secure channel the session is bound to.
+    /// Secure channel the session is bound to. Set at creation; changed
+    /// only through [`Sessions::bind_channel`], which keeps the per-channel
+    /// count.
     pub channel_id: u32,
     /// The client's application certificate from CreateSession (null on None).
     pub client_certificate: ByteString,
@@ -115,6 +117,11 @@ impl Session {
 #[derive(Debug)]
 pub struct Sessions {
     by_token: HashMap<NodeId, Session>,
+    /// Number of sessions bound to each channel, so that a connection can
+    /// ask on every turn of its loop whether it carries a session without a
+    /// scan of every session. Kept by every method that adds, removes or
+    /// rebinds a session (see [`Sessions::bind_channel`]).
+    per_channel: uagate_isolation::FastMap<u32, usize>,
     max: usize,
 }
 
@@ -123,6 +130,7 @@ impl Sessions {
     pub fn new(max: usize) -> Self {
         Sessions {
             by_token: HashMap::new(),
+            per_channel: Default::default(),
             max,
         }
     }
@@ -142,8 +150,35 @@ impl Sessions {
         if self.by_token.len() >= self.max {
             return Err(ServiceError::TooManySessions);
         }
-        self.by_token.insert(session.auth_token.clone(), session);
+        let channel = session.channel_id;
+        if let Some(old) = self.by_token.insert(session.auth_token.clone(), session) {
+            self.uncount(old.channel_id);
+        }
+        *self.per_channel.entry(channel).or_default() += 1;
         Ok(())
+    }
+
+    fn uncount(&mut self, channel_id: u32) {
+        if let Some(n) = self.per_channel.get_mut(&channel_id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_channel.remove(&channel_id);
+            }
+        }
+    }
+
+    /// Binds the session of `token` to channel `channel_id` (ActivateSession
+    /// on a new channel). The only way a session changes channel: it keeps
+    /// the per-channel count right.
+    pub fn bind_channel(&mut self, token: &NodeId, channel_id: u32) {
+        let Some(session) = self.by_token.get_mut(token) else {
+            return;
+        };
+        let old = std::mem::replace(&mut session.channel_id, channel_id);
+        if old != channel_id {
+            self.uncount(old);
+            *self.per_channel.entry(channel_id).or_default() += 1;
+        }
     }
 
     /// The session for a request's authentication token.
@@ -153,9 +188,16 @@ impl Sessions {
             .ok_or(ServiceError::SessionIdInvalid)
     }
 
-    /// Whether any session is bound to channel `channel_id`.
+    /// Whether any session is bound to channel `channel_id`. Called by
+    /// every connection on every turn of its loop; a map lookup.
     pub fn has_channel(&self, channel_id: u32) -> bool {
-        self.by_token.values().any(|s| s.channel_id == channel_id)
+        let bound = self.per_channel.contains_key(&channel_id);
+        debug_assert_eq!(
+            bound,
+            self.by_token.values().any(|s| s.channel_id == channel_id),
+            "per-channel session count out of step (a channel_id changed outside bind_channel?)"
+        );
+        bound
     }
 
     /// Every session, read-only (field item demand).
@@ -183,7 +225,9 @@ impl Sessions {
 
     /// Removes and returns a session.
     pub fn remove(&mut self, token: &NodeId) -> Option<Session> {
-        self.by_token.remove(token)
+        let session = self.by_token.remove(token)?;
+        self.uncount(session.channel_id);
+        Some(session)
     }
 
     /// Removes every session whose timeout elapsed without a request; called
@@ -197,7 +241,7 @@ impl Sessions {
             .collect();
         expired
             .into_iter()
-            .filter_map(|t| self.by_token.remove(&t).map(|s| s.id))
+            .filter_map(|t| self.remove(&t).map(|s| s.id))
             .collect()
     }
 
@@ -209,14 +253,21 @@ impl Sessions {
             .iter()
             .find(|(_, s)| s.id == *id)
             .map(|(t, _)| t.clone())?;
-        self.by_token.remove(&token)
+        self.remove(&token)
     }
 
     /// Drops unactivated sessions of a closed channel (an activated session
     /// outlives its channel until its timeout, so it can be transferred).
     pub fn channel_closed(&mut self, channel_id: u32) {
-        self.by_token
-            .retain(|_, s| s.channel_id != channel_id || s.is_active());
+        let unactivated: Vec<NodeId> = self
+            .by_token
+            .iter()
+            .filter(|(_, s)| s.channel_id == channel_id && !s.is_active())
+            .map(|(t, _)| t.clone())
+            .collect();
+        for t in unactivated {
+            self.remove(&t);
+        }
     }
 }
 
@@ -255,7 +306,28 @@ mod tests {
         let gone = s.expire(t0 + Duration::from_secs(11));
         assert_eq!(gone, vec![NodeId::new(1, 1001u32)]);
         assert_eq!(s.len(), 1);
+        assert!(s.has_channel(1));
         s.channel_closed(1);
         assert!(s.is_empty(), "unactivated sessions die with their channel");
+        assert!(!s.has_channel(1));
+    }
+
+    #[test]
+    fn the_channel_count_follows_inserts_rebinds_and_removals() {
+        let t0 = Instant::now();
+        let mut s = Sessions::new(4);
+        s.insert(session(1, t0, 60)).unwrap();
+        s.insert(session(2, t0, 60)).unwrap();
+        assert!(s.has_channel(1) && !s.has_channel(2));
+        // One session moves to channel 2: both channels carry one.
+        s.bind_channel(&NodeId::new(1, 1u32), 2);
+        assert!(s.has_channel(1) && s.has_channel(2));
+        s.remove(&NodeId::new(1, 2u32)).unwrap();
+        assert!(!s.has_channel(1), "the last session of channel 1 left");
+        assert!(s.has_channel(2));
+        let gone = s.expire(t0 + Duration::from_secs(61));
+        assert_eq!(gone.len(), 1);
+        assert!(!s.has_channel(2));
+        assert!(s.per_channel.is_empty(), "{:?}", s.per_channel);
     }
 }
