@@ -68,6 +68,25 @@ async fn state(chan: &Chan, token: &NodeId) -> i32 {
 }
 
 /// An administrator session on a Basic256Sha256 SignAndEncrypt channel.
+/// Opens a channel for a new client and asserts that its CreateSession is
+/// refused with BadServerHalted (the drained maintenance state); returns
+/// the channel for a later attempt.
+async fn newcomer_refused(gw: &TestGateway) -> Chan {
+    let newcomer = gw
+        .chan(
+            "newcomer",
+            opcua_crypto::SecurityPolicy::None,
+            opcua_types::MessageSecurityMode::None,
+        )
+        .await;
+    let refused = newcomer.create_session(60_000.0).await;
+    assert_eq!(
+        refused.err().map(|e| e.status()),
+        Some(StatusCode::BadServerHalted)
+    );
+    newcomer
+}
+
 async fn admin_session(gw: &TestGateway, client: &str) -> (Chan, NodeId) {
     let chan = gw.secure_chan(client).await;
     let token = chan
@@ -235,18 +254,7 @@ async fn maintenance_refuses_new_sessions_when_configured() {
     let r = request_state(&admin, &admin_token, SUSPENDED, return_time(), "drain").await;
     assert_eq!(r.status_code, StatusCode::Good);
 
-    let newcomer = gw
-        .chan(
-            "newcomer",
-            opcua_crypto::SecurityPolicy::None,
-            opcua_types::MessageSecurityMode::None,
-        )
-        .await;
-    let refused = newcomer.create_session(60_000.0).await;
-    assert_eq!(
-        refused.err().map(|e| e.status()),
-        Some(StatusCode::BadServerHalted)
-    );
+    let newcomer = newcomer_refused(&gw).await;
     assert_eq!(existing.read_status(&et).await, StatusCode::Good);
     assert_eq!(service_level(&existing, &et).await, 0);
 
@@ -352,18 +360,7 @@ async fn a_drained_maintenance_state_refuses_new_sessions() {
         .await
         .unwrap();
     assert!(gw.engine().draining());
-    let newcomer = gw
-        .chan(
-            "newcomer",
-            opcua_crypto::SecurityPolicy::None,
-            opcua_types::MessageSecurityMode::None,
-        )
-        .await;
-    let refused = newcomer.create_session(60_000.0).await;
-    assert_eq!(
-        refused.err().map(|e| e.status()),
-        Some(StatusCode::BadServerHalted)
-    );
+    let newcomer = newcomer_refused(&gw).await;
     assert_eq!(existing.read_status(&et).await, StatusCode::Good);
     // Persisted with the state: the stored request says drain.
     let stored = gw
