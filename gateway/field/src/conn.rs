@@ -42,7 +42,8 @@ use tokio_util::sync::CancellationToken;
 use crate::items::{ItemKey, ItemTable};
 use crate::limits::{batches, OperationLimits};
 use crate::policy::{
-    retry_after_from_header, retry_after_from_reason, Failure, ReconnectCycle, ReconnectPolicy,
+    retry_after_from_header, retry_after_from_reason, Failure, MovePacing, ReconnectCycle,
+    ReconnectPolicy,
 };
 use crate::redundancy::{self, PeerStatus};
 use crate::remap::{NamespaceTable, SessionMap};
@@ -821,6 +822,8 @@ struct Link {
     ever_up: bool,
     /// A path move was requested and has not completed yet.
     moving: bool,
+    /// Spacing of the moves of a hot-and-mirrored set's session.
+    pacing: MovePacing,
     /// When the link's session was lost (recovery duration starts).
     down_since: Option<Instant>,
 }
@@ -847,6 +850,7 @@ async fn run(inner: Arc<Inner>) {
             generation: 0,
             ever_up: false,
             moving: false,
+            pacing: MovePacing::default(),
             down_since: None,
         })
         .collect();
@@ -926,17 +930,20 @@ async fn run(inner: Arc<Inner>) {
             }
         }
         // A hot-and-mirrored server going into Maintenance: move the one
-        // session to the next server.
+        // session to the next server. Moves in a row (the next server is not
+        // healthy either) are spaced by the reconnect backoff.
         if s.handling == Handling::HotAndMirrored && links.len() == 1 {
-            if let (Phase::Up(ls), Some(p)) = (&links[0].phase, peers.first()) {
-                if !links[0].moving
-                    && p.service_level.is_some()
-                    && p.state.is_some()
-                    && redundancy::should_failover(p, now_dt)
-                    && links[0].urls.len() > 1
-                {
+            let link = &mut links[0];
+            if let (Phase::Up(ls), Some(p)) = (&link.phase, peers.first()) {
+                let known = p.service_level.is_some() && p.state.is_some();
+                let unhealthy = known && redundancy::should_failover(p, now_dt);
+                if known && !unhealthy && !link.moving {
+                    link.pacing.settled();
+                }
+                if unhealthy && !link.moving && link.urls.len() > 1 && link.pacing.may_move(now) {
                     let ls = ls.clone();
-                    links[0].moving = true;
+                    link.moving = true;
+                    link.pacing.moved(&s.reconnect, now);
                     tracing::info!(field = %s.name, url = %ls.url(), "mirrored server not healthy; moving the session");
                     tokio::spawn(async move { ls.move_path().await });
                 }
@@ -1064,6 +1071,7 @@ async fn run(inner: Arc<Inner>) {
             .iter()
             .filter_map(|l| match l.phase {
                 Phase::Waiting(at) => Some(at),
+                Phase::Up(_) => l.pacing.wake_at(now),
                 _ => None,
             })
             .min();
@@ -1127,6 +1135,8 @@ fn handle_event(inner: &Arc<Inner>, links: &mut [Link], ev: Event, active: &mut 
             }
             inner.record(Some(i), "up", ls.url());
             link.ever_up = true;
+            // A new session: no move of the old one is still on its way.
+            link.moving = false;
             link.cycle = ReconnectCycle::start(now);
             tracing::info!(field = %s.name, server = i, url = %ls.url(), "field session up");
             link.phase = Phase::Up(ls.clone());

@@ -67,6 +67,60 @@ impl Default for ReconnectPolicy {
     }
 }
 
+impl ReconnectPolicy {
+    /// The delay after `n` earlier failures (0 for the first), by the
+    /// strategy and capped at `max_delay`; before jitter and hints.
+    pub fn backoff(&self, n: u32) -> Duration {
+        let base = match self.strategy {
+            Backoff::Exponential => self
+                .initial_delay
+                .saturating_mul(1u32.checked_shl(n.min(31)).unwrap_or(u32::MAX)),
+            Backoff::Linear => self.initial_delay.saturating_mul(n.saturating_add(1)),
+            Backoff::Constant => self.initial_delay,
+        };
+        base.min(self.max_delay)
+    }
+}
+
+/// Pacing of the moves of a hot-and-mirrored set's one session. A move
+/// goes to the next server without knowing its ServiceLevel; if that one is
+/// not healthy either (both servers in Maintenance, say), the session would
+/// otherwise be moved back and forth as fast as the servers answer. Moves
+/// in a row are spaced like reconnect attempts (the policy's backoff, up to
+/// `max_delay`); seeing a healthy server starts over.
+#[derive(Debug, Clone, Default)]
+pub struct MovePacing {
+    /// Moves since a healthy server was last seen.
+    moves: u32,
+    /// No move before this.
+    not_before: Option<Instant>,
+}
+
+impl MovePacing {
+    /// Whether a move may start at `now`.
+    pub fn may_move(&self, now: Instant) -> bool {
+        self.not_before.is_none_or(|t| t <= now)
+    }
+
+    /// Records a move started at `now`; the next one waits for the
+    /// policy's backoff of the moves in a row so far.
+    pub fn moved(&mut self, policy: &ReconnectPolicy, now: Instant) {
+        self.not_before = Some(now + policy.backoff(self.moves));
+        self.moves = self.moves.saturating_add(1);
+    }
+
+    /// The session is on a healthy server: the next move is not delayed.
+    pub fn settled(&mut self) {
+        *self = MovePacing::default();
+    }
+
+    /// When the state machine must look again (a move is being held
+    /// back), if later than `now`.
+    pub fn wake_at(&self, now: Instant) -> Option<Instant> {
+        self.not_before.filter(|t| *t > now)
+    }
+}
+
 /// Multiplier of the delay after a server overload signal.
 pub const BUSY_FACTOR: u32 = 4;
 
@@ -139,15 +193,7 @@ impl ReconnectCycle {
         if remaining.is_zero() {
             return None;
         }
-        let n = self.failures - 1;
-        let base = match policy.strategy {
-            Backoff::Exponential => policy
-                .initial_delay
-                .saturating_mul(1u32.checked_shl(n.min(31)).unwrap_or(u32::MAX)),
-            Backoff::Linear => policy.initial_delay.saturating_mul(n.saturating_add(1)),
-            Backoff::Constant => policy.initial_delay,
-        };
-        let mut delay = base.min(policy.max_delay);
+        let mut delay = policy.backoff(self.failures - 1);
         if is_server_busy(failure.status) {
             delay = delay.saturating_mul(BUSY_FACTOR).min(policy.max_delay);
         }
@@ -218,6 +264,36 @@ mod tests {
 
     fn secs(v: &[u64]) -> Vec<Option<Duration>> {
         v.iter().map(|s| Some(Duration::from_secs(*s))).collect()
+    }
+
+    #[test]
+    fn moves_in_a_row_are_spaced_by_the_backoff_until_a_healthy_server() {
+        let policy = ReconnectPolicy::default();
+        let t0 = Instant::now();
+        let mut pace = MovePacing::default();
+        assert!(pace.may_move(t0), "the first move is not delayed");
+        assert_eq!(pace.wake_at(t0), None);
+        pace.moved(&policy, t0);
+        // Second move: after initial_delay (1 s); third: 2 s after it.
+        assert!(!pace.may_move(t0 + Duration::from_millis(999)));
+        assert_eq!(pace.wake_at(t0), Some(t0 + Duration::from_secs(1)));
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(pace.may_move(t1));
+        pace.moved(&policy, t1);
+        assert!(!pace.may_move(t1 + Duration::from_millis(1_999)));
+        assert!(pace.may_move(t1 + Duration::from_secs(2)));
+        // Capped at max_delay (30 s) however many moves.
+        let mut t = t1;
+        for _ in 0..20 {
+            t += Duration::from_secs(60);
+            pace.moved(&policy, t);
+        }
+        assert_eq!(pace.wake_at(t), Some(t + Duration::from_secs(30)));
+        // A healthy server starts over.
+        pace.settled();
+        assert!(pace.may_move(t));
+        pace.moved(&policy, t);
+        assert_eq!(pace.wake_at(t), Some(t + Duration::from_secs(1)));
     }
 
     #[test]

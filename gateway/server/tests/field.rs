@@ -662,7 +662,26 @@ async fn hot_and_mirrored_moves_its_one_session_and_falls_back_when_not_mirrored
     }
     a.set_service_level(255);
 
-    // Stop b: the session goes back to a.
+    // Maintenance on b, whose link was built afresh: the session moves
+    // back to a.
+    b.set_service_level(0);
+    let t0 = Instant::now();
+    loop {
+        let st = gw.engine().field_status("mirror").unwrap();
+        if st.active_endpoint.as_deref() == Some(a.endpoint_url.as_str())
+            && st.state == uagate_field::ConnState::Connected
+        {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "not moved back to a: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    b.set_service_level(255);
+
+    // Stop b: the session stays on a and keeps delivering.
     b.cancel();
     let stopped = Instant::now();
     loop {

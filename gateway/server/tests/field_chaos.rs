@@ -661,6 +661,116 @@ async fn a_lost_network_path_moves_the_same_session_to_the_alternate() {
     sim.cancel();
 }
 
+/// A hot-and-mirrored set as a client sees it: two server addresses that
+/// share their sessions (here one simulator behind two proxies). When the
+/// active server reports Maintenance, the gateway moves its one session to
+/// the other address by activating it there (Table 107): the field server
+/// creates no session and no subscription, and values keep coming.
+#[tokio::test]
+async fn maintenance_on_a_mirrored_server_moves_the_same_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "mirror").await;
+    sim.set_redundancy_support(opcua_types::RedundancySupport::HotAndMirrored);
+    let server_a = Proxy::start(sim.local_addr).await;
+    let server_b = Proxy::start(sim.local_addr).await;
+    let toml = format!(
+        "[[field_servers]]\nname = \"line1\"\nendpoints = [\"{}\", \"{}\"]\nredundancy = \"hot_and_mirrored\"\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\nkeep_alive_interval = \"200ms\"\nrequest_timeout = \"1s\"\n[field_servers.reconnect]\ninitial_delay = \"100ms\"\nmax_delay = \"500ms\"\n",
+        server_a.url(),
+        server_b.url()
+    );
+    let gw = TestGateway::start(&toml).await;
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Connected,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(
+        gw.engine().field_status("line1").unwrap().active_endpoint,
+        Some(server_a.url())
+    );
+    let (s, h) = connect(&gw, "mirror").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let mut rx = subscribe(&s, NodeId::new(ns, "Simulation.Counter"), 100).await;
+    wait_for(true, &mut rx).await;
+    let counts = || {
+        (
+            sim_summary(
+                &sim,
+                VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSessionCount,
+            ),
+            sim_summary(
+                &sim,
+                VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSubscriptionCount,
+            ),
+        )
+    };
+    let before = counts();
+    let moves_before = gw.engine().field_status("line1").unwrap().reconnect_count;
+
+    // Server A goes into Maintenance: the session moves to B. (B is the same
+    // simulator, so it reports Maintenance too until the level is restored;
+    // moving back and forth meanwhile is expected and must not create
+    // sessions either.)
+    sim.set_service_level(0);
+    let t0 = Instant::now();
+    loop {
+        let st = gw.engine().field_status("line1").unwrap();
+        if st.active_endpoint == Some(server_b.url())
+            && st.state == uagate_field::ConnState::Connected
+        {
+            assert!(st.reconnect_count > moves_before, "{st:?}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "not moved to server B: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Both addresses report Maintenance: the gateway keeps looking for a
+    // healthy server, but moves in a row are spaced by the reconnect backoff
+    // (100, 200, 400, 500, 500 ms: 5 moves in 1.5 s), not repeated as fast
+    // as the server answers (hundreds).
+    let moves = || {
+        gw.engine()
+            .field_history("line1")
+            .unwrap()
+            .iter()
+            .filter(|e| e.kind == "moved")
+            .count()
+    };
+    let first = moves();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let in_a_row = moves() - first;
+    assert!(
+        (1..=6).contains(&in_a_row),
+        "{in_a_row} more moves in 1.5 s while both servers were in Maintenance"
+    );
+    sim.set_service_level(255);
+    // Values keep coming, from the same session and subscriptions.
+    let dv = wait_for(true, &mut rx).await;
+    assert!(matches!(dv.value, Some(Variant::UInt32(_))));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_for(true, &mut rx).await;
+    assert_eq!(
+        counts(),
+        before,
+        "(sessions, subscriptions) created on the field server: the session was re-activated, nothing recreated"
+    );
+    // A healthy server again: the session stays where it is.
+    let settled = moves();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(moves(), settled, "moved away from a healthy server");
+    let st = gw.engine().field_status("line1").unwrap();
+    assert_eq!(st.state, uagate_field::ConnState::Connected, "{st:?}");
+    assert_eq!(st.service_level, Some(255), "{st:?}");
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    sim.cancel();
+}
+
 /// Resident set size of this test process in KiB (Linux).
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
