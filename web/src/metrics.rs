@@ -261,6 +261,31 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     }
     r.register(Box::new(attempts))?;
 
+    let merged = IntCounterVec::new(
+        Opts::new(
+            "field_merged_reads_total",
+            "Reads of field nodes handed to a field connection's Read merger.",
+        ),
+        &["connection"],
+    )?;
+    let southbound = IntCounterVec::new(
+        Opts::new(
+            "field_merged_read_requests_total",
+            "Read requests the merger sent to the field server; concurrent Reads share one, so this grows slower than field_merged_reads_total under load.",
+        ),
+        &["connection"],
+    )?;
+    for f in &engine.applied_config().field_servers {
+        if let Some((asked, sent)) = engine.field_read_stats(&f.name) {
+            merged.with_label_values(&[f.name.as_str()]).inc_by(asked);
+            southbound
+                .with_label_values(&[f.name.as_str()])
+                .inc_by(sent);
+        }
+    }
+    r.register(Box::new(merged))?;
+    r.register(Box::new(southbound))?;
+
     let connections = IntGaugeVec::new(
         Opts::new("connections", "Open client connections, per transport."),
         &["transport"],

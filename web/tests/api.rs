@@ -301,6 +301,8 @@ async fn metrics_need_a_token_and_carry_bounded_labels() {
         "uagate_isolation_usage{stage=\"connection\"}",
         "uagate_isolation_owners ",
         "uagate_field_reconnects_total{connection=\"line9\"} 0",
+        "uagate_field_merged_reads_total{connection=\"line9\"} 0",
+        "uagate_field_merged_read_requests_total{connection=\"line9\"} 0",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }

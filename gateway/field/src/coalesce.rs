@@ -102,7 +102,8 @@ pub struct ReadCoalescer {
     stats: Arc<ReadStats>,
 }
 
-/// How many Reads were asked of the merger and how many it sent.
+/// How many Reads were asked of the mergers of a field connection and how
+/// many southbound Reads they sent (cumulative over its sessions).
 #[derive(Debug, Default)]
 pub struct ReadStats {
     /// Reads asked of the merger.
@@ -111,23 +112,34 @@ pub struct ReadStats {
     pub sent: AtomicU64,
 }
 
+impl ReadStats {
+    /// (Reads asked, southbound Reads sent) so far.
+    pub fn get(&self) -> (u64, u64) {
+        (
+            self.jobs.load(Ordering::Relaxed),
+            self.sent.load(Ordering::Relaxed),
+        )
+    }
+}
+
 impl ReadCoalescer {
     /// Starts the merger for `session` (the field session; a test's
     /// stand-in in unit tests), whose Reads may hold `max_nodes` operations
-    /// (0 = no limit) and time out after `timeout`. It stops when `lost` is
-    /// cancelled or the coalescer is dropped.
+    /// (0 = no limit) and time out after `timeout`. It counts into `stats`
+    /// (the field connection's, so the totals outlive the session). It
+    /// stops when `lost` is cancelled or the coalescer is dropped.
     pub fn start<T: ReadTarget>(
         session: Arc<T>,
         max_nodes: u32,
         timeout: Duration,
         lost: CancellationToken,
+        stats: Arc<ReadStats>,
     ) -> ReadCoalescer {
         let max_nodes = match max_nodes {
             0 => DEFAULT_MAX_NODES,
             n => usize::try_from(n).unwrap_or(DEFAULT_MAX_NODES),
         };
         let (tx, rx) = mpsc::channel(QUEUE);
-        let stats = Arc::new(ReadStats::default());
         tokio::spawn(merge_loop(
             session,
             rx,
@@ -141,14 +153,6 @@ impl ReadCoalescer {
             max_nodes,
             stats,
         }
-    }
-
-    /// (Reads asked, southbound Reads sent) so far.
-    pub fn stats(&self) -> (u64, u64) {
-        (
-            self.stats.jobs.load(Ordering::Relaxed),
-            self.stats.sent.load(Ordering::Relaxed),
-        )
     }
 
     /// The largest Read the merger takes; larger ones are sent on their own.
@@ -397,6 +401,7 @@ mod tests {
             max_nodes,
             Duration::from_secs(5),
             lost.clone(),
+            Arc::default(),
         );
         (target, Arc::new(merger), lost)
     }
@@ -455,7 +460,7 @@ mod tests {
             let (ids, got) = c.await.unwrap();
             assert_eq!(values(got), ids);
         }
-        assert_eq!(merger.stats(), (6, 2));
+        assert_eq!(merger.stats.get(), (6, 2));
         lost.cancel();
     }
 

@@ -444,6 +444,8 @@ struct Inner {
     history: Mutex<std::collections::VecDeque<HistoryEvent>>,
     /// Attempts and recovery durations.
     stats: Mutex<ReconnectStats>,
+    /// Reads merged and southbound Reads sent, over every session.
+    read_stats: Arc<crate::coalesce::ReadStats>,
     /// An operator asked to leave the active server: the flag says so (it
     /// survives a wake-up lost to another select branch), the Notify wakes
     /// the task.
@@ -581,6 +583,7 @@ impl FieldConnection {
             eu_ranges: Mutex::new(HashMap::new()),
             history: Mutex::default(),
             stats: Mutex::default(),
+            read_stats: Arc::default(),
             force_requested: std::sync::atomic::AtomicBool::new(false),
             force: Notify::new(),
         });
@@ -727,9 +730,10 @@ impl FieldConnection {
         m.insert(node, range);
     }
 
-    /// (Reads merged, southbound Reads sent) of the active session.
-    pub fn read_stats(&self) -> Option<(u64, u64)> {
-        self.inner.active.borrow().as_ref().map(|l| l.reads.stats())
+    /// (Reads asked of the Read merger, southbound Reads it sent) since the
+    /// connection started, over all its sessions: the metrics' source.
+    pub fn read_stats(&self) -> (u64, u64) {
+        self.inner.read_stats.get()
     }
 
     /// Number of shared (southbound) items wanted.
@@ -1517,6 +1521,7 @@ async fn connect(
             limits.max_nodes_per_read,
             s.request_timeout,
             lost.clone(),
+            inner.read_stats.clone(),
         ),
     });
     if let Err(e) = watch_server_status(inner, &ls).await {

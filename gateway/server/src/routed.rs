@@ -661,11 +661,12 @@ impl Engine {
         Some(st)
     }
 
-    /// (Reads asked, southbound Reads sent) of the active session of the
-    /// field connection `name` (concurrent Reads are merged).
+    /// (Reads asked, southbound Reads sent) of the field connection `name`
+    /// since it started (concurrent Reads are merged); `None` for an
+    /// unknown connection.
     pub fn field_read_stats(&self, name: &str) -> Option<(u64, u64)> {
         let f = self.fields()?;
-        f.conns.get(f.index_of(name)?)?.read_stats()
+        Some(f.conns.get(f.index_of(name)?)?.read_stats())
     }
 
     /// Number of shared southbound items of the field connection `name`.

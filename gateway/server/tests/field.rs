@@ -631,6 +631,22 @@ async fn hot_and_mirrored_moves_its_one_session_and_falls_back_when_not_mirrored
     let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
     let mut rx = subscribe(&s, NodeId::new(ns, "Simulation.Counter"), 100).await;
     next_good(&mut rx, Duration::from_secs(5)).await;
+    let counter = ReadValueId::from(NodeId::new(ns, "Simulation.Counter"));
+    let read_counter = || async {
+        let r = s
+            .read(
+                std::slice::from_ref(&counter),
+                TimestampsToReturn::Both,
+                0.0,
+            )
+            .await
+            .unwrap();
+        assert!(r[0].status.unwrap_or(StatusCode::Good).is_good(), "{r:?}");
+    };
+    read_counter().await;
+    read_counter().await;
+    let (asked_on_a, _) = gw.engine().field_read_stats("mirror").unwrap();
+    assert!(asked_on_a >= 2, "{asked_on_a}");
 
     // Maintenance on the active server: the session moves to b. The
     // simulators do not mirror sessions, so b creates a new one, the
@@ -661,6 +677,12 @@ async fn hot_and_mirrored_moves_its_one_session_and_falls_back_when_not_mirrored
         }
     }
     a.set_service_level(255);
+    // The Read counts are the connection's: the link built afresh on b
+    // adds to them.
+    read_counter().await;
+    let (asked, sent) = gw.engine().field_read_stats("mirror").unwrap();
+    assert!(asked > asked_on_a, "{asked} after {asked_on_a}");
+    assert!((1..=asked).contains(&sent), "{sent} southbound for {asked}");
 
     // Maintenance on b, whose link was built afresh: the session moves
     // back to a.
