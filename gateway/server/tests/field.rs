@@ -43,6 +43,24 @@ async fn wait_connected(gw: &TestGateway, name: &str) {
     }
 }
 
+/// Waits up to 5 s until field connection `name` is connected over `url`.
+async fn wait_active_on(gw: &TestGateway, name: &str, url: &str) {
+    let t0 = Instant::now();
+    loop {
+        let st = gw.engine().field_status(name).unwrap();
+        if st.active_endpoint.as_deref() == Some(url)
+            && st.state == uagate_field::ConnState::Connected
+        {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{name} not on {url}: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn read_write_browse_call_translate_through_the_mount() {
     let tmp = tempfile::tempdir().unwrap();
@@ -652,20 +670,7 @@ async fn hot_and_mirrored_moves_its_one_session_and_falls_back_when_not_mirrored
     // simulators do not mirror sessions, so b creates a new one, the
     // gateway closes it and builds the link afresh on b.
     a.set_service_level(0);
-    let t0 = Instant::now();
-    loop {
-        let st = gw.engine().field_status("mirror").unwrap();
-        if st.active_endpoint.as_deref() == Some(b.endpoint_url.as_str())
-            && st.state == uagate_field::ConnState::Connected
-        {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "not moved to b: {st:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_active_on(&gw, "mirror", &b.endpoint_url).await;
     let moved = Instant::now();
     loop {
         let dv = next_good(&mut rx, Duration::from_secs(5)).await;
@@ -687,20 +692,7 @@ async fn hot_and_mirrored_moves_its_one_session_and_falls_back_when_not_mirrored
     // Maintenance on b, whose link was built afresh: the session moves
     // back to a.
     b.set_service_level(0);
-    let t0 = Instant::now();
-    loop {
-        let st = gw.engine().field_status("mirror").unwrap();
-        if st.active_endpoint.as_deref() == Some(a.endpoint_url.as_str())
-            && st.state == uagate_field::ConnState::Connected
-        {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "not moved back to a: {st:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_active_on(&gw, "mirror", &a.endpoint_url).await;
     b.set_service_level(255);
 
     // Stop b: the session stays on a and keeps delivering.

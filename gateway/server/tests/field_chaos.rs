@@ -24,6 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
+use uagate_sim::SimHandle;
 
 const FORWARD: u8 = 0;
 /// Accept, read, never answer.
@@ -585,79 +586,119 @@ async fn wait_for(
     }
 }
 
+/// A field connection `line1` over two proxies in front of one simulator,
+/// and a northbound client subscribed to Simulation.Counter through it.
+struct TwoPaths {
+    a: Proxy,
+    b: Proxy,
+    gw: TestGateway,
+    session: Arc<Session>,
+    event_loop: JoinHandle<StatusCode>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<opcua_types::DataValue>,
+}
+
+impl TwoPaths {
+    /// Starts the proxies and the gateway; `endpoints` gives the
+    /// configuration lines that name the two proxy URLs (and the redundancy
+    /// mode). Returns once the connection is up on the first URL and the
+    /// subscription delivers.
+    async fn start(sim: &SimHandle, endpoints: impl FnOnce(&str, &str) -> String) -> TwoPaths {
+        let a = Proxy::start(sim.local_addr).await;
+        let b = Proxy::start(sim.local_addr).await;
+        let toml = format!(
+            "[[field_servers]]\nname = \"line1\"\n{}\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\nkeep_alive_interval = \"200ms\"\nrequest_timeout = \"1s\"\n[field_servers.reconnect]\ninitial_delay = \"100ms\"\nmax_delay = \"500ms\"\n",
+            endpoints(&a.url(), &b.url())
+        );
+        let gw = TestGateway::start(&toml).await;
+        wait_state(
+            &gw,
+            uagate_field::ConnState::Connected,
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(
+            gw.engine().field_status("line1").unwrap().active_endpoint,
+            Some(a.url())
+        );
+        let (session, event_loop) = connect(&gw, "two-paths").await;
+        let ns = ns_of(&session, uagate_sim::NAMESPACE_URI).await;
+        let mut rx = subscribe(&session, NodeId::new(ns, "Simulation.Counter"), 100).await;
+        wait_for(true, &mut rx).await;
+        TwoPaths {
+            a,
+            b,
+            gw,
+            session,
+            event_loop,
+            rx,
+        }
+    }
+
+    /// Waits up to 5 s until `line1` is connected over `url`.
+    async fn wait_on(&self, url: &str) -> uagate_field::FieldStatus {
+        let t0 = Instant::now();
+        loop {
+            let st = self.gw.engine().field_status("line1").unwrap();
+            if st.active_endpoint.as_deref() == Some(url)
+                && st.state == uagate_field::ConnState::Connected
+            {
+                return st;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "not on {url}: {st:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Disconnects the client and stops the gateway.
+    async fn stop(self) {
+        let _ = self.session.disconnect().await;
+        let _ = self.event_loop.await;
+        self.gw.stop().await;
+    }
+}
+
+/// (Sessions, subscriptions) the field server has created so far.
+fn created_on(sim: &SimHandle) -> (u32, u32) {
+    (
+        sim_summary(
+            sim,
+            VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSessionCount,
+        ),
+        sim_summary(
+            sim,
+            VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSubscriptionCount,
+        ),
+    )
+}
+
 #[tokio::test]
 async fn a_lost_network_path_moves_the_same_session_to_the_alternate() {
     let tmp = tempfile::tempdir().unwrap();
     let sim = start_sim(tmp.path(), "chaos").await;
-    let path_a = Proxy::start(sim.local_addr).await;
-    let path_b = Proxy::start(sim.local_addr).await;
-    let toml = format!(
-        "[[field_servers]]\nname = \"line1\"\nendpoints = [{{ url = \"{}\", alternates = [\"{}\"] }}]\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\nkeep_alive_interval = \"200ms\"\nrequest_timeout = \"1s\"\n[field_servers.reconnect]\ninitial_delay = \"100ms\"\nmax_delay = \"500ms\"\n",
-        path_a.url(),
-        path_b.url()
-    );
-    let gw = TestGateway::start(&toml).await;
-    wait_state(
-        &gw,
-        uagate_field::ConnState::Connected,
-        Duration::from_secs(10),
-    )
+    let mut t = TwoPaths::start(&sim, |a, b| {
+        format!("endpoints = [{{ url = \"{a}\", alternates = [\"{b}\"] }}]")
+    })
     .await;
-    assert_eq!(
-        gw.engine().field_status("line1").unwrap().active_endpoint,
-        Some(path_a.url())
-    );
-    let (s, h) = connect(&gw, "chaos").await;
-    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
-    let mut rx = subscribe(&s, NodeId::new(ns, "Simulation.Counter"), 100).await;
-    wait_for(true, &mut rx).await;
-    let sessions = sim_summary(
-        &sim,
-        VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSessionCount,
-    );
-    let subscriptions = sim_summary(
-        &sim,
-        VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSubscriptionCount,
-    );
+    let before = created_on(&sim);
 
     // Path A goes silent and its connection is cut.
-    path_a.set(BLACKHOLE);
-    path_a.drop_all().await;
-    let t0 = Instant::now();
-    loop {
-        let st = gw.engine().field_status("line1").unwrap();
-        if st.active_endpoint == Some(path_b.url())
-            && st.state == uagate_field::ConnState::Connected
-        {
-            assert!(st.reconnect_count >= 1, "{st:?}");
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "not moved to path B: {st:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    t.a.set(BLACKHOLE);
+    t.a.drop_all().await;
+    let st = t.wait_on(&t.b.url()).await;
+    assert!(st.reconnect_count >= 1, "{st:?}");
     // Values keep coming over path B...
-    let dv = wait_for(true, &mut rx).await;
+    let dv = wait_for(true, &mut t.rx).await;
     assert!(matches!(dv.value, Some(Variant::UInt32(_))));
     // ...from the same session and subscriptions: none were created on the field server.
     assert_eq!(
-        sim_summary(
-            &sim,
-            VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSessionCount
-        ),
-        sessions,
-        "the session was re-activated, not recreated"
+        created_on(&sim),
+        before,
+        "(sessions, subscriptions) created: the session was re-activated, nothing recreated"
     );
-    assert_eq!(
-        sim_summary(&sim, VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSubscriptionCount),
-        subscriptions,
-        "no subscription was recreated"
-    );
-    let _ = s.disconnect().await;
-    let _ = h.await;
-    gw.stop().await;
+    t.stop().await;
     sim.cancel();
 }
 
@@ -671,69 +712,26 @@ async fn maintenance_on_a_mirrored_server_moves_the_same_session() {
     let tmp = tempfile::tempdir().unwrap();
     let sim = start_sim(tmp.path(), "mirror").await;
     sim.set_redundancy_support(opcua_types::RedundancySupport::HotAndMirrored);
-    let server_a = Proxy::start(sim.local_addr).await;
-    let server_b = Proxy::start(sim.local_addr).await;
-    let toml = format!(
-        "[[field_servers]]\nname = \"line1\"\nendpoints = [\"{}\", \"{}\"]\nredundancy = \"hot_and_mirrored\"\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\nkeep_alive_interval = \"200ms\"\nrequest_timeout = \"1s\"\n[field_servers.reconnect]\ninitial_delay = \"100ms\"\nmax_delay = \"500ms\"\n",
-        server_a.url(),
-        server_b.url()
-    );
-    let gw = TestGateway::start(&toml).await;
-    wait_state(
-        &gw,
-        uagate_field::ConnState::Connected,
-        Duration::from_secs(10),
-    )
+    let mut t = TwoPaths::start(&sim, |a, b| {
+        format!("endpoints = [\"{a}\", \"{b}\"]\nredundancy = \"hot_and_mirrored\"")
+    })
     .await;
-    assert_eq!(
-        gw.engine().field_status("line1").unwrap().active_endpoint,
-        Some(server_a.url())
-    );
-    let (s, h) = connect(&gw, "mirror").await;
-    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
-    let mut rx = subscribe(&s, NodeId::new(ns, "Simulation.Counter"), 100).await;
-    wait_for(true, &mut rx).await;
-    let counts = || {
-        (
-            sim_summary(
-                &sim,
-                VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSessionCount,
-            ),
-            sim_summary(
-                &sim,
-                VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSubscriptionCount,
-            ),
-        )
-    };
-    let before = counts();
-    let moves_before = gw.engine().field_status("line1").unwrap().reconnect_count;
+    let before = created_on(&sim);
+    let moves_before = t.gw.engine().field_status("line1").unwrap().reconnect_count;
 
     // Server A goes into Maintenance: the session moves to B. (B is the same
     // simulator, so it reports Maintenance too until the level is restored;
     // moving back and forth meanwhile is expected and must not create
     // sessions either.)
     sim.set_service_level(0);
-    let t0 = Instant::now();
-    loop {
-        let st = gw.engine().field_status("line1").unwrap();
-        if st.active_endpoint == Some(server_b.url())
-            && st.state == uagate_field::ConnState::Connected
-        {
-            assert!(st.reconnect_count > moves_before, "{st:?}");
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "not moved to server B: {st:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let st = t.wait_on(&t.b.url()).await;
+    assert!(st.reconnect_count > moves_before, "{st:?}");
     // Both addresses report Maintenance: the gateway keeps looking for a
     // healthy server, but moves in a row are spaced by the reconnect backoff
     // (100, 200, 400, 500, 500 ms: 5 moves in 1.5 s), not repeated as fast
     // as the server answers (hundreds).
     let moves = || {
-        gw.engine()
+        t.gw.engine()
             .field_history("line1")
             .unwrap()
             .iter()
@@ -749,25 +747,23 @@ async fn maintenance_on_a_mirrored_server_moves_the_same_session() {
     );
     sim.set_service_level(255);
     // Values keep coming, from the same session and subscriptions.
-    let dv = wait_for(true, &mut rx).await;
+    let dv = wait_for(true, &mut t.rx).await;
     assert!(matches!(dv.value, Some(Variant::UInt32(_))));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    wait_for(true, &mut rx).await;
+    wait_for(true, &mut t.rx).await;
     assert_eq!(
-        counts(),
+        created_on(&sim),
         before,
-        "(sessions, subscriptions) created on the field server: the session was re-activated, nothing recreated"
+        "(sessions, subscriptions) created: the session was re-activated, nothing recreated"
     );
     // A healthy server again: the session stays where it is.
     let settled = moves();
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(moves(), settled, "moved away from a healthy server");
-    let st = gw.engine().field_status("line1").unwrap();
+    let st = t.gw.engine().field_status("line1").unwrap();
     assert_eq!(st.state, uagate_field::ConnState::Connected, "{st:?}");
     assert_eq!(st.service_level, Some(255), "{st:?}");
-    let _ = s.disconnect().await;
-    let _ = h.await;
-    gw.stop().await;
+    t.stop().await;
     sim.cancel();
 }
 
