@@ -9,7 +9,7 @@ mod fieldkit;
 use std::time::{Duration, Instant};
 
 use common::{bounded, TestGateway};
-use fieldkit::{connect, ns_of, start_sim, subscribe};
+use fieldkit::{connect, ns_of, start_sim, subscribe, wait_active_on};
 use opcua_client::DataChangeCallback;
 use opcua_types::{
     BrowseDescription, BrowseDirection, BrowsePath, BrowseResultMask, CallMethodRequest, DataValue,
@@ -40,24 +40,6 @@ async fn wait_connected(gw: &TestGateway, name: &str) {
             );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits up to 5 s until field connection `name` is connected over `url`.
-async fn wait_active_on(gw: &TestGateway, name: &str, url: &str) {
-    let t0 = Instant::now();
-    loop {
-        let st = gw.engine().field_status(name).unwrap();
-        if st.active_endpoint.as_deref() == Some(url)
-            && st.state == uagate_field::ConnState::Connected
-        {
-            return;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "{name} not on {url}: {st:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

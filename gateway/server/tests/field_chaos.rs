@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::TestGateway;
-use fieldkit::{connect, ns_of, sim_summary, start_sim, subscribe};
+use fieldkit::{connect, ns_of, sim_summary, start_sim, subscribe, wait_active_on};
 use opcua_client::services::Read;
 use opcua_client::{Session, UARequest};
 use opcua_types::{NodeId, ReadValueId, StatusCode, TimestampsToReturn, VariableId, Variant};
@@ -634,24 +634,6 @@ impl TwoPaths {
         }
     }
 
-    /// Waits up to 5 s until `line1` is connected over `url`.
-    async fn wait_on(&self, url: &str) -> uagate_field::FieldStatus {
-        let t0 = Instant::now();
-        loop {
-            let st = self.gw.engine().field_status("line1").unwrap();
-            if st.active_endpoint.as_deref() == Some(url)
-                && st.state == uagate_field::ConnState::Connected
-            {
-                return st;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(5),
-                "not on {url}: {st:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
     /// Disconnects the client and stops the gateway.
     async fn stop(self) {
         let _ = self.session.disconnect().await;
@@ -687,7 +669,7 @@ async fn a_lost_network_path_moves_the_same_session_to_the_alternate() {
     // Path A goes silent and its connection is cut.
     t.a.set(BLACKHOLE);
     t.a.drop_all().await;
-    let st = t.wait_on(&t.b.url()).await;
+    let st = wait_active_on(&t.gw, "line1", &t.b.url()).await;
     assert!(st.reconnect_count >= 1, "{st:?}");
     // Values keep coming over path B...
     let dv = wait_for(true, &mut t.rx).await;
@@ -724,7 +706,7 @@ async fn maintenance_on_a_mirrored_server_moves_the_same_session() {
     // moving back and forth meanwhile is expected and must not create
     // sessions either.)
     sim.set_service_level(0);
-    let st = t.wait_on(&t.b.url()).await;
+    let st = wait_active_on(&t.gw, "line1", &t.b.url()).await;
     assert!(st.reconnect_count > moves_before, "{st:?}");
     // Both addresses report Maintenance: the gateway keeps looking for a
     // healthy server, but moves in a row are spaced by the reconnect backoff

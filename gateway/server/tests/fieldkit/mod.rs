@@ -4,7 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use opcua_client::{DataChangeCallback, IdentityToken, MonitoredItem, Session};
 use opcua_types::{
@@ -129,5 +129,24 @@ pub fn sim_summary(sim: &SimHandle, id: VariableId) -> u32 {
     {
         Some(Variant::UInt32(n)) => n,
         other => panic!("{id:?}: {other:?}"),
+    }
+}
+
+/// Waits up to 5 s until field connection `name` is connected over `url`;
+/// returns its status then.
+pub async fn wait_active_on(gw: &TestGateway, name: &str, url: &str) -> uagate_field::FieldStatus {
+    let t0 = Instant::now();
+    loop {
+        let st = gw.engine().field_status(name).unwrap();
+        if st.active_endpoint.as_deref() == Some(url)
+            && st.state == uagate_field::ConnState::Connected
+        {
+            return st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{name} not on {url}: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
