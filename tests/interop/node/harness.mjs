@@ -68,6 +68,12 @@ function run(cmd, args, { stdin } = {}) {
       }
       resolve({ code: err ? err.code : 0, stdout, stderr });
     });
+    // A program that exits without reading its input closes the pipe
+    // first; the write then fails with EPIPE, which is not the program's
+    // answer (its exit code and output are), so only that error is ignored.
+    child.stdin.on("error", (e) => {
+      if (e.code !== "EPIPE") reject(e);
+    });
     child.stdin.end(stdin ?? "");
   });
 }
