@@ -26,6 +26,7 @@ use opcua_types::{
 use crate::conn::LinkSession;
 use crate::diag::{shift_indexes, Diagnostics};
 use crate::limits::batches;
+use crate::remap::SessionMap;
 
 /// What a proxied call needs besides its operations: the northbound
 /// request's deadline and the diagnostics it asked for (passed on to the
@@ -475,7 +476,7 @@ pub async fn history_read(
     nodes: &[HistoryReadValueId],
     ctx: Ctx,
 ) -> Result<Answer<HistoryReadResult>, StatusCode> {
-    let action = history_action(details)?;
+    let action = history_action(details, &ls.map)?;
     let action = &action;
     batched(
         nodes,
@@ -511,7 +512,7 @@ pub async fn history_read(
                 .map(|hr| HistoryReadResult {
                     status_code: hr.status_code,
                     continuation_point: wrap_cp(mount, &hr.continuation_point),
-                    history_data: hr.history_data,
+                    history_data: ls.map.history_data_to_gateway(hr.history_data),
                 })
                 .collect();
             Ok((results, infos, strings))
@@ -528,7 +529,16 @@ fn bad_history(st: StatusCode) -> HistoryReadResult {
     }
 }
 
-fn history_action(details: &ExtensionObject) -> Result<HistoryReadAction, StatusCode> {
+/// The HistoryRead details for the field server. The aggregates of a
+/// processed read and the event filter of an event read name nodes, so
+/// they are remapped; `BadHistoryOperationInvalid` for details of no
+/// known type, `BadEventFilterInvalid` for a filter naming a namespace
+/// this field server does not have, `BadAggregateNotSupported` for such
+/// an aggregate.
+fn history_action(
+    details: &ExtensionObject,
+    map: &SessionMap,
+) -> Result<HistoryReadAction, StatusCode> {
     use opcua_types::{
         ReadAtTimeDetails, ReadEventDetails, ReadProcessedDetails, ReadRawModifiedDetails,
     };
@@ -536,13 +546,34 @@ fn history_action(details: &ExtensionObject) -> Result<HistoryReadAction, Status
         return Ok(HistoryReadAction::ReadRawModifiedDetails(d.clone()));
     }
     if let Some(d) = details.inner_as::<ReadProcessedDetails>() {
-        return Ok(HistoryReadAction::ReadProcessedDetails(d.clone()));
+        let aggregate_type = d
+            .aggregate_type
+            .as_ref()
+            .map(|ids| {
+                ids.iter()
+                    .map(|id| map.node_to_field(id))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()
+            .map_err(|_| StatusCode::BadAggregateNotSupported)?;
+        return Ok(HistoryReadAction::ReadProcessedDetails(
+            ReadProcessedDetails {
+                aggregate_type,
+                ..d.clone()
+            },
+        ));
     }
     if let Some(d) = details.inner_as::<ReadAtTimeDetails>() {
         return Ok(HistoryReadAction::ReadAtTimeDetails(d.clone()));
     }
     if let Some(d) = details.inner_as::<ReadEventDetails>() {
-        return Ok(HistoryReadAction::ReadEventDetails(d.clone()));
+        let filter = map
+            .event_filter_to_field(&d.filter)
+            .map_err(|_| StatusCode::BadEventFilterInvalid)?;
+        return Ok(HistoryReadAction::ReadEventDetails(ReadEventDetails {
+            filter,
+            ..d.clone()
+        }));
     }
     Err(StatusCode::BadHistoryOperationInvalid)
 }

@@ -28,18 +28,22 @@
 //!   [`SessionMap::unknown_namespace_hits`]) so the caller can notice a stale
 //!   map and rebuild it.
 //!
-//! Inside extension objects only `Argument` (the InputArguments and
+//! Inside values, only the `Argument` structure (the InputArguments and
 //! OutputArguments of methods) has its DataType remapped; other structures
-//! are passed through as they are. Not remapped either:
+//! are passed through as they are. HistoryRead has its own: the event
+//! filter of an event read goes to the field server remapped, and history
+//! data and event fields come back remapped like Read values. Not remapped either:
 //! expanded node ids that carry a namespace URI or a non-zero server index.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use opcua_types::{
-    Argument, BrowseDescription, BrowsePath, BrowsePathResult, CallMethodRequest, CallMethodResult,
-    DataValue, ExpandedNodeId, ExtensionObject, HistoryReadValueId, NodeId, ObjectId,
-    QualifiedName, ReadValueId, ReferenceDescription, StatusCode, Variant, WriteValue,
+    Argument, AttributeOperand, BrowseDescription, BrowsePath, BrowsePathResult, CallMethodRequest,
+    CallMethodResult, ContentFilter, ContentFilterElement, DataValue, EventFilter, ExpandedNodeId,
+    ExtensionObject, HistoryData, HistoryEvent, HistoryEventFieldList, HistoryModifiedData,
+    HistoryReadValueId, LiteralOperand, NodeId, ObjectId, QualifiedName, ReadValueId,
+    ReferenceDescription, RelativePath, SimpleAttributeOperand, StatusCode, Variant, WriteValue,
 };
 
 /// Prefix of the published URI of a field namespace whose URI is already
@@ -463,15 +467,10 @@ impl SessionMap {
     /// A TranslateBrowsePathsToNodeIds item for the field server: starting
     /// node, and each element's reference type id and target name.
     pub fn browse_path_to_field(&self, p: &BrowsePath) -> Result<BrowsePath, StatusCode> {
-        let mut path = p.clone();
-        path.starting_node = self.node_to_field(&p.starting_node)?;
-        if let Some(elements) = path.relative_path.elements.as_mut() {
-            for element in elements.iter_mut() {
-                element.reference_type_id = self.node_to_field(&element.reference_type_id)?;
-                element.target_name = self.qname_to_field(&element.target_name)?;
-            }
-        }
-        Ok(path)
+        Ok(BrowsePath {
+            starting_node: self.node_to_field(&p.starting_node)?,
+            relative_path: self.relative_path_to_field(&p.relative_path)?,
+        })
     }
 
     /// A Call item for the field server: object id, method id and input
@@ -503,6 +502,115 @@ impl SessionMap {
             data_encoding: self.qname_to_field(&h.data_encoding)?,
             continuation_point: h.continuation_point.clone(),
         })
+    }
+
+    /// Each element's reference type id and target name as the field
+    /// server knows them (TranslateBrowsePaths, attribute operands).
+    fn relative_path_to_field(&self, p: &RelativePath) -> Result<RelativePath, StatusCode> {
+        let mut path = p.clone();
+        if let Some(elements) = path.elements.as_mut() {
+            for element in elements.iter_mut() {
+                element.reference_type_id = self.node_to_field(&element.reference_type_id)?;
+                element.target_name = self.qname_to_field(&element.target_name)?;
+            }
+        }
+        Ok(path)
+    }
+
+    /// The event filter of a HistoryRead of events, as the field server
+    /// knows it: the select clauses' type definitions and browse paths, and
+    /// the node ids, names and literal values in the where clause.
+    /// `BadNodeIdUnknown` if one of them is in a namespace that is not this
+    /// session's.
+    pub fn event_filter_to_field(&self, f: &EventFilter) -> Result<EventFilter, StatusCode> {
+        let select_clauses = f
+            .select_clauses
+            .as_ref()
+            .map(|clauses| {
+                clauses
+                    .iter()
+                    .map(|c| self.simple_operand_to_field(c))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        let elements = f
+            .where_clause
+            .elements
+            .as_ref()
+            .map(|elements| {
+                elements
+                    .iter()
+                    .map(|e| self.filter_element_to_field(e))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        Ok(EventFilter {
+            select_clauses,
+            where_clause: ContentFilter { elements },
+        })
+    }
+
+    fn simple_operand_to_field(
+        &self,
+        s: &SimpleAttributeOperand,
+    ) -> Result<SimpleAttributeOperand, StatusCode> {
+        let browse_path = s
+            .browse_path
+            .as_ref()
+            .map(|path| {
+                path.iter()
+                    .map(|q| self.qname_to_field(q))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        Ok(SimpleAttributeOperand {
+            type_definition_id: self.node_to_field(&s.type_definition_id)?,
+            browse_path,
+            ..s.clone()
+        })
+    }
+
+    fn filter_element_to_field(
+        &self,
+        e: &ContentFilterElement,
+    ) -> Result<ContentFilterElement, StatusCode> {
+        let filter_operands = e
+            .filter_operands
+            .as_ref()
+            .map(|operands| {
+                operands
+                    .iter()
+                    .map(|o| self.filter_operand_to_field(o))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        Ok(ContentFilterElement {
+            filter_operator: e.filter_operator,
+            filter_operands,
+        })
+    }
+
+    /// One where-clause operand; element operands (and operands this
+    /// stack cannot decode) carry no ids and pass unchanged.
+    fn filter_operand_to_field(&self, o: &ExtensionObject) -> Result<ExtensionObject, StatusCode> {
+        if let Some(s) = o.inner_as::<SimpleAttributeOperand>() {
+            return Ok(ExtensionObject::from_message(
+                self.simple_operand_to_field(s)?,
+            ));
+        }
+        if let Some(l) = o.inner_as::<LiteralOperand>() {
+            return Ok(ExtensionObject::from_message(LiteralOperand {
+                value: self.variant_to_field(&l.value)?,
+            }));
+        }
+        if let Some(a) = o.inner_as::<AttributeOperand>() {
+            return Ok(ExtensionObject::from_message(AttributeOperand {
+                node_id: self.node_to_field(&a.node_id)?,
+                browse_path: self.relative_path_to_field(&a.browse_path)?,
+                ..a.clone()
+            }));
+        }
+        Ok(o.clone())
     }
 
     // ---- back to the gateway -------------------------------------------
@@ -619,6 +727,56 @@ impl SessionMap {
         d
     }
 
+    /// The history data of one HistoryRead result from the field server:
+    /// the values of HistoryData and HistoryModifiedData, and the event
+    /// fields of HistoryEvent, remapped like Read values. Anything else
+    /// (a null result, a structure this stack cannot decode) passes
+    /// unchanged.
+    pub fn history_data_to_gateway(&self, data: ExtensionObject) -> ExtensionObject {
+        let values = |list: Option<Vec<DataValue>>| {
+            list.map(|l| {
+                l.into_iter()
+                    .map(|d| self.data_value_to_gateway(d))
+                    .collect()
+            })
+        };
+        // `inner_is` first: `into_inner_as` drops an object of another type.
+        if data.inner_is::<HistoryData>() {
+            return data
+                .into_inner_as::<HistoryData>()
+                .map_or_else(ExtensionObject::null, |d| {
+                    ExtensionObject::from_message(HistoryData {
+                        data_values: values(d.data_values),
+                    })
+                });
+        }
+        if data.inner_is::<HistoryModifiedData>() {
+            return data.into_inner_as::<HistoryModifiedData>().map_or_else(
+                ExtensionObject::null,
+                |d| {
+                    ExtensionObject::from_message(HistoryModifiedData {
+                        data_values: values(d.data_values),
+                        modification_infos: d.modification_infos,
+                    })
+                },
+            );
+        }
+        if let Some(e) = data.inner_as::<HistoryEvent>() {
+            let events = e.events.as_ref().map(|events| {
+                events
+                    .iter()
+                    .map(|list| HistoryEventFieldList {
+                        event_fields: list.event_fields.as_ref().map(|fields| {
+                            fields.iter().map(|f| self.variant_to_gateway(f)).collect()
+                        }),
+                    })
+                    .collect()
+            });
+            return ExtensionObject::from_message(HistoryEvent { events });
+        }
+        data
+    }
+
     /// A Browse result reference: reference type, node id, browse name and
     /// type definition remapped.
     pub fn reference_to_gateway(&self, r: &ReferenceDescription) -> ReferenceDescription {
@@ -664,7 +822,8 @@ mod tests {
     use super::*;
     use opcua_types::{
         Array, BrowsePathTarget, ByteString, Guid, Identifier, LocalizedText, NodeClass,
-        ReferenceTypeId, RelativePath, RelativePathElement, UAString, VariantScalarTypeId,
+        ObjectTypeId, ReferenceTypeId, RelativePath, RelativePathElement, UAString,
+        VariantScalarTypeId,
     };
 
     const UA: &str = "http://opcfoundation.org/UA/";
@@ -1313,5 +1472,159 @@ mod tests {
         );
         assert_eq!(rg.input_argument_results, r.input_argument_results);
         assert_eq!(rg.status_code, StatusCode::Good);
+    }
+
+    /// The event filter of a HistoryRead of events reaches the field
+    /// server with its type definitions, browse paths and where-clause
+    /// operands in the field server's namespaces (here in the opposite
+    /// order to the gateway's, so every remapped index changes).
+    #[test]
+    fn event_filter_to_field() {
+        use opcua_types::{ElementOperand, FilterOperator};
+        let t = table();
+        let m = map(&t, &[UA, "urn:b", "urn:a"]);
+        let base_event: NodeId = ObjectTypeId::BaseEventType.into();
+        let select = |ty: NodeId, path: Vec<QualifiedName>| SimpleAttributeOperand {
+            type_definition_id: ty,
+            browse_path: Some(path),
+            attribute_id: 13,
+            index_range: Default::default(),
+        };
+        let filter = EventFilter {
+            select_clauses: Some(vec![
+                select(base_event.clone(), vec![QualifiedName::new(0, "EventType")]),
+                select(
+                    NodeId::new(4, "PumpEvent"),
+                    vec![QualifiedName::new(4, "Pressure")],
+                ),
+            ]),
+            where_clause: ContentFilter {
+                elements: Some(vec![
+                    ContentFilterElement {
+                        filter_operator: FilterOperator::OfType,
+                        filter_operands: Some(vec![ExtensionObject::from_message(
+                            LiteralOperand {
+                                value: Variant::from(NodeId::new(3, "AlarmType")),
+                            },
+                        )]),
+                    },
+                    ContentFilterElement {
+                        filter_operator: FilterOperator::Equals,
+                        filter_operands: Some(vec![
+                            ExtensionObject::from_message(AttributeOperand {
+                                node_id: NodeId::new(4, "Pump"),
+                                alias: UAString::null(),
+                                browse_path: RelativePath {
+                                    elements: Some(vec![RelativePathElement {
+                                        reference_type_id: ReferenceTypeId::HasComponent.into(),
+                                        is_inverse: false,
+                                        include_subtypes: true,
+                                        target_name: QualifiedName::new(3, "Speed"),
+                                    }]),
+                                },
+                                attribute_id: 13,
+                                index_range: Default::default(),
+                            }),
+                            ExtensionObject::from_message(ElementOperand { index: 0 }),
+                        ]),
+                    },
+                ]),
+            },
+        };
+        let f = m.event_filter_to_field(&filter).unwrap();
+        let clauses = f.select_clauses.unwrap();
+        assert_eq!(
+            clauses[0],
+            select(base_event, vec![QualifiedName::new(0, "EventType")])
+        );
+        assert_eq!(
+            clauses[1],
+            select(
+                NodeId::new(1, "PumpEvent"),
+                vec![QualifiedName::new(1, "Pressure")]
+            )
+        );
+        let elements = f.where_clause.elements.unwrap();
+        let literal = elements[0].filter_operands.as_ref().unwrap()[0]
+            .inner_as::<LiteralOperand>()
+            .unwrap();
+        assert_eq!(literal.value, Variant::from(NodeId::new(2, "AlarmType")));
+        assert_eq!(elements[1].filter_operator, FilterOperator::Equals);
+        let operands = elements[1].filter_operands.as_ref().unwrap();
+        let attr = operands[0].inner_as::<AttributeOperand>().unwrap();
+        assert_eq!(attr.node_id, NodeId::new(1, "Pump"));
+        let step = &attr.browse_path.elements.as_ref().unwrap()[0];
+        assert_eq!(step.target_name, QualifiedName::new(2, "Speed"));
+        assert_eq!(
+            step.reference_type_id,
+            NodeId::from(ReferenceTypeId::HasComponent)
+        );
+        assert_eq!(
+            operands[1].inner_as::<ElementOperand>(),
+            Some(&ElementOperand { index: 0 })
+        );
+
+        // A filter naming a namespace that is not this field server's.
+        let mut foreign = filter.clone();
+        foreign.select_clauses = Some(vec![select(
+            NodeId::new(2, "GatewayType"),
+            vec![QualifiedName::new(0, "Message")],
+        )]);
+        assert_eq!(
+            m.event_filter_to_field(&foreign),
+            Err(StatusCode::BadNodeIdUnknown)
+        );
+        let empty = EventFilter::default();
+        assert_eq!(m.event_filter_to_field(&empty), Ok(empty));
+    }
+
+    /// HistoryRead results come back with their values and event fields in
+    /// the gateway's namespaces; other history data passes unchanged.
+    #[test]
+    fn history_data_to_gateway() {
+        use opcua_types::ModificationInfo;
+        let t = table();
+        let m = map(&t, &[UA, "urn:b", "urn:a"]);
+        let values = vec![
+            DataValue::value_only(NodeId::new(1, "Pump")),
+            DataValue::value_only(1.5f64),
+        ];
+        let mapped = vec![
+            DataValue::value_only(NodeId::new(4, "Pump")),
+            DataValue::value_only(1.5f64),
+        ];
+        let raw = m.history_data_to_gateway(ExtensionObject::from_message(HistoryData {
+            data_values: Some(values.clone()),
+        }));
+        assert_eq!(
+            raw.inner_as::<HistoryData>().unwrap().data_values,
+            Some(mapped.clone())
+        );
+        let infos = Some(vec![ModificationInfo::default()]);
+        let modified =
+            m.history_data_to_gateway(ExtensionObject::from_message(HistoryModifiedData {
+                data_values: Some(values),
+                modification_infos: infos.clone(),
+            }));
+        let modified = modified.inner_as::<HistoryModifiedData>().unwrap();
+        assert_eq!(modified.data_values, Some(mapped));
+        assert_eq!(modified.modification_infos, infos);
+        let events = m.history_data_to_gateway(ExtensionObject::from_message(HistoryEvent {
+            events: Some(vec![HistoryEventFieldList {
+                event_fields: Some(vec![
+                    Variant::from(NodeId::new(2, "AlarmType")),
+                    Variant::from("tank high"),
+                ]),
+            }]),
+        }));
+        let events = events.inner_as::<HistoryEvent>().unwrap();
+        assert_eq!(
+            events.events.as_ref().unwrap()[0].event_fields,
+            Some(vec![
+                Variant::from(NodeId::new(3, "AlarmType")),
+                Variant::from("tank high")
+            ])
+        );
+        assert!(m.history_data_to_gateway(ExtensionObject::null()).is_null());
     }
 }

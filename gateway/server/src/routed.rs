@@ -533,10 +533,13 @@ impl Engine {
                     ctx,
                     &mut out,
                     |st| {
-                        bad(if st == StatusCode::BadHistoryOperationInvalid {
-                            st
-                        } else {
-                            StatusCode::BadServerNotConnected
+                        // The details' own faults stay; anything else means
+                        // the field server could not answer.
+                        bad(match st {
+                            StatusCode::BadHistoryOperationInvalid
+                            | StatusCode::BadEventFilterInvalid
+                            | StatusCode::BadAggregateNotSupported => st,
+                            _ => StatusCode::BadServerNotConnected,
                         })
                     },
                     |link, mount, ops| async move {
