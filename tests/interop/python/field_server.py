@@ -8,26 +8,52 @@ in namespace FIELD_NS_URI:
 - Objects/Plant/Temperature     Double       (ns;s=Plant.Temperature), changes every 100 ms
 - Objects/Plant/Setpoint        Double       (ns;s=Plant.Setpoint), writable
 - Objects/Plant/Add             method       (ns;s=Plant.Add), (Double a, Double b) -> a + b
+- Objects/Plant/Mode            NodeId       (ns;s=Plant.Mode), names a node of this namespace
+- Types/.../PumpEvent           event type   (BaseEventType with a Double property Pressure)
 
 Temperature is `base + 0.1 * tick`, so two field servers with different `base` values
 tell apart which server a northbound value came from. `stop()` is idempotent and bounded.
+
+History: Temperature and Mode keep their value changes, and Plant (an event notifier) its
+PumpEvents (`emit_pump_event`), in asyncua's in-memory history. A HistoryRead answers at
+most HISTORY_PAGE values at a time, with a continuation point for the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import datetime, timezone
 from typing import Any
 
 from asyncua import Server, ua
 from asyncua.common.node import Node
+from asyncua.server.history import HistoryDict
 
 FIELD_NS_URI = "urn:interop:field"
 TICK_S = 0.1
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+HISTORY_PAGE = 4
+HISTORY_COUNT = 1000
 
 SERVICE_LEVEL = ua.NodeId(ua.ObjectIds.Server_ServiceLevel)
+
+
+def stamped(value: ua.Variant) -> ua.DataValue:
+    """A value with its SourceTimestamp, as a field device reports it."""
+    now = datetime.now(timezone.utc)
+    return ua.DataValue(value, SourceTimestamp=now, ServerTimestamp=now)
+
+
+class SourceKeyedHistory(HistoryDict):
+    """asyncua's in-memory history, with events kept under their SourceNode. asyncua keys a
+    historized event by the node that emitted it, and the events its own history subscription
+    receives all say the Server object; a PumpEvent of Plant belongs to Plant's history."""
+
+    async def save_event(self, event: Any) -> None:
+        event.emitting_node = event.SourceNode
+        await super().save_event(event)
 
 
 class FieldServer:
@@ -44,6 +70,9 @@ class FieldServer:
         self.temperature: Node | None = None
         self.setpoint: Node | None = None
         self.add: Node | None = None
+        self.mode: Node | None = None
+        self.pump_event: Node | None = None
+        self._pump_events: Any = None
         self.adds: list[tuple[float, float]] = []
         self._ticker: asyncio.Task[None] | None = None
         self._tick = 0
@@ -82,7 +111,26 @@ class FieldServer:
             [ua.VariantType.Double, ua.VariantType.Double],
             [ua.VariantType.Double],
         )
+        self.mode = await self.plant.add_variable(
+            ua.NodeId("Plant.Mode", ns),
+            ua.QualifiedName("Mode", ns),
+            ua.Variant(ua.NodeId("Plant.Setpoint", ns), ua.VariantType.NodeId),
+        )
+        self.pump_event = await srv.create_custom_event_type(
+            ns, "PumpEvent", ua.ObjectIds.BaseEventType, [("Pressure", ua.VariantType.Double)]
+        )
+        await self.plant.set_event_notifier([ua.EventNotifier.SubscribeToEvents, ua.EventNotifier.HistoryRead])
+        # asyncua historizes the event types a source says it generates.
+        await self.plant.add_reference(self.pump_event.nodeid, ua.ObjectIds.GeneratesEvent)
         await srv.start()
+        srv.iserver.history_manager.storage = SourceKeyedHistory(HISTORY_PAGE)
+        # The first value kept is the current one: give it a SourceTimestamp, which asyncua's
+        # history compares with the requested time range (it keeps what is written as is).
+        await srv.write_attribute_value(self.temperature.nodeid, stamped(ua.Variant(self.base, ua.VariantType.Double)))
+        await self.set_mode(ua.NodeId("Plant.Setpoint", ns))
+        await srv.historize_node_data_change([self.temperature, self.mode], period=None, count=HISTORY_COUNT)
+        await srv.historize_node_event(self.plant, period=None, count=HISTORY_COUNT)
+        self._pump_events = await srv.get_event_generator(self.pump_event, self.plant)
         assert srv.bserver is not None
         self.port = int(srv.bserver.port)
         assert self.port != 0, "asyncua did not report the bound port"
@@ -117,12 +165,21 @@ class FieldServer:
             self._tick += 1
             value = self.base + 0.1 * self._tick
             await self.server.write_attribute_value(
-                self.temperature.nodeid, ua.DataValue(ua.Variant(value, ua.VariantType.Double))
+                self.temperature.nodeid, stamped(ua.Variant(value, ua.VariantType.Double))
             )
 
     def _add(self, parent: ua.NodeId, a: ua.Variant, b: ua.Variant) -> list[ua.Variant]:
         self.adds.append((a.Value, b.Value))
         return [ua.Variant(a.Value + b.Value, ua.VariantType.Double)]
+
+    async def set_mode(self, node: ua.NodeId) -> None:
+        assert self.mode is not None
+        await self.server.write_attribute_value(self.mode.nodeid, stamped(ua.Variant(node, ua.VariantType.NodeId)))
+
+    async def emit_pump_event(self, pressure: float) -> None:
+        """Fires one PumpEvent from Plant (kept in Plant's event history)."""
+        self._pump_events.event.Pressure = pressure
+        await self._pump_events.trigger(message=f"pressure {pressure}")
 
     def is_own_value(self, value: Any) -> bool:
         """Whether a Temperature value came from this server (its `base` band of 1000)."""
@@ -133,10 +190,15 @@ class FieldServer:
 
     # -- introspection -------------------------------------------------------------------
     def monitored_items(self, node: ua.NodeId, attribute: ua.AttributeIds = ua.AttributeIds.Value) -> list[Any]:
-        """The MonitoredItemData of every monitored item on (node, attribute), over all subscriptions."""
+        """The MonitoredItemData of every monitored item on (node, attribute), over all the
+        clients' subscriptions (not the server's own history subscription)."""
         found = []
         subs = self.server.iserver.subscription_service.subscriptions
-        for isub in list(subs.values()):
+        historian = self.server.iserver.history_manager._sub
+        own = historian.subscription_id if historian is not None else None
+        for sid, isub in list(subs.items()):
+            if sid == own:
+                continue
             for mdata in list(isub.monitored_item_srv._monitored_items.values()):
                 rvid = mdata.read_value_id
                 if rvid is not None and rvid.NodeId == node and rvid.AttributeId == attribute:

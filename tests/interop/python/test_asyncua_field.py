@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime, timezone
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -226,6 +227,71 @@ async def test_mount_read_write_browse_call_translate(target: ServerTarget) -> N
                 client.get_node(OBJECTS).get_child([f"{GATEWAY_NS}:line1", f"{ns}:Plant", f"{ns}:Temperature"])
             )
             assert node.nodeid == temperature, node.nodeid
+
+
+# -- 1b. HistoryRead through the mount ---------------------------------------------------------
+async def test_history_read_through_the_mount(target: ServerTarget) -> None:
+    """Raw history paged by the field server's continuation points is the same through the
+    gateway as directly; NodeId values and event fields come back in the gateway's namespace;
+    a continuation point of another mount and a node without history are refused."""
+    async with field_servers(("line1", 20.0)) as (field,):
+        url = await start_gateway(target, gateway_config(field_toml("line1", [field.url])))
+        async with connected(url) as client, connected(field.url) as direct:
+            await wait_connected(client, "line1", target)
+            ns = await field_ns(client)
+            assert ns != field.ns, "the field namespace must move, or remapping goes unseen"
+            start = datetime.now(timezone.utc)
+            for mode in ("Plant.Temperature", "Plant.Add"):
+                await asyncio.sleep(0.15)
+                await field.set_mode(ua.NodeId(mode, field.ns))
+            for pressure in (1.5, 2.5, 3.5):
+                await asyncio.sleep(0.15)
+                await field.emit_pump_event(pressure)
+
+            def temperature_of(client: Client, index: int) -> Any:
+                return client.get_node(ua.NodeId("Plant.Temperature", index))
+
+            async def ten_values() -> bool:
+                end = datetime.now(timezone.utc)
+                return len(await temperature_of(direct, field.ns).read_raw_history(start, end)) >= 10
+
+            await eventually("ten Temperature values in the field server's history", ten_values, 10.0)
+            end = datetime.now(timezone.utc)
+
+            # Raw values: the same list, several pages of HISTORY_PAGE.
+            def rows(values: list[ua.DataValue]) -> list[tuple[Any, Any]]:
+                return [(dv.SourceTimestamp, dv.Value.Value) for dv in values]
+
+            want = rows(await bounded(temperature_of(direct, field.ns).read_raw_history(start, end)))
+            got = rows(await bounded(temperature_of(client, ns).read_raw_history(start, end)))
+            assert len(want) >= 10, want
+            assert got == want
+
+            # NodeId values are remapped into the gateway's namespace.
+            mode_node = client.get_node(ua.NodeId("Plant.Mode", ns))
+            modes = [dv.Value.Value for dv in await bounded(mode_node.read_raw_history(start, end))]
+            assert [(m.NamespaceIndex, m.Identifier) for m in modes] == [
+                (ns, "Plant.Temperature"),
+                (ns, "Plant.Add"),
+            ], modes
+
+            # Event history: the fields name the event type and source in the gateway's namespace.
+            assert field.pump_event is not None
+            pump_event = ua.NodeId(field.pump_event.nodeid.Identifier, ns)
+            plant = client.get_node(ua.NodeId("Plant", ns))
+            events = await bounded(plant.read_event_history(start, end, evtypes=[pump_event]))
+            assert [ev.Pressure for ev in events] == [1.5, 2.5, 3.5], events
+            assert {ev.SourceNode for ev in events} == {ua.NodeId("Plant", ns)}, events
+            assert {ev.EventType for ev in events} == {pump_event}, events
+
+            # A continuation point that names another mount, and a gateway node with no history.
+            details = ua.ReadRawModifiedDetails(
+                IsReadModified=False, StartTime=start, EndTime=end, NumValuesPerNode=0, ReturnBounds=False
+            )
+            forged = await bounded(temperature_of(client, ns).history_read(details, b"\xf1\x05\x00" + b"x" * 8))
+            assert forged.StatusCode.value == ua.StatusCodes.BadContinuationPointInvalid, forged
+            local = await bounded(client.get_node(status("line1", "State")).history_read(details))
+            assert local.StatusCode.value == ua.StatusCodes.BadHistoryOperationUnsupported, local
 
 
 # -- 2. Shared southbound monitored item --------------------------------------------------------
