@@ -191,6 +191,147 @@ async fn read_write_browse_call_translate_through_the_mount() {
     sim.cancel();
 }
 
+/// The node ids of a Browse result's references, in order.
+fn ref_ids(r: &opcua_types::BrowseResult) -> Vec<NodeId> {
+    r.references
+        .iter()
+        .flatten()
+        .map(|r| r.node_id.node_id.clone())
+        .collect()
+}
+
+/// BrowseNext through the mount: the field server's continuation points
+/// come back wrapped and page through exactly the references one Browse
+/// returns; one BrowseNext can mix them with the gateway's own; a released
+/// continuation point and one naming a mount that does not exist are
+/// refused.
+#[tokio::test]
+async fn browse_next_pages_through_the_mount() {
+    use opcua_types::ByteString;
+    use uagate_field::proxy::CP_MARK;
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "a").await;
+    let gw = TestGateway::start(&field_toml("line1", "none", &[&sim.endpoint_url])).await;
+    wait_connected(&gw, "line1").await;
+    let (s, h) = connect(&gw, "field-browse").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let forward = |node_id: NodeId| BrowseDescription {
+        node_id,
+        browse_direction: BrowseDirection::Forward,
+        reference_type_id: NodeId::new(0, 33u32),
+        include_subtypes: true,
+        node_class_mask: NodeClassMask::all().bits(),
+        result_mask: BrowseResultMask::All as u32,
+    };
+    let folder = forward(NodeId::new(ns, "Simulation"));
+    let all = s
+        .browse(std::slice::from_ref(&folder), 0, None)
+        .await
+        .unwrap();
+    let all = ref_ids(&all[0]);
+    assert!(all.len() >= 8, "{all:?}");
+    assert!(all.iter().all(|id| id.namespace == ns), "{all:?}");
+
+    // Pages of two, to the end.
+    let mut r = s
+        .browse(std::slice::from_ref(&folder), 2, None)
+        .await
+        .unwrap()
+        .remove(0);
+    let mut paged = Vec::new();
+    let mut pages = 1;
+    loop {
+        assert_eq!(r.status_code, StatusCode::Good, "page {pages}: {r:?}");
+        let ids = ref_ids(&r);
+        assert!(ids.len() <= 2, "page {pages}: {ids:?}");
+        paged.extend(ids);
+        if r.continuation_point.is_null_or_empty() {
+            break;
+        }
+        assert_eq!(
+            r.continuation_point.value.as_ref().unwrap()[0],
+            CP_MARK,
+            "a field continuation point is wrapped"
+        );
+        assert!(pages < 20, "BrowseNext does not end");
+        r = s
+            .browse_next(false, &[r.continuation_point.clone()])
+            .await
+            .unwrap()
+            .remove(0);
+        pages += 1;
+    }
+    // The field server does not keep one order between Browse calls:
+    // compare as sets, with nothing twice.
+    let sorted = |mut v: Vec<NodeId>| {
+        v.sort_by_key(|id| id.to_string());
+        v
+    };
+    let (paged, all) = (sorted(paged), sorted(all));
+    assert!(paged.windows(2).all(|w| w[0] != w[1]), "{paged:?}");
+    assert_eq!(paged, all);
+    assert!(pages >= all.len() / 2, "{pages} pages for {}", all.len());
+
+    // One BrowseNext with a gateway continuation point and a field one.
+    let both = s
+        .browse(&[forward(NodeId::new(0, 2253u32)), folder.clone()], 1, None)
+        .await
+        .unwrap();
+    let cps: Vec<ByteString> = both.iter().map(|r| r.continuation_point.clone()).collect();
+    assert!(cps.iter().all(|cp| !cp.is_null_or_empty()), "{both:?}");
+    assert_ne!(
+        cps[0].value.as_ref().unwrap()[0],
+        CP_MARK,
+        "local stays local"
+    );
+    let next = s.browse_next(false, &cps).await.unwrap();
+    assert_eq!(next.len(), 2);
+    assert_eq!(next[0].status_code, StatusCode::Good, "{next:?}");
+    assert_eq!(next[1].status_code, StatusCode::Good, "{next:?}");
+    // Each page-2 result in its own place: a field reference after the
+    // field page 1, a Server object reference after the local page 1.
+    let (field_1, field_2) = (ref_ids(&both[1]), ref_ids(&next[1]));
+    assert_eq!(field_2.len(), 1, "{next:?}");
+    assert!(
+        all.contains(&field_2[0]) && field_1 != field_2,
+        "{field_1:?} {field_2:?}"
+    );
+    let server_refs = s
+        .browse(&[forward(NodeId::new(0, 2253u32))], 0, None)
+        .await
+        .unwrap();
+    let (local_1, local_2) = (ref_ids(&both[0]), ref_ids(&next[0]));
+    assert_eq!(local_2.len(), 1, "{next:?}");
+    assert!(
+        ref_ids(&server_refs[0]).contains(&local_2[0]) && local_1 != local_2,
+        "{local_1:?} {local_2:?}"
+    );
+
+    // Released, then used: the field server no longer knows it.
+    let cp = next[1].continuation_point.clone();
+    let released = s
+        .browse_next(true, std::slice::from_ref(&cp))
+        .await
+        .unwrap();
+    assert_eq!(released[0].status_code, StatusCode::Good, "{released:?}");
+    assert!(ref_ids(&released[0]).is_empty(), "{released:?}");
+    let again = s.browse_next(false, &[cp]).await.unwrap();
+    assert_eq!(
+        again[0].status_code,
+        StatusCode::BadContinuationPointInvalid,
+        "{again:?}"
+    );
+    // A continuation point that names mount 9 (there is one mount).
+    let forged = ByteString::from(vec![CP_MARK, 9, 0, 1, 2, 3, 4]);
+    let r = s.browse_next(false, &[forged]).await.unwrap();
+    assert_eq!(r[0].status_code, StatusCode::BadContinuationPointInvalid);
+
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    sim.cancel();
+}
+
 async fn next_good(rx: &mut mpsc::UnboundedReceiver<DataValue>, within: Duration) -> DataValue {
     let t0 = Instant::now();
     loop {
