@@ -484,10 +484,51 @@ async fn hot_pair_failover_keeps_the_subscription_delivering() {
     let st = gw.engine().field_status("pair").unwrap();
     assert_eq!(st.active_server, Some(first));
     assert!(st.failover_count >= 2, "{st:?}");
+
+    // What SCADA alarms on: the status nodes tell the same story.
+    let t0 = Instant::now();
+    loop {
+        let v = read_field_status(&s, "pair").await;
+        let settled = v["State"] == Variant::from("Connected")
+            && v["ActiveEndpoint"] == Variant::from(sims[first].endpoint_url.as_str())
+            && v["ServiceLevel"] == Variant::Byte(255)
+            && matches!(v["FailoverCount"], Variant::UInt32(n) if n >= 2)
+            && matches!(v["LastError"], Variant::StatusCode(e) if e.is_bad());
+        if settled {
+            assert!(matches!(v["ReconnectCount"], Variant::UInt32(_)), "{v:?}");
+            assert_eq!(v["Enabled"], Variant::Boolean(true));
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "status nodes: {v:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let _ = s.disconnect().await;
     let _ = h.await;
     gw.stop().await;
     sims[first].cancel();
+}
+
+/// Every status variable of field connection `name`, read over OPC UA.
+async fn read_field_status(
+    s: &opcua_client::Session,
+    name: &str,
+) -> std::collections::HashMap<&'static str, Variant> {
+    let ids: Vec<ReadValueId> = uagate_space::FIELD_STATUS_VARS
+        .iter()
+        .map(|var| ReadValueId::from(NodeId::new(2, format!("FieldStatus.{name}.{var}"))))
+        .collect();
+    let values = s
+        .read(&ids, TimestampsToReturn::Neither, 0.0)
+        .await
+        .unwrap();
+    uagate_space::FIELD_STATUS_VARS
+        .iter()
+        .zip(values)
+        .map(|(var, dv)| {
+            assert!(dv.status.is_none_or(|st| st.is_good()), "{var}: {dv:?}");
+            (*var, dv.value.unwrap_or_default())
+        })
+        .collect()
 }
 
 fn chrono_now_minus(since: Instant) -> chrono::DateTime<chrono::Utc> {
