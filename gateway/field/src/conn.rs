@@ -26,8 +26,8 @@ use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use opcua_client::services::{Read, SetPublishingMode};
 use opcua_client::{
-    ClientBuilder, DataChangeCallback, IdentityToken, MonitoredItem, Session, SessionPollResult,
-    UARequest,
+    ClientBuilder, DataChangeCallback, EventCallback, IdentityToken, MonitoredItem, Session,
+    SessionPollResult, UARequest,
 };
 use opcua_types::{
     AttributeId, DataChangeFilter, DataValue, DateTime, DeadbandType, EndpointDescription,
@@ -39,6 +39,7 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::events::{EventKey, EventTable};
 use crate::items::{ItemKey, ItemTable};
 use crate::limits::{batches, OperationLimits};
 use crate::policy::{
@@ -245,6 +246,10 @@ struct LinkSubs {
     items: HashMap<u32, (u32, u32)>,
     /// Monitoring mode the items currently have.
     mode: Option<MonitoringMode>,
+    /// The subscription of the event items, once one is wanted.
+    events_sub: Option<u32>,
+    /// Our event item id → server monitored item id.
+    events: HashMap<u32, u32>,
 }
 
 /// Where the one session of a link connects: its current network path.
@@ -434,6 +439,8 @@ struct Inner {
     status: watch::Sender<FieldStatus>,
     active: watch::Sender<Option<Arc<LinkSession>>>,
     items: Mutex<ItemTable>,
+    /// Shared event items and the events on their way north.
+    events: Mutex<EventTable>,
     items_changed: Notify,
     peers_changed: Notify,
     peers: Mutex<Vec<PeerStatus>>,
@@ -576,6 +583,7 @@ impl FieldConnection {
             status: watch::Sender::new(status),
             active: watch::Sender::new(None),
             items: Mutex::new(ItemTable::default()),
+            events: Mutex::new(EventTable::default()),
             items_changed: Notify::new(),
             peers_changed: Notify::new(),
             peers: Mutex::new(vec![PeerStatus::default(); n]),
@@ -698,6 +706,29 @@ impl FieldConnection {
         if changed {
             self.inner.items_changed.notify_one();
         }
+    }
+
+    /// Replaces the set of shared event items northbound event items need
+    /// (see [`EventTable::set_demand`]); the connection creates and deletes
+    /// southbound event items to match.
+    pub fn set_event_demand(&self, keys: Vec<EventKey>) {
+        let changed = self.inner.events.lock().set_demand(keys);
+        if changed {
+            self.inner.items_changed.notify_one();
+        }
+    }
+
+    /// The events received since the last call, for the northbound items of
+    /// their key. Called by the gateway before its subscriptions publish.
+    pub fn take_events(&self) -> Vec<(EventKey, Vec<Variant>)> {
+        self.inner.events.lock().take()
+    }
+
+    /// (Shared event items wanted, events dropped as duplicates, events
+    /// dropped because they were not taken in time.)
+    pub fn event_stats(&self) -> (usize, u64, u64) {
+        let e = self.inner.events.lock();
+        (e.len(), e.duplicates_suppressed(), e.dropped())
     }
 
     /// The latest value of a shared item.
@@ -862,7 +893,7 @@ async fn run(inner: Arc<Inner>) {
     let mut candidate = 0usize;
     let mut active: Option<usize> = None;
     let mut was_connected = false;
-    let mut items_rev_seen = u64::MAX;
+    let mut items_rev_seen = (u64::MAX, u64::MAX);
 
     loop {
         let now = Instant::now();
@@ -1060,7 +1091,10 @@ async fn run(inner: Arc<Inner>) {
         }
 
         // 4. Items changed → reconcile every link.
-        let rev = inner.items.lock().revision();
+        let rev = (
+            inner.items.lock().revision(),
+            inner.events.lock().revision(),
+        );
         if rev != items_rev_seen {
             items_rev_seen = rev;
             for l in links.iter() {
@@ -1880,6 +1914,8 @@ async fn reconcile(
         }
     }
 
+    reconcile_events(inner, ls, &mut subs, mode, publishing, merge).await?;
+
     // Role changes: monitoring mode and publishing.
     if subs.mode != Some(mode) {
         let mut per_sub: HashMap<u32, Vec<u32>> = HashMap::new();
@@ -1887,6 +1923,12 @@ async fn reconcile(
             if let Some(sub) = subs.by_class.get(class) {
                 per_sub.entry(*sub).or_default().push(*mi);
             }
+        }
+        if let Some(sub) = subs.events_sub {
+            per_sub
+                .entry(sub)
+                .or_default()
+                .extend(subs.events.values().copied());
         }
         for (sub, mis) in per_sub {
             for chunk in batches(mis.len(), ls.limits.max_monitored_items_per_call) {
@@ -1896,7 +1938,12 @@ async fn reconcile(
                     .map_err(|e| e.status())?;
             }
         }
-        let sub_ids: Vec<u32> = subs.by_class.values().copied().collect();
+        let sub_ids: Vec<u32> = subs
+            .by_class
+            .values()
+            .copied()
+            .chain(subs.events_sub)
+            .collect();
         if !sub_ids.is_empty() {
             SetPublishingMode::new(publishing, session)
                 .subscription_ids(sub_ids)
@@ -1905,6 +1952,140 @@ async fn reconcile(
                 .map_err(|e| e.status())?;
         }
         subs.mode = Some(mode);
+    }
+    Ok(())
+}
+
+/// Publishing interval of the subscription that carries a link's event
+/// items: events reach the gateway within it.
+const EVENT_PUBLISHING_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Queue size asked for each southbound event item (events between two
+/// publishes, and those a hot backup keeps while it only samples).
+const EVENT_QUEUE_SIZE: u32 = 1_000;
+
+/// Brings the southbound event items of `ls` in line with the event table:
+/// one event item (attribute EventNotifier, the key's filter remapped to the
+/// field server) per key, on one subscription per link. Called by
+/// [`reconcile`], which then applies role changes to these items too.
+async fn reconcile_events(
+    inner: &Arc<Inner>,
+    ls: &Arc<LinkSession>,
+    subs: &mut LinkSubs,
+    mode: MonitoringMode,
+    publishing: bool,
+    merge: bool,
+) -> Result<(), StatusCode> {
+    let wanted: HashMap<u32, EventKey> = inner.events.lock().keys().into_iter().collect();
+    let session = ls.session();
+    let gone: Vec<(u32, u32)> = subs
+        .events
+        .iter()
+        .filter(|(id, _)| !wanted.contains_key(id))
+        .map(|(id, mi)| (*id, *mi))
+        .collect();
+    if let (Some(sub), false) = (subs.events_sub, gone.is_empty()) {
+        let mis: Vec<u32> = gone.iter().map(|(_, mi)| *mi).collect();
+        for chunk in batches(mis.len(), ls.limits.max_monitored_items_per_call) {
+            session
+                .delete_monitored_items(sub, &mis[chunk])
+                .await
+                .map_err(|e| e.status())?;
+        }
+        for (id, _) in gone {
+            subs.events.remove(&id);
+        }
+    }
+    let missing: Vec<(u32, EventKey)> = wanted
+        .into_iter()
+        .filter(|(id, _)| !subs.events.contains_key(id))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let sub = match subs.events_sub {
+        Some(sub) => sub,
+        None => {
+            let weak = Arc::downgrade(inner);
+            let map = ls.map.clone();
+            let server = ls.server;
+            let lost = ls.lost.clone();
+            let generation = ls.generation;
+            let cb =
+                EventCallback::new(move |fields: Option<Vec<Variant>>, item: &MonitoredItem| {
+                    let Some(inner) = weak.upgrade() else { return };
+                    let Some(fields) = fields else { return };
+                    if lost.is_cancelled() {
+                        return;
+                    }
+                    let is_active = inner
+                        .active
+                        .borrow()
+                        .as_ref()
+                        .is_some_and(|a| a.server == server && a.generation == generation);
+                    if !is_active && !merge {
+                        return;
+                    }
+                    let fields = fields.iter().map(|v| map.variant_to_gateway(v)).collect();
+                    inner.events.lock().offer(item.client_handle(), fields);
+                });
+            let sub = session
+                .create_subscription(EVENT_PUBLISHING_INTERVAL, 300, 100, 0, 0, publishing, cb)
+                .await
+                .map_err(|e| e.status())?;
+            subs.events_sub = Some(sub);
+            sub
+        }
+    };
+    let mut reqs = Vec::with_capacity(missing.len());
+    let mut ids = Vec::with_capacity(missing.len());
+    for (id, key) in &missing {
+        let node_id = match ls.map.node_to_field(&key.node) {
+            Ok(node) => node,
+            Err(st) => {
+                tracing::debug!(field = %inner.settings.name, node = %key.node, %st, "event item not created");
+                continue;
+            }
+        };
+        let filter = match ls.map.event_filter_to_field(&key.filter) {
+            Ok(f) => f,
+            Err(st) => {
+                tracing::debug!(field = %inner.settings.name, node = %key.node, %st, "event filter not remapped");
+                continue;
+            }
+        };
+        reqs.push(MonitoredItemCreateRequest {
+            item_to_monitor: ReadValueId {
+                node_id,
+                attribute_id: AttributeId::EventNotifier as u32,
+                ..Default::default()
+            },
+            monitoring_mode: subs.mode.unwrap_or(mode),
+            requested_parameters: MonitoringParameters {
+                client_handle: *id,
+                sampling_interval: 0.0,
+                filter: ExtensionObject::from_message(filter),
+                queue_size: EVENT_QUEUE_SIZE,
+                discard_oldest: true,
+            },
+        });
+        ids.push(*id);
+    }
+    for chunk in batches(reqs.len(), ls.limits.max_monitored_items_per_call) {
+        let created = session
+            .create_monitored_items(sub, TimestampsToReturn::Both, reqs[chunk.clone()].to_vec())
+            .await
+            .map_err(|e| e.status())?;
+        for (k, c) in created.iter().enumerate() {
+            let Some(id) = ids.get(chunk.start + k) else {
+                continue;
+            };
+            if c.result.status_code.is_good() {
+                subs.events.insert(*id, c.result.monitored_item_id);
+            } else {
+                tracing::debug!(field = %inner.settings.name, status = %c.result.status_code, "event item refused by the field server");
+            }
+        }
     }
     Ok(())
 }

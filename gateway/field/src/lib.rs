@@ -10,6 +10,7 @@
 pub mod coalesce;
 pub mod conn;
 pub mod diag;
+pub mod events;
 pub mod items;
 pub mod limits;
 pub mod policy;
@@ -22,4 +23,5 @@ pub use conn::{
     Identity, LinkSession, NamespaceHook, Probe, ReconnectStats, ServerView, TrustCheck,
     RECONNECT_BUCKETS,
 };
+pub use events::{EventKey, EventTable};
 pub use items::{ItemKey, ItemTable};

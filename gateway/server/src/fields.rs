@@ -20,12 +20,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opcua_types::{
-    BrowseResult, ByteString, DataValue, NodeId, ReadValueId, RequestHeader, StatusCode,
+    BrowseResult, ByteString, DataValue, EventFilter, NodeId, QualifiedName, ReadValueId,
+    RequestHeader, SimpleAttributeOperand, StatusCode, Variant,
 };
 use parking_lot::Mutex;
 use uagate_field::remap::NamespaceTable;
-use uagate_field::{FieldConnection, ItemKey};
+use uagate_field::{EventKey, FieldConnection, ItemKey};
 use uagate_space::LocalSpace;
+use uagate_subs::EventFields;
 
 /// Settings key of the persisted namespace allocation (JSON list of
 /// `NamespaceEntry`), so gateway namespace indexes survive restarts.
@@ -96,6 +98,90 @@ impl Fields {
         for (conn, demand) in self.conns.iter().zip(per_mount) {
             conn.set_demand(demand);
         }
+    }
+}
+
+/// An event a field connection received for the northbound event items of
+/// `key`; its fields are in the order of the key's select clauses.
+pub struct FieldEvent {
+    /// The items it is for: notifier node and filter.
+    pub key: EventKey,
+    fields: Vec<Variant>,
+    event_type: NodeId,
+    source_node: NodeId,
+}
+
+impl FieldEvent {
+    fn new(key: EventKey, fields: Vec<Variant>) -> FieldEvent {
+        let node_at = |name: &str| {
+            let path = [QualifiedName::new(0, name)];
+            let i = key
+                .filter
+                .select_clauses
+                .as_ref()?
+                .iter()
+                .position(|c| c.browse_path.as_deref() == Some(&path[..]))?;
+            match fields.get(i) {
+                Some(Variant::NodeId(id)) => Some(id.as_ref().clone()),
+                _ => None,
+            }
+        };
+        FieldEvent {
+            event_type: node_at("EventType").unwrap_or_default(),
+            source_node: node_at("SourceNode").unwrap_or_default(),
+            key,
+            fields,
+        }
+    }
+}
+
+impl EventFields for FieldEvent {
+    fn event_type(&self) -> &NodeId {
+        &self.event_type
+    }
+
+    fn source_node(&self) -> &NodeId {
+        &self.source_node
+    }
+
+    /// The field of the southbound select clause equal to `operand` (the
+    /// northbound items of this key have the same select clauses).
+    fn field(&self, operand: &SimpleAttributeOperand) -> Variant {
+        self.key
+            .filter
+            .select_clauses
+            .as_ref()
+            .and_then(|clauses| clauses.iter().position(|c| c == operand))
+            .and_then(|i| self.fields.get(i).cloned())
+            .unwrap_or(Variant::Empty)
+    }
+}
+
+impl Fields {
+    /// Replaces every mount's demand for shared event items from all
+    /// sessions' event items (notifier node, filter); called with
+    /// [`Fields::set_demand`].
+    pub fn set_event_demand(&self, items: impl Iterator<Item = (NodeId, EventFilter)>) {
+        let mut per_mount: Vec<Vec<EventKey>> = vec![Vec::new(); self.conns.len()];
+        for (node, filter) in items {
+            if let Some(m) = self.route(&node) {
+                if !self.is_mount_folder(m, &node) {
+                    per_mount[m].push(EventKey::new(node, filter));
+                }
+            }
+        }
+        for (conn, keys) in self.conns.iter().zip(per_mount) {
+            conn.set_event_demand(keys);
+        }
+    }
+
+    /// The events every field connection received since the last call.
+    pub fn take_events(&self) -> Vec<FieldEvent> {
+        self.conns
+            .iter()
+            .flat_map(|c| c.take_events())
+            .map(|(key, fields)| FieldEvent::new(key, fields))
+            .collect()
     }
 }
 

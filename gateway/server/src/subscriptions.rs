@@ -140,6 +140,11 @@ impl ItemSource for SpaceSource<'_> {
     }
 
     fn is_event_notifier(&self, node: &NodeId) -> bool {
+        if self.field(node).is_some() {
+            // The field server decides when the shared southbound event
+            // item is created; a node that is no notifier just stays quiet.
+            return true;
+        }
         let dv = self.0.read(
             DateTime::now(),
             &ReadValueId {
@@ -646,11 +651,18 @@ impl Engine {
         let now_dt = DateTime::now();
         let mut out = Vec::new();
         let mut next: Option<Instant> = None;
+        // Events the field connections received go to their items first, so
+        // they leave with this tick's messages.
+        let field_events = self.fields().map(|f| f.take_events()).unwrap_or_default();
         {
             let space = self.space.read();
             let source = SpaceSource(&space, self.fields());
             let mut sessions = self.sessions.lock();
             for s in sessions.iter_mut() {
+                for ev in &field_events {
+                    s.subscriptions
+                        .push_event_for(ev, &ev.key.node, &ev.key.filter);
+                }
                 let mut answers = s.subscriptions.take_ready();
                 if s.subscriptions.next_deadline().is_some_and(|d| d <= now) {
                     answers.extend(s.subscriptions.tick(now, now_dt, &source));
@@ -673,14 +685,21 @@ impl Engine {
     /// subscriptions that expire and sessions that close).
     pub(crate) fn sync_field_demand(&self) {
         let Some(fields) = self.fields() else { return };
-        let items: Vec<_> = {
+        let (items, events): (Vec<_>, Vec<_>) = {
             let sessions = self.sessions.lock();
-            sessions
-                .iter()
-                .flat_map(|s| s.subscriptions.data_items())
-                .collect()
+            (
+                sessions
+                    .iter()
+                    .flat_map(|s| s.subscriptions.data_items())
+                    .collect(),
+                sessions
+                    .iter()
+                    .flat_map(|s| s.subscriptions.event_items())
+                    .collect(),
+            )
         };
         fields.set_demand(items.into_iter());
+        fields.set_event_demand(events.into_iter());
     }
 
     /// The handles of subscription `id` if it belongs to session `session`.

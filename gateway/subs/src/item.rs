@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use opcua_types::{
     AttributeId, DataChangeFilter, DataChangeTrigger, DataValue, DateTime, EventFieldList,
     EventFilter, EventFilterResult, ExtensionObject, MonitoredItemNotification, MonitoringMode,
-    MonitoringParameters, ReadValueId, SimpleAttributeOperand, StatusCode, StatusCodeInfoType,
-    TimestampsToReturn, Variant,
+    MonitoringParameters, NodeId, ReadValueId, SimpleAttributeOperand, StatusCode,
+    StatusCodeInfoType, TimestampsToReturn, Variant,
 };
 
 use crate::{EventFields, ItemSource, Limits};
@@ -51,6 +51,9 @@ pub(crate) enum ItemKind {
     Event {
         /// Select clauses; None for a rejected clause (its field is always Empty).
         select: Vec<Option<SimpleAttributeOperand>>,
+        /// The filter as the client asked for it: what a shared upstream
+        /// event item (field nodes) is created with and matched by.
+        filter: EventFilter,
         queue: VecDeque<Vec<Variant>>,
     },
 }
@@ -178,6 +181,7 @@ pub(crate) fn revise_params(
         });
         ItemKind::Event {
             select,
+            filter: ef.clone(),
             queue: VecDeque::new(),
         }
     } else {
@@ -428,6 +432,22 @@ impl MonitoredItem {
         }
     }
 
+    /// The node and filter of an event item that is not Disabled (None for
+    /// data items): what a shared upstream event item must deliver.
+    pub fn event_demand(&self) -> Option<(&NodeId, &EventFilter)> {
+        match (&self.kind, self.mode) {
+            (_, MonitoringMode::Disabled) => None,
+            (ItemKind::Event { filter, .. }, _) => Some((&self.rvi.node_id, filter)),
+            _ => None,
+        }
+    }
+
+    /// Whether this is an event item on `node` created with `filter`.
+    pub fn is_event_item_for(&self, node: &NodeId, filter: &EventFilter) -> bool {
+        matches!(&self.kind, ItemKind::Event { filter: f, .. } if f == filter)
+            && self.rvi.node_id == *node
+    }
+
     /// Next instant this item must be sampled (None for event or disabled items).
     pub fn deadline(&self) -> Option<Instant> {
         match (&self.kind, self.mode) {
@@ -442,7 +462,7 @@ impl MonitoredItem {
             return;
         }
         let (size, discard) = (self.queue_size, self.discard_oldest);
-        if let ItemKind::Event { select, queue } = &mut self.kind {
+        if let ItemKind::Event { select, queue, .. } = &mut self.kind {
             let fields: Vec<Variant> = select
                 .iter()
                 .map(|op| op.as_ref().map_or(Variant::Empty, |op| ev.field(op)))

@@ -7,7 +7,8 @@
 //! [`SessionSubscriptions::next_deadline`], and sends whatever Publish responses come back.
 //! Nothing here reads a clock or spawns tasks: time is always an argument.
 //!
-//! Limitations: the EventFilter where clause is accepted but not evaluated (every event passes);
+//! Limitations: the EventFilter where clause is accepted but not evaluated here (every event
+//! the source pushes passes; for field nodes the field server evaluates it upstream);
 //! event queue overflow drops events without generating an EventQueueOverflowEventType event;
 //! BadMonitoringModeInvalid cannot occur because the decoded `MonitoringMode` is always valid.
 
@@ -22,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opcua_types::{
-    DataValue, DateTime, DiagnosticInfo, ExtensionObject, MonitoredItemCreateRequest,
+    DataValue, DateTime, DiagnosticInfo, EventFilter, ExtensionObject, MonitoredItemCreateRequest,
     MonitoredItemCreateResult, MonitoredItemModifyRequest, MonitoredItemModifyResult,
     MonitoringMode, NodeId, NotificationMessage, ObjectId, PublishRequest, PublishResponse,
     ReadValueId, ResponseHeader, SimpleAttributeOperand, StatusChangeNotification, StatusCode,
@@ -566,8 +567,16 @@ impl SessionSubscriptions {
             mi.sampling_ms = rev.sampling_ms;
             match (&mut mi.kind, rev.kind) {
                 (ItemKind::Data { filter, .. }, ItemKind::Data { filter: nf, .. }) => *filter = nf,
-                (ItemKind::Event { select, .. }, ItemKind::Event { select: ns, .. }) => {
-                    *select = ns
+                (
+                    ItemKind::Event { select, filter, .. },
+                    ItemKind::Event {
+                        select: ns,
+                        filter: nf,
+                        ..
+                    },
+                ) => {
+                    *select = ns;
+                    *filter = nf;
                 }
                 _ => {}
             }
@@ -994,6 +1003,19 @@ impl SessionSubscriptions {
         }
     }
 
+    /// Delivers an event that a shared upstream event item received to the
+    /// event items on `node` created with exactly `filter` (the items that
+    /// upstream item serves). The upstream server evaluated the where clause.
+    pub fn push_event_for(&mut self, event: &dyn EventFields, node: &NodeId, filter: &EventFilter) {
+        for s in self.subs.values_mut() {
+            for mi in s.items.values_mut() {
+                if mi.is_event_item_for(node, filter) {
+                    mi.push_event(event);
+                }
+            }
+        }
+    }
+
     /// ResendData (Part 5 method): re-queues the last value of every data item.
     pub fn resend_data(&mut self, sub: u32) -> Result<(), StatusCode> {
         self.sub_mut(sub)?.requeue_last_values();
@@ -1055,6 +1077,21 @@ impl SessionSubscriptions {
             .values()
             .flat_map(|s| s.items.values())
             .filter_map(|mi| mi.demand().map(|d| (mi.rvi.clone(), d)))
+            .collect()
+    }
+
+    /// Every event monitored item of this session that is not Disabled, as
+    /// (notifier node, filter). The engine calls this with [`Self::data_items`]
+    /// to keep shared upstream event items in step with the items that need
+    /// them.
+    pub fn event_items(&self) -> Vec<(NodeId, EventFilter)> {
+        self.subs
+            .values()
+            .flat_map(|s| s.items.values())
+            .filter_map(|mi| {
+                mi.event_demand()
+                    .map(|(node, filter)| (node.clone(), filter.clone()))
+            })
             .collect()
     }
 

@@ -1485,3 +1485,53 @@ fn clear_publish_queue_forgets_queued_requests() {
     assert_eq!(subs.clear_publish_queue(), 1);
     assert_eq!(subs.pending_publish_count(), 0);
 }
+
+/// Event items on a node served by a shared upstream item (field nodes):
+/// the engine learns (node, filter) of each item that is not Disabled, and
+/// an upstream event reaches exactly the items created with that node and
+/// filter.
+#[test]
+fn events_for_a_node_and_filter_reach_only_their_items() {
+    let mut f = Fx::new(Limits::default(), 100);
+    let pump = node("pump");
+    f.src.notifiers.insert(pump.clone());
+    let filter = |names: &[&str]| EventFilter {
+        select_clauses: Some(names.iter().map(|n| select(n)).collect()),
+        where_clause: Default::default(),
+    };
+    let (f1, f2) = (filter(&["Message"]), filter(&["EventType", "Message"]));
+    let on_pump = |handle: u32, filter: &EventFilter| {
+        let mut r = event_item(handle, ExtensionObject::from_message(filter.clone()));
+        r.item_to_monitor.node_id = pump.clone();
+        r
+    };
+    let mut disabled = on_pump(3, &f1);
+    disabled.monitoring_mode = MonitoringMode::Disabled;
+    let res = f.items(&[on_pump(1, &f1), on_pump(2, &f2), disabled], 0);
+    assert!(res.iter().all(|r| r.status_code.is_good()), "{res:?}");
+    let mut wanted = f.s.event_items();
+    wanted.sort_by_key(|(_, filter)| filter.select_clauses.as_ref().map(Vec::len));
+    assert_eq!(
+        wanted,
+        vec![(pump.clone(), f1.clone()), (pump.clone(), f2.clone())]
+    );
+
+    let ev = Event {
+        ty: NodeId::from(ObjectTypeId::BaseEventType),
+        source: pump.clone(),
+        message: "for f1".into(),
+    };
+    f.s.push_event_for(&ev, &pump, &f1);
+    // Same filter, another node: nobody.
+    f.s.push_event_for(&ev, &node("tank"), &f1);
+    f.publish(1, &[], 30);
+    let out = f.tick(100);
+    let msg = &resp(&out[0]).notification_message;
+    let list = msg.notification_data.as_ref().unwrap()[0]
+        .inner_as::<EventNotificationList>()
+        .expect("event list");
+    let events = list.events.as_ref().unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].client_handle, 1);
+    assert_eq!(events[0].event_fields, Some(vec![Variant::from("for f1")]));
+}

@@ -357,6 +357,73 @@ async def _true(value: bool) -> bool:
     return value
 
 
+# -- 2b. Events of a field notifier, shared ----------------------------------------------------
+class EventRecorder:
+    """asyncua subscription handler keeping every event it is sent."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def event_notification(self, event: Any) -> None:
+        self.events.append(event)
+
+
+async def test_field_events_are_shared_and_remapped(target: ServerTarget) -> None:
+    """Event items of two clients with the same filter on a field notifier are served by ONE
+    southbound event item; the where clause (OfType PumpEvent) reaches the field server in its
+    own namespace; the events arrive in order with EventType and SourceNode in the gateway's
+    namespace; another filter is another southbound item; all go with the last subscriber."""
+    async with field_servers(("line1", 20.0)) as (field,):
+        assert field.plant is not None and field.pump_event is not None
+        url = await start_gateway(target, gateway_config(field_toml("line1", [field.url])))
+        async with connected(url) as a, connected(url) as b:
+            await wait_connected(a, "line1", target)
+            ns = await field_ns(a)
+            assert ns != field.ns, "the field namespace must move, or remapping goes unseen"
+            pump_event = ua.NodeId(field.pump_event.nodeid.Identifier, ns)
+            plant = ua.NodeId("Plant", ns)
+
+            def event_items() -> int:
+                assert field.plant is not None
+                return len(field.monitored_items(field.plant.nodeid, ua.AttributeIds.EventNotifier))
+
+            async def items_are(n: int) -> bool:
+                return event_items() == n
+
+            recorders: list[EventRecorder] = []
+            subs: list[Subscription] = []
+            for client in (a, b):
+                rec = EventRecorder()
+                sub = await bounded(client.create_subscription(100, rec))
+                await bounded(sub.subscribe_events(client.get_node(plant), pump_event))
+                recorders.append(rec)
+                subs.append(sub)
+            await eventually("one southbound event item on Plant for two clients", lambda: items_are(1), 5.0)
+
+            for pressure in (1.5, 2.5, 3.5):
+                await field.emit_pump_event(pressure)
+                await asyncio.sleep(0.05)
+            for i, rec in enumerate(recorders):
+
+                async def three(rec: EventRecorder = rec) -> bool:
+                    return len(rec.events) >= 3
+
+                await eventually(f"client {i} receives the three PumpEvents", three, 5.0)
+                assert [ev.Pressure for ev in rec.events] == [1.5, 2.5, 3.5], rec.events
+                assert {ev.SourceNode for ev in rec.events} == {plant}, rec.events
+                assert {ev.EventType for ev in rec.events} == {pump_event}, rec.events
+                assert len({ev.EventId for ev in rec.events}) == 3, rec.events
+
+            # Another filter (all BaseEventType events) is another southbound item.
+            other = await bounded(b.create_subscription(100, EventRecorder()))
+            await bounded(other.subscribe_events(b.get_node(plant)))
+            await eventually("a second southbound event item for another filter", lambda: items_are(2), 5.0)
+
+            for sub in [*subs, other]:
+                await bounded(sub.delete())
+            await eventually("no southbound event item after the last subscriber", lambda: items_are(0), 5.0)
+
+
 # -- 3. Hot redundant pair: ServiceLevel handover, no flap back, failover on stop ----------------
 async def test_hot_pair_service_level_handover_and_failover(target: ServerTarget) -> None:
     async with field_servers(("a", 1000.0), ("b", 3000.0)) as servers:
