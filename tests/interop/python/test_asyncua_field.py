@@ -424,6 +424,59 @@ async def test_field_events_are_shared_and_remapped(target: ServerTarget) -> Non
             await eventually("no southbound event item after the last subscriber", lambda: items_are(0), 5.0)
 
 
+async def test_hot_pair_events_follow_the_active_server(target: ServerTarget) -> None:
+    """In a hot pair both servers carry the shared event item; only the active server's events
+    reach the client, and after the active server stops, the other one's events do."""
+    async with field_servers(("a", 1000.0), ("b", 3000.0)) as servers:
+        assert all(fs.plant is not None and fs.pump_event is not None for fs in servers)
+        pump_ids = {fs.pump_event.nodeid for fs in servers if fs.pump_event is not None}
+        assert len(pump_ids) == 1, f"the pair must define PumpEvent alike: {pump_ids}"
+        urls = [fs.url for fs in servers]
+        gw_url = await start_gateway(target, gateway_config(field_toml("pair", urls, redundancy="hot")))
+        async with connected(gw_url) as client:
+            await wait_connected(client, "pair", target)
+            ns = await field_ns(client)
+
+            async def active_server() -> FieldServer | None:
+                endpoint = await read(client, status("pair", "ActiveEndpoint"))
+                return next((fs for fs in servers if same_url(endpoint, fs.url)), None)
+
+            first = await eventually("an ActiveEndpoint of the pair", active_server, 5.0)
+            other = next(fs for fs in servers if fs is not first)
+            rec = EventRecorder()
+            sub = await bounded(client.create_subscription(100, rec))
+            pump_event = ua.NodeId(first.pump_event.nodeid.Identifier, ns)  # type: ignore[union-attr]
+            await bounded(sub.subscribe_events(client.get_node(ua.NodeId("Plant", ns)), pump_event))
+
+            async def on_both() -> bool:
+                return all(
+                    len(fs.monitored_items(fs.plant.nodeid, ua.AttributeIds.EventNotifier)) == 1  # type: ignore[union-attr]
+                    for fs in servers
+                )
+
+            await eventually("the event item on both servers of the hot pair", on_both, 5.0)
+
+            def pressures() -> list[float]:
+                return [ev.Pressure for ev in rec.events]
+
+            await first.emit_pump_event(1.5)
+            await other.emit_pump_event(9.5)
+            await eventually("the active server's event", lambda: _true(1.5 in pressures()), 5.0)
+            await asyncio.sleep(0.5)
+            assert pressures() == [1.5], f"an event of the backup {other.name} leaked: {pressures()}"
+
+            await first.stop()
+
+            async def switched() -> bool:
+                return (await active_server()) is other
+
+            await eventually("ActiveEndpoint moves to the other server after the stop", switched, 5.0)
+            await other.emit_pump_event(2.5)
+            await eventually(f"events of {other.name} after the failover", lambda: _true(2.5 in pressures()), 5.0)
+            assert pressures()[0] == 1.5, pressures()
+            await bounded(sub.delete())
+
+
 # -- 3. Hot redundant pair: ServiceLevel handover, no flap back, failover on stop ----------------
 async def test_hot_pair_service_level_handover_and_failover(target: ServerTarget) -> None:
     async with field_servers(("a", 1000.0), ("b", 3000.0)) as servers:
