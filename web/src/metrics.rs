@@ -286,6 +286,36 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     r.register(Box::new(merged))?;
     r.register(Box::new(southbound))?;
 
+    let event_items = IntGaugeVec::new(
+        Opts::new(
+            "field_event_items",
+            "Shared southbound event items a field connection keeps (one per notifier node and event filter).",
+        ),
+        &["connection"],
+    )?;
+    let events_dropped = IntCounterVec::new(
+        Opts::new(
+            "field_events_dropped_total",
+            "Field events not delivered north: duplicate (EventId already delivered), overflow (the connection's event queue was full).",
+        ),
+        &["connection", "reason"],
+    )?;
+    for f in &engine.applied_config().field_servers {
+        if let Some((items, duplicates, overflow)) = engine.field_event_stats(&f.name) {
+            event_items
+                .with_label_values(&[f.name.as_str()])
+                .set(i64::try_from(items).unwrap_or(i64::MAX));
+            events_dropped
+                .with_label_values(&[f.name.as_str(), "duplicate"])
+                .inc_by(duplicates);
+            events_dropped
+                .with_label_values(&[f.name.as_str(), "overflow"])
+                .inc_by(overflow);
+        }
+    }
+    r.register(Box::new(event_items))?;
+    r.register(Box::new(events_dropped))?;
+
     let connections = IntGaugeVec::new(
         Opts::new("connections", "Open client connections, per transport."),
         &["transport"],

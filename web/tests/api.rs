@@ -303,6 +303,9 @@ async fn metrics_need_a_token_and_carry_bounded_labels() {
         "uagate_field_reconnects_total{connection=\"line9\"} 0",
         "uagate_field_merged_reads_total{connection=\"line9\"} 0",
         "uagate_field_merged_read_requests_total{connection=\"line9\"} 0",
+        "uagate_field_event_items{connection=\"line9\"} 0",
+        "uagate_field_events_dropped_total{connection=\"line9\",reason=\"overflow\"} 0",
+        "uagate_field_events_dropped_total{connection=\"line9\",reason=\"duplicate\"} 0",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }

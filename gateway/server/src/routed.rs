@@ -672,6 +672,14 @@ impl Engine {
         Some(f.conns.get(f.index_of(name)?)?.read_stats())
     }
 
+    /// (Shared event items, events dropped as duplicates, events dropped
+    /// on overflow) of the field connection `name`; `None` for an unknown
+    /// connection.
+    pub fn field_event_stats(&self, name: &str) -> Option<(usize, u64, u64)> {
+        let f = self.fields()?;
+        Some(f.conns.get(f.index_of(name)?)?.event_stats())
+    }
+
     /// Number of shared southbound items of the field connection `name`.
     pub fn field_shared_items(&self, name: &str) -> Option<usize> {
         let f = self.fields()?;

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from datetime import datetime, timezone
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -375,7 +376,12 @@ async def test_field_events_are_shared_and_remapped(target: ServerTarget) -> Non
     namespace; another filter is another southbound item; all go with the last subscriber."""
     async with field_servers(("line1", 20.0)) as (field,):
         assert field.plant is not None and field.pump_event is not None
-        url = await start_gateway(target, gateway_config(field_toml("line1", [field.url])))
+        config = gateway_config(field_toml("line1", [field.url]))
+        config = config.replace('opc_tcp = "127.0.0.1:0"\n', 'opc_tcp = "127.0.0.1:0"\nmetrics = "127.0.0.1:0"\n', 1)
+        url = await start_gateway(target, config)
+        line = await asyncio.to_thread(target.next_stdout_line)
+        assert line and line.startswith("METRICS http://127.0.0.1:"), line
+        metrics_url = line.split(" ", 1)[1].strip()
         async with connected(url) as a, connected(url) as b:
             await wait_connected(a, "line1", target)
             ns = await field_ns(a)
@@ -387,8 +393,15 @@ async def test_field_events_are_shared_and_remapped(target: ServerTarget) -> Non
                 assert field.plant is not None
                 return len(field.monitored_items(field.plant.nodeid, ua.AttributeIds.EventNotifier))
 
+            def event_items_metric() -> float | None:
+                with urllib.request.urlopen(metrics_url, timeout=REQUEST_TIMEOUT_S) as resp:
+                    text = resp.read().decode()
+                want = 'uagate_field_event_items{connection="line1"} '
+                return next((float(ln[len(want):]) for ln in text.splitlines() if ln.startswith(want)), None)
+
             async def items_are(n: int) -> bool:
-                return event_items() == n
+                # The field server's count and the gateway's metric agree.
+                return event_items() == n and await asyncio.to_thread(event_items_metric) == n
 
             recorders: list[EventRecorder] = []
             subs: list[Subscription] = []
