@@ -1831,24 +1831,10 @@ async fn reconcile(
         let sub = match subs.by_class.get(&class) {
             Some(sub) => *sub,
             None => {
-                let weak = Arc::downgrade(inner);
+                let gate = NotificationGate::new(inner, ls, merge);
                 let map = ls.map.clone();
-                let server = ls.server;
-                let lost = ls.lost.clone();
-                let generation = ls.generation;
                 let cb = DataChangeCallback::new(move |dv: DataValue, item: &MonitoredItem| {
-                    let Some(inner) = weak.upgrade() else { return };
-                    if lost.is_cancelled() {
-                        return;
-                    }
-                    let is_active = inner
-                        .active
-                        .borrow()
-                        .as_ref()
-                        .is_some_and(|a| a.server == server && a.generation == generation);
-                    if !is_active && !merge {
-                        return;
-                    }
+                    let Some(inner) = gate.open() else { return };
                     let dv = map.data_value_to_gateway(dv);
                     inner.items.lock().offer(item.client_handle(), dv, merge);
                 });
@@ -1956,6 +1942,43 @@ async fn reconcile(
     Ok(())
 }
 
+/// Decides, in a southbound subscription's callback, whether a notification
+/// of one link is delivered: not after the link was lost, and only from the
+/// active server's link unless every server reports (hot_merge).
+struct NotificationGate {
+    inner: Weak<Inner>,
+    lost: CancellationToken,
+    server: usize,
+    generation: u64,
+    merge: bool,
+}
+
+impl NotificationGate {
+    fn new(inner: &Arc<Inner>, ls: &LinkSession, merge: bool) -> Self {
+        NotificationGate {
+            inner: Arc::downgrade(inner),
+            lost: ls.lost.clone(),
+            server: ls.server,
+            generation: ls.generation,
+            merge,
+        }
+    }
+
+    /// The connection, when the notification is to be delivered.
+    fn open(&self) -> Option<Arc<Inner>> {
+        let inner = self.inner.upgrade()?;
+        if self.lost.is_cancelled() {
+            return None;
+        }
+        let is_active = inner
+            .active
+            .borrow()
+            .as_ref()
+            .is_some_and(|a| a.server == self.server && a.generation == self.generation);
+        (is_active || self.merge).then_some(inner)
+    }
+}
+
 /// Publishing interval of the subscription that carries a link's event
 /// items: events reach the gateway within it.
 const EVENT_PUBLISHING_INTERVAL: Duration = Duration::from_millis(100);
@@ -2006,26 +2029,12 @@ async fn reconcile_events(
     let sub = match subs.events_sub {
         Some(sub) => sub,
         None => {
-            let weak = Arc::downgrade(inner);
+            let gate = NotificationGate::new(inner, ls, merge);
             let map = ls.map.clone();
-            let server = ls.server;
-            let lost = ls.lost.clone();
-            let generation = ls.generation;
             let cb =
                 EventCallback::new(move |fields: Option<Vec<Variant>>, item: &MonitoredItem| {
-                    let Some(inner) = weak.upgrade() else { return };
                     let Some(fields) = fields else { return };
-                    if lost.is_cancelled() {
-                        return;
-                    }
-                    let is_active = inner
-                        .active
-                        .borrow()
-                        .as_ref()
-                        .is_some_and(|a| a.server == server && a.generation == generation);
-                    if !is_active && !merge {
-                        return;
-                    }
+                    let Some(inner) = gate.open() else { return };
                     let fields = fields.iter().map(|v| map.variant_to_gateway(v)).collect();
                     inner.events.lock().offer(item.client_handle(), fields);
                 });
