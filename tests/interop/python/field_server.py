@@ -59,9 +59,11 @@ class SourceKeyedHistory(HistoryDict):
 class FieldServer:
     """One asyncua field server (not started until `start`)."""
 
-    def __init__(self, name: str = "field", base: float = 20.0) -> None:
+    def __init__(self, name: str = "field", base: float = 20.0, port: int = 0) -> None:
+        """`port` 0 binds an ephemeral port; another port restarts a server where one was."""
         self.name = name
         self.base = base
+        self._bind_port = port
         self.server = Server()
         self.url: str = ""
         self.port: int = 0
@@ -86,7 +88,7 @@ class FieldServer:
     async def _start(self) -> None:
         srv = self.server
         await srv.init()
-        srv.set_endpoint("opc.tcp://127.0.0.1:0/")
+        srv.set_endpoint(f"opc.tcp://127.0.0.1:{self._bind_port}/")
         srv.set_server_name(f"uagate interop field server {self.name}")
         srv.set_security_policy([ua.SecurityPolicyType.NoSecurity])
         self.ns = await srv.register_namespace(FIELD_NS_URI)

@@ -490,6 +490,49 @@ async def test_hot_pair_events_follow_the_active_server(target: ServerTarget) ->
             await bounded(sub.delete())
 
 
+async def test_field_events_resume_after_the_field_server_restarts(target: ServerTarget) -> None:
+    """The field server stops and a new one starts at the same address: the gateway
+    reconnects, creates the shared event item again, and the same northbound event item
+    receives the new server's events."""
+    first = FieldServer("line1", 20.0)
+    await first.start()
+    servers = [first]
+    try:
+        url = await start_gateway(target, gateway_config(field_toml("line1", [first.url])))
+        async with connected(url) as client:
+            await wait_connected(client, "line1", target)
+            ns = await field_ns(client)
+            assert first.pump_event is not None
+            pump_event = ua.NodeId(first.pump_event.nodeid.Identifier, ns)
+            rec = EventRecorder()
+            sub = await bounded(client.create_subscription(100, rec))
+            await bounded(sub.subscribe_events(client.get_node(ua.NodeId("Plant", ns)), pump_event))
+
+            def pressures() -> list[float]:
+                return [ev.Pressure for ev in rec.events]
+
+            async def item_on(fs: FieldServer) -> bool:
+                assert fs.plant is not None
+                return len(fs.monitored_items(fs.plant.nodeid, ua.AttributeIds.EventNotifier)) == 1
+
+            await eventually("the event item on the field server", lambda: item_on(first), 5.0)
+            await first.emit_pump_event(1.5)
+            await eventually("the first server's event", lambda: _true(pressures() == [1.5]), 5.0)
+
+            await first.stop()
+            second = FieldServer("line1", 20.0, port=first.port)
+            await second.start()
+            servers.append(second)
+            await eventually("the event item created again on the restarted server", lambda: item_on(second), 15.0)
+            await second.emit_pump_event(2.5)
+            await eventually("the restarted server's event", lambda: _true(pressures() == [1.5, 2.5]), 5.0)
+            assert {ev.SourceNode for ev in rec.events} == {ua.NodeId("Plant", ns)}, rec.events
+            await bounded(sub.delete())
+    finally:
+        for fs in servers:
+            await fs.stop()
+
+
 # -- 3. Hot redundant pair: ServiceLevel handover, no flap back, failover on stop ----------------
 async def test_hot_pair_service_level_handover_and_failover(target: ServerTarget) -> None:
     async with field_servers(("a", 1000.0), ("b", 3000.0)) as servers:
