@@ -2049,7 +2049,7 @@ async fn reconcile_events(
     let mut reqs = Vec::with_capacity(missing.len());
     let mut ids = Vec::with_capacity(missing.len());
     for (id, key) in &missing {
-        let node_id = match ls.map.node_to_field(&key.node) {
+        let node_id = match ls.map.notifier_to_field(&key.node) {
             Ok(node) => node,
             Err(st) => {
                 tracing::debug!(field = %inner.settings.name, node = %key.node, %st, "event item not created");

@@ -349,6 +349,18 @@ impl SessionMap {
         })
     }
 
+    /// The event notifier the field server has for a gateway notifier: the
+    /// mount folder and the gateway's Server object both stand for the field
+    /// server's Server object (the root of its notifier hierarchy); any other
+    /// node as [`Self::node_to_field`] maps it.
+    pub fn notifier_to_field(&self, id: &NodeId) -> Result<NodeId, StatusCode> {
+        let server: NodeId = ObjectId::Server.into();
+        if *id == self.mount_folder || *id == server {
+            return Ok(server);
+        }
+        self.node_to_field(id)
+    }
+
     /// An expanded node id as the field server knows it. Ids with a
     /// namespace URI or a non-zero server index pass unchanged.
     pub fn expanded_to_field(&self, id: &ExpandedNodeId) -> Result<ExpandedNodeId, StatusCode> {
@@ -1626,5 +1638,22 @@ mod tests {
             ])
         );
         assert!(m.history_data_to_gateway(ExtensionObject::null()).is_null());
+    }
+
+    #[test]
+    fn notifiers_map_to_the_field_server_object() {
+        let t = table();
+        let m = map(&t, &[UA, "urn:b", "urn:a"]);
+        let server: NodeId = ObjectId::Server.into();
+        assert_eq!(m.notifier_to_field(&mount_folder()), Ok(server.clone()));
+        assert_eq!(m.notifier_to_field(&server), Ok(server));
+        assert_eq!(
+            m.notifier_to_field(&NodeId::new(4, "Pump")),
+            Ok(NodeId::new(1, "Pump"))
+        );
+        assert_eq!(
+            m.notifier_to_field(&NodeId::new(2, "Gateway")),
+            Err(StatusCode::BadNodeIdUnknown)
+        );
     }
 }

@@ -160,14 +160,19 @@ impl EventFields for FieldEvent {
 impl Fields {
     /// Replaces every mount's demand for shared event items from all
     /// sessions' event items (notifier node, filter); called with
-    /// [`Fields::set_demand`].
+    /// [`Fields::set_demand`]. The gateway's Server object is the root of
+    /// the notifier hierarchy: its event items want the events of every
+    /// field server; a mount folder's want those of its field server.
     pub fn set_event_demand(&self, items: impl Iterator<Item = (NodeId, EventFilter)>) {
         let mut per_mount: Vec<Vec<EventKey>> = vec![Vec::new(); self.conns.len()];
+        let server = NodeId::from(opcua_types::ObjectId::Server);
         for (node, filter) in items {
-            if let Some(m) = self.route(&node) {
-                if !self.is_mount_folder(m, &node) {
-                    per_mount[m].push(EventKey::new(node, filter));
+            if node == server {
+                for keys in per_mount.iter_mut() {
+                    keys.push(EventKey::new(node.clone(), filter.clone()));
                 }
+            } else if let Some(m) = self.route(&node) {
+                per_mount[m].push(EventKey::new(node, filter));
             }
         }
         for (conn, keys) in self.conns.iter().zip(per_mount) {

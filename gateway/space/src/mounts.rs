@@ -213,15 +213,21 @@ impl LocalSpace {
         let has_td = ReferenceTypeId::HasTypeDefinition;
         let folder_type: NodeId = ObjectTypeId::FolderType.into();
 
-        insert_node(
-            &mut self.space,
-            folder(
-                &folder_id,
-                name,
-                &format!("Address space of the field connection {name}"),
-            ),
+        // The mount folder is an event notifier under the Server object: its
+        // events are the field server's (those of the field Server object).
+        let mut mount = folder(
+            &folder_id,
+            name,
+            &format!("Address space of the field connection {name}"),
         );
+        mount.set_event_notifier(EventNotifier::SUBSCRIBE_TO_EVENTS);
+        insert_node(&mut self.space, mount);
         self.space.insert_reference(&objects, &folder_id, organizes);
+        self.space.insert_reference(
+            &NodeId::from(ObjectId::Server),
+            &folder_id,
+            ReferenceTypeId::HasNotifier,
+        );
         self.space
             .insert_reference(&folder_id, &folder_type, has_td);
 

@@ -234,6 +234,12 @@ fn browse_mount_folder_shows_type_and_inverse_organizes() {
                 ObjectTypeId::FolderType.into()
             ),
             (ReferenceTypeId::Organizes.into(), false, objects()),
+            // An event notifier under the Server object (field server events).
+            (
+                ReferenceTypeId::HasNotifier.into(),
+                false,
+                ObjectId::Server.into()
+            ),
         ]
     );
 }

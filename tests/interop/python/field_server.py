@@ -75,6 +75,7 @@ class FieldServer:
         self.mode: Node | None = None
         self.pump_event: Node | None = None
         self._pump_events: Any = None
+        self._server_events: Any = None
         self.adds: list[tuple[float, float]] = []
         self._ticker: asyncio.Task[None] | None = None
         self._tick = 0
@@ -133,6 +134,7 @@ class FieldServer:
         await srv.historize_node_data_change([self.temperature, self.mode], period=None, count=HISTORY_COUNT)
         await srv.historize_node_event(self.plant, period=None, count=HISTORY_COUNT)
         self._pump_events = await srv.get_event_generator(self.pump_event, self.plant)
+        self._server_events = await srv.get_event_generator(self.pump_event, ua.ObjectIds.Server)
         assert srv.bserver is not None
         self.port = int(srv.bserver.port)
         assert self.port != 0, "asyncua did not report the bound port"
@@ -182,6 +184,11 @@ class FieldServer:
         """Fires one PumpEvent from Plant (kept in Plant's event history)."""
         self._pump_events.event.Pressure = pressure
         await self._pump_events.trigger(message=f"pressure {pressure}")
+
+    async def emit_server_event(self, message: str) -> None:
+        """Fires one PumpEvent from the Server object (the root notifier), with `message`."""
+        self._server_events.event.Pressure = 0.0
+        await self._server_events.trigger(message=message)
 
     def is_own_value(self, value: Any) -> bool:
         """Whether a Temperature value came from this server (its `base` band of 1000)."""

@@ -490,6 +490,44 @@ async def test_hot_pair_events_follow_the_active_server(target: ServerTarget) ->
             await bounded(sub.delete())
 
 
+async def test_field_server_events_reach_the_server_object_and_the_mount_folder(target: ServerTarget) -> None:
+    """The gateway's Server object is the root notifier: its event items get the events of
+    every field server's Server object; a mount folder's get those of its own field server."""
+    async with field_servers(("line1", 20.0), ("line2", 50.0)) as (one, two):
+        config = gateway_config(field_toml("line1", [one.url]) + field_toml("line2", [two.url]))
+        url = await start_gateway(target, config)
+        async with connected(url) as client:
+            await wait_connected(client, "line1", target)
+            await wait_connected(client, "line2", target)
+            everything, line2_only = EventRecorder(), EventRecorder()
+            subs = []
+            for rec, notifier in ((everything, ua.NodeId(ua.ObjectIds.Server)), (line2_only, mount("line2"))):
+                sub = await bounded(client.create_subscription(100, rec))
+                await bounded(sub.subscribe_events(client.get_node(notifier)))
+                subs.append(sub)
+            server = ua.NodeId(ua.ObjectIds.Server)
+
+            async def items_on_field_server_objects() -> bool:
+                counts = [len(fs.monitored_items(server, ua.AttributeIds.EventNotifier)) for fs in (one, two)]
+                return counts == [1, 2]  # line2: one for the Server object's item, one for its folder's
+
+            await eventually("event items on the field Server objects", items_on_field_server_objects, 5.0)
+            await one.emit_server_event("line1 alarm")
+            await two.emit_server_event("line2 alarm")
+
+            def messages(rec: EventRecorder) -> list[str]:
+                return sorted(ev.Message.Text for ev in rec.events)
+
+            await eventually("both alarms on the gateway Server object",
+                             lambda: _true(messages(everything) == ["line1 alarm", "line2 alarm"]), 5.0)
+            await eventually("line2's alarm on its mount folder",
+                             lambda: _true(messages(line2_only) == ["line2 alarm"]), 5.0)
+            await asyncio.sleep(0.3)
+            assert messages(line2_only) == ["line2 alarm"], "line1's alarm reached line2's folder"
+            for sub in subs:
+                await bounded(sub.delete())
+
+
 async def test_field_events_resume_after_the_field_server_restarts(target: ServerTarget) -> None:
     """The field server stops and a new one starts at the same address: the gateway
     reconnects, creates the shared event item again, and the same northbound event item
