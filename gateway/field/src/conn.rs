@@ -2035,8 +2035,10 @@ async fn reconcile_events(
                 EventCallback::new(move |fields: Option<Vec<Variant>>, item: &MonitoredItem| {
                     let Some(fields) = fields else { return };
                     let Some(inner) = gate.open() else { return };
-                    let fields = fields.iter().map(|v| map.variant_to_gateway(v)).collect();
-                    inner.events.lock().offer(item.client_handle(), fields);
+                    let handle = item.client_handle();
+                    let mut events = inner.events.lock();
+                    let fields = map.event_fields_to_gateway(events.select_of(handle), &fields);
+                    events.offer(handle, fields);
                 });
             let sub = session
                 .create_subscription(EVENT_PUBLISHING_INTERVAL, 300, 100, 0, 0, publishing, cb)

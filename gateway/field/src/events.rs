@@ -18,7 +18,9 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use opcua_types::{AttributeId, ByteString, EventFilter, NodeId, QualifiedName, Variant};
+use opcua_types::{
+    AttributeId, ByteString, EventFilter, NodeId, QualifiedName, SimpleAttributeOperand, Variant,
+};
 
 /// Most events waiting for the gateway to take them, over all keys; the
 /// oldest are dropped beyond it (and counted).
@@ -147,6 +149,15 @@ impl EventTable {
         self.revision
     }
 
+    /// The select clauses of the key with id `id` (empty for an unknown
+    /// id): the order of the fields its events carry.
+    pub fn select_of(&self, id: u32) -> &[SimpleAttributeOperand] {
+        self.entries
+            .get(&id)
+            .and_then(|e| e.key.filter.select_clauses.as_deref())
+            .unwrap_or(&[])
+    }
+
     /// The wanted keys with their ids.
     pub fn keys(&self) -> Vec<(u32, EventKey)> {
         self.entries
@@ -221,7 +232,7 @@ impl EventTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opcua_types::{ContentFilter, SimpleAttributeOperand};
+    use opcua_types::ContentFilter;
 
     fn select(names: &[&str]) -> EventFilter {
         EventFilter {

@@ -789,6 +789,34 @@ impl SessionMap {
         data
     }
 
+    /// The fields of a live event from the field server, in the order of
+    /// the filter's `select` clauses: remapped like Read values, except that
+    /// the field server's Server object as SourceNode becomes the mount
+    /// folder, so a client sees which field server raised the event.
+    pub fn event_fields_to_gateway(
+        &self,
+        select: &[SimpleAttributeOperand],
+        fields: &[Variant],
+    ) -> Vec<Variant> {
+        let source_node = [QualifiedName::new(0, "SourceNode")];
+        let server: NodeId = ObjectId::Server.into();
+        fields
+            .iter()
+            .enumerate()
+            .map(|(i, field)| {
+                let is_source = select
+                    .get(i)
+                    .is_some_and(|c| c.browse_path.as_deref() == Some(&source_node[..]));
+                match field {
+                    Variant::NodeId(id) if is_source && **id == server => {
+                        Variant::from(self.mount_folder.clone())
+                    }
+                    _ => self.variant_to_gateway(field),
+                }
+            })
+            .collect()
+    }
+
     /// A Browse result reference: reference type, node id, browse name and
     /// type definition remapped.
     pub fn reference_to_gateway(&self, r: &ReferenceDescription) -> ReferenceDescription {
@@ -1654,6 +1682,51 @@ mod tests {
         assert_eq!(
             m.notifier_to_field(&NodeId::new(2, "Gateway")),
             Err(StatusCode::BadNodeIdUnknown)
+        );
+    }
+
+    #[test]
+    fn live_event_fields_name_the_mount_for_the_field_server_object() {
+        let t = table();
+        let m = map(&t, &[UA, "urn:b", "urn:a"]);
+        let clause = |name: &str| SimpleAttributeOperand {
+            type_definition_id: ObjectTypeId::BaseEventType.into(),
+            browse_path: Some(vec![QualifiedName::new(0, name)]),
+            attribute_id: 13,
+            index_range: Default::default(),
+        };
+        let select = [clause("SourceNode"), clause("EventType"), clause("Message")];
+        let server: NodeId = ObjectId::Server.into();
+        let got = m.event_fields_to_gateway(
+            &select,
+            &[
+                Variant::from(server.clone()),
+                Variant::from(NodeId::new(1, "PumpEvent")),
+                Variant::from("high"),
+            ],
+        );
+        assert_eq!(
+            got,
+            vec![
+                Variant::from(mount_folder()),
+                Variant::from(NodeId::new(4, "PumpEvent")),
+                Variant::from("high"),
+            ]
+        );
+        // Another source stays itself; the Server object elsewhere is not a source.
+        let got = m.event_fields_to_gateway(
+            &select,
+            &[
+                Variant::from(NodeId::new(2, "Plant")),
+                Variant::from(server.clone()),
+            ],
+        );
+        assert_eq!(
+            got,
+            vec![
+                Variant::from(NodeId::new(3, "Plant")),
+                Variant::from(server)
+            ]
         );
     }
 }

@@ -522,6 +522,9 @@ async def test_field_server_events_reach_the_server_object_and_the_mount_folder(
                              lambda: _true(messages(everything) == ["line1 alarm", "line2 alarm"]), 5.0)
             await eventually("line2's alarm on its mount folder",
                              lambda: _true(messages(line2_only) == ["line2 alarm"]), 5.0)
+            # The source of a field server's own event is its mount folder.
+            sources = {ev.Message.Text: ev.SourceNode for ev in everything.events}
+            assert sources == {"line1 alarm": mount("line1"), "line2 alarm": mount("line2")}, sources
             await asyncio.sleep(0.3)
             assert messages(line2_only) == ["line2 alarm"], "line1's alarm reached line2's folder"
             for sub in subs:
