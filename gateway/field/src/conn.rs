@@ -1879,22 +1879,13 @@ async fn reconcile(
                 }
             }
         }
-        for chunk in batches(reqs.len(), ls.limits.max_monitored_items_per_call) {
-            let created = session
-                .create_monitored_items(sub, TimestampsToReturn::Both, reqs[chunk.clone()].to_vec())
-                .await
-                .map_err(|e| e.status())?;
-            for (k, c) in created.iter().enumerate() {
-                let Some(id) = ids.get(chunk.start + k) else {
-                    continue;
-                };
-                if c.result.status_code.is_good() {
-                    subs.items.insert(*id, (class, c.result.monitored_item_id));
-                } else {
-                    inner
-                        .items
-                        .lock()
-                        .offer(*id, status_value(c.result.status_code), false);
+        for (id, created) in create_items(ls, sub, reqs, &ids).await? {
+            match created {
+                Ok(mi) => {
+                    subs.items.insert(id, (class, mi));
+                }
+                Err(st) => {
+                    inner.items.lock().offer(id, status_value(st), false);
                 }
             }
         }
@@ -2082,8 +2073,32 @@ async fn reconcile_events(
         });
         ids.push(*id);
     }
+    for (id, created) in create_items(ls, sub, reqs, &ids).await? {
+        match created {
+            Ok(mi) => {
+                subs.events.insert(id, mi);
+            }
+            Err(st) => {
+                tracing::debug!(field = %inner.settings.name, status = %st, "event item refused by the field server");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Creates `reqs` on subscription `sub` of `ls` in batches within the field
+/// server's limit; per item (our id from `ids`), the server's monitored
+/// item id or the status it refused the item with.
+async fn create_items(
+    ls: &LinkSession,
+    sub: u32,
+    reqs: Vec<MonitoredItemCreateRequest>,
+    ids: &[u32],
+) -> Result<Vec<(u32, Result<u32, StatusCode>)>, StatusCode> {
+    let mut out = Vec::with_capacity(reqs.len());
     for chunk in batches(reqs.len(), ls.limits.max_monitored_items_per_call) {
-        let created = session
+        let created = ls
+            .session()
             .create_monitored_items(sub, TimestampsToReturn::Both, reqs[chunk.clone()].to_vec())
             .await
             .map_err(|e| e.status())?;
@@ -2091,14 +2106,18 @@ async fn reconcile_events(
             let Some(id) = ids.get(chunk.start + k) else {
                 continue;
             };
-            if c.result.status_code.is_good() {
-                subs.events.insert(*id, c.result.monitored_item_id);
-            } else {
-                tracing::debug!(field = %inner.settings.name, status = %c.result.status_code, "event item refused by the field server");
-            }
+            let st = c.result.status_code;
+            out.push((
+                *id,
+                if st.is_good() {
+                    Ok(c.result.monitored_item_id)
+                } else {
+                    Err(st)
+                },
+            ));
         }
     }
-    Ok(())
+    Ok(out)
 }
 
 fn status_value(st: StatusCode) -> DataValue {
