@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opcua_types::{
-    BrowseResult, ByteString, DataValue, EventFilter, NodeId, QualifiedName, ReadValueId,
-    RequestHeader, SimpleAttributeOperand, StatusCode, Variant,
+    BrowseResult, ByteString, DataValue, EventFilter, NodeId, ReadValueId, RequestHeader,
+    SimpleAttributeOperand, StatusCode, Variant,
 };
 use parking_lot::Mutex;
 use uagate_field::remap::NamespaceTable;
@@ -107,43 +107,9 @@ pub struct FieldEvent {
     /// The items it is for: notifier node and filter.
     pub key: EventKey,
     fields: Vec<Variant>,
-    event_type: NodeId,
-    source_node: NodeId,
-}
-
-impl FieldEvent {
-    fn new(key: EventKey, fields: Vec<Variant>) -> FieldEvent {
-        let node_at = |name: &str| {
-            let path = [QualifiedName::new(0, name)];
-            let i = key
-                .filter
-                .select_clauses
-                .as_ref()?
-                .iter()
-                .position(|c| c.browse_path.as_deref() == Some(&path[..]))?;
-            match fields.get(i) {
-                Some(Variant::NodeId(id)) => Some(id.as_ref().clone()),
-                _ => None,
-            }
-        };
-        FieldEvent {
-            event_type: node_at("EventType").unwrap_or_default(),
-            source_node: node_at("SourceNode").unwrap_or_default(),
-            key,
-            fields,
-        }
-    }
 }
 
 impl EventFields for FieldEvent {
-    fn event_type(&self) -> &NodeId {
-        &self.event_type
-    }
-
-    fn source_node(&self) -> &NodeId {
-        &self.source_node
-    }
-
     /// The field of the southbound select clause equal to `operand` (the
     /// northbound items of this key have the same select clauses).
     fn field(&self, operand: &SimpleAttributeOperand) -> Variant {
@@ -185,7 +151,7 @@ impl Fields {
         self.conns
             .iter()
             .flat_map(|c| c.take_events())
-            .map(|(key, fields)| FieldEvent::new(key, fields))
+            .map(|(key, fields)| FieldEvent { key, fields })
             .collect()
     }
 }

@@ -193,14 +193,6 @@ impl GatewayEvent {
 }
 
 impl EventFields for GatewayEvent {
-    fn event_type(&self) -> &NodeId {
-        &self.event_type
-    }
-
-    fn source_node(&self) -> &NodeId {
-        &self.source
-    }
-
     fn field(&self, operand: &SimpleAttributeOperand) -> Variant {
         let name = operand
             .browse_path

@@ -23,11 +23,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opcua_types::{
-    DataValue, DateTime, DiagnosticInfo, EventFilter, ExtensionObject, MonitoredItemCreateRequest,
-    MonitoredItemCreateResult, MonitoredItemModifyRequest, MonitoredItemModifyResult,
-    MonitoringMode, NodeId, NotificationMessage, ObjectId, PublishRequest, PublishResponse,
-    ReadValueId, ResponseHeader, SimpleAttributeOperand, StatusChangeNotification, StatusCode,
-    TimestampsToReturn, Variant,
+    AttributeId, DataValue, DateTime, DiagnosticInfo, EventFilter, ExtensionObject,
+    MonitoredItemCreateRequest, MonitoredItemCreateResult, MonitoredItemModifyRequest,
+    MonitoredItemModifyResult, MonitoringMode, NodeId, NotificationMessage, ObjectId, ObjectTypeId,
+    PublishRequest, PublishResponse, QualifiedName, ReadValueId, ResponseHeader,
+    SimpleAttributeOperand, StatusChangeNotification, StatusCode, TimestampsToReturn, Variant,
 };
 
 use item::{revise_params, ItemKind, MonitoredItem};
@@ -128,12 +128,9 @@ pub trait ItemSource {
     fn is_event_notifier(&self, node: &NodeId) -> bool;
 }
 
-/// An event raised by the server (audit, state change) for event monitored items.
+/// An event for event monitored items: one the server raises (audit, state change) or one a
+/// field server sent.
 pub trait EventFields {
-    /// EventType of the event.
-    fn event_type(&self) -> &NodeId;
-    /// SourceNode of the event.
-    fn source_node(&self) -> &NodeId;
     /// Value of a select clause (type definition, browse path, attribute, index range);
     /// `Variant::Empty` if absent.
     fn field(&self, operand: &SimpleAttributeOperand) -> Variant;
@@ -982,7 +979,16 @@ impl SessionSubscriptions {
     /// node. Use [`Self::push_event_where`] for other notifier hierarchies.
     pub fn push_event(&mut self, event: &dyn EventFields, now: Instant) {
         let server = NodeId::from(ObjectId::Server);
-        let source = event.source_node().clone();
+        let source_node = SimpleAttributeOperand {
+            type_definition_id: ObjectTypeId::BaseEventType.into(),
+            browse_path: Some(vec![QualifiedName::new(0, "SourceNode")]),
+            attribute_id: AttributeId::Value as u32,
+            index_range: Default::default(),
+        };
+        let source = match event.field(&source_node) {
+            Variant::NodeId(id) => *id,
+            _ => NodeId::null(),
+        };
         self.push_event_where(event, now, &|n: &NodeId| *n == server || *n == source);
     }
 

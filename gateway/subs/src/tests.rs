@@ -68,12 +68,6 @@ struct Event {
 }
 
 impl EventFields for Event {
-    fn event_type(&self) -> &NodeId {
-        &self.ty
-    }
-    fn source_node(&self) -> &NodeId {
-        &self.source
-    }
     fn field(&self, op: &SimpleAttributeOperand) -> Variant {
         let name = op
             .browse_path
