@@ -1806,12 +1806,7 @@ async fn reconcile(
     }
     for (sub, list) in gone {
         let mis: Vec<u32> = list.iter().map(|(_, mi)| *mi).collect();
-        for chunk in batches(mis.len(), ls.limits.max_monitored_items_per_call) {
-            session
-                .delete_monitored_items(sub, &mis[chunk])
-                .await
-                .map_err(|e| e.status())?;
-        }
+        delete_items(ls, sub, &mis).await?;
         for (id, _) in list {
             subs.items.remove(&id);
         }
@@ -2000,12 +1995,7 @@ async fn reconcile_events(
         .collect();
     if let (Some(sub), false) = (subs.events_sub, gone.is_empty()) {
         let mis: Vec<u32> = gone.iter().map(|(_, mi)| *mi).collect();
-        for chunk in batches(mis.len(), ls.limits.max_monitored_items_per_call) {
-            session
-                .delete_monitored_items(sub, &mis[chunk])
-                .await
-                .map_err(|e| e.status())?;
-        }
+        delete_items(ls, sub, &mis).await?;
         for (id, _) in gone {
             subs.events.remove(&id);
         }
@@ -2082,6 +2072,18 @@ async fn reconcile_events(
                 tracing::debug!(field = %inner.settings.name, status = %st, "event item refused by the field server");
             }
         }
+    }
+    Ok(())
+}
+
+/// Deletes the monitored items `mis` of subscription `sub` of `ls` in
+/// batches within the field server's limit.
+async fn delete_items(ls: &LinkSession, sub: u32, mis: &[u32]) -> Result<(), StatusCode> {
+    for chunk in batches(mis.len(), ls.limits.max_monitored_items_per_call) {
+        ls.session()
+            .delete_monitored_items(sub, &mis[chunk])
+            .await
+            .map_err(|e| e.status())?;
     }
     Ok(())
 }

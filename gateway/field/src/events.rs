@@ -22,6 +22,8 @@ use opcua_types::{
     AttributeId, ByteString, EventFilter, NodeId, QualifiedName, SimpleAttributeOperand, Variant,
 };
 
+use crate::items::next_free_id;
+
 /// Most events waiting for the gateway to take them, over all keys; the
 /// oldest are dropped beyond it (and counted).
 pub const OUTBOX_MAX: usize = 10_000;
@@ -118,11 +120,8 @@ impl EventTable {
             if self.ids.contains_key(&key) {
                 continue;
             }
-            self.next_id = self.next_id.wrapping_add(1).max(1);
-            while self.entries.contains_key(&self.next_id) {
-                self.next_id = self.next_id.wrapping_add(1).max(1);
-            }
-            let id = self.next_id;
+            let entries = &self.entries;
+            let id = next_free_id(&mut self.next_id, |id| entries.contains_key(&id));
             self.entries.insert(
                 id,
                 Entry {

@@ -84,6 +84,17 @@ struct Entry {
     value: Option<DataValue>,
 }
 
+/// The next non-zero id after `*last` that `taken` does not hold (wrapping
+/// at `u32::MAX`); stored back in `*last`. The client handles of shared
+/// data and event items come from here.
+pub(crate) fn next_free_id(last: &mut u32, taken: impl Fn(u32) -> bool) -> u32 {
+    *last = last.wrapping_add(1).max(1);
+    while taken(*last) {
+        *last = last.wrapping_add(1).max(1);
+    }
+    *last
+}
+
 /// The table of shared items of one field connection.
 #[derive(Debug, Default)]
 pub struct ItemTable {
@@ -117,11 +128,8 @@ impl ItemTable {
             match self.entries.get_mut(&key) {
                 Some(e) => e.refs = refs,
                 None => {
-                    self.next_id = self.next_id.wrapping_add(1).max(1);
-                    while self.by_id.contains_key(&self.next_id) {
-                        self.next_id = self.next_id.wrapping_add(1).max(1);
-                    }
-                    let id = self.next_id;
+                    let by_id = &self.by_id;
+                    let id = next_free_id(&mut self.next_id, |id| by_id.contains_key(&id));
                     self.by_id.insert(id, key.clone());
                     self.entries.insert(
                         key,
