@@ -26,7 +26,7 @@ use opcua_types::{
 use crate::conn::LinkSession;
 use crate::diag::{shift_indexes, Diagnostics};
 use crate::limits::batches;
-use crate::remap::SessionMap;
+use crate::remap::{map_list, SessionMap};
 
 /// What a proxied call needs besides its operations: the northbound
 /// request's deadline and the diagnostics it asked for (passed on to the
@@ -546,15 +546,7 @@ fn history_action(
         return Ok(HistoryReadAction::ReadRawModifiedDetails(d.clone()));
     }
     if let Some(d) = details.inner_as::<ReadProcessedDetails>() {
-        let aggregate_type = d
-            .aggregate_type
-            .as_ref()
-            .map(|ids| {
-                ids.iter()
-                    .map(|id| map.node_to_field(id))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .transpose()
+        let aggregate_type = map_list(&d.aggregate_type, |id| map.node_to_field(id))
             .map_err(|_| StatusCode::BadAggregateNotSupported)?;
         return Ok(HistoryReadAction::ReadProcessedDetails(
             ReadProcessedDetails {

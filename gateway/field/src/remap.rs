@@ -488,18 +488,10 @@ impl SessionMap {
     /// A Call item for the field server: object id, method id and input
     /// arguments.
     pub fn call_to_field(&self, c: &CallMethodRequest) -> Result<CallMethodRequest, StatusCode> {
-        let input_arguments = match &c.input_arguments {
-            Some(args) => Some(
-                args.iter()
-                    .map(|a| self.variant_to_field(a))
-                    .collect::<Result<Vec<_>, _>>()?,
-            ),
-            None => None,
-        };
         Ok(CallMethodRequest {
             object_id: self.node_to_field(&c.object_id)?,
             method_id: self.node_to_field(&c.method_id)?,
-            input_arguments,
+            input_arguments: map_list(&c.input_arguments, |a| self.variant_to_field(a))?,
         })
     }
 
@@ -535,30 +527,13 @@ impl SessionMap {
     /// `BadNodeIdUnknown` if one of them is in a namespace that is not this
     /// session's.
     pub fn event_filter_to_field(&self, f: &EventFilter) -> Result<EventFilter, StatusCode> {
-        let select_clauses = f
-            .select_clauses
-            .as_ref()
-            .map(|clauses| {
-                clauses
-                    .iter()
-                    .map(|c| self.simple_operand_to_field(c))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .transpose()?;
-        let elements = f
-            .where_clause
-            .elements
-            .as_ref()
-            .map(|elements| {
-                elements
-                    .iter()
-                    .map(|e| self.filter_element_to_field(e))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .transpose()?;
         Ok(EventFilter {
-            select_clauses,
-            where_clause: ContentFilter { elements },
+            select_clauses: map_list(&f.select_clauses, |c| self.simple_operand_to_field(c))?,
+            where_clause: ContentFilter {
+                elements: map_list(&f.where_clause.elements, |e| {
+                    self.filter_element_to_field(e)
+                })?,
+            },
         })
     }
 
@@ -566,18 +541,9 @@ impl SessionMap {
         &self,
         s: &SimpleAttributeOperand,
     ) -> Result<SimpleAttributeOperand, StatusCode> {
-        let browse_path = s
-            .browse_path
-            .as_ref()
-            .map(|path| {
-                path.iter()
-                    .map(|q| self.qname_to_field(q))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .transpose()?;
         Ok(SimpleAttributeOperand {
             type_definition_id: self.node_to_field(&s.type_definition_id)?,
-            browse_path,
+            browse_path: map_list(&s.browse_path, |q| self.qname_to_field(q))?,
             ..s.clone()
         })
     }
@@ -586,19 +552,9 @@ impl SessionMap {
         &self,
         e: &ContentFilterElement,
     ) -> Result<ContentFilterElement, StatusCode> {
-        let filter_operands = e
-            .filter_operands
-            .as_ref()
-            .map(|operands| {
-                operands
-                    .iter()
-                    .map(|o| self.filter_operand_to_field(o))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .transpose()?;
         Ok(ContentFilterElement {
             filter_operator: e.filter_operator,
-            filter_operands,
+            filter_operands: map_list(&e.filter_operands, |o| self.filter_operand_to_field(o))?,
         })
     }
 
@@ -849,6 +805,15 @@ impl SessionMap {
             .map(|args| args.iter().map(|a| self.variant_to_gateway(a)).collect());
         result
     }
+}
+
+/// Every element of an optional list (the shape OPC UA arrays decode to)
+/// mapped with `f`; the first error fails the whole list.
+pub(crate) fn map_list<T, U>(
+    list: &Option<Vec<T>>,
+    f: impl FnMut(&T) -> Result<U, StatusCode>,
+) -> Result<Option<Vec<U>>, StatusCode> {
+    list.as_ref().map(|l| l.iter().map(f).collect()).transpose()
 }
 
 /// Whether an expanded node id names its namespace by URI or lives on
