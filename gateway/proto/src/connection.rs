@@ -264,6 +264,10 @@ pub struct ServerConnection {
     /// Accounting for the chunks held in `Open::pending`.
     budget: Box<dyn ReassemblyBudget>,
     renew_gate: Box<dyn RenewGate>,
+    /// The `now` given to [`ServerConnection::new`] and the wall-clock time
+    /// at that moment: a token's CreatedAt is derived from them (this crate
+    /// reads no clock).
+    started: (Instant, DateTime),
 }
 
 impl std::fmt::Debug for ServerConnection {
@@ -276,9 +280,16 @@ impl std::fmt::Debug for ServerConnection {
 }
 
 impl ServerConnection {
-    /// A connection accepted at `now`. `channel` carries our certificate and
-    /// private key (role Server); its decoding limits are set from `limits`.
-    pub fn new(limits: Limits, mut channel: SecureChannel, now: Instant) -> Self {
+    /// A connection accepted at `now` (monotonic) = `wall_now` (UTC, for the
+    /// CreatedAt of the security tokens it issues). `channel` carries our
+    /// certificate and private key (role Server); its decoding limits are
+    /// set from `limits`.
+    pub fn new(
+        limits: Limits,
+        mut channel: SecureChannel,
+        now: Instant,
+        wall_now: DateTime,
+    ) -> Self {
         let mut decoding = DecodingOptions {
             max_message_size: limits.max_message_size as usize,
             max_chunk_count: limits.max_chunk_count as usize,
@@ -304,6 +315,7 @@ impl ServerConnection {
             next_token_id: 1,
             budget: Box::new(UnlimitedReassembly),
             renew_gate: Box::new(OpenRenewGate),
+            started: (now, wall_now),
         }
     }
 
@@ -650,6 +662,14 @@ impl ServerConnection {
         }
     }
 
+    /// The wall-clock time at monotonic `now`.
+    fn wall_time(&self, now: Instant) -> DateTime {
+        let (mono, wall) = self.started;
+        let since = chrono::Duration::from_std(now.saturating_duration_since(mono))
+            .unwrap_or(chrono::Duration::zero());
+        DateTime::from(wall.as_chrono() + since)
+    }
+
     /// Sets nonces, token and keys from an Issue or Renew request and queues
     /// the response. Returns the new token's deadline.
     fn issue_token(
@@ -673,7 +693,7 @@ impl ServerConnection {
         let token = ChannelSecurityToken {
             channel_id: self.channel.secure_channel_id(),
             token_id: self.next_token_id,
-            created_at: DateTime::now(),
+            created_at: self.wall_time(now),
             revised_lifetime: lifetime_ms,
         };
         self.next_token_id = self.next_token_id.wrapping_add(1).max(1);

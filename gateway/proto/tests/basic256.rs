@@ -42,7 +42,15 @@ fn secure_server(pki: &Path, now: Instant) -> (ServerConnection, X509) {
         channel.cert().is_some(),
         "server channel has its certificate"
     );
-    (ServerConnection::new(Limits::default(), channel, now), cert)
+    (
+        ServerConnection::new(
+            Limits::default(),
+            channel,
+            now,
+            opcua_types::DateTime::now(),
+        ),
+        cert,
+    )
 }
 
 fn secure_client(pki: &Path, server_cert: X509) -> (Client, X509) {
@@ -233,7 +241,12 @@ fn basic256sha256_short_msg_frames_do_not_panic() {
         .step_by(3)
         .chain([16, 20, 47, 48, 55, 56, 63, 64, 100])
     {
-        let mut conn = ServerConnection::new(Limits::default(), server_channel(dir.path()), now);
+        let mut conn = ServerConnection::new(
+            Limits::default(),
+            server_channel(dir.path()),
+            now,
+            opcua_types::DateTime::now(),
+        );
         let mut client = Client::new(
             client_pki.path(),
             SecurityPolicy::Basic256Sha256,

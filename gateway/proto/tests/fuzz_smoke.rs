@@ -111,6 +111,7 @@ fn seeds_are_valid_traffic() {
         common::fuzz_harness::fuzz_limits(),
         common::fuzz_harness::none_server_channel(),
         now,
+        opcua_types::DateTime::now(),
     );
     conn.handle_input(prefix, now);
     assert!(matches!(conn.poll_event(), Some(Event::OpenRequested(_))));

@@ -12,7 +12,7 @@ use opcua_types::{
     CloseSecureChannelRequest, DataValue, ReadResponse, ResponseHeader, SecurityTokenRequestType,
     StatusCode,
 };
-use uagate_proto::{CloseReason, Event, Limits, MIN_BUFFER_SIZE};
+use uagate_proto::{CloseReason, Event, Limits, ServerConnection, MIN_BUFFER_SIZE};
 
 #[test]
 fn hello_negotiates_sizes() {
@@ -71,7 +71,14 @@ fn hello_split_byte_by_byte_is_acknowledged_once() {
 fn open_read_renew_close_policy_none() {
     let dir = tempfile::tempdir().unwrap();
     let now = Instant::now();
-    let mut conn = server(Limits::default(), dir.path(), now);
+    // The wall-clock time at `now`; the connection reads no clock itself.
+    let wall = opcua_types::DateTime::ymd_hms(2024, 5, 1, 12, 0, 0);
+    let mut conn = ServerConnection::new(
+        Limits::default(),
+        common::server_channel(dir.path()),
+        now,
+        wall,
+    );
     let mut client = Client::none(dir.path());
 
     // Hello with an 8192-byte send buffer so multi-chunk requests are possible.
@@ -103,6 +110,11 @@ fn open_read_renew_close_policy_none() {
     let resp = client.accept_open_response(&out.frames);
     assert_eq!(resp.security_token.channel_id, 42);
     assert_ne!(resp.security_token.token_id, 0);
+    assert_eq!(
+        resp.security_token.created_at,
+        opcua_types::DateTime::ymd_hms(2024, 5, 1, 12, 0, 1),
+        "CreatedAt is the given wall time plus the time since"
+    );
     // 600 s lies within the default bounds (10 s ..= 3600 s), so it is kept.
     assert_eq!(resp.security_token.revised_lifetime, 600_000);
     assert!(conn.is_open());
@@ -199,6 +211,10 @@ fn open_read_renew_close_policy_none() {
     let resp = client.accept_open_response(&out.frames);
     assert_eq!(resp.security_token.token_id, renewed);
     assert_eq!(resp.security_token.channel_id, 42);
+    assert_eq!(
+        resp.security_token.created_at,
+        opcua_types::DateTime::ymd_hms(2024, 5, 1, 12, 8, 20)
+    );
     assert_eq!(conn.poll_timeout(), Some(at(now, 500 + 750)));
     // The old deadline passing does nothing now.
     conn.handle_timeout(at(now, 751));

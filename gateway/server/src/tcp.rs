@@ -278,7 +278,12 @@ pub(crate) async fn drive_transport<T: Transport>(
         Role::Server,
         Arc::new(RwLock::new(ContextOwned::default())),
     );
-    let mut conn = ServerConnection::new(engine.connection_limits(), channel, Instant::now());
+    let mut conn = ServerConnection::new(
+        engine.connection_limits(),
+        channel,
+        Instant::now(),
+        opcua_types::DateTime::now(),
+    );
     // Cancelled by server shutdown or when this channel is reclaimed.
     let server_cancel = cancel;
     let cancel = server_cancel.child_token();

@@ -408,7 +408,12 @@ async fn busy_session_server(
                 Role::Server,
                 Arc::new(opcua_core::sync::RwLock::new(ContextOwned::default())),
             );
-            let mut conn = ServerConnection::new(Limits::default(), channel, Instant::now());
+            let mut conn = ServerConnection::new(
+                Limits::default(),
+                channel,
+                Instant::now(),
+                opcua_types::DateTime::now(),
+            );
             let channel_id = next_channel;
             next_channel += 1;
             let seen = s2.clone();

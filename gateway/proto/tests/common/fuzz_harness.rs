@@ -307,7 +307,8 @@ fn drive(conn: &mut ServerConnection, input: &[u8], mut now: Instant, limits: &L
 pub fn secure_channel_input(data: &[u8], prefix: bool) {
     let limits = fuzz_limits();
     let now = Instant::now();
-    let mut conn = ServerConnection::new(limits.clone(), none_server_channel(), now);
+    let mut conn =
+        ServerConnection::new(limits.clone(), none_server_channel(), now, DateTime::now());
     if prefix {
         let (p, _) = seed_streams();
         conn.handle_input(p, now);

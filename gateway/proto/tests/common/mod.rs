@@ -49,7 +49,7 @@ pub fn server_channel(pki: &Path) -> SecureChannel {
 
 /// A fresh server connection accepted at `now`, with no certificate (policy None only).
 pub fn server(limits: Limits, pki: &Path, now: Instant) -> ServerConnection {
-    ServerConnection::new(limits, server_channel(pki), now)
+    ServerConnection::new(limits, server_channel(pki), now, DateTime::now())
 }
 
 /// Encodes a HEL frame. Note the argument order of this helper: receive first.
