@@ -10,7 +10,9 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use prometheus::proto::{Bucket, Histogram, LabelPair, Metric, MetricFamily, MetricType};
-use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
 
 use crate::auth::Authed;
 use crate::error::ApiError;
@@ -151,6 +153,13 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     let sessions = IntGauge::new("sessions", "Northbound sessions (created and active).")?;
     sessions.set(i64::try_from(engine.session_count()).unwrap_or(i64::MAX));
     r.register(Box::new(sessions))?;
+
+    let evicted = IntCounter::new(
+        "sessions_evicted_total",
+        "Sessions never activated that were evicted to make room for a new one when the session table was full.",
+    )?;
+    evicted.inc_by(engine.sessions_evicted());
+    r.register(Box::new(evicted))?;
 
     let level = IntGauge::new("service_level", "The ServiceLevel published (0-255).")?;
     level.set(i64::from(engine.service_level()));

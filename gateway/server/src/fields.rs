@@ -3,12 +3,11 @@
 //! nodes to them.
 //!
 //! A node belongs to a mount when its namespace index was allocated to that
-//! mount ([`NamespaceTable`]) or when it is the mount folder itself. Every
-//! service splits its operations into local ones (answered by the local
-//! space exactly as before) and one group per mount (proxied through the
-//! mount's active field session, see `uagate_field::proxy`), and puts the
-//! results back in request order. A request that touches no mount takes the
-//! local path unchanged.
+//! mount ([`NamespaceTable`]) or when it is the mount folder itself. The
+//! services (`routed.rs`) check a request as a whole, then run its local
+//! operations on the local space and each mount's operations through the
+//! mount's active field session (see `uagate_field::proxy`), concurrently,
+//! and put the results back in request order (`split.rs`).
 //!
 //! While a field connection is (re)connecting, its operations wait for it up
 //! to the request's deadline (90 % of the client's timeout hint, 10 s when
@@ -163,23 +162,6 @@ pub fn deadline(header: &RequestHeader) -> Instant {
         ms => Duration::from_millis(u64::from(ms)).mul_f64(0.9),
     };
     Instant::now() + hint
-}
-
-/// Groups operation indexes by mount: (local indexes, mount → indexes).
-pub fn partition<T>(
-    fields: &Fields,
-    ops: &[T],
-    node: impl Fn(&T) -> &NodeId,
-) -> (Vec<usize>, HashMap<usize, Vec<usize>>) {
-    let mut local = Vec::new();
-    let mut mounts: HashMap<usize, Vec<usize>> = HashMap::new();
-    for (i, op) in ops.iter().enumerate() {
-        match fields.route(node(op)) {
-            Some(m) => mounts.entry(m).or_default().push(i),
-            None => local.push(i),
-        }
-    }
-    (local, mounts)
 }
 
 /// A DataValue carrying only a status.

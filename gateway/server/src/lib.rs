@@ -16,6 +16,7 @@ pub mod reconfigure;
 mod routed;
 mod services;
 pub mod session;
+mod split;
 pub mod stats;
 pub mod subscriptions;
 pub mod tcp;
@@ -224,6 +225,12 @@ impl Engine {
     /// Number of sessions (created and active).
     pub fn session_count(&self) -> usize {
         self.sessions.lock().len()
+    }
+
+    /// Sessions never activated that CreateSession evicted from a full
+    /// session table since start (metrics).
+    pub fn sessions_evicted(&self) -> u64 {
+        self.sessions.lock().evicted()
     }
 
     /// Applies a changed configuration's isolation settings while running
@@ -636,6 +643,9 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         max_nodes_per_browse: s.max_nodes_per_browse,
         max_nodes_per_translate: s.max_nodes_per_translate,
         max_nodes_per_register: s.max_nodes_per_register,
+        max_nodes_per_write: s.max_nodes_per_write,
+        max_nodes_per_method_call: s.max_nodes_per_method_call,
+        max_monitored_items_per_call: s.max_monitored_items_per_call,
         max_references_per_node: s.max_references_per_node,
         max_browse_continuation_points: s.max_browse_continuation_points,
         max_sessions: s.max_session_count,

@@ -1,11 +1,11 @@
-//! Write and Call services, and the methods the engine itself implements
-//! on the Server object (RequestServerStateChange, GetMonitoredItems).
+//! The methods the local space answers for Call (see `routed.rs`), among
+//! them those the engine itself implements on the Server object
+//! (RequestServerStateChange, GetMonitoredItems), and the caller of a
+//! Write or Call.
 
-use opcua_core::ResponseMessage;
 use opcua_types::{
-    CallMethodRequest, CallMethodResult, CallRequest, CallResponse, DateTime, LocalizedText,
-    MessageSecurityMode, NodeId, ResponseHeader, ServerState, StatusCode, Variant, WriteRequest,
-    WriteResponse,
+    CallMethodRequest, CallMethodResult, DateTime, LocalizedText, MessageSecurityMode, NodeId,
+    ServerState, StatusCode, Variant,
 };
 use uagate_space::{arguments_status, LocalSpace};
 use uagate_store::Role;
@@ -111,73 +111,12 @@ impl Engine {
         })
     }
 
-    pub(crate) fn write(
+    /// One method call on the local space (the gateway's own methods).
+    pub(crate) async fn call_one(
         &self,
-        chan: &ChannelInfo,
-        r: &WriteRequest,
-    ) -> Result<ResponseMessage, ServiceError> {
-        let items = r.nodes_to_write.as_deref().unwrap_or(&[]);
-        let limit = self.config.server.max_nodes_per_write;
-        if items.is_empty() {
-            return Err(ServiceError::NothingToDo);
-        }
-        if items.len() > limit as usize {
-            return Err(ServiceError::TooManyOperations {
-                got: items.len(),
-                limit,
-            });
-        }
-        let caller = self.caller(chan, &r.request_header.authentication_token)?;
-        let can_write = caller.can_write(self.config.server.allow_anonymous_write);
-        let now = DateTime::now();
-        let results = {
-            let mut space = self.space.write();
-            items
-                .iter()
-                .map(|w| space.write(now, w, can_write))
-                .collect::<Vec<_>>()
-        };
-        if results.iter().any(|s| s.is_good()) {
-            tracing::info!(user = %caller.actor(), count = results.iter().filter(|s| s.is_good()).count(), "values written");
-        }
-        Ok(WriteResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(results),
-            diagnostic_infos: None,
-        }
-        .into())
-    }
-
-    pub(crate) async fn call(
-        &self,
-        chan: &ChannelInfo,
-        r: &CallRequest,
-    ) -> Result<ResponseMessage, ServiceError> {
-        let calls = r.methods_to_call.as_deref().unwrap_or(&[]);
-        let limit = self.config.server.max_nodes_per_method_call;
-        if calls.is_empty() {
-            return Err(ServiceError::NothingToDo);
-        }
-        if calls.len() > limit as usize {
-            return Err(ServiceError::TooManyOperations {
-                got: calls.len(),
-                limit,
-            });
-        }
-        let caller = self.caller(chan, &r.request_header.authentication_token)?;
-        let mut results = Vec::with_capacity(calls.len());
-        for call in calls {
-            results.push(self.call_one(&caller, call).await);
-        }
-        Ok(CallResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(results),
-            diagnostic_infos: None,
-        }
-        .into())
-    }
-
-    async fn call_one(&self, caller: &Caller, call: &CallMethodRequest) -> CallMethodResult {
+        caller: &Caller,
+        call: &CallMethodRequest,
+    ) -> CallMethodResult {
         let inputs = call.input_arguments.as_deref().unwrap_or(&[]);
         let signature = match self
             .space

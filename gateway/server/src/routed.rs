@@ -1,38 +1,56 @@
-//! Services over the aggregated address space (see [`crate::fields`]):
-//! local operations go to the local space as before, operations on mounted
-//! nodes are proxied to the mount's field connection, results are merged in
-//! request order.
+//! The request path of the services over the aggregated address space (see
+//! [`crate::fields`]). Every service runs in two stages:
+//!
+//! 1. **Check** the whole request once, before any operation runs: the
+//!    operation count against its limit (whatever mix of local and mounted
+//!    nodes it holds), the request-wide parameters, the session and caller.
+//!    A failed check is a ServiceFault and nothing has run.
+//! 2. **Execute** the operations per backend, the local space and each
+//!    mount, concurrently through [`Split::run`], which puts results and
+//!    diagnostics back in request order and bounds each mount by the
+//!    request's deadline.
+//!
+//! A service here only says how to route one operation, how the local
+//! space answers its share, and which proxy call answers a mount's share.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use opcua_core::ResponseMessage;
 use opcua_types::{
     BrowseNextRequest, BrowseNextResponse, BrowsePath, BrowsePathResult, BrowseRequest,
-    BrowseResponse, CallRequest, CallResponse, DataValue, HistoryReadRequest, HistoryReadResponse,
-    HistoryReadResult, NodeId, ReadRequest, ReadResponse, RelativePath, ResponseHeader, StatusCode,
+    BrowseResponse, BrowseResult, ByteString, CallMethodResult, CallRequest, CallResponse,
+    DataValue, ExtensionObject, HistoryReadRequest, HistoryReadResponse, HistoryReadResult, NodeId,
+    ReadRequest, ReadResponse, RelativePath, RequestHeader, ResponseHeader, StatusCode,
     TimestampsToReturn, TranslateBrowsePathsToNodeIdsRequest,
     TranslateBrowsePathsToNodeIdsResponse, WriteRequest, WriteResponse,
 };
 use uagate_field::diag::Diagnostics;
 use uagate_field::proxy::{self, Answer, Ctx};
+use uagate_field::LinkSession;
 
 use crate::error::ServiceError;
-use crate::fields::{bad_browse, bad_value, deadline, partition, Fields};
+use crate::fields::{bad_browse, bad_value, deadline, Fields};
+use crate::split::{OpResult, Route, Split};
 use crate::{ChannelInfo, Engine};
 
 type Result<T> = std::result::Result<T, ServiceError>;
 
-/// An answer of `n` operations, all `fill` until placed.
-fn answer<R: Clone>(fill: R, n: usize) -> Answer<R> {
-    Answer {
-        results: vec![fill; n],
-        diagnostics: Diagnostics::with_len(n),
+/// Stage one's operation count check: BadNothingToDo for none,
+/// BadTooManyOperations above `limit`.
+pub(crate) fn check_count(n: usize, limit: u32) -> Result<()> {
+    if n == 0 {
+        return Err(ServiceError::NothingToDo);
     }
+    if n > limit as usize {
+        return Err(ServiceError::TooManyOperations { got: n, limit });
+    }
+    Ok(())
 }
 
 /// The southbound context of a request: its deadline and the diagnostics
 /// it asked for.
-fn ctx_of(header: &opcua_types::RequestHeader) -> Ctx {
+fn ctx_of(header: &RequestHeader) -> Ctx {
     Ctx {
         deadline: deadline(header),
         diagnostics: header.return_diagnostics,
@@ -40,19 +58,116 @@ fn ctx_of(header: &opcua_types::RequestHeader) -> Ctx {
 }
 
 /// A good response header carrying the string table of `d`.
-fn header_with(request: &opcua_types::RequestHeader, d: &Diagnostics) -> ResponseHeader {
+fn header_with(request: &RequestHeader, d: &Diagnostics) -> ResponseHeader {
     let mut h = ResponseHeader::new_good(request);
     h.string_table = d.string_table();
     h
 }
 
-/// Puts the results of a local sub-request back at the request positions
-/// `at` (result k answers operation `at[k]`).
-fn place<T>(out: &mut [T], at: &[usize], results: Option<Vec<T>>) {
-    for (i, r) in at.iter().zip(results.unwrap_or_default()) {
-        if let Some(slot) = out.get_mut(*i) {
-            *slot = r;
+/// The route of an operation on `node`: its mount when mounted, else local.
+/// With `folder_local`, a mount folder is a local node (Read, Write: the
+/// folder is the gateway's; Browse looks through it instead).
+fn route_node(fields: Option<&Fields>, node: &NodeId, folder_local: bool) -> Route {
+    match fields.and_then(|f| f.route(node).map(|m| (f, m))) {
+        Some((f, m)) if folder_local && f.is_mount_folder(m, node) => Route::Local,
+        Some((_, m)) => Route::Mount(m),
+        None => Route::Local,
+    }
+}
+
+/// The operations `idx` of `ops`, for one backend.
+fn pick<T: Clone>(ops: &[T], idx: &[usize]) -> Vec<T> {
+    idx.iter().filter_map(|i| ops.get(*i).cloned()).collect()
+}
+
+/// Runs `call` on mount `m`'s active session, waiting for it until the
+/// request's deadline (the mount future of every routed service).
+async fn on_mount<R, Fut>(
+    fields: Option<&Fields>,
+    m: usize,
+    ctx: Ctx,
+    call: impl FnOnce(Arc<LinkSession>, u16) -> Fut,
+) -> std::result::Result<Answer<R>, StatusCode>
+where
+    Fut: std::future::Future<Output = std::result::Result<Answer<R>, StatusCode>>,
+{
+    let conn = fields
+        .and_then(|f| f.conns.get(m))
+        .ok_or(StatusCode::BadServerNotConnected)?;
+    let link = conn.link(ctx.deadline).await?;
+    call(link, u16::try_from(m).unwrap_or(u16::MAX)).await
+}
+
+impl OpResult for DataValue {
+    fn with_status(status: StatusCode) -> Self {
+        bad_value(status)
+    }
+    /// A value that could not be fetched is `BadNoCommunication`.
+    fn unreachable(_status: StatusCode) -> Self {
+        bad_value(StatusCode::BadNoCommunication)
+    }
+}
+
+impl OpResult for StatusCode {
+    fn with_status(status: StatusCode) -> Self {
+        status
+    }
+}
+
+impl OpResult for BrowseResult {
+    fn with_status(status: StatusCode) -> Self {
+        bad_browse(status)
+    }
+    /// A mount folder: its local references first, then the field server's
+    /// forward references (the field server's Objects folder); when the
+    /// field server cannot answer, the local references alone.
+    fn join(&mut self, field: std::result::Result<Self, StatusCode>) {
+        let Ok(field) = field else { return };
+        let mut refs = self.references.take().unwrap_or_default();
+        refs.extend(
+            field
+                .references
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|rd| rd.is_forward),
+        );
+        self.references = Some(refs);
+        self.continuation_point = field.continuation_point;
+    }
+}
+
+impl OpResult for BrowsePathResult {
+    fn with_status(status: StatusCode) -> Self {
+        BrowsePathResult {
+            status_code: status,
+            targets: None,
         }
+    }
+}
+
+impl OpResult for CallMethodResult {
+    fn with_status(status: StatusCode) -> Self {
+        proxy::bad_call(status)
+    }
+}
+
+impl OpResult for HistoryReadResult {
+    fn with_status(status: StatusCode) -> Self {
+        HistoryReadResult {
+            status_code: status,
+            continuation_point: ByteString::null(),
+            history_data: ExtensionObject::null(),
+        }
+    }
+    /// The details' own faults stay; anything else means the field server
+    /// could not answer.
+    fn unreachable(status: StatusCode) -> Self {
+        Self::with_status(match status {
+            StatusCode::BadHistoryOperationInvalid
+            | StatusCode::BadEventFilterInvalid
+            | StatusCode::BadAggregateNotSupported => status,
+            _ => StatusCode::BadServerNotConnected,
+        })
     }
 }
 
@@ -62,50 +177,76 @@ impl Engine {
         self.fields.get().filter(|f| !f.conns.is_empty())
     }
 
-    /// Read with mounted nodes proxied.
-    pub(crate) async fn read_routed(
+    /// Stage one of Read: operation count, MaxAge, TimestampsToReturn and
+    /// the session. Called before any node is read.
+    pub(crate) fn check_read(&self, chan: &ChannelInfo, r: &ReadRequest) -> Result<()> {
+        let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
+        check_count(nodes.len(), self.space.read().limits().max_nodes_per_read)?;
+        if r.max_age < 0.0 || r.max_age.is_nan() {
+            return Err(ServiceError::Status(StatusCode::BadMaxAgeInvalid));
+        }
+        if r.timestamps_to_return == TimestampsToReturn::Invalid {
+            return Err(ServiceError::Status(
+                StatusCode::BadTimestampsToReturnInvalid,
+            ));
+        }
+        self.with_session(chan, &r.request_header, |_| Ok(()))
+    }
+
+    /// The local space's answer to the Read operations `idx` (all of them
+    /// when `None`), after [`Engine::check_read`].
+    fn read_local(&self, r: &ReadRequest, idx: Option<&[usize]>) -> Vec<DataValue> {
+        let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
+        let space = self.space.read();
+        let now = opcua_types::DateTime::now();
+        let read = |n| space.read(now, n, r.timestamps_to_return, r.max_age);
+        match idx {
+            None => nodes.iter().map(read).collect(),
+            Some(idx) => idx.iter().filter_map(|i| nodes.get(*i)).map(read).collect(),
+        }
+    }
+
+    /// Read of a gateway without field connections: both stages, no
+    /// future (the hot path of a local-only gateway).
+    pub(crate) fn read_unmounted(
         &self,
         chan: &ChannelInfo,
         r: &ReadRequest,
     ) -> Result<ResponseMessage> {
+        self.check_read(chan, r)?;
+        Ok(ReadResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(self.read_local(r, None)),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+
+    /// Read; mounted nodes are read from their field servers (a mount
+    /// folder is a local node).
+    pub(crate) async fn read(
+        &self,
+        chan: &ChannelInfo,
+        r: &ReadRequest,
+    ) -> Result<ResponseMessage> {
+        self.check_read(chan, r)?;
         let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
-        let Some(fields) = self.fields() else {
-            return self.read(chan, r);
-        };
-        let (local, mounts) = partition(fields, nodes, |n| &n.node_id);
-        // Mount folders are local nodes.
-        let (local, mounts) = keep_folders_local(fields, nodes, |n| &n.node_id, local, mounts);
-        if mounts.is_empty() {
-            return self.read(chan, r);
-        }
-        let mut out = answer(DataValue::default(), nodes.len());
-        if local.is_empty() {
-            self.check_read(chan, r)?;
-        } else {
-            let sub = ReadRequest {
-                nodes_to_read: Some(local.iter().map(|i| nodes[*i].clone()).collect()),
-                ..r.clone()
-            };
-            if let ResponseMessage::Read(resp) = self.read(chan, &sub)? {
-                place(&mut out.results, &local, resp.results);
-            }
-        }
+        let fields = self.fields();
+        let split = Split::new(nodes.len(), |i| route_node(fields, &nodes[i].node_id, true));
         let ctx = ctx_of(&r.request_header);
         let (ts, max_age) = (r.timestamps_to_return, r.max_age);
-        for (m, idx) in mounts {
-            let ops: Vec<_> = idx.iter().map(|i| nodes[*i].clone()).collect();
-            run_on_mount(
-                fields,
-                m,
-                &idx,
-                ops,
-                ctx,
-                &mut out,
-                |_| bad_value(StatusCode::BadNoCommunication),
-                |link, _, ops| async move { proxy::read(&link, &ops, ts, max_age, ctx).await },
+        let out = split
+            .run(
+                ctx.deadline,
+                async { Ok::<_, ServiceError>(self.read_local(r, Some(split.local()))) },
+                |m, idx| {
+                    let ops = pick(nodes, idx);
+                    on_mount(fields, m, ctx, move |link, _| async move {
+                        proxy::read(&link, &ops, ts, max_age, ctx).await
+                    })
+                },
             )
-            .await;
-        }
+            .await?;
         Ok(ReadResponse {
             response_header: header_with(&r.request_header, &out.diagnostics),
             results: Some(out.results),
@@ -114,61 +255,47 @@ impl Engine {
         .into())
     }
 
-    /// Write with mounted nodes proxied (same permission as local writes).
-    pub(crate) async fn write_routed(
+    /// Write; mounted nodes are written on their field servers with the
+    /// same permission as local writes.
+    pub(crate) async fn write(
         &self,
         chan: &ChannelInfo,
         r: &WriteRequest,
     ) -> Result<ResponseMessage> {
         let items = r.nodes_to_write.as_deref().unwrap_or(&[]);
-        let Some(fields) = self.fields() else {
-            return self.write(chan, r);
-        };
-        let (local, mounts) = partition(fields, items, |w| &w.node_id);
-        let (local, mounts) = keep_folders_local(fields, items, |w| &w.node_id, local, mounts);
-        if mounts.is_empty() {
-            return self.write(chan, r);
-        }
-        let limit = self.config.server.max_nodes_per_write;
-        if items.len() > limit as usize {
-            return Err(ServiceError::TooManyOperations {
-                got: items.len(),
-                limit,
-            });
-        }
+        check_count(items.len(), self.space.read().limits().max_nodes_per_write)?;
         let caller = self.caller(chan, &r.request_header.authentication_token)?;
         let can_write = caller.can_write(self.config.server.allow_anonymous_write);
-        let mut out = answer(StatusCode::BadUnexpectedError, items.len());
-        if !local.is_empty() {
-            let mut sub = r.clone();
-            sub.nodes_to_write = Some(local.iter().map(|i| items[*i].clone()).collect());
-            if let ResponseMessage::Write(resp) = self.write(chan, &sub)? {
-                place(&mut out.results, &local, resp.results);
+        let fields = self.fields();
+        let split = Split::new(items.len(), |i| {
+            match route_node(fields, &items[i].node_id, true) {
+                Route::Mount(_) if !can_write => Route::Answered(StatusCode::BadUserAccessDenied),
+                route => route,
             }
-        }
+        });
         let ctx = ctx_of(&r.request_header);
-        for (m, idx) in mounts {
-            if !can_write {
-                for i in &idx {
-                    out.results[*i] = StatusCode::BadUserAccessDenied;
-                }
-                continue;
-            }
-            let ops: Vec<_> = idx.iter().map(|i| items[*i].clone()).collect();
-            run_on_mount(
-                fields,
-                m,
-                &idx,
-                ops,
-                ctx,
-                &mut out,
-                |_| StatusCode::BadServerNotConnected,
-                |link, _, ops| async move { proxy::write(&link, &ops, ctx).await },
+        let local = async {
+            let now = opcua_types::DateTime::now();
+            let mut space = self.space.write();
+            Ok::<_, ServiceError>(
+                split
+                    .local()
+                    .iter()
+                    .map(|i| space.write(now, &items[*i], can_write))
+                    .collect(),
             )
-            .await;
-        }
-        if out.results.iter().any(|s| s.is_good()) {
-            tracing::info!(user = %caller.actor(), count = out.results.iter().filter(|s| s.is_good()).count(), "values written");
+        };
+        let out = split
+            .run(ctx.deadline, local, |m, idx| {
+                let ops = pick(items, idx);
+                on_mount(fields, m, ctx, move |link, _| async move {
+                    proxy::write(&link, &ops, ctx).await
+                })
+            })
+            .await?;
+        let written = out.results.iter().filter(|s| s.is_good()).count();
+        if written > 0 {
+            tracing::info!(user = %caller.actor(), count = written, "values written");
         }
         Ok(WriteResponse {
             response_header: header_with(&r.request_header, &out.diagnostics),
@@ -178,87 +305,54 @@ impl Engine {
         .into())
     }
 
-    /// Browse with mounted nodes proxied; a mount folder shows its local
-    /// references followed by the field server's Objects folder content.
-    pub(crate) async fn browse_routed(
+    /// Browse; mounted nodes are browsed on their field servers, and a
+    /// mount folder shows its local references followed by the field
+    /// server's Objects folder content.
+    pub(crate) async fn browse(
         &self,
         chan: &ChannelInfo,
         r: &BrowseRequest,
     ) -> Result<ResponseMessage> {
         let nodes = r.nodes_to_browse.as_deref().unwrap_or(&[]);
-        let Some(fields) = self.fields() else {
-            return self.browse(chan, r);
+        let max = {
+            let space = self.space.read();
+            check_count(nodes.len(), space.limits().max_nodes_per_browse)?;
+            space.check_view(&r.view).map_err(ServiceError::Status)?;
+            match r.requested_max_references_per_node {
+                0 => self.config.server.max_references_per_node,
+                n => n.min(self.config.server.max_references_per_node),
+            }
         };
-        let (local, mounts) = partition(fields, nodes, |b| &b.node_id);
-        if mounts.is_empty() {
-            return self.browse(chan, r);
-        }
-        // Local operations (mount folders included, for their own references).
-        let folder_idx: Vec<usize> = mounts
-            .iter()
-            .flat_map(|(m, idx)| {
-                idx.iter()
-                    .filter(|i| fields.is_mount_folder(*m, &nodes[**i].node_id))
-                    .copied()
-            })
-            .collect();
-        let mut local_all = local.clone();
-        local_all.extend(folder_idx.iter().copied());
-        let mut out = answer(bad_browse(StatusCode::BadUnexpectedError), nodes.len());
-        let mut sub = r.clone();
-        sub.nodes_to_browse = Some(if local_all.is_empty() {
-            vec![nodes[0].clone()]
-        } else {
-            local_all.iter().map(|i| nodes[*i].clone()).collect()
+        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        let fields = self.fields();
+        let split = Split::new(nodes.len(), |i| {
+            match route_node(fields, &nodes[i].node_id, false) {
+                Route::Mount(m)
+                    if fields.is_some_and(|f| f.is_mount_folder(m, &nodes[i].node_id)) =>
+                {
+                    Route::Both(m)
+                }
+                route => route,
+            }
         });
-        if let ResponseMessage::Browse(resp) = self.browse(chan, &sub)? {
-            if !local_all.is_empty() {
-                place(&mut out.results, &local_all, resp.results);
-            }
-        }
         let ctx = ctx_of(&r.request_header);
-        let max = r.requested_max_references_per_node;
-        for (m, idx) in mounts {
-            // The session map turns a mount folder into the field server's Objects folder.
-            let ops: Vec<_> = idx.iter().map(|i| nodes[*i].clone()).collect();
-            let mount = u16::try_from(m).unwrap_or(u16::MAX);
-            let res = match fields.conns[m].link(ctx.deadline).await {
-                Ok(link) => proxy::browse(&link, mount, &r.view, max, &ops, ctx).await,
-                Err(st) => Err(st),
-            };
-            match res {
-                Ok(answer) => {
-                    out.diagnostics.merge(&idx, answer.diagnostics);
-                    for (k, br) in answer.results.into_iter().enumerate() {
-                        let i = idx[k];
-                        if folder_idx.contains(&i) {
-                            // Local references first, then the field server's.
-                            let mut merged = out.results[i].clone();
-                            let mut refs = merged.references.take().unwrap_or_default();
-                            refs.extend(
-                                br.references
-                                    .unwrap_or_default()
-                                    .into_iter()
-                                    .filter(|rd| rd.is_forward),
-                            );
-                            merged.references = Some(refs);
-                            merged.continuation_point = br.continuation_point;
-                            out.results[i] = merged;
-                        } else {
-                            out.results[i] = br;
-                        }
-                    }
-                }
-                Err(_) => {
-                    for i in &idx {
-                        // A mount folder still shows its local references.
-                        if !folder_idx.contains(i) {
-                            out.results[*i] = bad_browse(StatusCode::BadServerNotConnected);
-                        }
-                    }
-                }
-            }
-        }
+        let local = async {
+            let space = self.space.read();
+            let ops = pick(nodes, split.local());
+            self.with_session(chan, &r.request_header, |s| {
+                Ok(space.browse(&r.view, max, &ops, &mut s.continuation_points))
+            })
+        };
+        let out = split
+            .run(ctx.deadline, local, |m, idx| {
+                let ops = pick(nodes, idx);
+                let view = &r.view;
+                let max = r.requested_max_references_per_node;
+                on_mount(fields, m, ctx, move |link, mount| async move {
+                    proxy::browse(&link, mount, view, max, &ops, ctx).await
+                })
+            })
+            .await?;
         Ok(BrowseResponse {
             response_header: header_with(&r.request_header, &out.diagnostics),
             results: Some(out.results),
@@ -267,64 +361,47 @@ impl Engine {
         .into())
     }
 
-    /// BrowseNext: field continuation points go back to their mount.
-    pub(crate) async fn browse_next_routed(
+    /// BrowseNext: a field continuation point goes back to its mount; one
+    /// naming no mount is invalid.
+    pub(crate) async fn browse_next(
         &self,
         chan: &ChannelInfo,
         r: &BrowseNextRequest,
     ) -> Result<ResponseMessage> {
         let cps = r.continuation_points.as_deref().unwrap_or(&[]);
-        let Some(fields) = self.fields() else {
-            return self.browse_next(chan, r);
-        };
-        let mut local = Vec::new();
-        let mut mounts: HashMap<usize, Vec<(usize, opcua_types::ByteString)>> = HashMap::new();
-        let mut out = answer(
-            bad_browse(StatusCode::BadContinuationPointInvalid),
-            cps.len(),
-        );
-        for (i, cp) in cps.iter().enumerate() {
-            match proxy::unwrap_cp(cp) {
-                Some((m, field_cp)) if usize::from(m) < fields.conns.len() => mounts
-                    .entry(usize::from(m))
-                    .or_default()
-                    .push((i, field_cp)),
-                Some(_) => {}
-                None => local.push(i),
-            }
-        }
-        if mounts.is_empty() {
-            return self.browse_next(chan, r);
-        }
-        let mut sub = r.clone();
-        sub.continuation_points = Some(if local.is_empty() {
-            vec![opcua_types::ByteString::null()]
-        } else {
-            local.iter().map(|i| cps[*i].clone()).collect()
+        check_count(cps.len(), self.space.read().limits().max_nodes_per_browse)?;
+        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        let fields = self.fields();
+        let mounts = fields.map_or(0, |f| f.conns.len());
+        let split = Split::new(cps.len(), |i| match proxy::unwrap_cp(&cps[i]) {
+            Some((m, _)) if usize::from(m) < mounts => Route::Mount(usize::from(m)),
+            Some(_) => Route::Answered(StatusCode::BadContinuationPointInvalid),
+            None => Route::Local,
         });
-        if let ResponseMessage::BrowseNext(resp) = self.browse_next(chan, &sub)? {
-            if !local.is_empty() {
-                place(&mut out.results, &local, resp.results);
-            }
-        }
         let ctx = ctx_of(&r.request_header);
-        for (m, list) in mounts {
-            let (idx, field_cps): (Vec<usize>, Vec<_>) = list.into_iter().unzip();
-            let release = r.release_continuation_points;
-            run_on_mount(
-                fields,
-                m,
-                &idx,
-                field_cps,
-                ctx,
-                &mut out,
-                |_| bad_browse(StatusCode::BadServerNotConnected),
-                |link, mount, cps| async move {
-                    proxy::browse_next(&link, mount, release, &cps, ctx).await
-                },
-            )
-            .await;
-        }
+        let local = async {
+            let space = self.space.read();
+            let ops = pick(cps, split.local());
+            self.with_session(chan, &r.request_header, |s| {
+                Ok(space.browse_next(
+                    r.release_continuation_points,
+                    &ops,
+                    &mut s.continuation_points,
+                ))
+            })
+        };
+        let release = r.release_continuation_points;
+        let out = split
+            .run(ctx.deadline, local, |m, idx| {
+                let field_cps: Vec<ByteString> = idx
+                    .iter()
+                    .filter_map(|i| proxy::unwrap_cp(&cps[*i]).map(|(_, cp)| cp))
+                    .collect();
+                on_mount(fields, m, ctx, move |link, mount| async move {
+                    proxy::browse_next(&link, mount, release, &field_cps, ctx).await
+                })
+            })
+            .await?;
         Ok(BrowseNextResponse {
             response_header: header_with(&r.request_header, &out.diagnostics),
             results: Some(out.results),
@@ -333,96 +410,53 @@ impl Engine {
         .into())
     }
 
-    /// TranslateBrowsePathsToNodeIds; a path that crosses a mount folder is
-    /// resolved locally up to the folder and by the field server after it.
-    pub(crate) async fn translate_routed(
+    /// TranslateBrowsePathsToNodeIds. The local space resolves every path
+    /// first; a path it cannot resolve that starts on a mounted node, or
+    /// crosses a mount folder, is resolved by that field server (from the
+    /// folder on).
+    pub(crate) async fn translate(
         &self,
         chan: &ChannelInfo,
         r: &TranslateBrowsePathsToNodeIdsRequest,
     ) -> Result<ResponseMessage> {
         let paths = r.browse_paths.as_deref().unwrap_or(&[]);
-        let Some(fields) = self.fields() else {
-            return self.translate(chan, r);
-        };
-        let resp = self.translate(chan, r)?;
-        let ResponseMessage::TranslateBrowsePathsToNodeIds(resp) = resp else {
-            return Ok(resp);
-        };
-        let results = resp.results.unwrap_or_default();
-        let mut out = answer(
-            BrowsePathResult {
-                status_code: StatusCode::BadUnexpectedError,
-                targets: None,
-            },
-            results.len(),
-        );
-        out.results = results;
-        // Paths to send to a mount: (result index, mount, path from the mount folder).
-        let mut remote: HashMap<usize, Vec<(usize, BrowsePath)>> = HashMap::new();
-        {
+        let (mut local, remote) = {
             let space = self.space.read();
-            for (i, p) in paths.iter().enumerate() {
-                if out
-                    .results
-                    .get(i)
-                    .is_some_and(|res| res.status_code.is_good())
-                {
-                    continue;
-                }
-                let elements = p.relative_path.elements.as_deref().unwrap_or(&[]);
-                if let Some(m) = fields.route(&p.starting_node) {
-                    remote.entry(m).or_default().push((i, p.clone()));
-                    continue;
-                }
-                // Longest local prefix that ends at a mount folder.
-                for k in (1..elements.len()).rev() {
-                    let prefix = BrowsePath {
-                        starting_node: p.starting_node.clone(),
-                        relative_path: RelativePath {
-                            elements: Some(elements[..k].to_vec()),
-                        },
-                    };
-                    let found = space.translate(std::slice::from_ref(&prefix));
-                    let target = found
-                        .first()
-                        .and_then(|res| res.targets.as_ref())
-                        .and_then(|t| t.first())
-                        .map(|t| t.target_id.node_id.clone());
-                    if let Some(folder) = target {
-                        if let Some(m) = fields.route(&folder) {
-                            remote.entry(m).or_default().push((
-                                i,
-                                BrowsePath {
-                                    starting_node: folder,
-                                    relative_path: RelativePath {
-                                        elements: Some(elements[k..].to_vec()),
-                                    },
-                                },
-                            ));
-                            break;
-                        }
-                    }
-                }
-            }
-        }
+            check_count(paths.len(), space.limits().max_nodes_per_translate)?;
+            self.with_session(chan, &r.request_header, |_| Ok(()))?;
+            let local = space.translate(paths);
+            let remote = match self.fields() {
+                Some(fields) => remote_paths(fields, &space, paths, &local),
+                None => HashMap::new(),
+            };
+            (local, remote)
+        };
+        let fields = self.fields();
+        let split = Split::new(paths.len(), |i| match remote.get(&i) {
+            Some((m, _)) => Route::Mount(*m),
+            None => Route::Local,
+        });
         let ctx = ctx_of(&r.request_header);
-        for (m, list) in remote {
-            let (idx, ps): (Vec<usize>, Vec<_>) = list.into_iter().unzip();
-            run_on_mount(
-                fields,
-                m,
-                &idx,
-                ps,
-                ctx,
-                &mut out,
-                |_| BrowsePathResult {
-                    status_code: StatusCode::BadServerNotConnected,
-                    targets: None,
-                },
-                |link, _, ps| async move { proxy::translate(&link, &ps, ctx).await },
+        let local = async {
+            Ok::<_, ServiceError>(
+                split
+                    .local()
+                    .iter()
+                    .filter_map(|i| local.get_mut(*i).map(std::mem::take))
+                    .collect(),
             )
-            .await;
-        }
+        };
+        let out = split
+            .run(ctx.deadline, local, |m, idx| {
+                let ops: Vec<BrowsePath> = idx
+                    .iter()
+                    .filter_map(|i| remote.get(i).map(|(_, p)| p.clone()))
+                    .collect();
+                on_mount(fields, m, ctx, move |link, _| async move {
+                    proxy::translate(&link, &ops, ctx).await
+                })
+            })
+            .await?;
         Ok(TranslateBrowsePathsToNodeIdsResponse {
             response_header: header_with(&r.request_header, &out.diagnostics),
             results: Some(out.results),
@@ -431,51 +465,38 @@ impl Engine {
         .into())
     }
 
-    /// Call with methods of mounted objects proxied.
-    pub(crate) async fn call_routed(
+    /// Call; methods of mounted objects are called on their field servers.
+    pub(crate) async fn call(
         &self,
         chan: &ChannelInfo,
         r: &CallRequest,
     ) -> Result<ResponseMessage> {
         let calls = r.methods_to_call.as_deref().unwrap_or(&[]);
-        let Some(fields) = self.fields() else {
-            return self.call(chan, r).await;
-        };
-        let (local, mounts) = partition(fields, calls, |c| &c.object_id);
-        if mounts.is_empty() {
-            return self.call(chan, r).await;
-        }
-        let limit = self.config.server.max_nodes_per_method_call;
-        if calls.len() > limit as usize {
-            return Err(ServiceError::TooManyOperations {
-                got: calls.len(),
-                limit,
-            });
-        }
+        check_count(
+            calls.len(),
+            self.space.read().limits().max_nodes_per_method_call,
+        )?;
         let caller = self.caller(chan, &r.request_header.authentication_token)?;
-        let mut out = answer(proxy::bad_call(StatusCode::BadUnexpectedError), calls.len());
-        if !local.is_empty() {
-            let mut sub = r.clone();
-            sub.methods_to_call = Some(local.iter().map(|i| calls[*i].clone()).collect());
-            if let ResponseMessage::Call(resp) = self.call(chan, &sub).await? {
-                place(&mut out.results, &local, resp.results);
-            }
-        }
+        let fields = self.fields();
+        let split = Split::new(calls.len(), |i| {
+            route_node(fields, &calls[i].object_id, false)
+        });
         let ctx = ctx_of(&r.request_header);
-        for (m, idx) in mounts {
-            let ops: Vec<_> = idx.iter().map(|i| calls[*i].clone()).collect();
-            run_on_mount(
-                fields,
-                m,
-                &idx,
-                ops,
-                ctx,
-                &mut out,
-                |_| proxy::bad_call(StatusCode::BadServerNotConnected),
-                |link, _, ops| async move { proxy::call(&link, &ops, ctx).await },
-            )
-            .await;
-        }
+        let local = async {
+            let mut results = Vec::with_capacity(split.local().len());
+            for i in split.local() {
+                results.push(self.call_one(&caller, &calls[*i]).await);
+            }
+            Ok::<_, ServiceError>(results)
+        };
+        let out = split
+            .run(ctx.deadline, local, |m, idx| {
+                let ops = pick(calls, idx);
+                on_mount(fields, m, ctx, move |link, _| async move {
+                    proxy::call(&link, &ops, ctx).await
+                })
+            })
+            .await?;
         tracing::debug!(user = %caller.actor(), count = calls.len(), "methods called");
         Ok(CallResponse {
             response_header: header_with(&r.request_header, &out.diagnostics),
@@ -485,70 +506,46 @@ impl Engine {
         .into())
     }
 
-    /// HistoryRead: mounted nodes are proxied; the local space keeps no
-    /// history (`BadHistoryOperationUnsupported`).
+    /// HistoryRead: mounted nodes are read from their field servers; the
+    /// local space keeps no history (`BadHistoryOperationUnsupported`).
     pub(crate) async fn history_read(
         &self,
         chan: &ChannelInfo,
         r: &HistoryReadRequest,
     ) -> Result<ResponseMessage> {
         let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
-        if nodes.is_empty() {
-            return Err(ServiceError::NothingToDo);
-        }
-        let limit = self.config.server.max_nodes_per_read;
-        if nodes.len() > limit as usize {
-            return Err(ServiceError::TooManyOperations {
-                got: nodes.len(),
-                limit,
-            });
-        }
+        check_count(nodes.len(), self.space.read().limits().max_nodes_per_read)?;
         if r.timestamps_to_return == TimestampsToReturn::Invalid {
             return Err(ServiceError::Status(
                 StatusCode::BadTimestampsToReturnInvalid,
             ));
         }
         self.with_session(chan, &r.request_header, |_| Ok(()))?;
-        let bad = |st| HistoryReadResult {
-            status_code: st,
-            continuation_point: opcua_types::ByteString::null(),
-            history_data: opcua_types::ExtensionObject::null(),
-        };
-        let mut out = answer(bad(StatusCode::BadHistoryOperationUnsupported), nodes.len());
-        if let Some(fields) = self.fields() {
-            let (_, mounts) = partition(fields, nodes, |h| &h.node_id);
-            let ctx = ctx_of(&r.request_header);
-            for (m, idx) in mounts {
-                let ops: Vec<_> = idx.iter().map(|i| nodes[*i].clone()).collect();
-                let (details, ts, release) = (
-                    &r.history_read_details,
-                    r.timestamps_to_return,
-                    r.release_continuation_points,
-                );
-                run_on_mount(
-                    fields,
-                    m,
-                    &idx,
-                    ops,
-                    ctx,
-                    &mut out,
-                    |st| {
-                        // The details' own faults stay; anything else means
-                        // the field server could not answer.
-                        bad(match st {
-                            StatusCode::BadHistoryOperationInvalid
-                            | StatusCode::BadEventFilterInvalid
-                            | StatusCode::BadAggregateNotSupported => st,
-                            _ => StatusCode::BadServerNotConnected,
-                        })
-                    },
-                    |link, mount, ops| async move {
-                        proxy::history_read(&link, mount, details, ts, release, &ops, ctx).await
-                    },
-                )
-                .await;
+        let fields = self.fields();
+        let split = Split::new(nodes.len(), |i| {
+            match route_node(fields, &nodes[i].node_id, false) {
+                Route::Local => Route::Answered(StatusCode::BadHistoryOperationUnsupported),
+                route => route,
             }
-        }
+        });
+        let ctx = ctx_of(&r.request_header);
+        let (details, ts, release) = (
+            &r.history_read_details,
+            r.timestamps_to_return,
+            r.release_continuation_points,
+        );
+        let out = split
+            .run(
+                ctx.deadline,
+                async { Ok::<_, ServiceError>(Vec::new()) },
+                |m, idx| {
+                    let ops = pick(nodes, idx);
+                    on_mount(fields, m, ctx, move |link, mount| async move {
+                        proxy::history_read(&link, mount, details, ts, release, &ops, ctx).await
+                    })
+                },
+            )
+            .await?;
         Ok(HistoryReadResponse {
             response_header: header_with(&r.request_header, &out.diagnostics),
             results: Some(out.results),
@@ -558,67 +555,56 @@ impl Engine {
     }
 }
 
-/// Runs `ops` (one mount's operations, whose results go to `out` at `idx`)
-/// on mount `m`'s active session with `call`, waiting for the session until
-/// the request's deadline. Diagnostics are merged into `out`. When the mount
-/// cannot answer, every one of them gets `failed(status)`.
-#[allow(clippy::too_many_arguments)] // one call site shape, all arguments distinct
-async fn run_on_mount<Q, R, Fut>(
+/// The paths a field server resolves, by request index: (mount, path from
+/// the mount's node on). A path whose local result is Good stays local; one
+/// that starts on a mounted node goes whole to its mount; otherwise the
+/// longest prefix that the local space resolves to a mount folder is cut
+/// off and the rest goes to that mount.
+fn remote_paths(
     fields: &Fields,
-    m: usize,
-    idx: &[usize],
-    ops: Vec<Q>,
-    ctx: Ctx,
-    out: &mut Answer<R>,
-    failed: impl Fn(StatusCode) -> R,
-    call: impl FnOnce(std::sync::Arc<uagate_field::LinkSession>, u16, Vec<Q>) -> Fut,
-) where
-    Fut: std::future::Future<Output = std::result::Result<Answer<R>, StatusCode>>,
-{
-    let mount = u16::try_from(m).unwrap_or(u16::MAX);
-    let res = match fields.conns.get(m) {
-        Some(conn) => match conn.link(ctx.deadline).await {
-            Ok(link) => call(link, mount, ops).await,
-            Err(st) => Err(st),
-        },
-        None => Err(StatusCode::BadServerNotConnected),
-    };
-    match res {
-        Ok(answer) => {
-            place(&mut out.results, idx, Some(answer.results));
-            out.diagnostics.merge(idx, answer.diagnostics);
+    space: &uagate_space::LocalSpace,
+    paths: &[BrowsePath],
+    local: &[BrowsePathResult],
+) -> HashMap<usize, (usize, BrowsePath)> {
+    let mut remote = HashMap::new();
+    for (i, p) in paths.iter().enumerate() {
+        if local.get(i).is_some_and(|res| res.status_code.is_good()) {
+            continue;
         }
-        Err(st) => {
-            for i in idx {
-                if let Some(slot) = out.results.get_mut(*i) {
-                    *slot = failed(st);
+        if let Some(m) = fields.route(&p.starting_node) {
+            remote.insert(i, (m, p.clone()));
+            continue;
+        }
+        let elements = p.relative_path.elements.as_deref().unwrap_or(&[]);
+        for k in (1..elements.len()).rev() {
+            let prefix = BrowsePath {
+                starting_node: p.starting_node.clone(),
+                relative_path: RelativePath {
+                    elements: Some(elements[..k].to_vec()),
+                },
+            };
+            let target = space
+                .translate(std::slice::from_ref(&prefix))
+                .into_iter()
+                .next()
+                .and_then(|res| res.targets)
+                .and_then(|t| t.into_iter().next())
+                .map(|t| t.target_id.node_id);
+            if let Some(folder) = target {
+                if let Some(m) = fields.route(&folder) {
+                    let rest = BrowsePath {
+                        starting_node: folder,
+                        relative_path: RelativePath {
+                            elements: Some(elements[k..].to_vec()),
+                        },
+                    };
+                    remote.insert(i, (m, rest));
+                    break;
                 }
             }
         }
     }
-}
-
-/// Moves mount-folder operations back to the local group (the folder is a
-/// local node; only Browse/Translate look through it).
-fn keep_folders_local<T>(
-    fields: &Fields,
-    ops: &[T],
-    node: impl Fn(&T) -> &NodeId,
-    mut local: Vec<usize>,
-    mut mounts: HashMap<usize, Vec<usize>>,
-) -> (Vec<usize>, HashMap<usize, Vec<usize>>) {
-    for (m, idx) in mounts.iter_mut() {
-        idx.retain(|i| {
-            let folder = fields.is_mount_folder(*m, node(&ops[*i]));
-            if folder {
-                local.push(*i);
-            }
-            !folder
-        });
-    }
-    mounts.retain(|_, idx| !idx.is_empty());
-    local.sort_unstable();
-    (local, mounts)
+    remote
 }
 
 impl Engine {

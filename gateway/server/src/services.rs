@@ -8,20 +8,18 @@ use opcua_crypto::{
     legacy_decrypt_secret, random, verify_x509_identity_token, SecurityPolicy, X509,
 };
 use opcua_types::{
-    ActivateSessionRequest, ActivateSessionResponse, AnonymousIdentityToken, BrowseNextRequest,
-    BrowseNextResponse, BrowseRequest, BrowseResponse, ByteString, CancelRequest, CancelResponse,
-    CloseSessionRequest, CloseSessionResponse, CreateSessionRequest, CreateSessionResponse,
-    FindServersRequest, FindServersResponse, GetEndpointsRequest, GetEndpointsResponse,
-    MessageSecurityMode, NodeId, ReadRequest, ReadResponse, RegisterNodesRequest,
-    RegisterNodesResponse, RequestHeader, ResponseHeader, ServiceFault, SignatureData, StatusCode,
-    TimestampsToReturn, TranslateBrowsePathsToNodeIdsRequest,
-    TranslateBrowsePathsToNodeIdsResponse, UnregisterNodesRequest, UnregisterNodesResponse,
-    UserNameIdentityToken, X509IdentityToken,
+    ActivateSessionRequest, ActivateSessionResponse, AnonymousIdentityToken, ByteString,
+    CancelRequest, CancelResponse, CloseSessionRequest, CloseSessionResponse, CreateSessionRequest,
+    CreateSessionResponse, FindServersRequest, FindServersResponse, GetEndpointsRequest,
+    GetEndpointsResponse, MessageSecurityMode, NodeId, RegisterNodesRequest, RegisterNodesResponse,
+    RequestHeader, ResponseHeader, ServiceFault, SignatureData, StatusCode, UnregisterNodesRequest,
+    UnregisterNodesResponse, UserNameIdentityToken, X509IdentityToken,
 };
 use uagate_config::UserToken;
 
 use crate::endpoints::policy_id;
 use crate::error::ServiceError;
+use crate::routed::check_count;
 use crate::session::{Active, Created, Phase, Session, UserIdentity};
 use crate::{ChannelInfo, Engine};
 
@@ -37,17 +35,6 @@ fn fault(header: &RequestHeader, err: &ServiceError) -> ResponseMessage {
         StatusCode::BadServerTooBusy => crate::dispatch::too_busy(header.request_handle),
         status => ServiceFault::new(header, status).into(),
     }
-}
-
-/// Checks an operation count against a limit (BadNothingToDo / BadTooManyOperations).
-fn check_count(n: usize, limit: u32) -> Result<()> {
-    if n == 0 {
-        return Err(ServiceError::NothingToDo);
-    }
-    if n > limit as usize {
-        return Err(ServiceError::TooManyOperations { got: n, limit });
-    }
-    Ok(())
 }
 
 impl Engine {
@@ -110,20 +97,21 @@ impl Engine {
             RequestMessage::ActivateSession(r) => Box::pin(self.activate_session(chan, &r)).await,
             RequestMessage::CloseSession(r) => self.close_session(chan, &r),
             RequestMessage::Cancel(r) => self.cancel(chan, &r),
-            RequestMessage::Browse(r) => Box::pin(self.browse_routed(chan, &r)).await,
-            RequestMessage::BrowseNext(r) => Box::pin(self.browse_next_routed(chan, &r)).await,
+            // Services over the aggregated address space are boxed: their
+            // futures are large, and this one is moved into a task for every
+            // request.
+            RequestMessage::Browse(r) => Box::pin(self.browse(chan, &r)).await,
+            RequestMessage::BrowseNext(r) => Box::pin(self.browse_next(chan, &r)).await,
             RequestMessage::TranslateBrowsePathsToNodeIds(r) => {
-                Box::pin(self.translate_routed(chan, &r)).await
+                Box::pin(self.translate(chan, &r)).await
             }
             RequestMessage::RegisterNodes(r) => self.register_nodes(chan, &r),
             RequestMessage::UnregisterNodes(r) => self.unregister_nodes(chan, &r),
-            // Routed services are boxed: their futures are large, and this
-            // one is moved into a task for every request.
-            RequestMessage::Read(r) if self.fields().is_none() => self.read(chan, &r),
-            RequestMessage::Read(r) => Box::pin(self.read_routed(chan, &r)).await,
-            RequestMessage::Write(r) => Box::pin(self.write_routed(chan, &r)).await,
+            RequestMessage::Read(r) if self.fields().is_none() => self.read_unmounted(chan, &r),
+            RequestMessage::Read(r) => Box::pin(self.read(chan, &r)).await,
+            RequestMessage::Write(r) => Box::pin(self.write(chan, &r)).await,
             RequestMessage::HistoryRead(r) => Box::pin(self.history_read(chan, &r)).await,
-            RequestMessage::Call(r) => Box::pin(self.call_routed(chan, &r)).await,
+            RequestMessage::Call(r) => Box::pin(self.call(chan, &r)).await,
             RequestMessage::CreateSubscription(r) => self.create_subscription(chan, &r),
             RequestMessage::ModifySubscription(r) => self.modify_subscription(chan, &r),
             RequestMessage::SetPublishingMode(r) => self.set_publishing_mode(chan, &r),
@@ -260,7 +248,9 @@ impl Engine {
             timeout,
             last_activity: Instant::now(),
             server_nonce: server_nonce.clone(),
-            phase: Phase::Created(Created),
+            phase: Phase::Created(Created {
+                since: Instant::now(),
+            }),
             continuation_points: uagate_space::ContinuationPoints::new(
                 limits.max_browse_continuation_points,
             ),
@@ -278,11 +268,14 @@ impl Engine {
             },
         };
         let (id, token) = (session.id.clone(), session.auth_token.clone());
-        let count = {
+        let (count, evicted) = {
             let mut sessions = self.sessions.lock();
-            sessions.insert(session)?;
-            sessions.len()
+            let evicted = sessions.insert(session)?;
+            (sessions.len(), evicted)
         };
+        if let Some(e) = evicted {
+            tracing::warn!(session = %e.id, channel = e.channel_id, "session table full: evicted the oldest session never activated");
+        }
         self.publish_session_count(count);
         tracing::info!(channel = chan.channel_id, session = %id, "session created");
         Ok(CreateSessionResponse {
@@ -511,68 +504,6 @@ impl Engine {
         .into())
     }
 
-    pub(crate) fn browse(&self, chan: &ChannelInfo, r: &BrowseRequest) -> Result<ResponseMessage> {
-        let nodes = r.nodes_to_browse.as_deref().unwrap_or(&[]);
-        let space = self.space.read();
-        check_count(nodes.len(), space.limits().max_nodes_per_browse)?;
-        space.check_view(&r.view).map_err(ServiceError::Status)?;
-        let max = if r.requested_max_references_per_node == 0 {
-            self.config.server.max_references_per_node
-        } else {
-            r.requested_max_references_per_node
-                .min(self.config.server.max_references_per_node)
-        };
-        let results = self.with_session(chan, &r.request_header, |s| {
-            Ok(space.browse(&r.view, max, nodes, &mut s.continuation_points))
-        })?;
-        Ok(BrowseResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(results),
-            diagnostic_infos: None,
-        }
-        .into())
-    }
-
-    pub(crate) fn browse_next(
-        &self,
-        chan: &ChannelInfo,
-        r: &BrowseNextRequest,
-    ) -> Result<ResponseMessage> {
-        let cps = r.continuation_points.as_deref().unwrap_or(&[]);
-        let space = self.space.read();
-        check_count(cps.len(), space.limits().max_nodes_per_browse)?;
-        let results = self.with_session(chan, &r.request_header, |s| {
-            Ok(space.browse_next(
-                r.release_continuation_points,
-                cps,
-                &mut s.continuation_points,
-            ))
-        })?;
-        Ok(BrowseNextResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(results),
-            diagnostic_infos: None,
-        }
-        .into())
-    }
-
-    pub(crate) fn translate(
-        &self,
-        chan: &ChannelInfo,
-        r: &TranslateBrowsePathsToNodeIdsRequest,
-    ) -> Result<ResponseMessage> {
-        let paths = r.browse_paths.as_deref().unwrap_or(&[]);
-        let space = self.space.read();
-        check_count(paths.len(), space.limits().max_nodes_per_translate)?;
-        self.with_session(chan, &r.request_header, |_| Ok(()))?;
-        Ok(TranslateBrowsePathsToNodeIdsResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(space.translate(paths)),
-            diagnostic_infos: None,
-        }
-        .into())
-    }
-
     fn register_nodes(
         &self,
         chan: &ChannelInfo,
@@ -601,40 +532,6 @@ impl Engine {
         space.unregister(nodes);
         Ok(UnregisterNodesResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
-        }
-        .into())
-    }
-
-    /// The checks of a Read request before any node is read (operation
-    /// count, MaxAge, TimestampsToReturn, the session), shared by the local
-    /// and the routed Read.
-    pub(crate) fn check_read(&self, chan: &ChannelInfo, r: &ReadRequest) -> Result<()> {
-        let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
-        check_count(nodes.len(), self.space.read().limits().max_nodes_per_read)?;
-        if r.max_age < 0.0 || r.max_age.is_nan() {
-            return Err(ServiceError::Status(StatusCode::BadMaxAgeInvalid));
-        }
-        if r.timestamps_to_return == TimestampsToReturn::Invalid {
-            return Err(ServiceError::Status(
-                StatusCode::BadTimestampsToReturnInvalid,
-            ));
-        }
-        self.with_session(chan, &r.request_header, |_| Ok(()))
-    }
-
-    pub(crate) fn read(&self, chan: &ChannelInfo, r: &ReadRequest) -> Result<ResponseMessage> {
-        let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
-        self.check_read(chan, r)?;
-        let space = self.space.read();
-        let now = opcua_types::DateTime::now();
-        let results = nodes
-            .iter()
-            .map(|n| space.read(now, n, r.timestamps_to_return, r.max_age))
-            .collect();
-        Ok(ReadResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(results),
-            diagnostic_infos: None,
         }
         .into())
     }

@@ -32,7 +32,17 @@ pub enum UserIdentity {
 
 /// A created session that has not been activated yet.
 #[derive(Debug)]
-pub struct Created;
+pub struct Created {
+    /// When CreateSession made it: the oldest unactivated session is the
+    /// first evicted when the table is full.
+    pub since: Instant,
+}
+
+/// How long a session may wait for its first ActivateSession: it expires
+/// after min(revised session timeout, this) without one. Short, because an
+/// unactivated session costs its creator nothing (no credential) and holds
+/// a place of `max_session_count`.
+pub const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An activated session and its user.
 #[derive(Debug)]
@@ -104,6 +114,15 @@ impl Session {
         matches!(self.phase, Phase::Active(_))
     }
 
+    /// How long the session lives without a request: its revised timeout,
+    /// at most [`ACTIVATION_TIMEOUT`] until it is activated.
+    pub fn idle_limit(&self) -> Duration {
+        match self.phase {
+            Phase::Active(_) => self.timeout,
+            Phase::Created(_) => self.timeout.min(ACTIVATION_TIMEOUT),
+        }
+    }
+
     /// The identity of an active session.
     pub fn identity(&self) -> Option<&UserIdentity> {
         match &self.phase {
@@ -123,6 +142,8 @@ pub struct Sessions {
     /// rebinds a session (see [`Sessions::bind_channel`]).
     per_channel: uagate_isolation::FastMap<u32, usize>,
     max: usize,
+    /// Unactivated sessions evicted to make room since start.
+    evicted: u64,
 }
 
 impl Sessions {
@@ -132,6 +153,7 @@ impl Sessions {
             by_token: HashMap::new(),
             per_channel: Default::default(),
             max,
+            evicted: 0,
         }
     }
 
@@ -145,17 +167,37 @@ impl Sessions {
         self.by_token.is_empty()
     }
 
-    /// Adds a new session; BadTooManySessions when full.
-    pub fn insert(&mut self, session: Session) -> Result<(), ServiceError> {
+    /// Adds a new session (CreateSession). When the table is full, the
+    /// oldest session that was never activated makes room and is returned;
+    /// activated sessions are never evicted, so with every place held by
+    /// one the answer is BadTooManySessions.
+    pub fn insert(&mut self, session: Session) -> Result<Option<Session>, ServiceError> {
+        let mut evicted = None;
         if self.by_token.len() >= self.max {
-            return Err(ServiceError::TooManySessions);
+            let oldest = self
+                .by_token
+                .iter()
+                .filter_map(|(t, s)| match &s.phase {
+                    Phase::Created(c) => Some((c.since, t)),
+                    Phase::Active(_) => None,
+                })
+                .min_by_key(|(since, _)| *since)
+                .map(|(_, t)| t.clone())
+                .ok_or(ServiceError::TooManySessions)?;
+            evicted = self.remove(&oldest);
+            self.evicted += 1;
         }
         let channel = session.channel_id;
         if let Some(old) = self.by_token.insert(session.auth_token.clone(), session) {
             self.uncount(old.channel_id);
         }
         *self.per_channel.entry(channel).or_default() += 1;
-        Ok(())
+        Ok(evicted)
+    }
+
+    /// Unactivated sessions evicted by [`Sessions::insert`] since start.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
     }
 
     fn uncount(&mut self, channel_id: u32) {
@@ -230,13 +272,13 @@ impl Sessions {
         Some(session)
     }
 
-    /// Removes every session whose timeout elapsed without a request; called
+    /// Removes every session idle past its [`Session::idle_limit`]; called
     /// periodically by the engine. Returns the ids of the removed sessions.
     pub fn expire(&mut self, now: Instant) -> Vec<NodeId> {
         let expired: Vec<NodeId> = self
             .by_token
             .iter()
-            .filter(|(_, s)| now.saturating_duration_since(s.last_activity) > s.timeout)
+            .filter(|(_, s)| now.saturating_duration_since(s.last_activity) > s.idle_limit())
             .map(|(t, _)| t.clone())
             .collect();
         expired
@@ -286,7 +328,7 @@ mod tests {
             last_activity: now,
             server_nonce: ByteString::null(),
             origin: Origin::default(),
-            phase: Phase::Created(Created),
+            phase: Phase::Created(Created { since: now }),
             continuation_points: ContinuationPoints::new(2),
             subscriptions: SessionSubscriptions::new(Default::default()),
         }
@@ -298,18 +340,67 @@ mod tests {
         let mut s = Sessions::new(2);
         s.insert(session(1, t0, 10)).unwrap();
         s.insert(session(2, t0, 60)).unwrap();
+        activate(&mut s, 1);
+        activate(&mut s, 2);
         assert_eq!(
             s.insert(session(3, t0, 10)).unwrap_err().status(),
-            opcua_types::StatusCode::BadTooManySessions
+            opcua_types::StatusCode::BadTooManySessions,
+            "activated sessions are never evicted"
         );
+        assert_eq!(s.evicted(), 0);
         assert!(s.expire(t0 + Duration::from_secs(10)).is_empty());
         let gone = s.expire(t0 + Duration::from_secs(11));
         assert_eq!(gone, vec![NodeId::new(1, 1001u32)]);
         assert_eq!(s.len(), 1);
         assert!(s.has_channel(1));
+        s.insert(session(3, t0, 60)).unwrap();
         s.channel_closed(1);
-        assert!(s.is_empty(), "unactivated sessions die with their channel");
-        assert!(!s.has_channel(1));
+        assert_eq!(s.len(), 1, "unactivated sessions die with their channel");
+        assert!(s.has_channel(1), "the activated one outlives it");
+    }
+
+    fn activate(s: &mut Sessions, token: u32) {
+        s.get_mut(&NodeId::new(1, token)).unwrap().phase = Phase::Active(Active {
+            identity: UserIdentity::Anonymous,
+        });
+    }
+
+    #[test]
+    fn a_full_table_evicts_the_oldest_unactivated_session_never_an_active_one() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut s = Sessions::new(3);
+        s.insert(session(1, at(0), 60)).unwrap();
+        s.insert(session(2, at(1), 60)).unwrap();
+        s.insert(session(3, at(2), 60)).unwrap();
+        activate(&mut s, 1);
+        // Full: the oldest unactivated one (2, not the older active 1) goes.
+        let evicted = s.insert(session(4, at(3), 60)).unwrap();
+        assert_eq!(evicted.map(|e| e.auth_token), Some(NodeId::new(1, 2u32)));
+        let evicted = s.insert(session(5, at(4), 60)).unwrap();
+        assert_eq!(evicted.map(|e| e.auth_token), Some(NodeId::new(1, 3u32)));
+        assert_eq!(s.evicted(), 2);
+        assert_eq!(s.len(), 3);
+        assert!(s.get_mut(&NodeId::new(1, 1u32)).is_ok());
+    }
+
+    #[test]
+    fn an_unactivated_session_expires_after_the_activation_timeout() {
+        let t0 = Instant::now();
+        let mut s = Sessions::new(4);
+        s.insert(session(1, t0, 3600)).unwrap();
+        s.insert(session(2, t0, 3600)).unwrap();
+        s.insert(session(3, t0, 5)).unwrap();
+        activate(&mut s, 2);
+        // A revised timeout below the bound still applies.
+        assert_eq!(
+            s.expire(t0 + Duration::from_secs(6)),
+            vec![NodeId::new(1, 1003u32)]
+        );
+        assert!(s.expire(t0 + ACTIVATION_TIMEOUT).is_empty());
+        let gone = s.expire(t0 + ACTIVATION_TIMEOUT + Duration::from_millis(1));
+        assert_eq!(gone, vec![NodeId::new(1, 1001u32)]);
+        assert_eq!(s.len(), 1, "the activated session keeps its hour");
     }
 
     #[test]

@@ -629,7 +629,7 @@ impl Engine {
     }
 
     fn check_item_limit(&self, n: usize) -> Result<()> {
-        let limit = self.config.server.max_monitored_items_per_call;
+        let limit = self.space.read().limits().max_monitored_items_per_call;
         if n > limit as usize {
             return Err(ServiceError::TooManyOperations { got: n, limit });
         }

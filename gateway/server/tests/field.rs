@@ -1113,3 +1113,223 @@ async fn a_single_server_connection_cannot_be_forced_over() {
     gw.stop().await;
     a.cancel();
 }
+
+/// The status a service call was refused with, Good when it was answered.
+fn refusal<T>(r: Result<T, opcua_types::Error>) -> StatusCode {
+    r.err().map_or(StatusCode::Good, |e| e.status())
+}
+
+/// Operation limits hold for the whole request, whatever mix of local and
+/// mounted nodes it holds (they were checked per part, so 6 local + 6
+/// mounted nodes passed a limit of 10).
+#[tokio::test]
+async fn operation_limits_hold_for_any_mix_of_local_and_mounted_nodes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "a").await;
+    let gw = TestGateway::start(&format!(
+        "[server]\nallow_anonymous_write = true\nmax_nodes_per_read = 10\nmax_nodes_per_browse = 10\nmax_nodes_per_write = 10\nmax_nodes_per_method_call = 10\nmax_nodes_per_translate = 10\n{}",
+        field_toml("line1", "none", &[&sim.endpoint_url])
+    ))
+    .await;
+    wait_connected(&gw, "line1").await;
+    let (s, h) = connect(&gw, "limits").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let local = || ReadValueId::from(NodeId::new(0, 2258u32));
+    let mounted = || ReadValueId::from(NodeId::new(ns, "Simulation.Counter"));
+    let read = |n_local: usize, n_mounted: usize| {
+        let nodes: Vec<ReadValueId> = (0..n_local)
+            .map(|_| local())
+            .chain((0..n_mounted).map(|_| mounted()))
+            .collect();
+        let s = s.clone();
+        async move { s.read(&nodes, TimestampsToReturn::Both, 0.0).await }
+    };
+    for (l, m) in [(6, 6), (1, 11), (0, 12), (12, 0), (11, 1)] {
+        assert_eq!(
+            refusal(read(l, m).await),
+            StatusCode::BadTooManyOperations,
+            "Read of {l} local + {m} mounted nodes"
+        );
+    }
+    // The limits the gateway publishes are the ones it enforces.
+    let published = s
+        .read(
+            &[
+                opcua_types::VariableId::Server_ServerCapabilities_OperationLimits_MaxNodesPerRead,
+                opcua_types::VariableId::Server_ServerCapabilities_OperationLimits_MaxNodesPerWrite,
+                opcua_types::VariableId::Server_ServerCapabilities_OperationLimits_MaxNodesPerMethodCall,
+                opcua_types::VariableId::Server_ServerCapabilities_OperationLimits_MaxNodesPerBrowse,
+            ]
+            .map(|v| ReadValueId::from(NodeId::from(v))),
+            TimestampsToReturn::Neither,
+            0.0,
+        )
+        .await
+        .unwrap();
+    for dv in &published {
+        assert_eq!(dv.value, Some(Variant::UInt32(10)), "{published:?}");
+    }
+    let ok = read(5, 5).await.unwrap();
+    assert_eq!(ok.len(), 10);
+    assert!(
+        ok.iter().all(|v| v.status.is_none_or(|st| st.is_good())),
+        "{ok:?}"
+    );
+
+    let browse = |node: NodeId| BrowseDescription {
+        node_id: node,
+        browse_direction: BrowseDirection::Forward,
+        reference_type_id: NodeId::new(0, 33u32),
+        include_subtypes: true,
+        node_class_mask: NodeClassMask::all().bits(),
+        result_mask: BrowseResultMask::All as u32,
+    };
+    let twelve: Vec<_> = (0..12)
+        .map(|_| browse(NodeId::new(ns, "Simulation")))
+        .collect();
+    assert_eq!(
+        refusal(s.browse(&twelve, 0, None).await),
+        StatusCode::BadTooManyOperations,
+        "Browse of 12 mounted nodes"
+    );
+    let mixed: Vec<_> = (0..6)
+        .map(|_| browse(NodeId::new(0, 85u32)))
+        .chain((0..6).map(|_| browse(NodeId::new(ns, "Simulation"))))
+        .collect();
+    assert_eq!(
+        refusal(s.browse(&mixed, 0, None).await),
+        StatusCode::BadTooManyOperations,
+        "Browse of 6 local + 6 mounted nodes"
+    );
+
+    let write = |node: NodeId| WriteValue {
+        node_id: node,
+        attribute_id: 13,
+        index_range: Default::default(),
+        value: DataValue::new_now(1.0f64),
+    };
+    let writes: Vec<_> = (0..11)
+        .map(|_| write(NodeId::new(ns, "Simulation.Setpoint")))
+        .chain(std::iter::once(write(NodeId::new(0, 2258u32))))
+        .collect();
+    assert_eq!(
+        refusal(s.write(&writes).await),
+        StatusCode::BadTooManyOperations,
+        "Write of 11 mounted + 1 local nodes"
+    );
+
+    let calls: Vec<_> = (0..11)
+        .map(|_| CallMethodRequest {
+            object_id: NodeId::new(ns, "Simulation"),
+            method_id: NodeId::new(ns, "Simulation.Add"),
+            input_arguments: Some(vec![Variant::Double(1.0), Variant::Double(2.0)]),
+        })
+        .collect();
+    assert_eq!(
+        refusal(s.call(calls).await),
+        StatusCode::BadTooManyOperations,
+        "Call of 11 mounted methods"
+    );
+
+    let path = |start: NodeId| BrowsePath {
+        starting_node: start,
+        relative_path: RelativePath {
+            elements: Some(vec![RelativePathElement {
+                reference_type_id: NodeId::new(0, 33u32),
+                is_inverse: false,
+                include_subtypes: true,
+                target_name: QualifiedName::new(ns, "Counter"),
+            }]),
+        },
+    };
+    let paths: Vec<_> = (0..11)
+        .map(|_| path(NodeId::new(ns, "Simulation")))
+        .collect();
+    assert_eq!(
+        refusal(s.translate_browse_paths_to_node_ids(&paths).await),
+        StatusCode::BadTooManyOperations,
+        "TranslateBrowsePaths of 11 mounted paths"
+    );
+
+    // Nothing ran: the refused Write changed no value.
+    let sp = s
+        .read(
+            &[ReadValueId::from(NodeId::new(ns, "Simulation.Setpoint"))],
+            TimestampsToReturn::Neither,
+            0.0,
+        )
+        .await
+        .unwrap();
+    assert_ne!(sp[0].value, Some(Variant::Double(1.0)), "{sp:?}");
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    sim.cancel();
+}
+
+/// A request touching four mounts waits for the slowest of them, not for
+/// the sum: the mounts are served concurrently, results in request order.
+#[tokio::test]
+async fn a_read_over_four_mounts_waits_for_the_slowest_not_the_sum() {
+    const DELAY: Duration = Duration::from_millis(500);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut sims = Vec::new();
+    let mut links = Vec::new();
+    let mut toml = String::new();
+    for i in 1..=4 {
+        let sim = start_sim(tmp.path(), &format!("m{i}")).await;
+        let link = fieldkit::SlowLink::start(&sim.endpoint_url).await;
+        toml.push_str(&field_toml(&format!("line{i}"), "none", &[&link.url]));
+        sims.push(sim);
+        links.push(link);
+    }
+    let gw = TestGateway::start(&toml).await;
+    for i in 1..=4 {
+        wait_connected(&gw, &format!("line{i}")).await;
+    }
+    let (s, h) = connect(&gw, "four-mounts").await;
+    let mut nodes = Vec::new();
+    for i in 1..=4 {
+        let ns = fieldkit::sim_ns_of_mount(&s, &format!("line{i}")).await;
+        nodes.push(ReadValueId::from(NodeId::new(ns, "Simulation.Counter")));
+        nodes.push(ReadValueId::from(NodeId::new(ns, "Simulation.Text")));
+    }
+    // The local part runs alongside.
+    nodes.push(ReadValueId::from(NodeId::new(0, 2259u32)));
+    for l in &links {
+        l.set(DELAY);
+    }
+    let t0 = Instant::now();
+    let v = s.read(&nodes, TimestampsToReturn::Both, 0.0).await.unwrap();
+    let took = t0.elapsed();
+    assert_eq!(v.len(), 9);
+    for (k, dv) in v.iter().enumerate() {
+        assert!(dv.status.is_none_or(|st| st.is_good()), "{k}: {dv:?}");
+    }
+    for pair in v[..8].chunks(2) {
+        assert!(
+            matches!(pair[0].value, Some(Variant::UInt32(_))),
+            "{pair:?}"
+        );
+        assert!(
+            matches!(pair[1].value, Some(Variant::String(_))),
+            "{pair:?}"
+        );
+    }
+    assert!(matches!(v[8].value, Some(Variant::Int32(0))), "{:?}", v[8]);
+    // One after another would take 4 x 500 ms at least.
+    assert!(took >= DELAY, "{took:?}");
+    assert!(
+        took < DELAY * 2,
+        "mounts served one after another: {took:?}"
+    );
+    for l in &links {
+        l.set(Duration::ZERO);
+    }
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    for sim in sims {
+        sim.cancel();
+    }
+}

@@ -277,6 +277,30 @@ async fn read_limits_and_per_item_errors() {
     gw.stop().await;
 }
 
+/// A request that decodes within the message limits but exceeds an
+/// operation limit is a ServiceFault; the channel and session stay usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_far_over_the_operation_limit_keeps_the_channel() {
+    let gw = TestGateway::start("").await;
+    let (chan, token) = gw.anon_session_sending_up_to("c", 4 * 1024 * 1024).await;
+    // About 1 MB: 50,000 numeric node ids, inside MaxMessageSize (4 MB).
+    let nodes: Vec<ReadValueId> = (0..50_000u32)
+        .map(|i| ReadValueId::from(NodeId::new(0, i)))
+        .collect();
+    let resp = chan
+        .read(&token, nodes)
+        .await
+        .expect("an answer, not a closed channel");
+    assert_eq!(
+        resp.response_header().service_result,
+        StatusCode::BadTooManyOperations
+    );
+    assert!(!chan.is_closed());
+    assert_eq!(chan.read_status(&token).await, StatusCode::Good);
+    chan.close().await;
+    gw.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn register_nodes_returns_the_ids() {
     let gw = TestGateway::start("").await;

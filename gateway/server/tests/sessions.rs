@@ -24,16 +24,98 @@ fn status_of(r: Result<impl Sized, opcua_types::Error>) -> StatusCode {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn third_session_is_refused_when_max_is_two() {
+async fn third_session_is_refused_when_max_is_two_activated() {
     let gw = TestGateway::start("[server]\nmax_session_count = 2\n").await;
     let chan = gw
         .chan("c", SecurityPolicy::None, MessageSecurityMode::None)
         .await;
-    chan.create_session(60_000.0).await.expect("first session");
-    chan.create_session(60_000.0).await.expect("second session");
+    for _ in 0..2 {
+        let created = chan.create_session(60_000.0).await.expect("session");
+        chan.activate(&created.authentication_token, IdentityToken::Anonymous)
+            .await
+            .unwrap();
+    }
     let third = chan.create_session(60_000.0).await;
     assert_eq!(status_of(third), StatusCode::BadTooManySessions);
     assert_eq!(gw.session_count(), 2);
+    assert_eq!(gw.engine().sessions_evicted(), 0);
+    chan.close().await;
+    gw.stop().await;
+}
+
+/// One peer fills the session table with sessions it never activates, one
+/// connection each, and keeps doing so: a newcomer still gets a session
+/// (the oldest unactivated one makes room), and once activated that
+/// session is never the one evicted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_unactivated_sessions_locks_nobody_out() {
+    let gw = TestGateway::start("[server]\nmax_session_count = 10\nmax_channel_count = 40\n").await;
+    let mut flood = Vec::new();
+    let mut flood_tokens = Vec::new();
+    for i in 0..15 {
+        let c = gw
+            .chan(
+                &format!("flood{i}"),
+                SecurityPolicy::None,
+                MessageSecurityMode::None,
+            )
+            .await;
+        let created = c.create_session(60_000.0).await.expect("flood session");
+        flood_tokens.push(created.authentication_token);
+        flood.push(c);
+    }
+    assert_eq!(gw.session_count(), 10);
+    assert_eq!(gw.engine().sessions_evicted(), 5);
+    // The first flood sessions were evicted: their tokens are gone.
+    let evicted = flood[0]
+        .activate(&flood_tokens[0], IdentityToken::Anonymous)
+        .await;
+    assert_eq!(status_of(evicted), StatusCode::BadSessionIdInvalid);
+
+    let (newcomer, token) = gw.anon_session("newcomer").await;
+    assert_eq!(newcomer.read_status(&token).await, StatusCode::Good);
+    // The flood goes on; the activated newcomer stays.
+    for (i, c) in flood.iter().enumerate() {
+        for _ in 0..2 {
+            c.create_session(60_000.0)
+                .await
+                .unwrap_or_else(|e| panic!("flood {i} refused: {e:?}"));
+        }
+    }
+    assert_eq!(newcomer.read_status(&token).await, StatusCode::Good);
+    assert_eq!(gw.session_count(), 10);
+    assert_eq!(gw.engine().sessions_evicted(), 5 + 1 + 30);
+    newcomer.close().await;
+    for c in flood {
+        c.close().await;
+    }
+    gw.stop().await;
+}
+
+/// A session that is never activated expires after the activation bound
+/// (10 s), not after its revised timeout (an hour here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unactivated_session_expires_after_ten_seconds() {
+    let gw = TestGateway::start("").await;
+    let chan = gw
+        .chan("c", SecurityPolicy::None, MessageSecurityMode::None)
+        .await;
+    let created = chan.create_session(3_600_000.0).await.unwrap();
+    assert!(created.revised_session_timeout > 10_000.0);
+    let t0 = Instant::now();
+    while gw.session_count() > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(14),
+            "unactivated session still there after {:?}",
+            t0.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(t0.elapsed() >= Duration::from_secs(9), "{:?}", t0.elapsed());
+    let late = chan
+        .activate(&created.authentication_token, IdentityToken::Anonymous)
+        .await;
+    assert_eq!(status_of(late), StatusCode::BadSessionIdInvalid);
     chan.close().await;
     gw.stop().await;
 }

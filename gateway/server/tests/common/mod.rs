@@ -189,6 +189,29 @@ impl TestGateway {
             .expect("secure channel opens")
     }
 
+    /// A None channel with an activated anonymous session of a client that
+    /// sends messages up to `max_message_size` (the default client stops at
+    /// about 320 KB).
+    pub async fn anon_session_sending_up_to(
+        &self,
+        name: &str,
+        max_message_size: usize,
+    ) -> (Chan, NodeId) {
+        let client = client_builder(&self.tmp.path().join("clients").join(name), name)
+            .max_message_size(max_message_size)
+            .max_chunk_count(0)
+            .client()
+            .expect("client config");
+        let chan = Chan::open(
+            &client,
+            self.endpoint(SecurityPolicy::None, MessageSecurityMode::None),
+        )
+        .await
+        .expect("secure channel opens");
+        let token = chan.session(IdentityToken::Anonymous).await;
+        (chan, token)
+    }
+
     /// Opens a None channel with an activated anonymous session.
     pub async fn anon_session(&self, name: &str) -> (Chan, NodeId) {
         let chan = self
@@ -208,6 +231,11 @@ impl TestGateway {
 
 /// An async-opcua client config rooted at `pki` (sample key pair created there).
 pub fn client_in(pki: &Path, name: &str) -> Client {
+    client_builder(pki, name).client().expect("client config")
+}
+
+/// The settings of [`client_in`], for a test that changes some of them.
+pub fn client_builder(pki: &Path, name: &str) -> ClientBuilder {
     ClientBuilder::new()
         .application_name(format!("uagate test {name}"))
         .application_uri(format!("urn:uagate:test:{name}"))
@@ -217,8 +245,6 @@ pub fn client_in(pki: &Path, name: &str) -> Client {
         .trust_server_certs(true)
         .session_retry_limit(1)
         .request_timeout(Duration::from_secs(10))
-        .client()
-        .expect("client config")
 }
 
 /// A client-side secure channel driven by a background task, for sending

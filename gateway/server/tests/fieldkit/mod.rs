@@ -150,3 +150,106 @@ pub async fn wait_active_on(gw: &TestGateway, name: &str, url: &str) -> uagate_f
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A TCP relay in front of a field server that holds every chunk the field
+/// server sends for `delay` before passing it on (a slow link or a slow
+/// PLC). The delay starts at zero and is changed with [`SlowLink::set`].
+pub struct SlowLink {
+    /// The URL the gateway connects to instead of the field server's.
+    pub url: String,
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl SlowLink {
+    /// Relays 127.0.0.1:ephemeral to the field server at `endpoint_url`.
+    pub async fn start(endpoint_url: &str) -> SlowLink {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let target = endpoint_url
+            .trim_start_matches("opc.tcp://")
+            .trim_end_matches('/')
+            .to_string();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("opc.tcp://{}/", l.local_addr().unwrap());
+        let delay_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let d = delay_ms.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((down, _)) = l.accept().await {
+                let Ok(up) = tokio::net::TcpStream::connect(&target).await else {
+                    continue;
+                };
+                let d = d.clone();
+                tokio::spawn(async move {
+                    let (mut dr, mut dw) = down.into_split();
+                    let (mut ur, mut uw) = up.into_split();
+                    let north = async move {
+                        let mut buf = vec![0u8; 65536];
+                        while let Ok(n @ 1..) = dr.read(&mut buf).await {
+                            if uw.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    };
+                    let south = async move {
+                        let mut buf = vec![0u8; 65536];
+                        while let Ok(n @ 1..) = ur.read(&mut buf).await {
+                            let ms = d.load(std::sync::atomic::Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                            if dw.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    };
+                    tokio::select! { _ = north => {}, _ = south => {} }
+                });
+            }
+        });
+        SlowLink {
+            url,
+            delay_ms,
+            accept,
+        }
+    }
+
+    /// Holds each chunk from the field server this long from now on.
+    pub fn set(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.delay_ms.store(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for SlowLink {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// The gateway namespace index of the simulator namespace of mount `name`:
+/// the simulator's own URI for the first mount that published it, the
+/// mount-qualified URI for the others.
+pub async fn sim_ns_of_mount(session: &Session, name: &str) -> u16 {
+    let v = session
+        .read(
+            &[ReadValueId::from(NodeId::new(0, 2255u32))],
+            TimestampsToReturn::Neither,
+            0.0,
+        )
+        .await
+        .unwrap();
+    let Some(Variant::Array(a)) = &v[0].value else {
+        panic!("NamespaceArray {v:?}")
+    };
+    let uris: Vec<String> = a
+        .values
+        .iter()
+        .map(|x| match x {
+            Variant::String(s) => s.to_string(),
+            _ => String::new(),
+        })
+        .collect();
+    let qualified = format!("urn:uagate:field:{name}:{}", uagate_sim::NAMESPACE_URI);
+    let own = uris.iter().position(|u| *u == qualified);
+    let shared = uris.iter().position(|u| u == uagate_sim::NAMESPACE_URI);
+    own.or(shared)
+        .unwrap_or_else(|| panic!("no namespace for {name} in {uris:?}")) as u16
+}
