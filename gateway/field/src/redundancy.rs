@@ -23,8 +23,13 @@
 //! - Candidates rank by subrange, then level; ties prefer the current
 //!   server, then the lower index. NoData is therefore only chosen when no
 //!   Degraded or Healthy peer is selectable.
+//! - The first choice of a set whose servers are all connected at once
+//!   ([`FirstSelection`]) waits until every server has reported its status
+//!   or failed, at most a connect timeout after the set started: since a
+//!   Healthy server is never left, choosing whichever answered first would
+//!   keep the set on a lower-level server for good.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use opcua_types::{DateTime, ServerState};
 
@@ -167,6 +172,83 @@ pub fn select(peers: &[PeerStatus], current: Option<usize>, now: DateTime) -> Op
 /// re-check of the set.
 pub fn next_recheck(peers: &[PeerStatus], now: DateTime) -> Option<DateTime> {
     peers.iter().filter_map(|p| deferred_until(p, now)).min()
+}
+
+/// Whether the caller has read both `ServerStatus.State` and
+/// `ServiceLevel` of a server (both come with the first publish of its
+/// status subscription). Used by [`FirstSelection`] to tell whether a
+/// server has reported yet.
+pub fn has_reported(p: &PeerStatus) -> bool {
+    p.state.is_some() && p.service_level.is_some()
+}
+
+/// Holds back the first choice of the active server of a redundant set
+/// whose servers are all connected at once (warm, hot and hot_merge), so the
+/// set starts on its best server rather than on the first one to answer:
+/// [`select`] never leaves a Healthy server, so a Healthy backup chosen
+/// first would stay active for good.
+///
+/// The first selection may be made once every server has reported its
+/// status ([`has_reported`]) or failed its first connect attempt, or once
+/// the connect timeout has passed since the set started (then [`select`]
+/// chooses among the servers that have reported). Once a server has been
+/// chosen ([`FirstSelection::chosen`]) the rule no longer applies: later
+/// selections, after a failover or a reconnect, follow [`select`] alone.
+///
+/// Plain data: the caller creates one when the set starts connecting,
+/// asks [`FirstSelection::wait_until`] before each selection and wakes up at
+/// the instant it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstSelection {
+    /// When the wait ends even if a server has neither reported nor failed.
+    deadline: Instant,
+    /// A server has been chosen; the wait is over for good.
+    done: bool,
+}
+
+impl FirstSelection {
+    /// Called when the set starts connecting all its servers at `started`.
+    /// `connect_timeout` (the bound of one connect attempt) bounds the
+    /// wait: a server that has not reported by then is not waited for.
+    pub fn new(started: Instant, connect_timeout: Duration) -> FirstSelection {
+        FirstSelection {
+            // An unrepresentable deadline (absurd timeout) waits for nobody.
+            deadline: started.checked_add(connect_timeout).unwrap_or(started),
+            done: false,
+        }
+    }
+
+    /// Until when the first selection must still wait at `now`: `None` when
+    /// [`select`] may choose now (a server was already chosen once, every
+    /// server has reported or failed, or the deadline has passed);
+    /// otherwise the deadline, at which the caller must ask again (and
+    /// also whenever a peer's status changes or a link fails).
+    ///
+    /// `peers` are the set's servers in configuration order; `failed[i]`
+    /// says that server `i`'s first connect attempt failed (or its first
+    /// session was lost), so it is not waited for. A missing entry counts
+    /// as not failed.
+    pub fn wait_until(
+        &self,
+        peers: &[PeerStatus],
+        failed: &[bool],
+        now: Instant,
+    ) -> Option<Instant> {
+        if self.done || now >= self.deadline {
+            return None;
+        }
+        let pending = peers
+            .iter()
+            .enumerate()
+            .any(|(i, p)| !has_reported(p) && !failed.get(i).copied().unwrap_or(false));
+        pending.then_some(self.deadline)
+    }
+
+    /// Called once a server has been chosen active: from then on
+    /// [`FirstSelection::wait_until`] is always `None`.
+    pub fn chosen(&mut self) {
+        self.done = true;
+    }
 }
 
 #[cfg(test)]
@@ -406,5 +488,136 @@ mod tests {
         };
         assert_eq!(next_recheck(&[unstamped], at(10)), Some(at(70)));
         assert!(!is_selectable(&unstamped, at(10)));
+    }
+
+    /// The connect timeout of the first-selection tests.
+    const TIMEOUT: Duration = Duration::from_secs(30);
+
+    fn not_reported() -> PeerStatus {
+        PeerStatus {
+            reachable: true,
+            ..PeerStatus::default()
+        }
+    }
+
+    /// A restarted gateway with a Healthy pair A (255) and B (220), both
+    /// up: B answers first.
+    #[test]
+    fn first_selection_waits_for_every_server_then_takes_the_highest() {
+        let start = Instant::now();
+        let first = FirstSelection::new(start, TIMEOUT);
+        let now = t0();
+        // B has reported, A has not (connected, status not published yet):
+        // wait until the deadline, although B alone would be selectable.
+        let peers = [not_reported(), peer(220)];
+        let ms = |n| start + Duration::from_millis(n);
+        assert_eq!(
+            first.wait_until(&peers, &[false, false], ms(100)),
+            Some(start + TIMEOUT)
+        );
+        assert_eq!(select(&peers, None, now), Some(1));
+        // A reports: select now, and the highest level wins.
+        let peers = [peer(255), peer(220)];
+        assert_eq!(first.wait_until(&peers, &[false, false], ms(300)), None);
+        assert_eq!(select(&peers, None, now), Some(0));
+    }
+
+    #[test]
+    fn first_selection_needs_both_state_and_level() {
+        let start = Instant::now();
+        let first = FirstSelection::new(start, TIMEOUT);
+        let level_only = PeerStatus {
+            state: None,
+            ..peer(255)
+        };
+        let state_only = PeerStatus {
+            service_level: None,
+            ..peer(255)
+        };
+        assert!(!has_reported(&level_only));
+        assert!(!has_reported(&state_only));
+        assert!(has_reported(&peer(0)));
+        for p in [level_only, state_only] {
+            assert_eq!(
+                first.wait_until(&[p, peer(220)], &[], start),
+                Some(start + TIMEOUT)
+            );
+        }
+    }
+
+    #[test]
+    fn first_selection_stops_waiting_at_the_deadline() {
+        let start = Instant::now();
+        let first = FirstSelection::new(start, TIMEOUT);
+        let peers = [not_reported(), peer(220)];
+        let just_before = start + TIMEOUT - Duration::from_millis(1);
+        assert_eq!(
+            first.wait_until(&peers, &[false, false], just_before),
+            Some(start + TIMEOUT)
+        );
+        // At the deadline: select among the servers that have reported.
+        assert_eq!(
+            first.wait_until(&peers, &[false, false], start + TIMEOUT),
+            None
+        );
+        assert_eq!(
+            first.wait_until(&peers, &[false, false], start + TIMEOUT * 2),
+            None
+        );
+        assert_eq!(select(&peers, None, t0()), Some(1));
+        // Nothing reported by the deadline: no wait either (select says
+        // None and the first server to report is chosen, as before).
+        let none = [not_reported(), PeerStatus::default()];
+        assert_eq!(first.wait_until(&none, &[], start + TIMEOUT), None);
+        assert_eq!(select(&none, None, t0()), None);
+    }
+
+    #[test]
+    fn first_selection_does_not_wait_for_a_failed_server() {
+        let start = Instant::now();
+        let first = FirstSelection::new(start, TIMEOUT);
+        // A's first attempt failed (unreachable, status reset).
+        let peers = [PeerStatus::default(), peer(220)];
+        assert_eq!(first.wait_until(&peers, &[true, false], start), None);
+        assert_eq!(select(&peers, None, t0()), Some(1));
+        // Only the failed one is not waited for: B still pending → wait.
+        let peers = [PeerStatus::default(), not_reported()];
+        assert_eq!(
+            first.wait_until(&peers, &[true, false], start),
+            Some(start + TIMEOUT)
+        );
+        // Every server failed: nothing to wait for.
+        assert_eq!(
+            first.wait_until(&[PeerStatus::default(); 2], &[true, true], start),
+            None
+        );
+    }
+
+    #[test]
+    fn later_selections_are_not_held_back() {
+        let start = Instant::now();
+        let mut first = FirstSelection::new(start, TIMEOUT);
+        let peers = [not_reported(), peer(220)];
+        assert!(first.wait_until(&peers, &[false, false], start).is_some());
+        // The deadline passed and B was chosen.
+        first.chosen();
+        // B is later lost and A reconnects; no wait for B's status, and
+        // today's rules: A, being the only selectable server, is chosen.
+        let peers = [peer(255), PeerStatus::default()];
+        assert_eq!(first.wait_until(&peers, &[false, false], start), None);
+        assert_eq!(select(&peers, Some(1), t0()), Some(0));
+        // And a Healthy current server is still never left.
+        let peers = [peer(255), peer(220)];
+        assert_eq!(first.wait_until(&peers, &[], start), None);
+        assert_eq!(select(&peers, Some(1), t0()), Some(1));
+    }
+
+    #[test]
+    fn first_selection_of_an_empty_set_or_absurd_timeout_does_not_wait() {
+        let start = Instant::now();
+        let first = FirstSelection::new(start, TIMEOUT);
+        assert_eq!(first.wait_until(&[], &[], start), None);
+        let absurd = FirstSelection::new(start, Duration::MAX);
+        assert_eq!(absurd.wait_until(&[not_reported()], &[], start), None);
     }
 }
