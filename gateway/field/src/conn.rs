@@ -46,7 +46,7 @@ use crate::policy::{
     retry_after_from_header, retry_after_from_reason, Failure, MovePacing, ReconnectCycle,
     ReconnectPolicy,
 };
-use crate::redundancy::{self, PeerStatus};
+use crate::redundancy::{self, FirstSelection, PeerStatus};
 use crate::remap::{NamespaceTable, SessionMap};
 
 /// Connection states of a managed field connection (reference Sessions.md).
@@ -863,6 +863,22 @@ struct Link {
     down_since: Option<Instant>,
 }
 
+impl Link {
+    /// Its first connect attempt failed, or its first session was lost (a
+    /// second attempt only starts after that): the first selection of the
+    /// set does not wait for this server.
+    fn failed_once(&self) -> bool {
+        self.generation > 1 || matches!(self.phase, Phase::Waiting(_) | Phase::Exhausted)
+    }
+}
+
+/// The bound of one connect attempt (GetEndpoints, OpenSecureChannel,
+/// CreateSession, ActivateSession and the first reads); it also bounds how
+/// long the first selection of a set waits for its servers.
+fn connect_timeout(s: &FieldSettings) -> Duration {
+    s.request_timeout.saturating_mul(3)
+}
+
 /// The state machine task of one connection.
 async fn run(inner: Arc<Inner>) {
     let s = &inner.settings;
@@ -892,6 +908,12 @@ async fn run(inner: Arc<Inner>) {
     // Cold-style modes connect only `candidate`.
     let mut candidate = 0usize;
     let mut active: Option<usize> = None;
+    // Sets that connect every server choose their first active server once
+    // all have reported or failed (bounded), not the first to answer.
+    let mut first = s
+        .handling
+        .connects_all()
+        .then(|| FirstSelection::new(now, connect_timeout(s)));
     let mut was_connected = false;
     let mut items_rev_seen = (u64::MAX, u64::MAX);
 
@@ -927,11 +949,16 @@ async fn run(inner: Arc<Inner>) {
             matches!(links.get(i).map(|l| &l.phase), Some(Phase::Up(_)))
                 && peers.get(i).is_some_and(|p| p.service_level.is_some())
         };
-        let mut chosen = preferred.or_else(|| {
-            active
-                .filter(|a| up(*a))
-                .or_else(|| (0..links.len()).find(|i| up(*i)))
-        });
+        // The first choice waits while a server may still report.
+        let failed: Vec<bool> = links.iter().map(Link::failed_once).collect();
+        let first_wait = first.and_then(|f| f.wait_until(&peers, &failed, now));
+        let mut chosen = preferred
+            .or_else(|| {
+                active
+                    .filter(|a| up(*a))
+                    .or_else(|| (0..links.len()).find(|i| up(*i)))
+            })
+            .filter(|_| first_wait.is_none());
         if inner
             .force_requested
             .swap(false, std::sync::atomic::Ordering::SeqCst)
@@ -997,6 +1024,9 @@ async fn run(inner: Arc<Inner>) {
                 }
             }
             active = chosen;
+            if let (Some(f), Some(_)) = (first.as_mut(), active) {
+                f.chosen();
+            }
             let link = active.and_then(|a| match &links[a].phase {
                 Phase::Up(l) => Some(l.clone()),
                 _ => None,
@@ -1117,7 +1147,10 @@ async fn run(inner: Arc<Inner>) {
             let ms = (t.ticks() - now_dt.ticks()).max(0) / 10_000;
             now + Duration::from_millis(ms as u64)
         });
-        let wake = [next_timer, recheck].into_iter().flatten().min();
+        let wake = [next_timer, recheck, first_wait]
+            .into_iter()
+            .flatten()
+            .min();
         let sleep = async {
             match wake {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -1259,9 +1292,7 @@ fn start_connect(inner: &Arc<Inner>, i: usize, link: &mut Link, tx: &mpsc::Unbou
     let inner2 = inner.clone();
     let tx = tx.clone();
     let h = tokio::spawn(async move {
-        // One attempt is bounded: GetEndpoints, OpenSecureChannel,
-        // CreateSession, ActivateSession and the first reads.
-        let budget = inner2.settings.request_timeout.saturating_mul(3);
+        let budget = connect_timeout(&inner2.settings);
         let r = tokio::time::timeout(
             budget,
             connect(&inner2, i, &paths, first, generation, tx.clone()),
