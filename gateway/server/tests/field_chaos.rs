@@ -5,7 +5,8 @@
 //! field server. A fake field server that refuses with an ERR carrying
 //! `RetryAfterMs` checks that the hint bounds the next attempt, and so does
 //! one that refuses CreateSession with a BadServerTooBusy ServiceFault whose
-//! response header carries the hint.
+//! response header carries the hint. A proxy that slows a link makes one
+//! server of a redundant pair answer later than the other.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -31,6 +32,9 @@ const FORWARD: u8 = 0;
 const BLACKHOLE: u8 = 1;
 /// Forward nothing on existing connections (both directions stall).
 const STALL: u8 = 2;
+/// Forward, each chunk held for `SLOW_DELAY` first (a slow link).
+const SLOW: u8 = 3;
+const SLOW_DELAY: Duration = Duration::from_millis(50);
 
 /// A TCP proxy with switchable faults.
 struct Proxy {
@@ -41,7 +45,7 @@ struct Proxy {
 }
 
 /// Copies bytes from `r` to `w` until either side closes, holding them
-/// while the proxy is in STALL mode.
+/// while the proxy is in STALL mode and delaying them in SLOW mode.
 async fn pump(
     mut r: tokio::net::tcp::OwnedReadHalf,
     mut w: tokio::net::tcp::OwnedWriteHalf,
@@ -54,6 +58,9 @@ async fn pump(
         }
         while mode.load(Ordering::SeqCst) == STALL {
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if mode.load(Ordering::SeqCst) == SLOW {
+            tokio::time::sleep(SLOW_DELAY).await;
         }
         if w.write_all(&buf[..n]).await.is_err() {
             break;
@@ -752,6 +759,68 @@ async fn maintenance_on_a_mirrored_server_moves_the_same_session() {
     assert_eq!(st.service_level, Some(255), "{st:?}");
     t.stop().await;
     sim.cancel();
+}
+
+/// Issue 16: a restarted gateway in front of a healthy hot pair, both
+/// servers up before it starts, makes the higher ServiceLevel server active
+/// even when the other one answers first. A (255) is behind a slow link
+/// (every chunk held 50 ms) and reports well after B (220); since a Healthy
+/// server is never left, choosing B first would keep the pair on B for good.
+#[tokio::test]
+async fn a_restarted_gateway_starts_on_the_best_server_not_the_first_to_answer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = start_sim(tmp.path(), "a").await;
+    let b = start_sim(tmp.path(), "b").await;
+    for (sim, level) in [(&a, 255), (&b, 220)] {
+        sim.set_redundancy_support(opcua_types::RedundancySupport::Hot);
+        sim.set_service_level(level);
+    }
+    let slow = Proxy::start(a.local_addr).await;
+    slow.set(SLOW);
+    let toml = format!(
+        "[[field_servers]]\nname = \"line1\"\nendpoints = [\"{}\", \"{}\"]\nredundancy = \"hot\"\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\nkeep_alive_interval = \"200ms\"\nrequest_timeout = \"3s\"\n[field_servers.reconnect]\ninitial_delay = \"100ms\"\nmax_delay = \"500ms\"\n",
+        slow.url(),
+        b.endpoint_url
+    );
+    let gw = TestGateway::start(&toml).await;
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Connected,
+        Duration::from_secs(15),
+    )
+    .await;
+    let st = gw.engine().field_status("line1").unwrap();
+    assert_eq!(
+        st.active_endpoint.as_deref(),
+        Some(slow.url().as_str()),
+        "the first active server is the best one: {st:?}"
+    );
+    assert_eq!(st.service_level, Some(255), "{st:?}");
+    assert_eq!(st.failover_count, 0, "{st:?}");
+    // Both servers are connected and have reported; A stays active and no
+    // failover happened.
+    let t0 = Instant::now();
+    loop {
+        let st = gw.engine().field_status("line1").unwrap();
+        if st
+            .servers
+            .iter()
+            .all(|v| v.reachable && v.service_level.is_some())
+        {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "{st:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let st = gw.engine().field_status("line1").unwrap();
+    assert_eq!(st.active_server, Some(0), "{st:?}");
+    assert_eq!(st.failover_count, 0, "{st:?}");
+    let history = gw.engine().field_history("line1").unwrap();
+    assert!(!history.iter().any(|e| e.kind == "failover"), "{history:?}");
+    gw.stop().await;
+    a.cancel();
+    b.cancel();
 }
 
 /// Resident set size of this test process in KiB (Linux).
