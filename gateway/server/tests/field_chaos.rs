@@ -5,8 +5,8 @@
 //! field server. A fake field server that refuses with an ERR carrying
 //! `RetryAfterMs` checks that the hint bounds the next attempt, and so does
 //! one that refuses CreateSession with a BadServerTooBusy ServiceFault whose
-//! response header carries the hint. A proxy that slows a link makes one
-//! server of a redundant pair answer later than the other.
+//! response header carries the hint. A slow link makes one server of a
+//! redundant pair answer later than the other.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -32,9 +32,6 @@ const FORWARD: u8 = 0;
 const BLACKHOLE: u8 = 1;
 /// Forward nothing on existing connections (both directions stall).
 const STALL: u8 = 2;
-/// Forward, each chunk held for `SLOW_DELAY` first (a slow link).
-const SLOW: u8 = 3;
-const SLOW_DELAY: Duration = Duration::from_millis(50);
 
 /// A TCP proxy with switchable faults.
 struct Proxy {
@@ -45,7 +42,7 @@ struct Proxy {
 }
 
 /// Copies bytes from `r` to `w` until either side closes, holding them
-/// while the proxy is in STALL mode and delaying them in SLOW mode.
+/// while the proxy is in STALL mode.
 async fn pump(
     mut r: tokio::net::tcp::OwnedReadHalf,
     mut w: tokio::net::tcp::OwnedWriteHalf,
@@ -58,9 +55,6 @@ async fn pump(
         }
         while mode.load(Ordering::SeqCst) == STALL {
             tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        if mode.load(Ordering::SeqCst) == SLOW {
-            tokio::time::sleep(SLOW_DELAY).await;
         }
         if w.write_all(&buf[..n]).await.is_err() {
             break;
@@ -775,12 +769,11 @@ async fn a_restarted_gateway_starts_on_the_best_server_not_the_first_to_answer()
         sim.set_redundancy_support(opcua_types::RedundancySupport::Hot);
         sim.set_service_level(level);
     }
-    let slow = Proxy::start(a.local_addr).await;
-    slow.set(SLOW);
+    let slow = fieldkit::SlowLink::start(&a.endpoint_url).await;
+    slow.set(Duration::from_millis(50));
     let toml = format!(
         "[[field_servers]]\nname = \"line1\"\nendpoints = [\"{}\", \"{}\"]\nredundancy = \"hot\"\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\nkeep_alive_interval = \"200ms\"\nrequest_timeout = \"3s\"\n[field_servers.reconnect]\ninitial_delay = \"100ms\"\nmax_delay = \"500ms\"\n",
-        slow.url(),
-        b.endpoint_url
+        slow.url, b.endpoint_url
     );
     let gw = TestGateway::start(&toml).await;
     wait_state(
@@ -792,7 +785,7 @@ async fn a_restarted_gateway_starts_on_the_best_server_not_the_first_to_answer()
     let st = gw.engine().field_status("line1").unwrap();
     assert_eq!(
         st.active_endpoint.as_deref(),
-        Some(slow.url().as_str()),
+        Some(slow.url.as_str()),
         "the first active server is the best one: {st:?}"
     );
     assert_eq!(st.service_level, Some(255), "{st:?}");
