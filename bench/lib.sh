@@ -1,6 +1,7 @@
 # Shared by the bench/run-*.sh scripts (sourced, not run): background server
 # processes that are stopped on exit, and `start`, which waits for a server's
-# READY line. Needs $OUT (the output directory) to be set.
+# READY line, and `release_bins`, which builds the release binaries (or takes
+# them from $BIN_DIR). Needs $OUT (the output directory) to be set.
 
 PIDS=()
 cleanup() {
@@ -35,4 +36,25 @@ start() {
     done
     echo "$name did not become ready in 60 s" >&2
     exit 1
+}
+
+# release_bins CARGO_BUILD_ARGS... : set BIN to the directory of the release
+# binaries. With BIN_DIR set, the binaries already there are used and nothing
+# is built, e.g. BIN_DIR=/work/wt-bench/target/release to measure another
+# commit (a worktree built with its own target dir) with this checkout's
+# scripts. Otherwise `cargo build --release CARGO_BUILD_ARGS...` runs in
+# $ROOT and BIN is its target/release ($CARGO_TARGET_DIR/release if set).
+release_bins() {
+    if [ -n "${BIN_DIR:-}" ]; then
+        BIN="$(cd "$BIN_DIR" && pwd)"
+        echo "using the binaries in $BIN (BIN_DIR; not building)" >&2
+        return 0
+    fi
+    echo "building release binaries..." >&2
+    (cd "$ROOT" && cargo build --release "$@" >&2)
+    case "${CARGO_TARGET_DIR:-}" in
+    "") BIN="$ROOT/target/release" ;;
+    /*) BIN="$CARGO_TARGET_DIR/release" ;;
+    *) BIN="$ROOT/$CARGO_TARGET_DIR/release" ;;
+    esac
 }

@@ -49,6 +49,8 @@
 #        GW_ENV="VAR=value ..."  extra environment for the gateway only
 #        (e.g. UAGATE_EVENT_INTERVAL=61)
 #        SKIP_READ=1 / SKIP_FANOUT=1   OUT=<dir> (default: a new temp dir)
+#        BIN_DIR=<dir>  use uagate and uagate-bench* from there, build nothing
+#        (e.g. another commit's worktree target/release)
 # This is a measurement, not a test: nothing here asserts on timings.
 set -euo pipefail
 
@@ -84,12 +86,10 @@ else
     PIN=none
 fi
 
-echo "building release binaries..." >&2
-(cd "$ROOT" && cargo build --release -p uagate -p uagate-bench >&2)
-BIN="$ROOT/target/release"
-
-# Background servers stopped on exit, and `start` (waits for READY).
+# Background servers stopped on exit, `start` (waits for READY) and
+# `release_bins` (builds, or takes BIN_DIR).
 . "$ROOT/bench/lib.sh"
+release_bins -p uagate -p uagate-bench
 
 PKI="$OUT/client-pki"
 CLIENT_CERT="$("$BIN/uagate-bench" --pki "$PKI" --init-pki)"
