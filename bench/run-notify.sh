@@ -59,6 +59,7 @@ application_name = "uagate-bench"
 max_session_count = 150
 max_channel_count = 160
 max_concurrent_session_establishment = 64
+demo_nodes = true
 EOF
 "$BIN/uagate" --data "$DATA" config import "$OUT/uagate.toml" >&2
 "$BIN/uagate" --data "$DATA" trust add "$CLIENT_CERT" >&2

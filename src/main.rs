@@ -155,6 +155,7 @@ const CLI_ACTOR: &str = "cli";
 const DEMO_CONFIG: &str = r#"
 [server]
 application_name = "uagate-demo"
+demo_nodes = true
 "#;
 
 async fn open_store(data: &Path) -> Result<Store> {

@@ -259,6 +259,10 @@ pub struct Server {
     /// Refuse new sessions (BadServerHalted) while the ServiceLevel is
     /// Maintenance; existing sessions keep working. Beyond Part 4, off by default.
     pub refuse_sessions_in_maintenance: bool,
+    /// Install the `Objects/Gateway/Demo` object (writable variables, a
+    /// counter driven every 100 ms, an Add method) for trying clients out.
+    /// Off on an appliance; `uagate demo` turns it on.
+    pub demo_nodes: bool,
 }
 
 impl Default for Server {
@@ -297,6 +301,7 @@ impl Default for Server {
             max_queue_size: 1000,
             allow_anonymous_write: false,
             refuse_sessions_in_maintenance: false,
+            demo_nodes: false,
         }
     }
 }

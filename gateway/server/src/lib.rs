@@ -670,6 +670,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         build,
         &limits,
         opcua_types::DateTime::now(),
+        config.server.demo_nodes,
     );
     space.set_hostname(&hostname);
     let engine = Arc::new(Engine {
@@ -764,8 +765,8 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         })
     };
     // The demo counter gives newcomers (and the notification benchmark) a
-    // value that changes every 100 ms.
-    let demo_counter = {
+    // value that changes every 100 ms; only with the demo nodes.
+    let demo_counter = engine.config.server.demo_nodes.then(|| {
         let engine = engine.clone();
         let cancel = cancel.clone();
         tokio::spawn(async move {
@@ -786,7 +787,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
                 }
             }
         })
-    };
+    });
     let subscription_timer = {
         let engine = engine.clone();
         let cancel = cancel.clone();
@@ -822,12 +823,12 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
             dispatcher,
             housekeeping,
             subscription_timer,
-            demo_counter,
             config_watch,
             tls_accept,
             tls_watch,
         ]
         .into_iter()
+        .chain(demo_counter)
         .chain(field_tasks)
         .collect(),
     })

@@ -12,7 +12,7 @@ use uagate_config::Config;
 use uagate_server::{ReconfigureStatus, CONFIG_KEY};
 
 const BASE: &str =
-    "[server]\nmax_channel_count = 110\n\n[isolation]\nmode = \"trusted_reservations\"\n\n\
+    "[server]\nmax_channel_count = 110\ndemo_nodes = false\n\n[isolation]\nmode = \"trusted_reservations\"\n\n\
 [[isolation.trusted_owners]]\nkey = \"scada\"\nweight = 2\n\n\
 [[isolation.ingress]]\ncidr = \"127.0.0.2/32\"\nowner = \"scada\"\n";
 

@@ -301,6 +301,40 @@ async fn a_read_far_over_the_operation_limit_keeps_the_channel() {
     gw.stop().await;
 }
 
+/// An appliance's address space has no demo object unless the
+/// configuration asks for it (`uagate demo` does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_object_is_there_only_when_configured() {
+    for (config, present) in [("[server]\ndemo_nodes = false\n", false), ("", true)] {
+        let gw = TestGateway::start(config).await;
+        let (chan, token) = gw.anon_session("c").await;
+        let counter = chan
+            .read_value(&token, common::demo("Gateway.Demo.Counter"))
+            .await;
+        let browsed = one_browse_result(
+            chan.send(browse_request(&chan, &token, NodeId::new(2, "Gateway"), 0))
+                .await
+                .unwrap(),
+        );
+        let names: Vec<String> = browsed
+            .references
+            .unwrap_or_default()
+            .iter()
+            .map(|r| r.browse_name.name.to_string())
+            .collect();
+        if present {
+            assert!(counter.status.is_none_or(|s| s.is_good()), "{counter:?}");
+            assert!(names.contains(&"Demo".to_string()), "{names:?}");
+        } else {
+            assert_eq!(counter.status, Some(StatusCode::BadNodeIdUnknown));
+            assert!(!names.contains(&"Demo".to_string()), "{names:?}");
+            assert!(!names.is_empty(), "the Gateway folder has its own nodes");
+        }
+        chan.close().await;
+        gw.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn register_nodes_returns_the_ids() {
     let gw = TestGateway::start("").await;

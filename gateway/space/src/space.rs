@@ -79,7 +79,8 @@ impl std::fmt::Debug for LocalSpace {
 impl LocalSpace {
     /// Builds namespace 0 (the standard node set) and the gateway namespace
     /// (`urn:uagate:gateway`, index 2; index 1 is `application_uri`) with the
-    /// folder `Objects/Gateway` holding the gateway's own variables.
+    /// folder `Objects/Gateway` holding the gateway's own variables, and
+    /// with `demo` the `Gateway/Demo` object (`[server] demo_nodes`).
     ///
     /// Called once by the binary at start-up; `start_time` becomes
     /// `ServerStatus/StartTime` and the origin of `Gateway/Uptime`.
@@ -88,6 +89,7 @@ impl LocalSpace {
         build: BuildInfo,
         limits: &SpaceLimits,
         start_time: DateTime,
+        demo: bool,
     ) -> Self {
         let mut types = DefaultTypeTree::new();
         let mut space = AddressSpace::new();
@@ -99,7 +101,9 @@ impl LocalSpace {
         space.add_namespace(GATEWAY_NAMESPACE_URI, GATEWAY_NS);
 
         add_gateway_nodes(&mut space, start_time);
-        add_demo_nodes(&mut space, start_time);
+        if demo {
+            add_demo_nodes(&mut space, start_time);
+        }
         space.load_into_type_tree(&mut types);
 
         let rt = ServerRuntime {

@@ -37,6 +37,7 @@ fn space() -> LocalSpace {
         build(),
         &SpaceLimits::default(),
         start(),
+        true,
     )
 }
 
@@ -442,7 +443,7 @@ fn server_limit_caps_references_per_node() {
         max_references_per_node: 3,
         ..SpaceLimits::default()
     };
-    let s = LocalSpace::new("urn:x", build(), &limits, start());
+    let s = LocalSpace::new("urn:x", build(), &limits, start(), true);
     let mut cps = ContinuationPoints::new(limits.max_browse_continuation_points);
     let r = s.browse(
         &ViewDescription::default(),
@@ -724,7 +725,7 @@ fn capabilities_reflect_limits() {
         max_string_length: 1234,
         ..SpaceLimits::default()
     };
-    let s = LocalSpace::new("urn:x", build(), &limits, start());
+    let s = LocalSpace::new("urn:x", build(), &limits, start(), true);
     assert_eq!(s.limits(), &limits);
     let v = |n: VariableId| read(&s, n, 13).value;
     use VariableId as V;

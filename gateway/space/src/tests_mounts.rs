@@ -32,6 +32,7 @@ fn space() -> LocalSpace {
         build,
         &SpaceLimits::default(),
         start(),
+        true,
     )
 }
 

@@ -35,6 +35,7 @@ fn space() -> LocalSpace {
         },
         &SpaceLimits::default(),
         start(),
+        true,
     )
 }
 

@@ -40,6 +40,7 @@ const MINIMAL_CONFIG = `[listen]
 opc_tcp = "127.0.0.1:0"
 [server]
 application_name = "uagate-test"
+demo_nodes = true
 `;
 
 export const NODE_APP_URI = "urn:uagate-interop:node-client";

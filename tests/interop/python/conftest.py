@@ -48,6 +48,7 @@ MINIMAL_CONFIG = """\
 opc_tcp = "127.0.0.1:0"
 [server]
 application_name = "uagate-test"
+demo_nodes = true
 """
 
 

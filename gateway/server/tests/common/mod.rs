@@ -72,7 +72,11 @@ impl TestGateway {
     /// (reused as they are when they exist).
     pub async fn start_in(tmp: tempfile::TempDir, extra: &str) -> TestGateway {
         let text = format!("[listen]\nopc_tcp = \"127.0.0.1:0\"\n\n{extra}\n");
-        let config = uagate_config::Config::from_toml(&text).expect("valid test config");
+        let mut config = uagate_config::Config::from_toml(&text).expect("valid test config");
+        // Many tests use Gateway/Demo; a test that needs it absent says so.
+        if !extra.contains("demo_nodes") {
+            config.server.demo_nodes = true;
+        }
         let store = bounded("store open", Store::open(&tmp.path().join("uagate.db")))
             .await
             .expect("store opens");
