@@ -29,13 +29,10 @@ OUT="${OUT:-$(mktemp -d /tmp/uagate-bench.XXXXXX)}"
 mkdir -p "$OUT"
 CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
 
-echo "building release binaries..." >&2
-(cd "$ROOT" && cargo build --release -p uagate --bin uagate >&2)
-(cd "$ROOT" && cargo build --release -p uagate-bench >&2)
-BIN="$ROOT/target/release"
-
-# Background servers stopped on exit, and `start` (waits for READY).
+# Background servers stopped on exit, `start` (waits for READY) and
+# `release_bins` (BIN_DIR=<dir> measures the binaries there, builds nothing).
 . "$ROOT/bench/lib.sh"
+release_bins -p uagate --bin uagate -p uagate-bench
 
 # Client certificate (created once, reused for every cell).
 PKI="$OUT/client-pki"
