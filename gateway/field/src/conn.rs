@@ -39,6 +39,8 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::failover::{ConnState, Handling};
+
 use crate::events::{EventKey, EventTable};
 use crate::items::{ItemKey, ItemTable};
 use crate::limits::{batches, OperationLimits};
@@ -48,65 +50,6 @@ use crate::policy::{
 };
 use crate::redundancy::{self, FirstSelection, PeerStatus};
 use crate::remap::{NamespaceTable, SessionMap};
-
-/// Connection states of a managed field connection (reference Sessions.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ConnState {
-    /// Not enabled or not started.
-    #[default]
-    Disconnected,
-    /// First connect in progress (retrying under the policy).
-    Connecting,
-    /// An active server serves the connection.
-    Connected,
-    /// The active server was lost; reconnecting or failing over.
-    Reconnecting,
-    /// Close requested.
-    Closing,
-    /// Closed, or the reconnect policy gave up.
-    Closed,
-}
-
-impl ConnState {
-    /// The state's name, as shown on the gateway status nodes.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ConnState::Disconnected => "Disconnected",
-            ConnState::Connecting => "Connecting",
-            ConnState::Connected => "Connected",
-            ConnState::Reconnecting => "Reconnecting",
-            ConnState::Closing => "Closing",
-            ConnState::Closed => "Closed",
-        }
-    }
-}
-
-/// How the servers of a redundant set are used (Part 4 Table 107).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Handling {
-    /// One server (plus its network alternates).
-    None,
-    /// Only the active server is connected; on failover the next one is
-    /// connected and the items are created there.
-    Cold,
-    /// All servers connected, items created everywhere; backups' items are
-    /// Disabled and their publishing off until they become active.
-    Warm,
-    /// All servers sample; only the active one reports (reporting handoff).
-    Hot,
-    /// All servers report; the gateway drops the duplicates.
-    HotMerge,
-    /// One session, moved to the backup on failover. (The mirrored-token
-    /// ActivateSession is not implemented yet: behaves like `Cold`.)
-    HotAndMirrored,
-}
-
-impl Handling {
-    /// True when every server of the set keeps a session.
-    fn connects_all(self) -> bool {
-        matches!(self, Handling::Warm | Handling::Hot | Handling::HotMerge)
-    }
-}
 
 /// The user identity presented to the field server.
 #[derive(Clone)]
