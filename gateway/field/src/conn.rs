@@ -1,15 +1,23 @@
 //! The managed field connection: one per configured field server (or
 //! redundant field-server set). It keeps sessions toward the servers the
-//! redundancy mode needs, reconnects under the [`ReconnectPolicy`], picks the
-//! active server with [`crate::redundancy`], keeps the shared southbound
-//! monitored items of [`ItemTable`] on every connected server, and gives
-//! northbound services the active [`LinkSession`] (waiting for it up to the
-//! request's deadline).
+//! redundancy mode needs, reconnects under the [`ReconnectPolicy`], makes
+//! the server [`crate::redundancy`] picks the active one, keeps the shared
+//! southbound monitored items of [`ItemTable`] on every connected server,
+//! and gives northbound services the active [`LinkSession`] (waiting for it
+//! up to the request's deadline).
+//!
+//! Which servers are connected, when, and which one is active is decided by
+//! the sans-IO [`Failover`] machine; this module is its driver (one tokio
+//! task per connection, `run`): it turns what the sessions report
+//! (attempts that succeeded or failed, sessions lost or moved, status
+//! notifications, an operator's request) into [`Event`]s, carries out the
+//! [`Action`]s the machine returns (connect, close, activate, reconcile
+//! items, move a session) and publishes the [`FieldStatus`].
 //!
 //! The protocol client is async-opcua-client, used with its own reconnect
 //! disabled (`session_retry_limit(0)`): when its event loop reports a lost
-//! connection the link is dropped and this state machine decides what
-//! happens next.
+//! connection the link is dropped and the machine decides what happens
+//! next.
 //!
 //! States (reported in [`FieldStatus`]): `Disconnected` (not enabled, or not
 //! started), `Connecting` (never connected yet), `Connected` (an active
@@ -39,74 +47,14 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::failover::{ConnState, Handling};
+
 use crate::events::{EventKey, EventTable};
+use crate::failover::{self, Action, Event, Failover, Note, Now, Phase, StatusReport};
 use crate::items::{ItemKey, ItemTable};
 use crate::limits::{batches, OperationLimits};
-use crate::policy::{
-    retry_after_from_header, retry_after_from_reason, Failure, MovePacing, ReconnectCycle,
-    ReconnectPolicy,
-};
-use crate::redundancy::{self, FirstSelection, PeerStatus};
+use crate::policy::{retry_after_from_header, retry_after_from_reason, Failure, ReconnectPolicy};
 use crate::remap::{NamespaceTable, SessionMap};
-
-/// Connection states of a managed field connection (reference Sessions.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ConnState {
-    /// Not enabled or not started.
-    #[default]
-    Disconnected,
-    /// First connect in progress (retrying under the policy).
-    Connecting,
-    /// An active server serves the connection.
-    Connected,
-    /// The active server was lost; reconnecting or failing over.
-    Reconnecting,
-    /// Close requested.
-    Closing,
-    /// Closed, or the reconnect policy gave up.
-    Closed,
-}
-
-impl ConnState {
-    /// The state's name, as shown on the gateway status nodes.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ConnState::Disconnected => "Disconnected",
-            ConnState::Connecting => "Connecting",
-            ConnState::Connected => "Connected",
-            ConnState::Reconnecting => "Reconnecting",
-            ConnState::Closing => "Closing",
-            ConnState::Closed => "Closed",
-        }
-    }
-}
-
-/// How the servers of a redundant set are used (Part 4 Table 107).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Handling {
-    /// One server (plus its network alternates).
-    None,
-    /// Only the active server is connected; on failover the next one is
-    /// connected and the items are created there.
-    Cold,
-    /// All servers connected, items created everywhere; backups' items are
-    /// Disabled and their publishing off until they become active.
-    Warm,
-    /// All servers sample; only the active one reports (reporting handoff).
-    Hot,
-    /// All servers report; the gateway drops the duplicates.
-    HotMerge,
-    /// One session, moved to the backup on failover. (The mirrored-token
-    /// ActivateSession is not implemented yet: behaves like `Cold`.)
-    HotAndMirrored,
-}
-
-impl Handling {
-    /// True when every server of the set keeps a session.
-    fn connects_all(self) -> bool {
-        matches!(self, Handling::Warm | Handling::Hot | Handling::HotMerge)
-    }
-}
 
 /// The user identity presented to the field server.
 #[derive(Clone)]
@@ -442,8 +390,6 @@ struct Inner {
     /// Shared event items and the events on their way north.
     events: Mutex<EventTable>,
     items_changed: Notify,
-    peers_changed: Notify,
-    peers: Mutex<Vec<PeerStatus>>,
     cancel: CancellationToken,
     /// EURanges of field nodes, for percent deadband items.
     eu_ranges: Mutex<HashMap<NodeId, (f64, f64)>>,
@@ -546,7 +492,7 @@ pub struct FieldConnection {
 }
 
 impl FieldConnection {
-    /// Starts the connection's state machine on the current tokio runtime
+    /// Starts the connection's driver task on the current tokio runtime
     /// (when `enabled`; a disabled connection stays `Disconnected`).
     /// Returns at once; the first connect runs in the background.
     pub fn start(
@@ -557,7 +503,6 @@ impl FieldConnection {
         on_namespaces: NamespaceHook,
         enabled: bool,
     ) -> FieldConnection {
-        let n = settings.servers.len();
         let status = FieldStatus {
             state: if enabled {
                 ConnState::Connecting
@@ -585,8 +530,6 @@ impl FieldConnection {
             items: Mutex::new(ItemTable::default()),
             events: Mutex::new(EventTable::default()),
             items_changed: Notify::new(),
-            peers_changed: Notify::new(),
-            peers: Mutex::new(vec![PeerStatus::default(); n]),
             cancel: CancellationToken::new(),
             eu_ranges: Mutex::new(HashMap::new()),
             history: Mutex::default(),
@@ -632,11 +575,9 @@ impl FieldConnection {
     /// in the connection's task; the history says whether another server
     /// was available. Refused for a set of one server.
     pub fn force_failover(&self, actor: &str) -> Result<(), &'static str> {
-        if self.inner.settings.servers.len() < 2 {
-            return Err("this field connection has only one server");
-        }
-        if self.inner.settings.handling == Handling::HotAndMirrored {
-            return Err("a hot-and-mirrored set moves its one session itself");
+        let s = &self.inner.settings;
+        if let Some(why) = failover::forced_failover_refusal(s.handling, s.servers.len()) {
+            return Err(why);
         }
         self.inner
             .record(None, "failover_requested", format!("by {actor}"));
@@ -824,51 +765,26 @@ async fn wait_closed(mut rx: watch::Receiver<FieldStatus>) {
     }
 }
 
-/// Events from the connect and event-loop tasks to the state machine.
-enum Event {
-    Up(usize, u64, Arc<LinkSession>),
-    Failed(usize, u64, Failure, String),
-    /// The link's session is gone; the last path it used.
-    Lost(usize, u64, StatusCode, usize),
-    /// The session moved to another network path (same session).
-    Moved(usize, u64),
+/// The failover machine of one connection, over its live sessions.
+type Machine = Failover<Arc<LinkSession>>;
+
+/// What the connect and event-loop tasks and the status subscriptions
+/// tell the machine.
+type LinkEvent = Event<Arc<LinkSession>>;
+
+/// A uniform sample in [-1, 1], the jitter of a reconnect delay.
+fn jitter() -> f64 {
+    rand::random::<f64>() * 2.0 - 1.0
 }
 
-/// Where one server's link is.
-enum Phase {
-    /// Not wanted, or waiting to be wanted.
-    Idle,
-    /// A connect attempt is running.
-    Connecting(tokio::task::JoinHandle<()>),
-    /// Waiting for the next attempt.
-    Waiting(Instant),
-    /// Session up.
-    Up(Arc<LinkSession>),
-    /// The reconnect cycle ran out.
-    Exhausted,
-}
+/// Most events taken in before the machine decides.
+const EVENT_BATCH: usize = 64;
 
-struct Link {
-    urls: Vec<String>,
-    next_url: usize,
-    phase: Phase,
-    cycle: ReconnectCycle,
-    generation: u64,
-    ever_up: bool,
-    /// A path move was requested and has not completed yet.
-    moving: bool,
-    /// Spacing of the moves of a hot-and-mirrored set's session.
-    pacing: MovePacing,
-    /// When the link's session was lost (recovery duration starts).
-    down_since: Option<Instant>,
-}
-
-impl Link {
-    /// Its first connect attempt failed, or its first session was lost (a
-    /// second attempt only starts after that): the first selection of the
-    /// set does not wait for this server.
-    fn failed_once(&self) -> bool {
-        self.generation > 1 || matches!(self.phase, Phase::Waiting(_) | Phase::Exhausted)
+/// The current time, read once for one turn of the driver.
+fn clock() -> Now {
+    Now {
+        mono: Instant::now(),
+        wall: DateTime::now(),
     }
 }
 
@@ -879,278 +795,54 @@ fn connect_timeout(s: &FieldSettings) -> Duration {
     s.request_timeout.saturating_mul(3)
 }
 
-/// The state machine task of one connection.
+/// The driver task of one connection: turns what the sessions report into
+/// events for its [`Failover`] machine, carries out the actions it returns
+/// and publishes the status, until the connection is closed or the machine
+/// gives up.
 async fn run(inner: Arc<Inner>) {
     let s = &inner.settings;
-    let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
-    let now = Instant::now();
-    // A hot-and-mirrored set is one logical session: one link whose paths
-    // are every server's URL and alternates.
-    let paths: Vec<Vec<String>> = if s.handling == Handling::HotAndMirrored {
-        vec![s.servers.concat()]
-    } else {
-        s.servers.clone()
-    };
-    let mut links: Vec<Link> = paths
-        .into_iter()
-        .map(|urls| Link {
-            urls,
-            next_url: 0,
-            phase: Phase::Idle,
-            cycle: ReconnectCycle::start(now),
-            generation: 0,
-            ever_up: false,
-            moving: false,
-            pacing: MovePacing::default(),
-            down_since: None,
-        })
-        .collect();
-    // Cold-style modes connect only `candidate`.
-    let mut candidate = 0usize;
-    let mut active: Option<usize> = None;
-    // Sets that connect every server choose their first active server once
-    // all have reported or failed (bounded), not the first to answer.
-    let mut first = s
-        .handling
-        .connects_all()
-        .then(|| FirstSelection::new(now, connect_timeout(s)));
-    let mut was_connected = false;
+    let (tx, mut rx) = mpsc::unbounded_channel::<LinkEvent>();
+    let mut machine: Machine = Failover::new(
+        failover::Settings {
+            handling: s.handling,
+            servers: s.servers.clone(),
+            reconnect: s.reconnect.clone(),
+            connect_timeout: connect_timeout(s),
+        },
+        clock(),
+    );
+    // The connect attempt in flight per link, aborted on close.
+    let mut attempts: Vec<Option<tokio::task::JoinHandle<()>>> =
+        machine.links().iter().map(|_| None).collect();
     let mut items_rev_seen = (u64::MAX, u64::MAX);
 
     loop {
-        let now = Instant::now();
-        let now_dt = DateTime::now();
-        // 1. Start the links that are wanted and due.
-        for (i, link) in links.iter_mut().enumerate() {
-            let wanted = s.handling.connects_all() || i == candidate;
-            match &link.phase {
-                Phase::Idle if wanted => {
-                    start_connect(&inner, i, link, &tx);
-                }
-                Phase::Waiting(at) if wanted && *at <= now => {
-                    start_connect(&inner, i, link, &tx);
-                }
-                Phase::Up(l) if !wanted => {
-                    let l = l.clone();
-                    tokio::spawn(async move { close_link(&l).await });
-                    link.phase = Phase::Idle;
-                    inner.peers.lock()[i] = PeerStatus::default();
-                }
-                _ => {}
-            }
-        }
-
-        // 2. Choose the active server.
-        let peers = inner.peers.lock().clone();
-        let preferred = redundancy::select(&peers, active, now_dt);
-        // With nothing preferable (e.g. the only server in Maintenance), a
-        // connected server still serves rather than none.
-        let up = |i: usize| {
-            matches!(links.get(i).map(|l| &l.phase), Some(Phase::Up(_)))
-                && peers.get(i).is_some_and(|p| p.service_level.is_some())
-        };
-        // The first choice waits while a server may still report.
-        let failed: Vec<bool> = links.iter().map(Link::failed_once).collect();
-        let first_wait = first.and_then(|f| f.wait_until(&peers, &failed, now));
-        let mut chosen = preferred
-            .or_else(|| {
-                active
-                    .filter(|a| up(*a))
-                    .or_else(|| (0..links.len()).find(|i| up(*i)))
-            })
-            .filter(|_| first_wait.is_none());
+        let now = clock();
+        // The flag survives a wake-up lost to another select branch.
         if inner
             .force_requested
             .swap(false, std::sync::atomic::Ordering::SeqCst)
         {
-            // The best other server, by the usual rules; for cold-style
-            // modes the next candidate is connected instead.
-            let mut others = peers.clone();
-            if let Some(a) = active.and_then(|a| others.get_mut(a)) {
-                *a = PeerStatus::default();
-            }
-            let other = redundancy::select(&others, None, now_dt)
-                .or_else(|| (0..links.len()).find(|i| Some(*i) != active && up(*i)));
-            match other {
-                Some(o) => chosen = Some(o),
-                None if !s.handling.connects_all() && links.len() > 1 => {
-                    let next = (candidate + 1) % links.len();
-                    inner.record(Some(next), "failover", "cold: connecting the next server");
-                    candidate = next;
-                    let l = &mut links[next];
-                    if matches!(l.phase, Phase::Exhausted | Phase::Waiting(_)) {
-                        l.phase = Phase::Idle;
-                        l.cycle = ReconnectCycle::start(now);
-                    }
-                    continue;
-                }
-                None => inner.record(
-                    active,
-                    "failover_unavailable",
-                    "no other server of the set is connected",
-                ),
-            }
+            machine.handle(Event::ForceFailover, now);
         }
-        // A hot-and-mirrored server going into Maintenance: move the one
-        // session to the next server. Moves in a row (the next server is not
-        // healthy either) are spaced by the reconnect backoff.
-        if s.handling == Handling::HotAndMirrored && links.len() == 1 {
-            let link = &mut links[0];
-            if let (Phase::Up(ls), Some(p)) = (&link.phase, peers.first()) {
-                let known = p.service_level.is_some() && p.state.is_some();
-                let unhealthy = known && redundancy::should_failover(p, now_dt);
-                if known && !unhealthy && !link.moving {
-                    link.pacing.settled();
-                }
-                if unhealthy && !link.moving && link.urls.len() > 1 && link.pacing.may_move(now) {
-                    let ls = ls.clone();
-                    link.moving = true;
-                    link.pacing.moved(&s.reconnect, now);
-                    tracing::info!(field = %s.name, url = %ls.url(), "mirrored server not healthy; moving the session");
-                    tokio::spawn(async move { ls.move_path().await });
-                }
-            }
-        }
-        if chosen != active {
-            if let Some(c) = chosen {
-                if active.is_some() {
-                    inner.status.send_modify(|st| st.failover_count += 1);
-                    tracing::info!(field = %s.name, from = ?active, to = c, "field failover");
-                    inner.record(
-                        Some(c),
-                        "failover",
-                        format!("from server {}", active.map(|a| a + 1).unwrap_or(0)),
-                    );
-                }
-            }
-            active = chosen;
-            if let (Some(f), Some(_)) = (first.as_mut(), active) {
-                f.chosen();
-            }
-            let link = active.and_then(|a| match &links[a].phase {
-                Phase::Up(l) => Some(l.clone()),
-                _ => None,
-            });
-            if link.is_none() && was_connected {
-                inner
-                    .items
-                    .lock()
-                    .mark_all(StatusCode::BadNoCommunication, now_dt);
-            }
-            inner.active.send_replace(link);
-            // Modes of every link follow the new active server.
-            for l in links.iter() {
-                if let Phase::Up(ls) = &l.phase {
-                    spawn_reconcile(&inner, ls.clone(), active);
-                }
-            }
-        }
-        // Cold-style: the candidate is unusable → try the next server.
-        if !s.handling.connects_all() && links.len() > 1 {
-            let c = &links[candidate];
-            let unusable = match &c.phase {
-                Phase::Up(_) => {
-                    let p = &peers[candidate];
-                    p.service_level.is_some()
-                        && p.state.is_some()
-                        && preferred.is_none()
-                        && redundancy::should_failover(p, now_dt)
-                }
-                Phase::Waiting(_) | Phase::Exhausted => true,
-                _ => false,
-            };
-            if unusable {
-                let next = (candidate + 1) % links.len();
-                tracing::info!(field = %s.name, from = candidate, to = next, "cold failover candidate");
-                candidate = next;
-                if let Phase::Exhausted = links[candidate].phase {
-                    links[candidate].phase = Phase::Idle;
-                    links[candidate].cycle = ReconnectCycle::start(now);
-                }
-                if matches!(links[candidate].phase, Phase::Waiting(_)) {
-                    links[candidate].phase = Phase::Idle;
-                }
-                continue;
-            }
-        }
-
-        // 3. Publish the status.
-        let all_exhausted = links.iter().all(|l| matches!(l.phase, Phase::Exhausted));
-        let state = if all_exhausted {
-            ConnState::Closed
-        } else if active.is_some() {
-            was_connected = true;
-            ConnState::Connected
-        } else if was_connected {
-            ConnState::Reconnecting
-        } else {
-            ConnState::Connecting
-        };
-        inner.status.send_modify(|st| {
-            st.state = state;
-            st.active_server = active;
-            st.active_endpoint = active.and_then(|a| match &links[a].phase {
-                Phase::Up(l) => Some(l.url()),
-                _ => None,
-            });
-            st.service_level = active.and_then(|a| peers[a].service_level);
-            for (i, l) in links.iter().enumerate() {
-                if let Some(v) = st.servers.get_mut(i) {
-                    v.url = match &l.phase {
-                        Phase::Up(ls) => ls.url(),
-                        _ => l.urls.get(l.next_url).cloned().unwrap_or_default(),
-                    };
-                    v.reachable = matches!(l.phase, Phase::Up(_));
-                    if let Phase::Up(ls) = &l.phase {
-                        v.redundancy_support = ls.redundancy_support;
-                        v.server_uris = ls.server_uris.clone();
-                    }
-                    v.service_level = peers[i].service_level;
-                }
-            }
-        });
-        if all_exhausted {
-            inner.active.send_replace(None);
-            inner
-                .items
-                .lock()
-                .mark_all(StatusCode::BadNoCommunication, now_dt);
-            tracing::warn!(field = %s.name, "reconnect policy exhausted; field connection closed");
-            inner.record(None, "closed", "reconnect policy exhausted");
-            return;
-        }
-
-        // 4. Items changed → reconcile every link.
         let rev = (
             inner.items.lock().revision(),
             inner.events.lock().revision(),
         );
         if rev != items_rev_seen {
             items_rev_seen = rev;
-            for l in links.iter() {
-                if let Phase::Up(ls) = &l.phase {
-                    spawn_reconcile(&inner, ls.clone(), active);
-                }
-            }
+            machine.handle(Event::ItemsChanged, now);
+        }
+        for action in machine.poll(now) {
+            perform(&inner, action, &tx, &mut attempts, now);
+        }
+        publish_status(&inner, &machine);
+        if machine.state() == ConnState::Closed {
+            return;
         }
 
-        // 5. Wait for something to happen.
-        let next_timer = links
-            .iter()
-            .filter_map(|l| match l.phase {
-                Phase::Waiting(at) => Some(at),
-                Phase::Up(_) => l.pacing.wake_at(now),
-                _ => None,
-            })
-            .min();
-        let recheck = redundancy::next_recheck(&peers, now_dt).map(|t| {
-            let ms = (t.ticks() - now_dt.ticks()).max(0) / 10_000;
-            now + Duration::from_millis(ms as u64)
-        });
-        let wake = [next_timer, recheck, first_wait]
-            .into_iter()
-            .flatten()
-            .min();
+        // Wait for something to happen.
+        let wake = machine.next_deadline();
         let sleep = async {
             match wake {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -1161,10 +853,16 @@ async fn run(inner: Arc<Inner>) {
             _ = inner.cancel.cancelled() => break,
             ev = rx.recv() => {
                 let Some(ev) = ev else { break };
-                handle_event(&inner, &mut links, ev, &mut active);
+                let now = clock();
+                machine.handle(ev, now);
+                // Decide on everything already known (one publish brings a
+                // server's State and ServiceLevel as separate events).
+                for _ in 0..EVENT_BATCH {
+                    let Ok(ev) = rx.try_recv() else { break };
+                    machine.handle(ev, now);
+                }
             }
             _ = inner.items_changed.notified() => {}
-            _ = inner.peers_changed.notified() => {}
             _ = inner.force.notified() => {}
             _ = sleep => {}
         }
@@ -1173,10 +871,14 @@ async fn run(inner: Arc<Inner>) {
     // Close: cancel attempts, close sessions (bounded by the caller's timeout).
     inner.active.send_replace(None);
     let mut closing = Vec::new();
-    for l in links {
-        match l.phase {
-            Phase::Connecting(h) => h.abort(),
-            Phase::Up(ls) => closing.push(ls),
+    for (link, attempt) in machine.links().iter().zip(attempts) {
+        match link.phase() {
+            Phase::Connecting => {
+                if let Some(h) = attempt {
+                    h.abort();
+                }
+            }
+            Phase::Up(ls) => closing.push(ls.clone()),
             _ => {}
         }
     }
@@ -1185,125 +887,183 @@ async fn run(inner: Arc<Inner>) {
     }
 }
 
-fn handle_event(inner: &Arc<Inner>, links: &mut [Link], ev: Event, active: &mut Option<usize>) {
+/// Carries out one action of the machine. A connect attempt's task is
+/// kept in `attempts` (by link) so that closing can abort it.
+fn perform(
+    inner: &Arc<Inner>,
+    action: Action<Arc<LinkSession>>,
+    tx: &mpsc::UnboundedSender<LinkEvent>,
+    attempts: &mut [Option<tokio::task::JoinHandle<()>>],
+    now: Now,
+) {
     let s = &inner.settings;
-    let now = Instant::now();
-    match ev {
-        Event::Up(i, generation, ls) => {
-            let Some(link) = links.get_mut(i) else { return };
-            if generation != link.generation {
-                return;
+    match action {
+        Action::Connect {
+            link,
+            paths,
+            first,
+            generation,
+        } => {
+            let h = start_connect(inner, link, paths, first, generation, tx);
+            if let Some(slot) = attempts.get_mut(link) {
+                *slot = Some(h);
             }
-            if link.ever_up {
+        }
+        Action::Close(ls) => {
+            tokio::spawn(async move { close_link(&ls).await });
+        }
+        Action::Activate(ls) => {
+            inner.active.send_replace(ls);
+        }
+        Action::MarkItemsBad => {
+            inner
+                .items
+                .lock()
+                .mark_all(StatusCode::BadNoCommunication, now.wall);
+        }
+        Action::Reconcile { session, active } => spawn_reconcile(inner, session, active),
+        Action::MovePath(ls) => {
+            tracing::info!(field = %s.name, url = %ls.url(), "mirrored server not healthy; moving the session");
+            tokio::spawn(async move { ls.move_path().await });
+        }
+        Action::RefreshStatus(ls) => {
+            tokio::spawn(refresh_status(inner.clone(), ls, tx.clone()));
+        }
+        Action::Note(note) => record_note(inner, note),
+    }
+}
+
+/// Shows what the machine noted in the counters, the history and the log.
+fn record_note(inner: &Inner, note: Note<Arc<LinkSession>>) {
+    let s = &inner.settings;
+    match note {
+        Note::Up {
+            link,
+            session,
+            reconnect,
+            recovered_after,
+        } => {
+            if reconnect {
                 inner.status.send_modify(|st| st.reconnect_count += 1);
             }
             {
                 let mut stats = inner.stats.lock();
                 stats.attempts_ok += 1;
-                if let Some(since) = link.down_since.take() {
-                    stats.observe(now.saturating_duration_since(since));
+                if let Some(d) = recovered_after {
+                    stats.observe(d);
                 }
             }
-            inner.record(Some(i), "up", ls.url());
-            link.ever_up = true;
-            // A new session: no move of the old one is still on its way.
-            link.moving = false;
-            link.cycle = ReconnectCycle::start(now);
-            tracing::info!(field = %s.name, server = i, url = %ls.url(), "field session up");
-            link.phase = Phase::Up(ls.clone());
-            if *active == Some(i) {
-                inner.active.send_replace(Some(ls.clone()));
-            }
-            spawn_reconcile(inner, ls, *active);
+            inner.record(Some(link), "up", session.url());
+            tracing::info!(field = %s.name, server = link, url = %session.url(), "field session up");
         }
-        Event::Failed(i, generation, failure, detail) => {
-            let Some(link) = links.get_mut(i) else { return };
-            if generation != link.generation {
-                return;
-            }
+        Note::Failed {
+            link,
+            failure,
+            detail,
+        } => {
             inner.status.send_modify(|st| {
                 st.failed_attempts += 1;
                 st.last_error = Some(failure.status);
             });
             inner.stats.lock().attempts_failed += 1;
-            inner.record(Some(i), "failed", failure.status.to_string());
-            tracing::warn!(field = %s.name, server = i, status = %failure.status, %detail, "field connect failed");
-            link.next_url = (link.next_url + 1) % link.urls.len().max(1);
-            let jitter = rand::random::<f64>() * 2.0 - 1.0;
-            link.phase = match link.cycle.next_delay(&s.reconnect, failure, now, jitter) {
-                Some(d) => Phase::Waiting(now + d),
-                None => Phase::Exhausted,
-            };
+            inner.record(Some(link), "failed", failure.status.to_string());
+            tracing::warn!(field = %s.name, server = link, status = %failure.status, %detail, "field connect failed");
         }
-        Event::Moved(i, generation) => {
-            let Some(link) = links.get_mut(i) else { return };
-            if generation != link.generation {
-                return;
-            }
-            link.moving = false;
-            inner.status.send_modify(|st| st.reconnect_count += 1);
-            if let Phase::Up(ls) = &link.phase {
-                inner.record(Some(i), "moved", ls.url());
-                tracing::info!(field = %s.name, server = i, url = %ls.url(), "field session moved to another path");
-                // The server behind the new path may be another one (mirrored
-                // set): learn its level and state now rather than at their
-                // next change.
-                tokio::spawn(refresh_peer(inner.clone(), ls.clone()));
-            }
-        }
-        Event::Lost(i, generation, status, path) => {
-            let Some(link) = links.get_mut(i) else { return };
-            if generation != link.generation {
-                return;
-            }
-            // Reconnect over the path that worked last.
-            link.next_url = path;
-            if let Phase::Up(ls) = &link.phase {
-                ls.lost.cancel();
-            }
-            tracing::warn!(field = %s.name, server = i, %status, "field session lost");
-            inner.record(Some(i), "lost", status.to_string());
-            link.down_since = Some(now);
+        Note::Lost { link, status } => {
+            tracing::warn!(field = %s.name, server = link, %status, "field session lost");
+            inner.record(Some(link), "lost", status.to_string());
             inner.status.send_modify(|st| st.last_error = Some(status));
-            inner.peers.lock()[i] = PeerStatus::default();
-            link.cycle = ReconnectCycle::start(now);
-            // The first reconnect attempt follows the policy's initial delay.
-            let jitter = rand::random::<f64>() * 2.0 - 1.0;
-            let failure = Failure {
-                status,
-                retry_after: None,
-            };
-            link.phase = match link.cycle.next_delay(&s.reconnect, failure, now, jitter) {
-                Some(d) => Phase::Waiting(now + d.min(s.reconnect.initial_delay)),
-                None => Phase::Exhausted,
-            };
-            if *active == Some(i) {
-                inner.active.send_replace(None);
+        }
+        Note::Moved { link, session } => {
+            inner.status.send_modify(|st| st.reconnect_count += 1);
+            if let Some(ls) = session {
+                inner.record(Some(link), "moved", ls.url());
+                tracing::info!(field = %s.name, server = link, url = %ls.url(), "field session moved to another path");
             }
+        }
+        Note::Failover { from, to } => {
+            inner.status.send_modify(|st| st.failover_count += 1);
+            tracing::info!(field = %s.name, from, to, "field failover");
+            inner.record(Some(to), "failover", format!("from server {}", from + 1));
+        }
+        Note::ForcedToNext { to } => {
+            inner.record(Some(to), "failover", "cold: connecting the next server");
+        }
+        Note::NextCandidate { from, to } => {
+            tracing::info!(field = %s.name, from, to, "cold failover candidate");
+        }
+        Note::FailoverUnavailable { active } => inner.record(
+            active,
+            "failover_unavailable",
+            "no other server of the set is connected",
+        ),
+        Note::Closed => {
+            tracing::warn!(field = %s.name, "reconnect policy exhausted; field connection closed");
+            inner.record(None, "closed", "reconnect policy exhausted");
         }
     }
 }
 
-fn start_connect(inner: &Arc<Inner>, i: usize, link: &mut Link, tx: &mpsc::UnboundedSender<Event>) {
-    link.generation += 1;
-    let generation = link.generation;
-    let paths = link.urls.clone();
-    let first = link.next_url;
-    let inner2 = inner.clone();
+/// Publishes the machine's state, the active server and the per-server
+/// view on the status channel (after every turn of the driver).
+fn publish_status(inner: &Inner, machine: &Machine) {
+    let peers = machine.peers();
+    let links = machine.links();
+    let active = machine.active();
+    inner.status.send_modify(|st| {
+        st.state = machine.state();
+        st.active_server = active;
+        st.active_endpoint = active
+            .and_then(|a| links.get(a)?.session())
+            .map(|ls| ls.url());
+        st.service_level = active.and_then(|a| peers.get(a)?.service_level);
+        for (i, l) in links.iter().enumerate() {
+            if let Some(v) = st.servers.get_mut(i) {
+                v.url = match l.session() {
+                    Some(ls) => ls.url(),
+                    None => l.next_path().to_string(),
+                };
+                v.reachable = l.session().is_some();
+                if let Some(ls) = l.session() {
+                    v.redundancy_support = ls.redundancy_support;
+                    v.server_uris = ls.server_uris.clone();
+                }
+                v.service_level = peers.get(i).and_then(|p| p.service_level);
+            }
+        }
+    });
+}
+
+/// Starts connect attempt `generation` of link `i` over `paths[first]`;
+/// its result comes back as an event.
+fn start_connect(
+    inner: &Arc<Inner>,
+    i: usize,
+    paths: Vec<String>,
+    first: usize,
+    generation: u64,
+    tx: &mpsc::UnboundedSender<LinkEvent>,
+) -> tokio::task::JoinHandle<()> {
+    let inner = inner.clone();
     let tx = tx.clone();
-    let h = tokio::spawn(async move {
-        let budget = connect_timeout(&inner2.settings);
+    tokio::spawn(async move {
+        let budget = connect_timeout(&inner.settings);
         let r = tokio::time::timeout(
             budget,
-            connect(&inner2, i, &paths, first, generation, tx.clone()),
+            connect(&inner, i, &paths, first, generation, tx.clone()),
         )
         .await;
-        let ev = match r {
-            Ok(Ok(ls)) => Event::Up(i, generation, ls),
-            Ok(Err((f, detail))) => Event::Failed(i, generation, f, detail),
-            Err(_) => Event::Failed(
-                i,
-                generation,
+        let (failure, detail) = match r {
+            Ok(Ok(session)) => {
+                let _ = tx.send(Event::Up {
+                    link: i,
+                    generation,
+                    session,
+                });
+                return;
+            }
+            Ok(Err(e)) => e,
+            Err(_) => (
                 Failure {
                     status: StatusCode::BadTimeout,
                     retry_after: None,
@@ -1311,9 +1071,14 @@ fn start_connect(inner: &Arc<Inner>, i: usize, link: &mut Link, tx: &mpsc::Unbou
                 "connect attempt timed out".into(),
             ),
         };
-        let _ = tx.send(ev);
-    });
-    link.phase = Phase::Connecting(h);
+        let _ = tx.send(Event::Failed {
+            link: i,
+            generation,
+            failure,
+            detail,
+            jitter: jitter(),
+        });
+    })
 }
 
 fn fail(status: StatusCode, detail: impl Into<String>) -> (Failure, String) {
@@ -1341,7 +1106,7 @@ async fn connect(
     paths: &[String],
     first: usize,
     generation: u64,
-    tx: mpsc::UnboundedSender<Event>,
+    tx: mpsc::UnboundedSender<LinkEvent>,
 ) -> Result<Arc<LinkSession>, (Failure, String)> {
     let url = paths.get(first).map(String::as_str).unwrap_or_default();
     let s = &inner.settings;
@@ -1426,7 +1191,7 @@ async fn connect(
         // to the next path when the link has one (the client library makes
         // one attempt to re-activate the same session there); otherwise, or
         // when that fails or the server no longer knows the session, the
-        // link ends and the state machine reconnects under its policy.
+        // link ends and the machine reconnects under its policy.
         let lost = lost.clone();
         let tx = tx.clone();
         let cancel = inner.cancel.clone();
@@ -1455,13 +1220,13 @@ async fn connect(
                             // make sure it sends a Publish at once rather
                             // than waiting for its next tick.
                             session_for_loop.trigger_publish_now();
-                            let _ = tx.send(Event::Moved(i, generation));
+                            let _ = tx.send(Event::Moved { link: i, generation });
                         }
                         Some(Ok(SessionPollResult::Reconnected(_))) => {
                             // The server behind the new path did not know the
                             // session and a new one was made: close it (its
                             // items and namespace map are not ours) and let
-                            // the state machine build the link afresh there.
+                            // the machine build the link afresh there.
                             let close = session_for_loop.disconnect();
                             tokio::pin!(close);
                             let _ = tokio::time::timeout(timeout, async {
@@ -1482,7 +1247,13 @@ async fn connect(
                 }
             };
             lost.cancel();
-            let _ = tx.send(Event::Lost(i, generation, status, current));
+            let _ = tx.send(Event::Lost {
+                link: i,
+                generation,
+                status,
+                path: current,
+                jitter: jitter(),
+            });
         });
     }
     let setup = async {
@@ -1589,7 +1360,7 @@ async fn connect(
             inner.read_stats.clone(),
         ),
     });
-    if let Err(e) = watch_server_status(inner, &ls).await {
+    if let Err(e) = watch_server_status(inner, &ls, &tx).await {
         abandon(&session, &lost, s.request_timeout).await;
         return Err(e);
     }
@@ -1648,8 +1419,13 @@ async fn read_values(
 }
 
 /// Reads ServiceLevel, ServerStatus/State and EstimatedReturnTime of the
-/// server behind `ls` into the peer table (after a path move).
-async fn refresh_peer(inner: Arc<Inner>, ls: Arc<LinkSession>) {
+/// server behind `ls` and reports them to the machine (after a path move,
+/// when the server behind the new path may be another one).
+async fn refresh_status(
+    inner: Arc<Inner>,
+    ls: Arc<LinkSession>,
+    tx: mpsc::UnboundedSender<LinkEvent>,
+) {
     let ids: [NodeId; 3] = [
         VariableId::Server_ServiceLevel.into(),
         VariableId::Server_ServerStatus_State.into(),
@@ -1658,74 +1434,65 @@ async fn refresh_peer(inner: Arc<Inner>, ls: Arc<LinkSession>) {
     let Ok(values) = read_values(ls.session(), &ids, inner.settings.request_timeout).await else {
         return;
     };
-    {
-        let mut peers = inner.peers.lock();
-        let Some(p) = peers.get_mut(ls.server) else {
-            return;
-        };
-        p.reachable = true;
-        if let Some(Variant::Byte(level)) = values.first().and_then(|d| d.value.clone()) {
-            p.maintenance_since = (level == 0).then(DateTime::now);
-            p.service_level = Some(level);
-        }
-        if let Some(Variant::Int32(st)) = values.get(1).and_then(|d| d.value.clone()) {
-            p.state = server_state(st);
-        }
-        p.estimated_return_time = match values.get(2).and_then(|d| d.value.clone()) {
-            Some(Variant::DateTime(t)) if !t.is_null() => Some(*t),
+    let value = |k: usize| values.get(k).and_then(|d| d.value.clone());
+    let report = StatusReport::Read {
+        service_level: match value(0) {
+            Some(Variant::Byte(level)) => Some(level),
             _ => None,
-        };
-    }
-    inner.peers_changed.notify_one();
+        },
+        state: match value(1) {
+            Some(Variant::Int32(st)) => Some(server_state(st)),
+            _ => None,
+        },
+        return_time: match value(2) {
+            Some(Variant::DateTime(t)) => Some(*t),
+            _ => None,
+        },
+    };
+    let _ = tx.send(Event::Status {
+        link: ls.server,
+        generation: ls.generation,
+        report,
+    });
 }
 
 const SL_HANDLE: u32 = 1;
 const STATE_HANDLE: u32 = 2;
 const ERT_HANDLE: u32 = 3;
 
+/// What one notification of the status subscription reports.
+fn status_report(handle: u32, dv: DataValue) -> StatusReport {
+    let good = dv.status.is_none_or(|s| s.is_good());
+    match (handle, dv.value) {
+        (SL_HANDLE, Some(Variant::Byte(level))) if good => StatusReport::ServiceLevel(level),
+        (STATE_HANDLE, Some(Variant::Int32(st))) if good => StatusReport::State(server_state(st)),
+        (ERT_HANDLE, Some(Variant::DateTime(t))) if good => StatusReport::ReturnTime(Some(*t)),
+        (ERT_HANDLE, _) => StatusReport::ReturnTime(None),
+        _ => StatusReport::Other,
+    }
+}
+
 /// Subscribes to ServiceLevel, ServerStatus/State and EstimatedReturnTime
 /// of the server behind `ls`, so a change is seen within one publishing
-/// interval; values update the peer table and wake the state machine.
+/// interval; each notification is reported to the machine.
 async fn watch_server_status(
     inner: &Arc<Inner>,
     ls: &Arc<LinkSession>,
+    tx: &mpsc::UnboundedSender<LinkEvent>,
 ) -> Result<(), (Failure, String)> {
     let s = &inner.settings;
-    let server = ls.server;
-    let weak: Weak<Inner> = Arc::downgrade(inner);
+    let (link, generation) = (ls.server, ls.generation);
     let lost = ls.lost.clone();
+    let reports = tx.clone();
     let cb = DataChangeCallback::new(move |dv: DataValue, item: &MonitoredItem| {
-        let Some(inner) = weak.upgrade() else { return };
         if lost.is_cancelled() {
             return;
         }
-        {
-            let mut peers = inner.peers.lock();
-            let Some(p) = peers.get_mut(server) else {
-                return;
-            };
-            p.reachable = true;
-            let good = dv.status.is_none_or(|s| s.is_good());
-            match (item.client_handle(), dv.value) {
-                (SL_HANDLE, Some(Variant::Byte(level))) if good => {
-                    if level == 0 && p.service_level != Some(0) {
-                        p.maintenance_since = Some(DateTime::now());
-                    } else if level != 0 {
-                        p.maintenance_since = None;
-                    }
-                    p.service_level = Some(level);
-                }
-                (STATE_HANDLE, Some(Variant::Int32(st))) if good => {
-                    p.state = server_state(st);
-                }
-                (ERT_HANDLE, Some(Variant::DateTime(t))) if good => {
-                    p.estimated_return_time = (!t.is_null()).then_some(*t);
-                }
-                (ERT_HANDLE, _) => p.estimated_return_time = None,
-                _ => {}
-            }
-        }
-        inner.peers_changed.notify_one();
+        let _ = reports.send(Event::Status {
+            link,
+            generation,
+            report: status_report(item.client_handle(), dv),
+        });
     });
     let session = ls.session();
     let sub = session
@@ -1759,14 +1526,17 @@ async fn watch_server_status(
         )
         .await
         .map_err(client_error)?;
-    // Mark reachable now; ServiceLevel/State arrive with the first publish.
-    inner.peers.lock()[server].reachable = true;
-    inner.peers_changed.notify_one();
+    // Reachable now; ServiceLevel/State arrive with the first publish.
+    let _ = tx.send(Event::Status {
+        link,
+        generation,
+        report: StatusReport::Watching,
+    });
     Ok(())
 }
 
-fn server_state(v: i32) -> Option<ServerState> {
-    Some(match v {
+fn server_state(v: i32) -> ServerState {
+    match v {
         0 => ServerState::Running,
         1 => ServerState::Failed,
         2 => ServerState::NoConfiguration,
@@ -1775,7 +1545,7 @@ fn server_state(v: i32) -> Option<ServerState> {
         5 => ServerState::Test,
         6 => ServerState::CommunicationFault,
         _ => ServerState::Unknown,
-    })
+    }
 }
 
 async fn close_link(ls: &LinkSession) {

@@ -4,6 +4,8 @@
 //!
 //! Sans-IO parts (plain data, time as an argument): [`policy`] (reconnect
 //! delays), [`redundancy`] (ServiceLevel subranges, failover decisions),
+//! [`failover`] (the machine making a connection's redundancy and failover
+//! decisions from events, driven by [`conn`]),
 //! [`limits`] (operation limits and batching), [`remap`] (namespace
 //! allocation and node id remapping between the gateway and a field server).
 
@@ -11,6 +13,7 @@ pub mod coalesce;
 pub mod conn;
 pub mod diag;
 pub mod events;
+pub mod failover;
 pub mod items;
 pub mod limits;
 pub mod policy;
