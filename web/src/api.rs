@@ -2,8 +2,7 @@
 //! JSON out. The fixed points scripts rely on (login, status, plan,
 //! config, maintenance) keep their JSON shapes.
 
-use std::net::{IpAddr, SocketAddr};
-use std::time::Instant;
+use std::net::SocketAddr;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{ConnectInfo, State};
@@ -15,7 +14,7 @@ use uagate_store::Role;
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops::{self, ConfigChange, LevelOverride, MaintenanceRequest, StageView, StatusView};
-use crate::WebState;
+use crate::state::WebState;
 
 /// `POST /api/v1/login` body.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -33,37 +32,7 @@ pub struct LoginResponse {
     pub token: String,
 }
 
-/// Checks a login against the store under the throttle: a token, 401, or
-/// after repeated failures for the name or address 429 until the lockout
-/// ends. Shared by the REST login and the console's login form.
-pub async fn check_login(
-    state: &WebState,
-    username: &str,
-    password: &str,
-    addr: Option<IpAddr>,
-) -> Result<String, ApiError> {
-    let now = Instant::now();
-    state.throttle.check(username, addr, now)?;
-    let role = state
-        .store
-        .verify_user(username, password)
-        .await
-        .map_err(ApiError::internal)?;
-    match role {
-        Some(role) => {
-            state.throttle.succeeded(username);
-            tracing::info!(user = %username, "console login");
-            state.keys.issue(username, role)
-        }
-        None => {
-            state.throttle.failed(username, addr, now);
-            tracing::warn!(user = %username, "console login refused");
-            Err(ApiError::BadCredentials)
-        }
-    }
-}
-
-/// Answers a login with a token (see [`check_login`]).
+/// Answers a login with a token (see [`ops::check_login`]).
 pub async fn login(
     State(state): State<WebState>,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
@@ -71,65 +40,19 @@ pub async fn login(
 ) -> Result<Json<LoginResponse>, ApiError> {
     let Json(req) = body.map_err(json_error)?;
     let addr = peer.map(|Extension(ConnectInfo(a))| a.ip());
-    let token = check_login(&state, &req.username, &req.password, addr).await?;
+    let token = ops::check_login(&state, &req.username, &req.password, addr).await?;
     Ok(Json(LoginResponse { token }))
 }
 
-/// `POST /api/v1/setup` body: the first administrator.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-pub struct SetupRequest {
-    /// The one-time code printed at first start.
-    pub code: String,
-    /// The new admin's user name.
-    pub username: String,
-    /// The new admin's password (at least 8 characters; never logged).
-    pub password: String,
-}
-
-/// Creates the first admin with the one-time setup code and returns their
-/// token. Refused (403) once any user exists or with a wrong code; wrong
-/// codes count towards the login lockout of the caller's address. Shared
-/// by the REST call and the console's setup form.
-pub async fn check_setup(
-    state: &WebState,
-    req: &SetupRequest,
-    addr: Option<IpAddr>,
-) -> Result<String, ApiError> {
-    let now = Instant::now();
-    state.throttle.check("(setup)", addr, now)?;
-    let matches = state
-        .setup_code
-        .lock()
-        .as_deref()
-        .is_some_and(|c| c == req.code.trim());
-    let no_users = state
-        .store
-        .list_users()
-        .await
-        .map_err(ApiError::internal)?
-        .is_empty();
-    if !matches || !no_users {
-        state.throttle.failed("(setup)", addr, now);
-        return Err(ApiError::Forbidden { role: "setup" });
-    }
-    state
-        .store
-        .add_user("setup", &req.username, &req.password, Role::Admin)
-        .await?;
-    *state.setup_code.lock() = None;
-    tracing::info!(user = %req.username, "first console administrator created");
-    state.keys.issue(&req.username, Role::Admin)
-}
-
-/// `POST /api/v1/setup`: see [`check_setup`].
+/// `POST /api/v1/setup`: see [`ops::check_setup`].
 pub async fn setup(
     State(state): State<WebState>,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    body: Result<Json<SetupRequest>, JsonRejection>,
+    body: Result<Json<ops::SetupRequest>, JsonRejection>,
 ) -> Result<Json<LoginResponse>, ApiError> {
     let Json(req) = body.map_err(json_error)?;
     let addr = peer.map(|Extension(ConnectInfo(a))| a.ip());
-    let token = check_setup(&state, &req, addr).await?;
+    let token = ops::check_setup(&state, &req, addr).await?;
     Ok(Json(LoginResponse { token }))
 }
 

@@ -17,7 +17,7 @@ use prometheus::{
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops::{conn_state, server_state, CONN_STATES, SERVER_STATES};
-use crate::WebState;
+use crate::state::WebState;
 
 /// Serves the scrape. Any role (a Bearer token is required on the console
 /// listener).

@@ -8,10 +8,10 @@ use axum::Json;
 use schemars::{schema_for, JsonSchema};
 use serde_json::{json, Map, Value};
 
-use crate::api::{LoginRequest, LoginResponse, SetupRequest};
+use crate::api::{LoginRequest, LoginResponse};
 use crate::ops::{
     ConfigChange, HistoryView, LevelOverride, MaintenanceRequest, ProbeView, SessionView,
-    StageView, StatusView,
+    SetupRequest, StageView, StatusView,
 };
 use crate::rest::{CertView, Certificates, OwnerRequest};
 use crate::users::{AuditEntry, NewUser, UserChange, UserView};

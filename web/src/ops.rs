@@ -5,6 +5,9 @@
 //! JSON or form fields in and JSON or HTML out, so the two can never
 //! disagree.
 
+use std::net::IpAddr;
+use std::time::Instant;
+
 use serde::{Deserialize, Serialize};
 use uagate_config::{Config, ConfigError};
 use uagate_isolation::plan::{Plan, PlanError};
@@ -13,7 +16,87 @@ use uagate_store::Role;
 
 use crate::auth::Authed;
 use crate::error::ApiError;
-use crate::WebState;
+use crate::state::WebState;
+
+// ------------------------------------------------------ login and setup
+
+/// Checks a login against the store under the throttle: a token, 401, or
+/// after repeated failures for the name or address 429 until the lockout
+/// ends. Shared by the REST login and the console's login form.
+pub async fn check_login(
+    state: &WebState,
+    username: &str,
+    password: &str,
+    addr: Option<IpAddr>,
+) -> Result<String, ApiError> {
+    let now = Instant::now();
+    state.throttle.check(username, addr, now)?;
+    let role = state
+        .store
+        .verify_user(username, password)
+        .await
+        .map_err(ApiError::internal)?;
+    match role {
+        Some(role) => {
+            state.throttle.succeeded(username);
+            tracing::info!(user = %username, "console login");
+            state.keys.issue(username, role)
+        }
+        None => {
+            state.throttle.failed(username, addr, now);
+            tracing::warn!(user = %username, "console login refused");
+            Err(ApiError::BadCredentials)
+        }
+    }
+}
+
+/// `POST /api/v1/setup` body: the first administrator.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SetupRequest {
+    /// The one-time code printed at first start.
+    pub code: String,
+    /// The new admin's user name.
+    pub username: String,
+    /// The new admin's password (at least 8 characters; never logged).
+    pub password: String,
+}
+
+/// Creates the first admin with the one-time setup code and returns their
+/// token. Refused (403) once any user exists or with a wrong code; wrong
+/// codes count towards the login lockout of the caller's address. Shared
+/// by the REST call and the console's setup form.
+pub async fn check_setup(
+    state: &WebState,
+    req: &SetupRequest,
+    addr: Option<IpAddr>,
+) -> Result<String, ApiError> {
+    let now = Instant::now();
+    state.throttle.check("(setup)", addr, now)?;
+    let matches = state
+        .setup_code
+        .lock()
+        .as_deref()
+        .is_some_and(|c| c == req.code.trim());
+    let no_users = state
+        .store
+        .list_users()
+        .await
+        .map_err(ApiError::internal)?
+        .is_empty();
+    if !matches || !no_users {
+        state.throttle.failed("(setup)", addr, now);
+        return Err(ApiError::Forbidden { role: "setup" });
+    }
+    state
+        .store
+        .add_user("setup", &req.username, &req.password, Role::Admin)
+        .await?;
+    *state.setup_code.lock() = None;
+    tracing::info!(user = %req.username, "first console administrator created");
+    state.keys.issue(&req.username, Role::Admin)
+}
+
+// ------------------------------------------------------------------ status
 
 /// One field connection in `GET /api/v1/status`.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]

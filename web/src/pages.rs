@@ -2,7 +2,7 @@
 //! `templates/`), htmx for live refresh and partial updates, plain form
 //! posts when JavaScript is off. Every page handler reads through the same
 //! [`crate::ops`] the REST API uses; every form post is a state change
-//! guarded by the session cookie's CSRF token (see [`crate::auth::guard`])
+//! guarded by the session cookie's CSRF token (see [`crate::access::guard`])
 //! and answered with a redirect carrying a one-shot notice, or with the
 //! page re-rendered around the error.
 
@@ -21,14 +21,11 @@ use uagate_config::{
 };
 use uagate_store::{CertInfo, CertKind, CertSummary, Role};
 
-use crate::api::{check_login, check_setup, SetupRequest};
+use crate::access::FLASH;
 use crate::auth::{clear_cookie, session_cookie, Authed};
 use crate::error::ApiError;
-use crate::ops::{self, StatusView};
-use crate::WebState;
-
-/// Cookie that carries a one-shot notice across a post-redirect-get.
-pub(crate) const FLASH: &str = "uagate_flash";
+use crate::ops::{self, check_login, check_setup, SetupRequest, StatusView};
+use crate::state::WebState;
 
 /// The navigation, in order: (path, label, least role).
 const NAV: &[(&str, &str, Role)] = &[
@@ -186,7 +183,7 @@ fn take_flash(headers: &HeaderMap) -> Option<String> {
 }
 
 /// Renders a template into a response. (A notice shown from the flash
-/// cookie is cleared by [`crate::auth::guard`] for every page.)
+/// cookie is cleared by [`crate::access::guard`] for every page.)
 fn page(t: &impl Template, status: StatusCode) -> Response {
     match t.render() {
         Ok(body) => (status, Html(body)).into_response(),

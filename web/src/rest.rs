@@ -15,7 +15,7 @@ use crate::api::json_error;
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops::{self, ConfigChange};
-use crate::WebState;
+use crate::state::WebState;
 
 /// `GET /api/v1/owners`: the configured trusted owners. Any role.
 pub async fn owners(

@@ -12,7 +12,7 @@ use uagate_store::Role;
 use crate::api::json_error;
 use crate::auth::{role_from_str, Authed};
 use crate::error::ApiError;
-use crate::WebState;
+use crate::state::WebState;
 
 /// A user as listed (never the password hash).
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
