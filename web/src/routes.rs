@@ -57,45 +57,57 @@ pub fn app(state: WebState) -> Router {
         .route("/api/v1/openapi.json", get(openapi::document))
         .route("/metrics", get(metrics::metrics));
     let pages = Router::new()
-        .route("/", get(pages::dashboard))
-        .route("/partials/dashboard", get(pages::dashboard_partial))
-        .route("/login", get(pages::login_form).post(pages::login_submit))
-        .route("/setup", get(pages::setup_form).post(pages::setup_submit))
-        .route("/logout", post(pages::logout))
-        .route("/limits", get(pages::limits).post(pages::limits_apply))
-        .route("/limits/preview", post(pages::limits_preview))
-        .route("/owners", get(pages::owners).post(pages::owner_save))
-        .route("/owners/remove", post(pages::owner_remove))
-        .route("/ingress", post(pages::ingress_add))
-        .route("/ingress/remove", post(pages::ingress_remove))
+        .route("/", get(pages::dashboard::show))
+        .route("/partials/dashboard", get(pages::dashboard::partial))
+        .route("/login", get(pages::login::form).post(pages::login::submit))
+        .route(
+            "/setup",
+            get(pages::login::setup_form).post(pages::login::setup_submit),
+        )
+        .route("/logout", post(pages::login::logout))
+        .route(
+            "/limits",
+            get(pages::limits::show).post(pages::limits::apply),
+        )
+        .route("/limits/preview", post(pages::limits::preview))
+        .route(
+            "/owners",
+            get(pages::owners::show).post(pages::owners::save),
+        )
+        .route("/owners/remove", post(pages::owners::remove))
+        .route("/ingress", post(pages::owners::ingress_add))
+        .route("/ingress/remove", post(pages::owners::ingress_remove))
         .route(
             "/service-level",
-            get(pages::service_level).post(pages::service_level_set),
+            get(pages::service_level::show).post(pages::service_level::set),
         )
-        .route("/service-level/clear", post(pages::service_level_clear))
+        .route("/service-level/clear", post(pages::service_level::clear))
         .route(
             "/maintenance",
-            get(pages::maintenance).post(pages::maintenance_submit),
+            get(pages::maintenance::show).post(pages::maintenance::submit),
         )
-        .route("/certificates", get(pages::certificates))
-        .route("/certificates/trust", post(pages::certificate_trust))
-        .route("/certificates/remove", post(pages::certificate_remove))
-        .route("/certificates/crl", post(pages::certificate_crl))
-        .route("/certificates/upload", post(pages::certificate_upload))
-        .route("/users", get(pages::users).post(pages::user_add))
-        .route("/users/role", post(pages::user_role))
-        .route("/users/password", post(pages::user_password))
-        .route("/users/remove", post(pages::user_remove))
-        .route("/audit", get(pages::audit))
-        .route("/fields", get(pages::fields).post(pages::field_save))
-        .route("/partials/fields", get(pages::fields_partial))
-        .route("/fields/remove", post(pages::field_remove))
-        .route("/fields/test", post(pages::field_test))
-        .route("/fields/failover", post(pages::field_failover))
-        .route("/sessions", get(pages::sessions))
-        .route("/sessions/close", post(pages::session_close))
-        .route("/static/htmx.min.js", get(pages::htmx))
-        .route("/static/console.css", get(pages::css));
+        .route("/certificates", get(pages::certificates::show))
+        .route("/certificates/trust", post(pages::certificates::trust))
+        .route("/certificates/remove", post(pages::certificates::remove))
+        .route("/certificates/crl", post(pages::certificates::crl))
+        .route("/certificates/upload", post(pages::certificates::upload))
+        .route("/users", get(pages::users::show).post(pages::users::add))
+        .route("/users/role", post(pages::users::role))
+        .route("/users/password", post(pages::users::password))
+        .route("/users/remove", post(pages::users::remove))
+        .route("/audit", get(pages::audit::show))
+        .route(
+            "/fields",
+            get(pages::fields::show).post(pages::fields::save),
+        )
+        .route("/partials/fields", get(pages::fields::partial))
+        .route("/fields/remove", post(pages::fields::remove))
+        .route("/fields/test", post(pages::fields::test))
+        .route("/fields/failover", post(pages::fields::failover))
+        .route("/sessions", get(pages::sessions::show))
+        .route("/sessions/close", post(pages::sessions::close))
+        .route("/static/htmx.min.js", get(pages::assets::htmx))
+        .route("/static/console.css", get(pages::assets::css));
     api.merge(pages)
         .fallback(api::not_found)
         .layer(axum::middleware::from_fn_with_state(
