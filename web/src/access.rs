@@ -1,11 +1,21 @@
 //! What every request passes on its way to a handler: the [`guard`]
 //! middleware around the whole router (same-origin and CSRF checks,
-//! session renewal, clearing a shown notice) and the [`Authed`] extractor
-//! (the caller, with the role the store holds now).
+//! session renewal, clearing a shown notice), the [`Authed`] extractor
+//! (the caller, with the role the store holds now), and the one role
+//! check: each route of [`crate::routes`] declares its [`Access`], and
+//! `enforce` refuses a caller below it before the handler runs.
 
-use axum::extract::FromRequestParts;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
+use uagate_store::Role;
 
 use crate::auth::{cookie_value, session_cookie, unix_now, Authed, COOKIE, TOKEN_LIFETIME};
 use crate::error::ApiError;
@@ -75,6 +85,146 @@ impl FromRequestParts<WebState> for Authed {
 #[derive(Clone)]
 struct CookieSession(Authed);
 
+// ------------------------------------------------------------------- roles
+
+/// Who may call a route. Every route declares it once, in the table of
+/// [`crate::routes`]; `enforce` checks it before the handler runs, so no
+/// handler or operation checks a role itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone, without a token: logging in, first-start setup, logout,
+    /// static files, the OpenAPI document.
+    Public,
+    /// A logged-in user whose current role is this one or higher (viewer
+    /// < operator < admin).
+    AtLeast(Role),
+}
+
+impl Access {
+    /// Its name in the OpenAPI document (`x-uagate-role`): `none` or the
+    /// least role.
+    pub fn name(self) -> &'static str {
+        match self {
+            Access::Public => "none",
+            Access::AtLeast(role) => role.as_str(),
+        }
+    }
+}
+
+/// A request `enforce` refused, handed to the route's [`Refusal`].
+pub struct Refused {
+    /// The console's state.
+    pub state: WebState,
+    /// The caller, when the token was valid (and the role too low).
+    pub who: Option<Authed>,
+    /// Why: [`ApiError::Unauthenticated`], [`ApiError::Forbidden`], or an
+    /// internal error looking the user up.
+    pub error: ApiError,
+    /// The request as it came (a page may show its posted form again).
+    pub request: Request,
+}
+
+/// How a route answers a request `enforce` refused: the REST API with
+/// the JSON error ([`Refusal::json`]), a console page with the login page
+/// or the page around the error (see [`crate::pages::refusal`]).
+#[derive(Clone)]
+pub struct Refusal(Arc<dyn Fn(Refused) -> Answer + Send + Sync>);
+
+/// The answer to a refused request, once computed.
+type Answer = Pin<Box<dyn Future<Output = Response> + Send>>;
+
+impl Refusal {
+    /// The error as JSON with its status: 401 `unauthenticated`, 403
+    /// `forbidden`.
+    pub fn json() -> Refusal {
+        Refusal::new(|r: Refused| async move { r.error.into_response() })
+    }
+
+    /// Answers a refused request with `answer`.
+    pub fn new<F, Fut>(answer: F) -> Refusal
+    where
+        F: Fn(Refused) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response> + Send + 'static,
+    {
+        Refusal(Arc::new(move |r| Box::pin(answer(r))))
+    }
+}
+
+/// `endpoint` (one route of [`crate::routes`]) behind [`enforce`] with
+/// its access; a [`Access::Public`] route is left as it is.
+pub(crate) fn require(
+    endpoint: MethodRouter<WebState>,
+    access: Access,
+    state: &WebState,
+    refusal: Refusal,
+) -> MethodRouter<WebState> {
+    match access {
+        Access::Public => endpoint,
+        Access::AtLeast(least) => endpoint.route_layer(axum::middleware::from_fn_with_state(
+            Rule {
+                state: state.clone(),
+                least,
+                refusal,
+            },
+            enforce,
+        )),
+    }
+}
+
+/// What [`enforce`] checks for one route.
+#[derive(Clone)]
+struct Rule {
+    state: WebState,
+    least: Role,
+    refusal: Refusal,
+}
+
+/// Middleware on every route that needs a login, run before the handler
+/// and any of its extractors: the caller must hold a valid token of a user
+/// who still exists (else 401 `unauthenticated`), whose current role is
+/// the route's least role or higher (else 403 `forbidden`). A refused
+/// request is answered by the route's [`Refusal`]; an allowed one reaches
+/// the handler, whose [`Authed`] is the one checked here (not looked up
+/// again).
+async fn enforce(State(rule): State<Rule>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let checked = match Authed::from_request_parts(&mut parts, &rule.state).await {
+        Ok(who) => match allowed(&who, rule.least) {
+            Ok(()) => Ok(()),
+            Err(error) => Err((Some(who), error)),
+        },
+        Err(error) => Err((None, error)),
+    };
+    let request = Request::from_parts(parts, body);
+    match checked {
+        Ok(()) => next.run(request).await,
+        Err((who, error)) => {
+            (rule.refusal.0)(Refused {
+                state: rule.state,
+                who,
+                error,
+                request,
+            })
+            .await
+        }
+    }
+}
+
+/// The console's one role comparison: `who` may do what needs `least`
+/// when their current role is that one or higher; otherwise 403 naming
+/// their role.
+fn allowed(who: &Authed, least: Role) -> Result<(), ApiError> {
+    if who.can(least) {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden {
+            role: who.role.as_str(),
+        })
+    }
+}
+
+// ------------------------------------------------------------------- guard
+
 /// Paths whose unsafe requests need no CSRF token (they carry no session:
 /// logging in and first-start setup).
 const CSRF_EXEMPT: &[&str] = &["/login", "/setup", "/api/v1/login", "/api/v1/setup"];
@@ -97,7 +247,6 @@ pub async fn guard(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::http::Method;
-    use axum::response::IntoResponse;
     let unsafe_method = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     if unsafe_method && !same_origin(&req) {
         return ApiError::Csrf.into_response();
@@ -177,7 +326,6 @@ async fn csrf_ok(
     req: axum::extract::Request,
     expected: &str,
 ) -> Result<axum::extract::Request, axum::response::Response> {
-    use axum::response::IntoResponse;
     let matches = |v: &str| constant_time_eq(v.as_bytes(), expected.as_bytes());
     if let Some(v) = req.headers().get(CSRF_HEADER) {
         return if v.to_str().is_ok_and(matches) {

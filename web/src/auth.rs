@@ -270,19 +270,9 @@ pub struct Authed {
 }
 
 impl Authed {
-    /// Refuses with 403 unless the caller's role is `at_least` or higher.
-    pub fn require(&self, at_least: Role) -> Result<(), ApiError> {
-        if rank(self.role) >= rank(at_least) {
-            Ok(())
-        } else {
-            Err(ApiError::Forbidden {
-                role: self.role.as_str(),
-            })
-        }
-    }
-
-    /// Whether the caller's role is `at_least` or higher (for showing or
-    /// hiding controls).
+    /// Whether the caller's role is `at_least` or higher: for showing or
+    /// hiding controls, and for [`crate::access`], which refuses a route's
+    /// callers below its least role.
     pub fn can(&self, at_least: Role) -> bool {
         rank(self.role) >= rank(at_least)
     }
@@ -401,10 +391,10 @@ mod tests {
         let mut viewer = keys
             .verify(&keys.issue("v", Role::Viewer).unwrap())
             .unwrap();
-        assert!(viewer.require(Role::Viewer).is_ok());
-        assert!(viewer.require(Role::Operator).is_err());
+        assert!(viewer.can(Role::Viewer));
+        assert!(!viewer.can(Role::Operator));
         viewer.role = Role::Admin;
-        assert!(viewer.require(Role::Operator).is_ok());
+        assert!(viewer.can(Role::Operator));
         assert!(viewer.can(Role::Admin));
     }
 

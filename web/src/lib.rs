@@ -5,16 +5,18 @@
 //! [`app`] builds the router over a [`WebState`]: the store (users, the
 //! configuration document, the audit trail), the running engine (status,
 //! live reconfiguration), the token keys and the login throttle. Every
-//! route except login requires a token; each handler states the least role
-//! it needs. Errors are [`ApiError`]s: JSON with a stable code.
+//! route except login requires a token; the route table of [`routes`]
+//! states the least role of each, and the router refuses a lesser caller
+//! before the handler runs. Errors are [`ApiError`]s: JSON with a stable
+//! code.
 //!
-//! The modules, from the bottom up (each uses only those listed before it):
-//! [`error`] the error type; [`auth`] tokens, roles and the login
-//! throttle; [`state`] the shared state; [`access`] the middleware and the
-//! extractor every request passes (CSRF, renewal, the caller); [`ops`] the
+//! The modules, from the bottom up (each uses only those listed before
+//! it): [`error`] the error type; [`auth`] tokens, roles and the login
+//! throttle; [`state`] the shared state; [`access`] what every request
+//! passes (CSRF, renewal, the caller, the role check); [`ops`] the
 //! operations both the REST API and the pages call; [`api`], [`rest`],
 //! [`users`], [`metrics`] and [`openapi`] the REST side; [`pages`] the
-//! console; [`routes`] the router over all of them.
+//! console, one module per page; [`routes`] the router over all of them.
 
 pub mod access;
 pub mod api;

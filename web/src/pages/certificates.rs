@@ -4,14 +4,14 @@
 //! CRL.
 
 use askama::Template;
-use axum::extract::{Multipart, State};
+use axum::extract::{Multipart, Request, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Form;
 use serde::Deserialize;
 use uagate_store::{CertInfo, CertKind, CertSummary};
 
-use super::{done, error_page, page, take_flash, Chrome, Viewer};
+use super::{done, error_page, page, take_flash, Chrome};
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops;
@@ -78,12 +78,14 @@ async fn render_certificates(
     page(&t, status)
 }
 
+/// How the page shows a form post the router refused for the caller's
+/// role: the page again, with the error above it.
+pub async fn refused(state: WebState, who: Authed, error: ApiError, _: Request) -> Response {
+    render_certificates(&state, &who, None, Some(error)).await
+}
+
 /// `GET /certificates`.
-pub async fn show(
-    State(state): State<WebState>,
-    Viewer(who): Viewer,
-    headers: HeaderMap,
-) -> Response {
+pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap) -> Response {
     let flash = take_flash(&headers);
     render_certificates(&state, &who, flash, None).await
 }
@@ -95,10 +97,10 @@ pub struct ThumbprintForm {
 }
 
 /// `POST /certificates/trust`: moves a rejected certificate to the
-/// trusted list (operator).
+/// trusted list.
 pub async fn trust(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(f): Form<ThumbprintForm>,
 ) -> Response {
     match ops::trust_rejected(&state, &who, &f.thumbprint).await {
@@ -107,10 +109,10 @@ pub async fn trust(
     }
 }
 
-/// `POST /certificates/remove` (operator).
+/// `POST /certificates/remove`.
 pub async fn remove(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(f): Form<ThumbprintForm>,
 ) -> Response {
     match ops::remove_certificate(&state, &who, &f.thumbprint).await {
@@ -145,8 +147,8 @@ async fn read_upload(mut m: Multipart) -> Result<Vec<(String, Vec<u8>)>, ApiErro
     Ok(out)
 }
 
-/// `POST /certificates/crl` (multipart, operator): stores a CRL.
-pub async fn crl(State(state): State<WebState>, Viewer(who): Viewer, m: Multipart) -> Response {
+/// `POST /certificates/crl` (multipart): stores a CRL.
+pub async fn crl(State(state): State<WebState>, who: Authed, m: Multipart) -> Response {
     let result = async {
         let fields = read_upload(m).await?;
         let crl = fields
@@ -163,9 +165,9 @@ pub async fn crl(State(state): State<WebState>, Viewer(who): Viewer, m: Multipar
     }
 }
 
-/// `POST /certificates/upload` (multipart, operator): adds a trusted or
+/// `POST /certificates/upload` (multipart): adds a trusted or
 /// issuer certificate.
-pub async fn upload(State(state): State<WebState>, Viewer(who): Viewer, m: Multipart) -> Response {
+pub async fn upload(State(state): State<WebState>, who: Authed, m: Multipart) -> Response {
     let result = async {
         let fields = read_upload(m).await?;
         let kind = fields

@@ -9,7 +9,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use uagate_store::CertKind;
 
-use super::{page, take_flash, Chrome, Viewer};
+use super::{page, take_flash, Chrome};
+use crate::auth::Authed;
 use crate::ops::{self, StatusView};
 use crate::state::WebState;
 
@@ -91,11 +92,7 @@ struct DashboardLive {
 }
 
 /// `GET /`: the dashboard.
-pub async fn show(
-    State(state): State<WebState>,
-    Viewer(who): Viewer,
-    headers: HeaderMap,
-) -> Response {
+pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap) -> Response {
     let flash = take_flash(&headers);
     let t = DashboardPage {
         chrome: Chrome::new(&who, "Dashboard", "/", flash),
@@ -105,7 +102,7 @@ pub async fn show(
 }
 
 /// `GET /partials/dashboard`: the live part, refreshed by htmx.
-pub async fn partial(State(state): State<WebState>, _who: Viewer) -> Response {
+pub async fn partial(State(state): State<WebState>) -> Response {
     page(
         &DashboardLive {
             live: live(&state).await,

@@ -4,7 +4,7 @@
 //! connection, forces a failover, and adds, edits or removes an entry.
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Form;
@@ -12,7 +12,7 @@ use serde::Deserialize;
 use uagate_config::Config;
 use uagate_store::Role;
 
-use super::{change_notice, done, error_page, page, take_flash, Chrome, NameForm, Viewer};
+use super::{change_notice, done, error_page, page, take_flash, Chrome, NameForm};
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops;
@@ -140,18 +140,20 @@ async fn render_fields(
     )
 }
 
+/// How the page shows a form post the router refused for the caller's
+/// role: the page again, with the error above it.
+pub async fn refused(state: WebState, who: Authed, error: ApiError, _: Request) -> Response {
+    render_fields(&state, &who, None, None, Some(error)).await
+}
+
 /// `GET /fields`.
-pub async fn show(
-    State(state): State<WebState>,
-    Viewer(who): Viewer,
-    headers: HeaderMap,
-) -> Response {
+pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap) -> Response {
     let flash = take_flash(&headers);
     render_fields(&state, &who, flash, None, None).await
 }
 
 /// `GET /partials/fields`: the live table, refreshed by htmx.
-pub async fn partial(State(state): State<WebState>, Viewer(who): Viewer) -> Response {
+pub async fn partial(State(state): State<WebState>, who: Authed) -> Response {
     page(
         &FieldsLive {
             fields: field_rows(&state),
@@ -178,14 +180,13 @@ pub fn parse_field(text: &str) -> Result<uagate_config::FieldServer, ApiError> {
     })
 }
 
-/// `POST /fields`: adds or replaces a field connection (operator).
+/// `POST /fields`: adds or replaces a field connection.
 pub async fn save(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(f): Form<FieldForm>,
 ) -> Response {
     let result = async {
-        who.require(Role::Operator)?;
         let field = parse_field(&f.toml)?;
         ops::upsert_field(&state, &who, field).await
     }
@@ -196,10 +197,10 @@ pub async fn save(
     }
 }
 
-/// `POST /fields/remove` (operator).
+/// `POST /fields/remove`.
 pub async fn remove(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(f): Form<NameForm>,
 ) -> Response {
     match ops::remove_field(&state, &who, &f.name).await {
@@ -208,23 +209,19 @@ pub async fn remove(
     }
 }
 
-/// `POST /fields/test` (operator): probes the connection's URLs and shows
+/// `POST /fields/test`: probes the connection's URLs and shows
 /// what each answered.
-pub async fn test(
-    State(state): State<WebState>,
-    Viewer(who): Viewer,
-    Form(f): Form<NameForm>,
-) -> Response {
-    match ops::probe_field(&state, &who, &f.name).await {
+pub async fn test(State(state): State<WebState>, who: Authed, Form(f): Form<NameForm>) -> Response {
+    match ops::probe_field(&state, &f.name).await {
         Ok(p) => render_fields(&state, &who, None, Some((f.name, p)), None).await,
         Err(e) => render_fields(&state, &who, None, None, Some(e)).await,
     }
 }
 
-/// `POST /fields/failover` (operator).
+/// `POST /fields/failover`.
 pub async fn failover(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(f): Form<NameForm>,
 ) -> Response {
     match ops::force_failover(&state, &who, &f.name).await {

@@ -3,14 +3,15 @@
 //! (`/limits/preview`); an administrator applies them.
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Form;
 use uagate_config::{Config, IsolationMode, Stage, StageOverride};
 use uagate_store::Role;
 
-use super::{change_notice, done, error_page, number, page, take_flash, Chrome, Viewer};
+use super::{change_notice, done, error_page, number, page, take_flash, Chrome};
+use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops;
 use crate::state::WebState;
@@ -220,11 +221,7 @@ struct PlanPartial {
 }
 
 /// `GET /limits`: the isolation settings of the stored document and its plan.
-pub async fn show(
-    State(state): State<WebState>,
-    Viewer(who): Viewer,
-    headers: HeaderMap,
-) -> Response {
+pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap) -> Response {
     let flash = take_flash(&headers);
     let config = match ops::stored_config(&state).await {
         Ok(c) => c,
@@ -245,7 +242,7 @@ pub async fn show(
 /// only when the plan is valid); a plain post gets the whole page.
 pub async fn preview(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     headers: HeaderMap,
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Response {
@@ -275,17 +272,16 @@ pub async fn preview(
     page(&t, StatusCode::OK)
 }
 
-/// `POST /limits`: applies the form (admin). Says which changes took
+/// `POST /limits`: applies the form. Says which changes took
 /// effect live and which wait for a restart; an invalid form is shown
 /// again with the named error and nothing is stored.
 pub async fn apply(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Response {
     let form = LimitsForm::from_fields(&fields);
     let result = async {
-        who.require(Role::Admin)?;
         let base = ops::stored_config(&state).await?;
         let candidate = form.apply_to(base)?;
         ops::apply_config(&state, &who, candidate).await
@@ -293,30 +289,48 @@ pub async fn apply(
     .await;
     match result {
         Ok(change) => done("/limits", &change_notice(&change)),
-        Err(e) => {
-            let (form, preview) = match ops::stored_config(&state).await {
-                Ok(base) => {
-                    let preview = Preview::of(form.apply_to(base.clone()), false);
-                    (form.with_defaults(&base), preview)
-                }
-                Err(_) => (
-                    form,
-                    Preview {
-                        lines: Vec::new(),
-                        error: None,
-                        oob: false,
-                    },
-                ),
-            };
-            let (chrome, status) = Chrome::with_error(&who, "Limits", "/limits", None, Some(e));
-            let t = LimitsPage {
-                chrome_admin: who.can(Role::Admin),
-                chrome,
-                modes: MODES,
-                form,
-                preview,
-            };
-            page(&t, status)
-        }
+        Err(e) => render_with_error(&state, &who, form, e).await,
     }
+}
+
+/// How the page shows a post of `/limits` the router refused for the
+/// caller's role: the posted form again, with its plan and the error.
+pub async fn refused(state: WebState, who: Authed, error: ApiError, request: Request) -> Response {
+    let fields = match Form::<Vec<(String, String)>>::from_request(request, &state).await {
+        Ok(Form(fields)) => fields,
+        Err(_) => Vec::new(),
+    };
+    render_with_error(&state, &who, LimitsForm::from_fields(&fields), error).await
+}
+
+/// The page with the posted `form`, its plan, and `error` above them.
+async fn render_with_error(
+    state: &WebState,
+    who: &Authed,
+    form: LimitsForm,
+    error: ApiError,
+) -> Response {
+    let (form, preview) = match ops::stored_config(state).await {
+        Ok(base) => {
+            let preview = Preview::of(form.apply_to(base.clone()), false);
+            (form.with_defaults(&base), preview)
+        }
+        Err(_) => (
+            form,
+            Preview {
+                lines: Vec::new(),
+                error: None,
+                oob: false,
+            },
+        ),
+    };
+    let (chrome, status) = Chrome::with_error(who, "Limits", "/limits", None, Some(error));
+    let t = LimitsPage {
+        chrome_admin: who.can(Role::Admin),
+        chrome,
+        modes: MODES,
+        form,
+        preview,
+    };
+    page(&t, status)
 }

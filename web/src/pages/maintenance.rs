@@ -3,14 +3,13 @@
 //! and the way back to Running.
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Form;
 use serde::Deserialize;
-use uagate_store::Role;
 
-use super::{done, number, page, take_flash, Chrome, Viewer};
+use super::{done, number, page, take_flash, Chrome};
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops::{self, StatusView};
@@ -54,12 +53,14 @@ fn render_maintenance(
     )
 }
 
+/// How the page shows a form post the router refused for the caller's
+/// role: the page again, with the error above it.
+pub async fn refused(state: WebState, who: Authed, error: ApiError, _: Request) -> Response {
+    render_maintenance(&state, &who, None, None, Some(error))
+}
+
 /// `GET /maintenance`.
-pub async fn show(
-    State(state): State<WebState>,
-    Viewer(who): Viewer,
-    headers: HeaderMap,
-) -> Response {
+pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap) -> Response {
     let flash = take_flash(&headers);
     render_maintenance(&state, &who, flash, None, None)
 }
@@ -81,11 +82,11 @@ pub struct MaintenanceForm {
     confirm: Option<String>,
 }
 
-/// `POST /maintenance` (operator): first the confirmation step, then the
+/// `POST /maintenance`: first the confirmation step, then the
 /// state change through the same engine call as the OPC UA method.
 pub async fn submit(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(f): Form<MaintenanceForm>,
 ) -> Response {
     let req = match number::<u32>("seconds_till_shutdown", &f.seconds_till_shutdown) {
@@ -98,9 +99,6 @@ pub async fn submit(
         },
         Err(e) => return render_maintenance(&state, &who, None, None, Some(e)),
     };
-    if let Err(e) = who.require(Role::Operator) {
-        return render_maintenance(&state, &who, None, None, Some(e));
-    }
     if f.confirm.as_deref() != Some("yes") {
         let effect = if f.state == "running" {
             "Clients will see ServiceLevel return to its computed value."

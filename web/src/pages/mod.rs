@@ -8,7 +8,10 @@
 //!
 //! One module per page; this one holds what they share: the [`Chrome`]
 //! around every page (navigation, user, CSRF token, notice or error), the
-//! redirect with a one-shot notice, and the error page.
+//! redirect with a one-shot notice, the error page, and how a page answers
+//! a request the router refused ([`refusal`]). The least role of every
+//! page and form is declared in [`crate::routes`], not here; the pages
+//! only ask the caller's role to show or hide controls.
 
 pub mod assets;
 pub mod audit;
@@ -23,15 +26,16 @@ pub mod service_level;
 pub mod sessions;
 pub mod users;
 
+use std::future::Future;
+
 use askama::Template;
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
+use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
 use uagate_store::Role;
 
-use crate::access::FLASH;
+use crate::access::{Refusal, Refused, FLASH};
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops;
@@ -119,35 +123,52 @@ impl Chrome {
     }
 }
 
-/// A logged-in console user. A request without a valid session is sent
-/// to the login page (htmx requests get `HX-Redirect`).
-pub struct Viewer(pub Authed);
+/// How a console route answers a request the router refused (see
+/// [`crate::access`]): without a valid session, the login page, coming
+/// back here afterwards (htmx requests get `HX-Redirect` to it); a role
+/// too low, the error page (403).
+pub fn refusal() -> Refusal {
+    refusal_on(|_, _, error, _| async move { error_page(error) })
+}
 
-impl FromRequestParts<WebState> for Viewer {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, state: &WebState) -> Result<Self, Response> {
-        match Authed::from_request_parts(parts, state).await {
-            Ok(a) => Ok(Viewer(a)),
-            Err(ApiError::Unauthenticated) => {
-                let next = parts
-                    .uri
-                    .path_and_query()
-                    .map(|p| p.as_str())
-                    .unwrap_or("/");
-                let to = format!("/login?next={}", urlencode(next));
-                if parts.headers.contains_key("hx-request") {
-                    let mut r = StatusCode::OK.into_response();
-                    if let Ok(v) = HeaderValue::from_str(&to) {
-                        r.headers_mut().insert("hx-redirect", v);
-                    }
-                    Err(r)
-                } else {
-                    Err(see_other(&to))
+/// Like [`refusal`], but a role too low is shown by `shown`: the page the
+/// form is on, re-rendered with the error above it (each page module's
+/// `refused`).
+pub fn refusal_on<F, Fut>(shown: F) -> Refusal
+where
+    F: Fn(WebState, Authed, ApiError, Request) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response> + Send + 'static,
+{
+    Refusal::new(move |refused: Refused| {
+        let shown = shown.clone();
+        async move {
+            match (refused.who, refused.error) {
+                (_, ApiError::Unauthenticated) => to_login(&refused.request),
+                (Some(who), error @ ApiError::Forbidden { .. }) => {
+                    shown(refused.state, who, error, refused.request).await
                 }
+                (_, error) => error_page(error),
             }
-            Err(e) => Err(error_page(e)),
         }
+    })
+}
+
+/// The login page, then back to where `request` was going.
+fn to_login(request: &Request) -> Response {
+    let next = request
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let to = format!("/login?next={}", urlencode(next));
+    if request.headers().contains_key("hx-request") {
+        let mut r = StatusCode::OK.into_response();
+        if let Ok(v) = HeaderValue::from_str(&to) {
+            r.headers_mut().insert("hx-redirect", v);
+        }
+        r
+    } else {
+        see_other(&to)
     }
 }
 

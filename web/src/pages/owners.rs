@@ -3,15 +3,14 @@
 //! administrator adds, edits and removes both (`/ingress` for the rules).
 
 use askama::Template;
-use axum::extract::{Query, State};
+use axum::extract::{Query, Request, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Form;
 use serde::Deserialize;
 use uagate_config::{IngressClass, IngressRule, Reservation, Stage, TrustedOwner};
-use uagate_store::Role;
 
-use super::{change_notice, done, error_page, number, page, take_flash, Chrome, Viewer};
+use super::{change_notice, done, error_page, number, page, take_flash, Chrome};
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops;
@@ -104,6 +103,12 @@ async fn render_owners_editing(
     page(&t, status)
 }
 
+/// How the page shows a form post the router refused for the caller's
+/// role: the page again, with the error above it.
+pub async fn refused(state: WebState, who: Authed, error: ApiError, _: Request) -> Response {
+    render_owners(&state, &who, None, Some(error)).await
+}
+
 /// `stage reserved [hard]` lines.
 fn reservations_text(rs: &[Reservation]) -> String {
     rs.iter()
@@ -164,7 +169,7 @@ pub struct EditQuery {
 /// `GET /owners` (`?edit=KEY` prefills the form with that owner).
 pub async fn show(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     headers: HeaderMap,
     Query(q): Query<EditQuery>,
 ) -> Response {
@@ -197,15 +202,14 @@ pub struct OwnerForm {
     ingress: String,
 }
 
-/// `POST /owners`: adds or replaces a trusted owner (admin), validated
+/// `POST /owners`: adds or replaces a trusted owner, validated
 /// against the plan.
 pub async fn save(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(f): Form<OwnerForm>,
 ) -> Response {
     let result = async {
-        who.require(Role::Admin)?;
         let owner = TrustedOwner {
             key: f.key.trim().to_string(),
             weight: number("weight", &f.weight)?.unwrap_or(1),
@@ -230,17 +234,13 @@ pub struct KeyForm {
     key: String,
 }
 
-/// `POST /owners/remove` (admin).
+/// `POST /owners/remove`.
 pub async fn remove(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(f): Form<KeyForm>,
 ) -> Response {
-    let result = async {
-        who.require(Role::Admin)?;
-        ops::remove_owner(&state, &who, &f.key).await
-    }
-    .await;
+    let result = async { ops::remove_owner(&state, &who, &f.key).await }.await;
     owners_outcome(&state, &who, result).await
 }
 
@@ -271,14 +271,13 @@ pub fn ingress_rule(cidr: &str, target: &str) -> Result<IngressRule, ApiError> {
     })
 }
 
-/// `POST /ingress` (admin).
+/// `POST /ingress`.
 pub async fn ingress_add(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(f): Form<IngressForm>,
 ) -> Response {
     let result = async {
-        who.require(Role::Admin)?;
         let rule = ingress_rule(&f.cidr, &f.target)?;
         ops::add_ingress(&state, &who, rule).await
     }
@@ -292,16 +291,12 @@ pub struct IndexForm {
     index: usize,
 }
 
-/// `POST /ingress/remove` (admin).
+/// `POST /ingress/remove`.
 pub async fn ingress_remove(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(f): Form<IndexForm>,
 ) -> Response {
-    let result = async {
-        who.require(Role::Admin)?;
-        ops::remove_ingress(&state, &who, f.index).await
-    }
-    .await;
+    let result = async { ops::remove_ingress(&state, &who, f.index).await }.await;
     owners_outcome(&state, &who, result).await
 }

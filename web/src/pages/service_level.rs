@@ -3,13 +3,13 @@
 //! it to the computed value.
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Form;
 use serde::Deserialize;
 
-use super::{done, number, page, take_flash, Chrome, Viewer};
+use super::{done, number, page, take_flash, Chrome};
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops::{self, StatusView};
@@ -38,12 +38,14 @@ fn render_level(
     )
 }
 
+/// How the page shows a form post the router refused for the caller's
+/// role: the page again, with the error above it.
+pub async fn refused(state: WebState, who: Authed, error: ApiError, _: Request) -> Response {
+    render_level(&state, &who, None, Some(error))
+}
+
 /// `GET /service-level`.
-pub async fn show(
-    State(state): State<WebState>,
-    Viewer(who): Viewer,
-    headers: HeaderMap,
-) -> Response {
+pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap) -> Response {
     let flash = take_flash(&headers);
     render_level(&state, &who, flash, None)
 }
@@ -57,12 +59,8 @@ pub struct LevelForm {
     reason: String,
 }
 
-/// `POST /service-level`: sets the override (operator).
-pub async fn set(
-    State(state): State<WebState>,
-    Viewer(who): Viewer,
-    Form(f): Form<LevelForm>,
-) -> Response {
+/// `POST /service-level`: sets the override.
+pub async fn set(State(state): State<WebState>, who: Authed, Form(f): Form<LevelForm>) -> Response {
     let result = async {
         let level: u8 = number("level", &f.level)?
             .ok_or_else(|| ApiError::invalid("level", "a level 0-255 is required"))?;
@@ -86,8 +84,8 @@ pub async fn set(
     }
 }
 
-/// `POST /service-level/clear`: back to the computed value (operator).
-pub async fn clear(State(state): State<WebState>, Viewer(who): Viewer) -> Response {
+/// `POST /service-level/clear`: back to the computed value.
+pub async fn clear(State(state): State<WebState>, who: Authed) -> Response {
     match ops::override_level(&state, &who, ops::LevelOverride::default()).await {
         Ok(()) => done("/service-level", "Override cleared."),
         Err(e) => render_level(&state, &who, None, Some(e)),

@@ -2,13 +2,13 @@
 //! one.
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Form;
 use serde::Deserialize;
 
-use super::{done, page, take_flash, Chrome, Viewer};
+use super::{done, page, take_flash, Chrome};
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops;
@@ -37,12 +37,14 @@ fn render_sessions(
     )
 }
 
+/// How the page shows a form post the router refused for the caller's
+/// role: the page again, with the error above it.
+pub async fn refused(state: WebState, who: Authed, error: ApiError, _: Request) -> Response {
+    render_sessions(&state, &who, None, Some(error))
+}
+
 /// `GET /sessions`.
-pub async fn show(
-    State(state): State<WebState>,
-    Viewer(who): Viewer,
-    headers: HeaderMap,
-) -> Response {
+pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap) -> Response {
     let flash = take_flash(&headers);
     render_sessions(&state, &who, flash, None)
 }
@@ -53,10 +55,10 @@ pub struct SessionForm {
     id: String,
 }
 
-/// `POST /sessions/close` (operator).
+/// `POST /sessions/close`.
 pub async fn close(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(f): Form<SessionForm>,
 ) -> Response {
     match ops::close_session(&state, &who, &f.id).await {

@@ -9,7 +9,7 @@ use axum::Form;
 use serde::Deserialize;
 use uagate_store::Role;
 
-use super::{done, error_page, page, take_flash, Chrome, NameForm, Viewer};
+use super::{done, error_page, page, take_flash, Chrome, NameForm};
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::state::WebState;
@@ -28,9 +28,6 @@ async fn render_users(
     flash: Option<String>,
     error: Option<ApiError>,
 ) -> Response {
-    if let Err(e) = who.require(Role::Admin) {
-        return error_page(e);
-    }
     let users = match state.store.list_users().await {
         Ok(u) => u.into_iter().map(|(n, r)| (n, r.as_str())).collect(),
         Err(e) => return error_page(e.into()),
@@ -46,12 +43,8 @@ async fn render_users(
     )
 }
 
-/// `GET /users` (admin).
-pub async fn show(
-    State(state): State<WebState>,
-    Viewer(who): Viewer,
-    headers: HeaderMap,
-) -> Response {
+/// `GET /users`.
+pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap) -> Response {
     let flash = take_flash(&headers);
     render_users(&state, &who, flash, None).await
 }
@@ -69,14 +62,13 @@ fn role_field(s: &str) -> Result<Role, ApiError> {
         .ok_or_else(|| ApiError::invalid("role", "one of viewer, operator, admin"))
 }
 
-/// `POST /users` (admin).
+/// `POST /users`.
 pub async fn add(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(f): Form<NewUserForm>,
 ) -> Response {
     let result = async {
-        who.require(Role::Admin)?;
         let role = role_field(&f.role)?;
         state
             .store
@@ -98,14 +90,9 @@ pub struct RoleForm {
     role: String,
 }
 
-/// `POST /users/role` (admin).
-pub async fn role(
-    State(state): State<WebState>,
-    Viewer(who): Viewer,
-    Form(f): Form<RoleForm>,
-) -> Response {
+/// `POST /users/role`.
+pub async fn role(State(state): State<WebState>, who: Authed, Form(f): Form<RoleForm>) -> Response {
     let result = async {
-        who.require(Role::Admin)?;
         let role = role_field(&f.role)?;
         state
             .store
@@ -127,14 +114,13 @@ pub struct PasswordForm {
     password: String,
 }
 
-/// `POST /users/password` (admin).
+/// `POST /users/password`.
 pub async fn password(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(f): Form<PasswordForm>,
 ) -> Response {
     let result = async {
-        who.require(Role::Admin)?;
         state
             .store
             .set_password(&who.user, &f.name, &f.password)
@@ -148,14 +134,13 @@ pub async fn password(
     }
 }
 
-/// `POST /users/remove` (admin).
+/// `POST /users/remove`.
 pub async fn remove(
     State(state): State<WebState>,
-    Viewer(who): Viewer,
+    who: Authed,
     Form(f): Form<NameForm>,
 ) -> Response {
     let result = async {
-        who.require(Role::Admin)?;
         state
             .store
             .delete_user(&who.user, &f.name)
