@@ -2,20 +2,18 @@
 //! JSON out. The fixed points scripts rely on (login, status, plan,
 //! config, maintenance) keep their JSON shapes.
 
-use std::net::{IpAddr, SocketAddr};
-use std::time::Instant;
+use std::net::SocketAddr;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{ConnectInfo, State};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use uagate_config::Config;
-use uagate_store::Role;
 
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops::{self, ConfigChange, LevelOverride, MaintenanceRequest, StageView, StatusView};
-use crate::WebState;
+use crate::state::WebState;
 
 /// `POST /api/v1/login` body.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -33,37 +31,7 @@ pub struct LoginResponse {
     pub token: String,
 }
 
-/// Checks a login against the store under the throttle: a token, 401, or
-/// after repeated failures for the name or address 429 until the lockout
-/// ends. Shared by the REST login and the console's login form.
-pub async fn check_login(
-    state: &WebState,
-    username: &str,
-    password: &str,
-    addr: Option<IpAddr>,
-) -> Result<String, ApiError> {
-    let now = Instant::now();
-    state.throttle.check(username, addr, now)?;
-    let role = state
-        .store
-        .verify_user(username, password)
-        .await
-        .map_err(ApiError::internal)?;
-    match role {
-        Some(role) => {
-            state.throttle.succeeded(username);
-            tracing::info!(user = %username, "console login");
-            state.keys.issue(username, role)
-        }
-        None => {
-            state.throttle.failed(username, addr, now);
-            tracing::warn!(user = %username, "console login refused");
-            Err(ApiError::BadCredentials)
-        }
-    }
-}
-
-/// Answers a login with a token (see [`check_login`]).
+/// Answers a login with a token (see [`ops::check_login`]).
 pub async fn login(
     State(state): State<WebState>,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
@@ -71,65 +39,19 @@ pub async fn login(
 ) -> Result<Json<LoginResponse>, ApiError> {
     let Json(req) = body.map_err(json_error)?;
     let addr = peer.map(|Extension(ConnectInfo(a))| a.ip());
-    let token = check_login(&state, &req.username, &req.password, addr).await?;
+    let token = ops::check_login(&state, &req.username, &req.password, addr).await?;
     Ok(Json(LoginResponse { token }))
 }
 
-/// `POST /api/v1/setup` body: the first administrator.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-pub struct SetupRequest {
-    /// The one-time code printed at first start.
-    pub code: String,
-    /// The new admin's user name.
-    pub username: String,
-    /// The new admin's password (at least 8 characters; never logged).
-    pub password: String,
-}
-
-/// Creates the first admin with the one-time setup code and returns their
-/// token. Refused (403) once any user exists or with a wrong code; wrong
-/// codes count towards the login lockout of the caller's address. Shared
-/// by the REST call and the console's setup form.
-pub async fn check_setup(
-    state: &WebState,
-    req: &SetupRequest,
-    addr: Option<IpAddr>,
-) -> Result<String, ApiError> {
-    let now = Instant::now();
-    state.throttle.check("(setup)", addr, now)?;
-    let matches = state
-        .setup_code
-        .lock()
-        .as_deref()
-        .is_some_and(|c| c == req.code.trim());
-    let no_users = state
-        .store
-        .list_users()
-        .await
-        .map_err(ApiError::internal)?
-        .is_empty();
-    if !matches || !no_users {
-        state.throttle.failed("(setup)", addr, now);
-        return Err(ApiError::Forbidden { role: "setup" });
-    }
-    state
-        .store
-        .add_user("setup", &req.username, &req.password, Role::Admin)
-        .await?;
-    *state.setup_code.lock() = None;
-    tracing::info!(user = %req.username, "first console administrator created");
-    state.keys.issue(&req.username, Role::Admin)
-}
-
-/// `POST /api/v1/setup`: see [`check_setup`].
+/// `POST /api/v1/setup`: see [`ops::check_setup`].
 pub async fn setup(
     State(state): State<WebState>,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    body: Result<Json<SetupRequest>, JsonRejection>,
+    body: Result<Json<ops::SetupRequest>, JsonRejection>,
 ) -> Result<Json<LoginResponse>, ApiError> {
     let Json(req) = body.map_err(json_error)?;
     let addr = peer.map(|Extension(ConnectInfo(a))| a.ip());
-    let token = check_setup(&state, &req, addr).await?;
+    let token = ops::check_setup(&state, &req, addr).await?;
     Ok(Json(LoginResponse { token }))
 }
 
@@ -140,26 +62,22 @@ pub async fn logout(State(state): State<WebState>, who: Authed) -> axum::http::S
     axum::http::StatusCode::NO_CONTENT
 }
 
-/// The running gateway at a glance. Any role.
-pub async fn status(State(state): State<WebState>, _who: Authed) -> Json<StatusView> {
+/// The running gateway at a glance.
+pub async fn status(State(state): State<WebState>) -> Json<StatusView> {
     Json(ops::status(&state))
 }
 
-/// The isolation plan of the configuration in force. Any role.
-pub async fn plan(
-    State(state): State<WebState>,
-    _who: Authed,
-) -> Result<Json<Vec<StageView>>, ApiError> {
+/// The isolation plan of the configuration in force.
+pub async fn plan(State(state): State<WebState>) -> Result<Json<Vec<StageView>>, ApiError> {
     let plan = uagate_isolation::plan::Plan::build(&state.engine.applied_config())
         .map_err(ops::plan_error)?;
     Ok(Json(ops::plan_view(&plan)))
 }
 
-/// The stored configuration document as JSON. Any role: field-server
+/// The stored configuration document as JSON. Field-server
 /// passwords read as `<stored>`, and sending that back keeps them.
 pub async fn get_config(
     State(state): State<WebState>,
-    _who: Authed,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let mut config = ops::stored_config(&state).await?;
     ops::redact(&mut config);
@@ -170,13 +88,12 @@ pub async fn get_config(
 
 /// Replaces the whole configuration document, validated as a unit: an
 /// invalid document is refused with 422 naming the setting and nothing is
-/// stored. Admin only.
+/// stored.
 pub async fn put_config(
     State(state): State<WebState>,
     who: Authed,
     body: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Json<ConfigChange>, ApiError> {
-    who.require(Role::Admin)?;
     let Json(value) = body.map_err(json_error)?;
     let new: Config = serde_json::from_value(value)
         .map_err(|e| ApiError::invalid("config", format!("configuration is not valid: {e}")))?;
@@ -185,9 +102,8 @@ pub async fn put_config(
 
 /// `POST /api/v1/plan/preview`: the plan a configuration document would
 /// have, without storing anything; 422 naming the setting when it is
-/// invalid. Any role.
+/// invalid.
 pub async fn preview_plan(
-    _who: Authed,
     body: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Json<Vec<StageView>>, ApiError> {
     let Json(value) = body.map_err(json_error)?;
@@ -198,25 +114,23 @@ pub async fn preview_plan(
 }
 
 /// Changes the server state like Server.RequestServerStateChange, through
-/// the same code path (persisted, audited, evented). Operator or admin.
+/// the same code path (persisted, audited, evented).
 pub async fn maintenance(
     State(state): State<WebState>,
     who: Authed,
     body: Result<Json<MaintenanceRequest>, JsonRejection>,
 ) -> Result<Json<StatusView>, ApiError> {
-    who.require(Role::Operator)?;
     let Json(req) = body.map_err(json_error)?;
     ops::change_state(&state, &who, &req).await?;
     Ok(Json(ops::status(&state)))
 }
 
-/// Sets or clears the operator's ServiceLevel override. Operator or admin.
+/// Sets or clears the operator's ServiceLevel override.
 pub async fn service_level(
     State(state): State<WebState>,
     who: Authed,
     body: Result<Json<LevelOverride>, JsonRejection>,
 ) -> Result<Json<StatusView>, ApiError> {
-    who.require(Role::Operator)?;
     let Json(req) = body.map_err(json_error)?;
     ops::override_level(&state, &who, req).await?;
     Ok(Json(ops::status(&state)))

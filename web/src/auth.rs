@@ -5,15 +5,13 @@
 //! data directory (`console/jwt.key`, created on first start, mode 0600).
 //! The console carries it in an HttpOnly, Secure, SameSite=Strict cookie;
 //! scripts send it as `Authorization: Bearer`. Tokens are short-lived;
-//! [`Authed`] is the extractor that checks them on every request.
+//! [`crate::access`] checks them on every request and yields an [`Authed`].
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use parking_lot::Mutex;
@@ -21,7 +19,6 @@ use serde::{Deserialize, Serialize};
 use uagate_store::Role;
 
 use crate::error::ApiError;
-use crate::WebState;
 
 /// Name of the console's session cookie.
 pub const COOKIE: &str = "uagate_token";
@@ -43,16 +40,6 @@ const MAX_TRACKED: usize = 4096;
 /// Longest time a console session may be renewed for without a new
 /// login, however active the operator is.
 pub const MAX_SESSION: Duration = Duration::from_secs(12 * 3600);
-
-/// Header that carries the CSRF token on console requests made by htmx.
-pub const CSRF_HEADER: &str = "x-csrf-token";
-
-/// Form field that carries the CSRF token on plain form posts.
-pub const CSRF_FIELD: &str = "_csrf";
-
-/// Header set by the console's periodic refreshes: such requests do not
-/// count as activity, so an unattended dashboard still logs out.
-pub const POLL_HEADER: &str = "x-uagate-poll";
 
 /// Most logged-out sessions remembered until their tokens expire.
 const MAX_REVOKED: usize = 65_536;
@@ -110,7 +97,8 @@ impl TokenKeys {
 
     /// A fresh token for the same session (same CSRF token), or `None`
     /// when the session is older than [`MAX_SESSION`]. Called by
-    /// [`guard`] for an active operator once half the lifetime is gone.
+    /// [`crate::access::guard`] for an active operator once half the
+    /// lifetime is gone.
     pub fn renew(&self, who: &Authed) -> Option<String> {
         let now = unix_now();
         if now.saturating_sub(who.auth_time) >= MAX_SESSION.as_secs() {
@@ -222,7 +210,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::write(path, bytes)
 }
 
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -258,8 +246,8 @@ fn rank(role: Role) -> u8 {
     }
 }
 
-/// An authenticated caller; extracting it from a request refuses the
-/// request with 401 when it carries no valid token, or the user no longer
+/// An authenticated caller; extracting it from a request (see
+/// [`crate::access`]) refuses the request with 401 when it carries no valid token, or the user no longer
 /// exists.
 #[derive(Debug, Clone)]
 pub struct Authed {
@@ -282,37 +270,12 @@ pub struct Authed {
 }
 
 impl Authed {
-    /// Refuses with 403 unless the caller's role is `at_least` or higher.
-    pub fn require(&self, at_least: Role) -> Result<(), ApiError> {
-        if rank(self.role) >= rank(at_least) {
-            Ok(())
-        } else {
-            Err(ApiError::Forbidden {
-                role: self.role.as_str(),
-            })
-        }
-    }
-
-    /// Whether the caller's role is `at_least` or higher (for showing or
-    /// hiding controls).
+    /// Whether the caller's role is `at_least` or higher: for showing or
+    /// hiding controls, and for [`crate::access`], which refuses a route's
+    /// callers below its least role.
     pub fn can(&self, at_least: Role) -> bool {
         rank(self.role) >= rank(at_least)
     }
-}
-
-/// Where a request's token came from.
-fn token_of(headers: &HeaderMap) -> Option<(&str, bool)> {
-    if let Some(v) = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    {
-        return v.strip_prefix("Bearer ").map(|t| (t.trim(), false));
-    }
-    cookie_token(headers).map(|t| (t, true))
-}
-
-fn cookie_token(headers: &HeaderMap) -> Option<&str> {
-    cookie_value(headers, COOKIE)
 }
 
 /// The value of the cookie `name` of a request.
@@ -323,196 +286,6 @@ pub(crate) fn cookie_value<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .find_map(|c| c.trim().strip_prefix(name)?.strip_prefix('='))
-}
-
-impl FromRequestParts<WebState> for Authed {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &WebState) -> Result<Self, ApiError> {
-        if let Some(a) = parts.extensions.get::<Authed>() {
-            return Ok(a.clone());
-        }
-        let mut who = match parts.extensions.get::<CookieSession>() {
-            // The guard already checked this request's cookie token.
-            Some(CookieSession(a)) => a.clone(),
-            None => {
-                let (token, via_cookie) =
-                    token_of(&parts.headers).ok_or(ApiError::Unauthenticated)?;
-                let mut who = state.keys.verify(token)?;
-                who.via_cookie = via_cookie;
-                who
-            }
-        };
-        // The stored role wins: a demoted or removed user loses access now.
-        who.role = state
-            .store
-            .user_role(&who.user)
-            .await
-            .map_err(ApiError::internal)?
-            .ok_or(ApiError::Unauthenticated)?;
-        parts.extensions.insert(who.clone());
-        Ok(who)
-    }
-}
-
-/// The cookie session the guard verified, handed to the [`Authed`]
-/// extractor so the token is checked once per request.
-#[derive(Clone)]
-struct CookieSession(Authed);
-
-/// Paths whose unsafe requests need no CSRF token (they carry no session:
-/// logging in and first-start setup).
-const CSRF_EXEMPT: &[&str] = &["/login", "/setup", "/api/v1/login", "/api/v1/setup"];
-
-/// Largest form body the CSRF check reads to find the token.
-const MAX_FORM: usize = 1 << 20;
-
-/// Middleware on every console and API request:
-/// - a state-changing request from a browser must come from the console's
-///   own origin (`Origin` matches `Host`), and when it is authenticated by
-///   the session cookie it must carry the session's CSRF token (header
-///   [`CSRF_HEADER`], form field [`CSRF_FIELD`], or for file uploads the
-///   query parameter of that name); otherwise 403 `csrf`. Bearer-token
-///   callers carry no ambient credential and are exempt.
-/// - an active cookie session past half its lifetime gets a renewed
-///   cookie (not for periodic refreshes, see [`POLL_HEADER`]).
-pub async fn guard(
-    axum::extract::State(state): axum::extract::State<WebState>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::http::Method;
-    use axum::response::IntoResponse;
-    let unsafe_method = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    if unsafe_method && !same_origin(&req) {
-        return ApiError::Csrf.into_response();
-    }
-    let bearer = req
-        .headers()
-        .contains_key(axum::http::header::AUTHORIZATION);
-    let session = if bearer {
-        None
-    } else {
-        cookie_token(req.headers()).and_then(|t| state.keys.verify(t).ok())
-    };
-    let mut req = req;
-    if let Some(who) = &session {
-        let mut verified = who.clone();
-        verified.via_cookie = true;
-        req.extensions_mut().insert(CookieSession(verified));
-        if unsafe_method && !CSRF_EXEMPT.contains(&req.uri().path()) {
-            match csrf_ok(req, &who.csrf).await {
-                Ok(r) => req = r,
-                Err(resp) => return resp,
-            }
-        }
-    }
-    let poll = req.headers().contains_key(POLL_HEADER);
-    // A page that showed the one-shot notice of a redirect clears it.
-    let had_flash =
-        !unsafe_method && !poll && cookie_value(req.headers(), crate::pages::FLASH).is_some();
-    let mut resp = next.run(req).await;
-    if had_flash && resp.status().is_success() {
-        if let Ok(v) = axum::http::HeaderValue::from_str(&format!(
-            "{}=; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=0",
-            crate::pages::FLASH
-        )) {
-            resp.headers_mut().append(axum::http::header::SET_COOKIE, v);
-        }
-    }
-    if let Some(who) = session {
-        let half = TOKEN_LIFETIME.as_secs() / 2;
-        let renew = !poll
-            && resp.status().is_success()
-            && who.expires.saturating_sub(unix_now()) < half
-            && !resp.headers().contains_key(axum::http::header::SET_COOKIE);
-        if renew {
-            if let Some(cookie) = state
-                .keys
-                .renew(&who)
-                .and_then(|t| axum::http::HeaderValue::from_str(&session_cookie(&t)).ok())
-            {
-                resp.headers_mut()
-                    .append(axum::http::header::SET_COOKIE, cookie);
-            }
-        }
-    }
-    resp
-}
-
-/// A browser's state-changing request must name the console itself as
-/// its origin; requests without `Origin` (scripts) pass.
-fn same_origin(req: &axum::extract::Request) -> bool {
-    let Some(origin) = req.headers().get(axum::http::header::ORIGIN) else {
-        return true;
-    };
-    let host = req
-        .headers()
-        .get(axum::http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| req.uri().authority().map(|a| a.as_str()));
-    match (origin.to_str(), host) {
-        (Ok(origin), Some(host)) => origin.strip_prefix("https://") == Some(host),
-        _ => false,
-    }
-}
-
-/// Checks the CSRF token of a cookie-authenticated request; a form body
-/// is read (bounded) and put back.
-async fn csrf_ok(
-    req: axum::extract::Request,
-    expected: &str,
-) -> Result<axum::extract::Request, axum::response::Response> {
-    use axum::response::IntoResponse;
-    let matches = |v: &str| constant_time_eq(v.as_bytes(), expected.as_bytes());
-    if let Some(v) = req.headers().get(CSRF_HEADER) {
-        return if v.to_str().is_ok_and(matches) {
-            Ok(req)
-        } else {
-            Err(ApiError::Csrf.into_response())
-        };
-    }
-    let content_type = req
-        .headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    if content_type.starts_with("application/x-www-form-urlencoded") {
-        let (parts, body) = req.into_parts();
-        let bytes = axum::body::to_bytes(body, MAX_FORM)
-            .await
-            .map_err(|_| ApiError::invalid("body", "form too large").into_response())?;
-        let found = form_value(&bytes, CSRF_FIELD).is_some_and(|v| matches(&v));
-        if !found {
-            return Err(ApiError::Csrf.into_response());
-        }
-        return Ok(axum::extract::Request::from_parts(
-            parts,
-            axum::body::Body::from(bytes),
-        ));
-    }
-    if content_type.starts_with("multipart/form-data") {
-        let query = req.uri().query().unwrap_or("").as_bytes().to_vec();
-        return if form_value(&query, CSRF_FIELD).is_some_and(|v| matches(&v)) {
-            Ok(req)
-        } else {
-            Err(ApiError::Csrf.into_response())
-        };
-    }
-    Err(ApiError::Csrf.into_response())
-}
-
-fn form_value(bytes: &[u8], name: &str) -> Option<String> {
-    serde_urlencoded::from_bytes::<Vec<(String, String)>>(bytes)
-        .ok()?
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v)
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Failed-login counting per user name and per client address, with a
@@ -618,10 +391,10 @@ mod tests {
         let mut viewer = keys
             .verify(&keys.issue("v", Role::Viewer).unwrap())
             .unwrap();
-        assert!(viewer.require(Role::Viewer).is_ok());
-        assert!(viewer.require(Role::Operator).is_err());
+        assert!(viewer.can(Role::Viewer));
+        assert!(!viewer.can(Role::Operator));
         viewer.role = Role::Admin;
-        assert!(viewer.require(Role::Operator).is_ok());
+        assert!(viewer.can(Role::Operator));
         assert!(viewer.can(Role::Admin));
     }
 

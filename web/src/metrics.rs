@@ -14,14 +14,13 @@ use prometheus::{
     Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops::{conn_state, server_state, CONN_STATES, SERVER_STATES};
-use crate::WebState;
+use crate::state::WebState;
 
 /// Serves the scrape. Any role (a Bearer token is required on the console
 /// listener).
-pub async fn metrics(State(state): State<WebState>, _who: Authed) -> Result<Response, ApiError> {
+pub async fn metrics(State(state): State<WebState>) -> Result<Response, ApiError> {
     scrape(&state)
 }
 

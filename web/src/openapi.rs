@@ -1,27 +1,27 @@
 //! `GET /api/v1/openapi.json`: the OpenAPI 3.1 description of the REST
-//! API, built from the route table below and the JSON Schemas of the
+//! API, built from the operation list below and the JSON Schemas of the
 //! request and answer types (derived with `schemars`), so it cannot drift
-//! from the types the handlers use. A router test checks that every route
-//! of [`crate::app`] under `/api/v1` is described.
+//! from the types the handlers use. Each operation's least role
+//! (`x-uagate-role`) comes from the route table of [`crate::routes`], the
+//! one place roles are declared; a test there checks that every route of
+//! [`crate::app`] under `/api/v1` is described, and nothing else.
 
-use axum::Json;
 use schemars::{schema_for, JsonSchema};
 use serde_json::{json, Map, Value};
 
-use crate::api::{LoginRequest, LoginResponse, SetupRequest};
+use crate::api::{LoginRequest, LoginResponse};
 use crate::ops::{
     ConfigChange, HistoryView, LevelOverride, MaintenanceRequest, ProbeView, SessionView,
-    StageView, StatusView,
+    SetupRequest, StageView, StatusView,
 };
 use crate::rest::{CertView, Certificates, OwnerRequest};
 use crate::users::{AuditEntry, NewUser, UserChange, UserView};
 
-/// One operation: method, path, least role (`none` = no token), summary,
-/// request body schema, answer schema.
+/// One operation: method, path, summary, request body schema, answer
+/// schema.
 struct Op {
     method: &'static str,
     path: &'static str,
-    role: &'static str,
     summary: &'static str,
     request: Option<Value>,
     response: Option<Value>,
@@ -48,10 +48,9 @@ fn text() -> Option<Value> {
 
 /// Every REST operation, in the order of docs/console.md.
 fn operations() -> Vec<Op> {
-    let op = |method, path, role, summary, request, response| Op {
+    let op = |method, path, summary, request, response| Op {
         method,
         path,
-        role,
         summary,
         request,
         response,
@@ -60,7 +59,6 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/login",
-            "none",
             "Log in: a token for Authorization: Bearer",
             schema::<LoginRequest>(),
             schema::<LoginResponse>(),
@@ -68,7 +66,6 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/setup",
-            "none",
             "Create the first admin with the one-time setup code",
             schema::<SetupRequest>(),
             schema::<LoginResponse>(),
@@ -76,7 +73,6 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/logout",
-            "viewer",
             "End this session; its tokens are refused from now on",
             None,
             None,
@@ -84,7 +80,6 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/v1/status",
-            "viewer",
             "Role, state, ServiceLevel, sessions, field connections",
             None,
             schema::<StatusView>(),
@@ -92,7 +87,6 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/v1/plan",
-            "viewer",
             "The isolation plan in force (the `uagate plan` table)",
             None,
             list::<StageView>(),
@@ -100,7 +94,6 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/plan/preview",
-            "viewer",
             "The plan a configuration document would have; nothing is stored",
             doc_part("The whole document"),
             list::<StageView>(),
@@ -108,7 +101,6 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/v1/config",
-            "viewer",
             "The configuration document (passwords read as <stored>)",
             None,
             doc_part("The whole document"),
@@ -116,7 +108,6 @@ fn operations() -> Vec<Op> {
         op(
             "put",
             "/api/v1/config",
-            "admin",
             "Replace the configuration document, validated as a unit",
             doc_part("The whole document"),
             schema::<ConfigChange>(),
@@ -124,7 +115,6 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/maintenance",
-            "operator",
             "RequestServerStateChange: state, return time, reason, drain",
             schema::<MaintenanceRequest>(),
             schema::<StatusView>(),
@@ -132,7 +122,6 @@ fn operations() -> Vec<Op> {
         op(
             "put",
             "/api/v1/service-level",
-            "operator",
             "Set or clear the ServiceLevel override (with expiry and reason)",
             schema::<LevelOverride>(),
             schema::<StatusView>(),
@@ -140,7 +129,6 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/v1/owners",
-            "viewer",
             "Trusted owners",
             None,
             doc_part("A list of [[isolation.trusted_owners]]"),
@@ -148,7 +136,6 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/owners",
-            "admin",
             "Add or replace a trusted owner, with ingress CIDRs mapped to it",
             schema::<OwnerRequest>(),
             schema::<ConfigChange>(),
@@ -156,7 +143,6 @@ fn operations() -> Vec<Op> {
         op(
             "delete",
             "/api/v1/owners/{key}",
-            "admin",
             "Remove a trusted owner",
             None,
             schema::<ConfigChange>(),
@@ -164,7 +150,6 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/v1/ingress",
-            "viewer",
             "Ingress rules, in document order",
             None,
             doc_part("A list of [[isolation.ingress]]"),
@@ -172,7 +157,6 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/ingress",
-            "admin",
             "Append an ingress rule",
             doc_part("One [[isolation.ingress]] entry"),
             schema::<ConfigChange>(),
@@ -180,7 +164,6 @@ fn operations() -> Vec<Op> {
         op(
             "delete",
             "/api/v1/ingress/{index}",
-            "admin",
             "Remove the ingress rule at index (0-based)",
             None,
             schema::<ConfigChange>(),
@@ -188,7 +171,6 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/v1/fields",
-            "viewer",
             "Field connections: configuration and live status",
             None,
             Some(json!({"type": "array"})),
@@ -196,7 +178,6 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/fields",
-            "operator",
             "Add or replace a field connection (at the next restart)",
             doc_part("One [[field_servers]] entry"),
             schema::<ConfigChange>(),
@@ -204,7 +185,6 @@ fn operations() -> Vec<Op> {
         op(
             "delete",
             "/api/v1/fields/{name}",
-            "operator",
             "Remove a field connection (at the next restart)",
             None,
             schema::<ConfigChange>(),
@@ -212,7 +192,6 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/v1/fields/{name}/history",
-            "viewer",
             "Recent events of a field connection, newest first",
             None,
             list::<HistoryView>(),
@@ -220,7 +199,6 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/fields/{name}/test",
-            "operator",
             "Probe every URL of a field connection",
             None,
             list::<ProbeView>(),
@@ -228,7 +206,6 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/fields/{name}/failover",
-            "operator",
             "Leave the active field server for the best other one",
             None,
             None,
@@ -236,7 +213,6 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/v1/certificates",
-            "viewer",
             "Own certificates; trusted, issuer and rejected lists",
             None,
             schema::<Certificates>(),
@@ -244,7 +220,6 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/certificates",
-            "operator",
             "Add a certificate (?kind=trusted|issuer); body DER or PEM",
             text(),
             schema::<CertView>(),
@@ -252,7 +227,6 @@ fn operations() -> Vec<Op> {
         op(
             "delete",
             "/api/v1/certificates/{thumbprint}",
-            "operator",
             "Remove a certificate from its list",
             None,
             None,
@@ -260,7 +234,6 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/certificates/{thumbprint}/trust",
-            "operator",
             "Trust a rejected certificate",
             None,
             schema::<CertView>(),
@@ -268,7 +241,6 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/crls",
-            "operator",
             "Add a CRL; body DER or PEM",
             text(),
             None,
@@ -276,7 +248,6 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/v1/sessions",
-            "viewer",
             "Northbound sessions",
             None,
             list::<SessionView>(),
@@ -284,7 +255,6 @@ fn operations() -> Vec<Op> {
         op(
             "delete",
             "/api/v1/sessions/{id}",
-            "operator",
             "Close a northbound session",
             None,
             None,
@@ -292,7 +262,6 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/v1/users",
-            "admin",
             "Users and roles",
             None,
             list::<UserView>(),
@@ -300,7 +269,6 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/users",
-            "admin",
             "Add a user",
             schema::<NewUser>(),
             None,
@@ -308,7 +276,6 @@ fn operations() -> Vec<Op> {
         op(
             "put",
             "/api/v1/users/{name}",
-            "admin",
             "Change a user's role or password",
             schema::<UserChange>(),
             None,
@@ -316,7 +283,6 @@ fn operations() -> Vec<Op> {
         op(
             "delete",
             "/api/v1/users/{name}",
-            "admin",
             "Remove a user",
             None,
             None,
@@ -324,7 +290,6 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/v1/audit",
-            "admin",
             "The audit trail (?after&limit&actor&kind)",
             None,
             list::<AuditEntry>(),
@@ -332,7 +297,6 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/v1/openapi.json",
-            "none",
             "This document",
             None,
             Some(json!({"type": "object"})),
@@ -345,27 +309,21 @@ pub fn described() -> Vec<(&'static str, &'static str)> {
     operations().iter().map(|o| (o.method, o.path)).collect()
 }
 
-/// (method, path, least role) of every operation (`none`: no token), for
-/// the role tests.
-pub fn roles() -> Vec<(&'static str, &'static str, &'static str)> {
-    operations()
-        .iter()
-        .map(|o| (o.method, o.path, o.role))
-        .collect()
-}
-
-/// Builds the document.
-pub fn build() -> Value {
+/// Builds the document; `role(method, path)` is the least role of an
+/// operation as the router enforces it (`none`: no token).
+pub fn build(role: impl Fn(&str, &str) -> Option<&'static str>) -> Value {
     let error = json!({
         "description": "Error: a stable code, a message, and the offending field when there is one",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     });
     let mut paths = Map::new();
     for o in operations() {
+        // Every operation is routed (a test in crate::routes checks it).
+        let role = role(o.method, o.path).unwrap_or("unrouted");
         let mut operation = Map::new();
         operation.insert("summary".into(), json!(o.summary));
-        operation.insert("x-uagate-role".into(), json!(o.role));
-        if o.role == "none" {
+        operation.insert("x-uagate-role".into(), json!(role));
+        if role == "none" {
             operation.insert("security".into(), json!([]));
         }
         let params: Vec<Value> = o
@@ -428,9 +386,4 @@ pub fn build() -> Value {
         },
         "paths": paths,
     })
-}
-
-/// `GET /api/v1/openapi.json` (no token needed: it describes, it holds nothing).
-pub async fn document() -> Json<Value> {
-    Json(build())
 }

@@ -1,9 +1,13 @@
 //! The operations behind both the REST API and the console pages. Each
-//! takes the caller and already-parsed input, checks the caller's role,
-//! does the work through the store and the engine, and records it in the
-//! audit trail; the REST handlers and the page handlers only translate
+//! takes the caller and already-parsed input, does the work through the
+//! store and the engine, and records it in the audit trail under the
+//! caller's name; the REST handlers and the page handlers only translate
 //! JSON or form fields in and JSON or HTML out, so the two can never
-//! disagree.
+//! disagree. The caller's role was checked before any of this runs, once
+//! per route, by the router (see [`crate::routes`]).
+
+use std::net::IpAddr;
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use uagate_config::{Config, ConfigError};
@@ -13,7 +17,87 @@ use uagate_store::Role;
 
 use crate::auth::Authed;
 use crate::error::ApiError;
-use crate::WebState;
+use crate::state::WebState;
+
+// ------------------------------------------------------ login and setup
+
+/// Checks a login against the store under the throttle: a token, 401, or
+/// after repeated failures for the name or address 429 until the lockout
+/// ends. Shared by the REST login and the console's login form.
+pub async fn check_login(
+    state: &WebState,
+    username: &str,
+    password: &str,
+    addr: Option<IpAddr>,
+) -> Result<String, ApiError> {
+    let now = Instant::now();
+    state.throttle.check(username, addr, now)?;
+    let role = state
+        .store
+        .verify_user(username, password)
+        .await
+        .map_err(ApiError::internal)?;
+    match role {
+        Some(role) => {
+            state.throttle.succeeded(username);
+            tracing::info!(user = %username, "console login");
+            state.keys.issue(username, role)
+        }
+        None => {
+            state.throttle.failed(username, addr, now);
+            tracing::warn!(user = %username, "console login refused");
+            Err(ApiError::BadCredentials)
+        }
+    }
+}
+
+/// `POST /api/v1/setup` body: the first administrator.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SetupRequest {
+    /// The one-time code printed at first start.
+    pub code: String,
+    /// The new admin's user name.
+    pub username: String,
+    /// The new admin's password (at least 8 characters; never logged).
+    pub password: String,
+}
+
+/// Creates the first admin with the one-time setup code and returns their
+/// token. Refused (403) once any user exists or with a wrong code; wrong
+/// codes count towards the login lockout of the caller's address. Shared
+/// by the REST call and the console's setup form.
+pub async fn check_setup(
+    state: &WebState,
+    req: &SetupRequest,
+    addr: Option<IpAddr>,
+) -> Result<String, ApiError> {
+    let now = Instant::now();
+    state.throttle.check("(setup)", addr, now)?;
+    let matches = state
+        .setup_code
+        .lock()
+        .as_deref()
+        .is_some_and(|c| c == req.code.trim());
+    let no_users = state
+        .store
+        .list_users()
+        .await
+        .map_err(ApiError::internal)?
+        .is_empty();
+    if !matches || !no_users {
+        state.throttle.failed("(setup)", addr, now);
+        return Err(ApiError::Forbidden { role: "setup" });
+    }
+    state
+        .store
+        .add_user("setup", &req.username, &req.password, Role::Admin)
+        .await?;
+    *state.setup_code.lock() = None;
+    tracing::info!(user = %req.username, "first console administrator created");
+    state.keys.issue(&req.username, Role::Admin)
+}
+
+// ------------------------------------------------------------------ status
 
 /// One field connection in `GET /api/v1/status`.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -56,7 +140,7 @@ pub struct StatusView {
     pub fields: Vec<FieldView>,
 }
 
-/// The running gateway at a glance (any role).
+/// The running gateway at a glance.
 pub fn status(state: &WebState) -> StatusView {
     let engine = &state.engine;
     let level = engine.service_level();
@@ -232,9 +316,7 @@ pub async fn stored_config(state: &WebState) -> Result<Config, ApiError> {
 /// Replaces the whole configuration document, validated and planned as a
 /// unit: an invalid document is refused naming the setting and nothing is
 /// stored; a valid one is stored (audited with before and after) and, when
-/// every change can be applied live, applied now. The caller's role is
-/// checked by the caller (admin for limits and owners, operator for field
-/// connections).
+/// every change can be applied live, applied now.
 pub async fn apply_config(
     state: &WebState,
     who: &Authed,
@@ -318,13 +400,12 @@ pub struct MaintenanceRequest {
 }
 
 /// Changes the server state like Server.RequestServerStateChange, through
-/// the same engine call (persisted, audited, evented). Operator or admin.
+/// the same engine call (persisted, audited, evented).
 pub async fn change_state(
     state: &WebState,
     who: &Authed,
     req: &MaintenanceRequest,
 ) -> Result<(), ApiError> {
-    who.require(Role::Operator)?;
     let wanted = SERVER_STATES
         .iter()
         .position(|s| *s == req.state)
@@ -406,13 +487,12 @@ pub struct LevelOverride {
 }
 
 /// Sets or clears the operator's ServiceLevel override, and records it in
-/// the audit trail (`event.service_level`). Operator or admin.
+/// the audit trail (`event.service_level`).
 pub async fn override_level(
     state: &WebState,
     who: &Authed,
     req: LevelOverride,
 ) -> Result<(), ApiError> {
-    who.require(Role::Operator)?;
     let expires = match (req.level, req.expires_in_s) {
         (None, _) => None,
         (Some(_), None) => {
@@ -485,14 +565,13 @@ pub(crate) fn plan_error(e: PlanError) -> ApiError {
 /// plan with the rest of the document, as one change. The first owner
 /// switches the isolation profile to `trusted_reservations` (the only
 /// profile with owners; it needs an ingress rule naming an owner), so one
-/// step does what the operator asked. Admin.
+/// step does what the operator asked.
 pub async fn upsert_owner(
     state: &WebState,
     who: &Authed,
     owner: uagate_config::TrustedOwner,
     ingress: Vec<String>,
 ) -> Result<ConfigChange, ApiError> {
-    who.require(Role::Admin)?;
     if owner.key.is_empty() {
         return Err(ApiError::invalid("key", "an owner key is required"));
     }
@@ -516,13 +595,12 @@ pub async fn upsert_owner(
 }
 
 /// Removes a trusted owner and the ingress rules that map to it, as one
-/// change. Removing the last one returns the profile to `balanced`. Admin.
+/// change. Removing the last one returns the profile to `balanced`.
 pub async fn remove_owner(
     state: &WebState,
     who: &Authed,
     key: &str,
 ) -> Result<ConfigChange, ApiError> {
-    who.require(Role::Admin)?;
     edit_config(state, who, |c| {
         let before = c.isolation.trusted_owners.len();
         c.isolation.trusted_owners.retain(|o| o.key != key);
@@ -540,13 +618,12 @@ pub async fn remove_owner(
     .await
 }
 
-/// Appends an ingress rule; validated against the plan. Admin.
+/// Appends an ingress rule; validated against the plan.
 pub async fn add_ingress(
     state: &WebState,
     who: &Authed,
     rule: uagate_config::IngressRule,
 ) -> Result<ConfigChange, ApiError> {
-    who.require(Role::Admin)?;
     edit_config(state, who, |c| {
         c.isolation.ingress.push(rule);
         Ok(())
@@ -554,13 +631,12 @@ pub async fn add_ingress(
     .await
 }
 
-/// Removes the ingress rule at `index` (0-based, document order). Admin.
+/// Removes the ingress rule at `index` (0-based, document order).
 pub async fn remove_ingress(
     state: &WebState,
     who: &Authed,
     index: usize,
 ) -> Result<ConfigChange, ApiError> {
-    who.require(Role::Admin)?;
     edit_config(state, who, |c| {
         if index >= c.isolation.ingress.len() {
             return Err(ApiError::NotFound(format!("no ingress rule {index}")));
@@ -573,14 +649,13 @@ pub async fn remove_ingress(
 
 // ------------------------------------------------------------ certificates
 
-/// Moves a rejected certificate to the trusted list (operator): the next
+/// Moves a rejected certificate to the trusted list: the next
 /// handshake with it succeeds.
 pub async fn trust_rejected(
     state: &WebState,
     who: &Authed,
     thumbprint: &str,
 ) -> Result<uagate_store::CertInfo, ApiError> {
-    who.require(Role::Operator)?;
     let wanted = thumbprint.replace(':', "").to_ascii_lowercase();
     let cert = state
         .store
@@ -595,13 +670,12 @@ pub async fn trust_rejected(
         .await?)
 }
 
-/// Removes a certificate from whichever list holds it (operator).
+/// Removes a certificate from whichever list holds it.
 pub async fn remove_certificate(
     state: &WebState,
     who: &Authed,
     thumbprint: &str,
 ) -> Result<(), ApiError> {
-    who.require(Role::Operator)?;
     state
         .store
         .trust_remove(&who.user, thumbprint)
@@ -614,14 +688,13 @@ pub async fn remove_certificate(
         })
 }
 
-/// Adds a certificate (DER or PEM) to the trusted or issuer list (operator).
+/// Adds a certificate (DER or PEM) to the trusted or issuer list.
 pub async fn add_certificate(
     state: &WebState,
     who: &Authed,
     der_or_pem: &[u8],
     kind: &str,
 ) -> Result<uagate_store::CertInfo, ApiError> {
-    who.require(Role::Operator)?;
     let kind = match kind {
         "trusted" => uagate_store::CertKind::Trusted,
         "issuer" => uagate_store::CertKind::Issuer,
@@ -633,9 +706,8 @@ pub async fn add_certificate(
         .await?)
 }
 
-/// Stores a CRL (DER or PEM) (operator).
+/// Stores a CRL (DER or PEM).
 pub async fn add_crl(state: &WebState, who: &Authed, der_or_pem: &[u8]) -> Result<(), ApiError> {
-    who.require(Role::Operator)?;
     Ok(state.store.add_crl(&who.user, der_or_pem).await?)
 }
 
@@ -854,13 +926,12 @@ pub fn redact_payload(payload: &str) -> serde_json::Value {
 /// Adds a field connection, or replaces the one with the same name (the
 /// name is case-insensitive); validated with the whole document. Field
 /// connections are set up at start, so the answer lists the change under
-/// `restart`. Operator.
+/// `restart`.
 pub async fn upsert_field(
     state: &WebState,
     who: &Authed,
     field: uagate_config::FieldServer,
 ) -> Result<ConfigChange, ApiError> {
-    who.require(Role::Operator)?;
     edit_config(state, who, |c| {
         let servers = &mut c.field_servers;
         match servers
@@ -875,13 +946,12 @@ pub async fn upsert_field(
     .await
 }
 
-/// Removes a field connection (at the next restart). Operator.
+/// Removes a field connection (at the next restart).
 pub async fn remove_field(
     state: &WebState,
     who: &Authed,
     name: &str,
 ) -> Result<ConfigChange, ApiError> {
-    who.require(Role::Operator)?;
     edit_config(state, who, |c| {
         let before = c.field_servers.len();
         c.field_servers
@@ -895,9 +965,8 @@ pub async fn remove_field(
 }
 
 /// Asks a running field connection to leave its active server; audited
-/// as `event.field_failover`. Operator.
+/// as `event.field_failover`.
 pub async fn force_failover(state: &WebState, who: &Authed, name: &str) -> Result<(), ApiError> {
-    who.require(Role::Operator)?;
     match state.engine.field_force_failover(name, &who.user) {
         None => Err(ApiError::NotFound(format!(
             "no running field connection {name:?}"
@@ -940,13 +1009,8 @@ pub struct ProbeView {
     pub certificate: Option<String>,
 }
 
-/// Probes every URL of a running field connection. Operator.
-pub async fn probe_field(
-    state: &WebState,
-    who: &Authed,
-    name: &str,
-) -> Result<Vec<ProbeView>, ApiError> {
-    who.require(Role::Operator)?;
+/// Probes every URL of a running field connection.
+pub async fn probe_field(state: &WebState, name: &str) -> Result<Vec<ProbeView>, ApiError> {
     let probes = state
         .engine
         .field_probe(name, PROBE_TIMEOUT)
@@ -1030,7 +1094,7 @@ pub struct SessionView {
     pub subscriptions: usize,
 }
 
-/// The northbound sessions. Any role.
+/// The northbound sessions.
 pub fn sessions(state: &WebState) -> Vec<SessionView> {
     state
         .engine
@@ -1050,9 +1114,8 @@ pub fn sessions(state: &WebState) -> Vec<SessionView> {
         .collect()
 }
 
-/// Closes a northbound session; audited as `event.session_close`. Operator.
+/// Closes a northbound session; audited as `event.session_close`.
 pub async fn close_session(state: &WebState, who: &Authed, id: &str) -> Result<(), ApiError> {
-    who.require(Role::Operator)?;
     let name = state
         .engine
         .close_session_by_id(id)

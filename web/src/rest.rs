@@ -9,19 +9,16 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use uagate_config::{IngressRule, TrustedOwner};
-use uagate_store::{CertInfo, CertKind, CertSummary, Role};
+use uagate_store::{CertInfo, CertKind, CertSummary};
 
 use crate::api::json_error;
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops::{self, ConfigChange};
-use crate::WebState;
+use crate::state::WebState;
 
-/// `GET /api/v1/owners`: the configured trusted owners. Any role.
-pub async fn owners(
-    State(state): State<WebState>,
-    _who: Authed,
-) -> Result<Json<Vec<TrustedOwner>>, ApiError> {
+/// `GET /api/v1/owners`: the configured trusted owners.
+pub async fn owners(State(state): State<WebState>) -> Result<Json<Vec<TrustedOwner>>, ApiError> {
     Ok(Json(
         ops::stored_config(&state).await?.isolation.trusted_owners,
     ))
@@ -48,13 +45,12 @@ pub struct OwnerRequest {
 
 /// `POST /api/v1/owners`: adds a trusted owner or replaces the one with
 /// the same key (with its ingress rules); 422 naming the setting when the
-/// plan refuses it. Admin.
+/// plan refuses it.
 pub async fn owner_put(
     State(state): State<WebState>,
     who: Authed,
     body: Result<Json<OwnerRequest>, JsonRejection>,
 ) -> Result<Json<ConfigChange>, ApiError> {
-    who.require(Role::Admin)?;
     let Json(req) = body.map_err(json_error)?;
     let owner = TrustedOwner {
         key: req.key,
@@ -66,43 +62,37 @@ pub async fn owner_put(
     ))
 }
 
-/// `DELETE /api/v1/owners/{key}`. Admin.
+/// `DELETE /api/v1/owners/{key}`.
 pub async fn owner_delete(
     State(state): State<WebState>,
     who: Authed,
     Path(key): Path<String>,
 ) -> Result<Json<ConfigChange>, ApiError> {
-    who.require(Role::Admin)?;
     Ok(Json(ops::remove_owner(&state, &who, &key).await?))
 }
 
 /// `GET /api/v1/ingress`: the ingress rules in document order (the index
-/// is what `DELETE` takes). Any role.
-pub async fn ingress(
-    State(state): State<WebState>,
-    _who: Authed,
-) -> Result<Json<Vec<IngressRule>>, ApiError> {
+/// is what `DELETE` takes).
+pub async fn ingress(State(state): State<WebState>) -> Result<Json<Vec<IngressRule>>, ApiError> {
     Ok(Json(ops::stored_config(&state).await?.isolation.ingress))
 }
 
-/// `POST /api/v1/ingress`: appends a rule `{cidr, owner | class}`. Admin.
+/// `POST /api/v1/ingress`: appends a rule `{cidr, owner | class}`.
 pub async fn ingress_add(
     State(state): State<WebState>,
     who: Authed,
     body: Result<Json<IngressRule>, JsonRejection>,
 ) -> Result<Json<ConfigChange>, ApiError> {
-    who.require(Role::Admin)?;
     let Json(rule) = body.map_err(json_error)?;
     Ok(Json(ops::add_ingress(&state, &who, rule).await?))
 }
 
-/// `DELETE /api/v1/ingress/{index}`. Admin.
+/// `DELETE /api/v1/ingress/{index}`.
 pub async fn ingress_delete(
     State(state): State<WebState>,
     who: Authed,
     Path(index): Path<usize>,
 ) -> Result<Json<ConfigChange>, ApiError> {
-    who.require(Role::Admin)?;
     Ok(Json(ops::remove_ingress(&state, &who, index).await?))
 }
 
@@ -159,11 +149,8 @@ pub struct Certificates {
     pub crls: usize,
 }
 
-/// `GET /api/v1/certificates`. Any role.
-pub async fn certificates(
-    State(state): State<WebState>,
-    _who: Authed,
-) -> Result<Json<Certificates>, ApiError> {
+/// `GET /api/v1/certificates`.
+pub async fn certificates(State(state): State<WebState>) -> Result<Json<Certificates>, ApiError> {
     let list = |k| {
         let store = state.store.clone();
         async move {
@@ -197,51 +184,46 @@ pub struct KindQuery {
 }
 
 /// `POST /api/v1/certificates?kind=`: the body is a DER or PEM
-/// certificate. Operator.
+/// certificate.
 pub async fn certificate_add(
     State(state): State<WebState>,
     who: Authed,
     Query(q): Query<KindQuery>,
     body: Bytes,
 ) -> Result<(StatusCode, Json<CertView>), ApiError> {
-    who.require(Role::Operator)?;
     let kind = q.kind.as_deref().unwrap_or("trusted");
     let c = ops::add_certificate(&state, &who, &body, kind).await?;
     Ok((StatusCode::CREATED, Json(c.into())))
 }
 
 /// `POST /api/v1/certificates/{thumbprint}/trust`: trusts a rejected
-/// certificate. Operator.
+/// certificate.
 pub async fn certificate_trust(
     State(state): State<WebState>,
     who: Authed,
     Path(thumbprint): Path<String>,
 ) -> Result<Json<CertView>, ApiError> {
-    who.require(Role::Operator)?;
     Ok(Json(
         ops::trust_rejected(&state, &who, &thumbprint).await?.into(),
     ))
 }
 
 /// `DELETE /api/v1/certificates/{thumbprint}`: removes it from its list.
-/// Operator.
 pub async fn certificate_delete(
     State(state): State<WebState>,
     who: Authed,
     Path(thumbprint): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    who.require(Role::Operator)?;
     ops::remove_certificate(&state, &who, &thumbprint).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `POST /api/v1/crls`: the body is a DER or PEM CRL. Operator.
+/// `POST /api/v1/crls`: the body is a DER or PEM CRL.
 pub async fn crl_add(
     State(state): State<WebState>,
     who: Authed,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
-    who.require(Role::Operator)?;
     ops::add_crl(&state, &who, &body).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -256,11 +238,8 @@ pub struct FieldEntry {
     pub status: Option<ops::FieldView>,
 }
 
-/// `GET /api/v1/fields`. Any role.
-pub async fn fields(
-    State(state): State<WebState>,
-    _who: Authed,
-) -> Result<Json<Vec<FieldEntry>>, ApiError> {
+/// `GET /api/v1/fields`.
+pub async fn fields(State(state): State<WebState>) -> Result<Json<Vec<FieldEntry>>, ApiError> {
     let mut config = ops::stored_config(&state).await?;
     ops::redact(&mut config);
     let live = ops::status(&state).fields;
@@ -277,69 +256,62 @@ pub async fn fields(
 }
 
 /// `POST /api/v1/fields`: adds a field connection or replaces the one with
-/// the same name (takes effect at the next restart). Operator.
+/// the same name (takes effect at the next restart).
 pub async fn field_put(
     State(state): State<WebState>,
     who: Authed,
     body: Result<Json<uagate_config::FieldServer>, JsonRejection>,
 ) -> Result<Json<ConfigChange>, ApiError> {
-    who.require(Role::Operator)?;
     let Json(field) = body.map_err(json_error)?;
     Ok(Json(ops::upsert_field(&state, &who, field).await?))
 }
 
-/// `DELETE /api/v1/fields/{name}`. Operator.
+/// `DELETE /api/v1/fields/{name}`.
 pub async fn field_delete(
     State(state): State<WebState>,
     who: Authed,
     Path(name): Path<String>,
 ) -> Result<Json<ConfigChange>, ApiError> {
-    who.require(Role::Operator)?;
     Ok(Json(ops::remove_field(&state, &who, &name).await?))
 }
 
-/// `GET /api/v1/fields/{name}/history`: recent events, newest first. Any role.
+/// `GET /api/v1/fields/{name}/history`: recent events, newest first.
 pub async fn field_history(
     State(state): State<WebState>,
-    _who: Authed,
     Path(name): Path<String>,
 ) -> Result<Json<Vec<ops::HistoryView>>, ApiError> {
     Ok(Json(ops::field_history(&state, &name)?))
 }
 
-/// `POST /api/v1/fields/{name}/test`: probes every URL. Operator.
+/// `POST /api/v1/fields/{name}/test`: probes every URL.
 pub async fn field_test(
     State(state): State<WebState>,
-    who: Authed,
     Path(name): Path<String>,
 ) -> Result<Json<Vec<ops::ProbeView>>, ApiError> {
-    who.require(Role::Operator)?;
-    Ok(Json(ops::probe_field(&state, &who, &name).await?))
+    Ok(Json(ops::probe_field(&state, &name).await?))
 }
 
-/// `POST /api/v1/fields/{name}/failover`: leave the active server. Operator.
+/// `POST /api/v1/fields/{name}/failover`: leave the active server.
 pub async fn field_failover(
     State(state): State<WebState>,
     who: Authed,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    who.require(Role::Operator)?;
     ops::force_failover(&state, &who, &name).await?;
     Ok(StatusCode::ACCEPTED)
 }
 
-/// `GET /api/v1/sessions`. Any role.
-pub async fn sessions(State(state): State<WebState>, _who: Authed) -> Json<Vec<ops::SessionView>> {
+/// `GET /api/v1/sessions`.
+pub async fn sessions(State(state): State<WebState>) -> Json<Vec<ops::SessionView>> {
     Json(ops::sessions(&state))
 }
 
-/// `DELETE /api/v1/sessions/{id}`: closes a northbound session. Operator.
+/// `DELETE /api/v1/sessions/{id}`: closes a northbound session.
 pub async fn session_delete(
     State(state): State<WebState>,
     who: Authed,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    who.require(Role::Operator)?;
     ops::close_session(&state, &who, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

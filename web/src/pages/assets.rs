@@ -1,0 +1,29 @@
+//! The console's static files: htmx (vendored from the npm package
+//! htmx.org) and the style sheet, compiled into the binary.
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+
+/// `GET /static/htmx.min.js` (vendored from the npm package htmx.org).
+pub async fn htmx() -> Response {
+    static_asset(
+        include_bytes!("../../../static/htmx.min.js"),
+        "text/javascript",
+    )
+}
+
+/// `GET /static/console.css`.
+pub async fn css() -> Response {
+    static_asset(include_bytes!("../../../static/console.css"), "text/css")
+}
+
+fn static_asset(body: &'static [u8], content_type: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        body,
+    )
+        .into_response()
+}

@@ -1,0 +1,336 @@
+//! Limits (`/limits`): the isolation profile and the per-stage overrides
+//! of the stored document, with the plan recomputed as the form changes
+//! (`/limits/preview`); an administrator applies them.
+
+use askama::Template;
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::Form;
+use uagate_config::{Config, IsolationMode, Stage, StageOverride};
+use uagate_store::Role;
+
+use super::{change_notice, done, error_page, number, page, take_flash, Chrome};
+use crate::auth::Authed;
+use crate::error::ApiError;
+use crate::ops;
+use crate::state::WebState;
+
+/// One stage row of the limits form (empty = profile default).
+pub struct StageForm {
+    name: &'static str,
+    key: &'static str,
+    capacity: String,
+    bootstrap_reserved: String,
+    reconnect_reserved: String,
+    control_reserved: String,
+    owner_hard_limit: String,
+    /// What an empty field means (the profile's value), as placeholders:
+    /// capacity, bootstrap, reconnect, control, owner hard limit.
+    defaults: [String; 5],
+}
+
+/// The profile's value of every stage field, with no stage override.
+fn stage_defaults(config: &Config) -> Vec<[String; 5]> {
+    let mut bare = config.clone();
+    bare.isolation.stages.clear();
+    let plan = uagate_isolation::plan::Plan::build(&bare).ok();
+    Stage::ALL
+        .iter()
+        .map(|stage| {
+            plan.as_ref()
+                .and_then(|p| p.stages().iter().find(|s| s.stage == *stage))
+                .map(|s| {
+                    [s.total, s.bootstrap, s.reconnect, s.control, s.owner_limit]
+                        .map(|v| v.to_string())
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The limits form's values.
+pub struct LimitsForm {
+    mode: String,
+    default_weight: String,
+    max_tracked_owners: String,
+    stages: Vec<StageForm>,
+}
+
+impl LimitsForm {
+    fn of(config: &Config) -> LimitsForm {
+        let iso = &config.isolation;
+        let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+        let defaults = stage_defaults(config);
+        LimitsForm {
+            mode: iso.mode.as_str().to_string(),
+            default_weight: iso.default_weight.to_string(),
+            max_tracked_owners: iso.max_tracked_owners.to_string(),
+            stages: Stage::ALL
+                .iter()
+                .zip(defaults)
+                .map(|(stage, defaults)| {
+                    let o = iso.stages.iter().find(|o| o.stage == *stage);
+                    StageForm {
+                        defaults,
+                        name: stage.name(),
+                        key: stage.key(),
+                        capacity: opt(o.and_then(|o| o.capacity)),
+                        bootstrap_reserved: opt(o.and_then(|o| o.bootstrap_reserved)),
+                        reconnect_reserved: opt(o.and_then(|o| o.reconnect_reserved)),
+                        control_reserved: opt(o.and_then(|o| o.control_reserved)),
+                        owner_hard_limit: opt(o.and_then(|o| o.owner_hard_limit)),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// The posted values (without placeholders; see [`Self::with_defaults`]).
+    fn from_fields(fields: &[(String, String)]) -> LimitsForm {
+        let get = |k: &str| {
+            fields
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.trim().to_string())
+                .unwrap_or_default()
+        };
+        LimitsForm {
+            mode: get("mode"),
+            default_weight: get("default_weight"),
+            max_tracked_owners: get("max_tracked_owners"),
+            stages: Stage::ALL
+                .iter()
+                .map(|s| StageForm {
+                    defaults: Default::default(),
+                    name: s.name(),
+                    key: s.key(),
+                    capacity: get(&format!("{}.capacity", s.key())),
+                    bootstrap_reserved: get(&format!("{}.bootstrap_reserved", s.key())),
+                    reconnect_reserved: get(&format!("{}.reconnect_reserved", s.key())),
+                    control_reserved: get(&format!("{}.control_reserved", s.key())),
+                    owner_hard_limit: get(&format!("{}.owner_hard_limit", s.key())),
+                })
+                .collect(),
+        }
+    }
+
+    /// The form with the profile's values of `base` as placeholders; only
+    /// a whole page shows them.
+    fn with_defaults(mut self, base: &Config) -> LimitsForm {
+        for (stage, defaults) in self.stages.iter_mut().zip(stage_defaults(base)) {
+            stage.defaults = defaults;
+        }
+        self
+    }
+
+    /// `base` with this form's isolation settings; a value that is not a
+    /// number is refused naming its setting.
+    fn apply_to(&self, mut base: Config) -> Result<Config, ApiError> {
+        let iso = &mut base.isolation;
+        iso.mode = MODES
+            .iter()
+            .zip(MODE_VALUES)
+            .find(|(n, _)| **n == self.mode)
+            .map(|(_, m)| m)
+            .ok_or_else(|| ApiError::invalid("isolation.mode", "unknown isolation mode"))?;
+        iso.default_weight = number("isolation.default_weight", &self.default_weight)?
+            .ok_or_else(|| ApiError::invalid("isolation.default_weight", "required"))?;
+        iso.max_tracked_owners = number("isolation.max_tracked_owners", &self.max_tracked_owners)?
+            .ok_or_else(|| ApiError::invalid("isolation.max_tracked_owners", "required"))?;
+        let mut stages = Vec::new();
+        for (stage, f) in Stage::ALL.iter().zip(&self.stages) {
+            let n = |field: &str, v: &str| {
+                number::<u64>(&format!("isolation.stages.{}.{field}", stage.key()), v)
+            };
+            let o = StageOverride {
+                stage: *stage,
+                capacity: n("capacity", &f.capacity)?,
+                bootstrap_reserved: n("bootstrap_reserved", &f.bootstrap_reserved)?,
+                reconnect_reserved: n("reconnect_reserved", &f.reconnect_reserved)?,
+                control_reserved: n("control_reserved", &f.control_reserved)?,
+                owner_hard_limit: n("owner_hard_limit", &f.owner_hard_limit)?,
+            };
+            let empty = o.capacity.is_none()
+                && o.bootstrap_reserved.is_none()
+                && o.reconnect_reserved.is_none()
+                && o.control_reserved.is_none()
+                && o.owner_hard_limit.is_none();
+            if !empty {
+                stages.push(o);
+            }
+        }
+        iso.stages = stages;
+        Ok(base)
+    }
+}
+
+const MODES: [&str; 4] = [
+    "shared_only",
+    "fair_share",
+    "balanced",
+    "trusted_reservations",
+];
+const MODE_VALUES: [IsolationMode; 4] = [
+    IsolationMode::SharedOnly,
+    IsolationMode::FairShare,
+    IsolationMode::Balanced,
+    IsolationMode::TrustedReservations,
+];
+
+/// The plan preview (or the error that names the setting).
+pub struct Preview {
+    lines: Vec<String>,
+    error: Option<String>,
+    /// Also swap the Apply button (enabled only for a valid plan).
+    oob: bool,
+}
+
+impl Preview {
+    fn of(config: Result<Config, ApiError>, oob: bool) -> Preview {
+        match config.and_then(|c| ops::check_config(&c)) {
+            Ok(plan) => Preview {
+                lines: ops::plan_view(&plan).into_iter().map(|s| s.line).collect(),
+                error: None,
+                oob,
+            },
+            Err(e) => Preview {
+                lines: Vec::new(),
+                error: Some(e.to_string()),
+                oob,
+            },
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "limits.html")]
+struct LimitsPage {
+    chrome: Chrome,
+    modes: [&'static str; 4],
+    form: LimitsForm,
+    preview: Preview,
+    chrome_admin: bool,
+}
+
+#[derive(Template)]
+#[template(path = "plan_table.html")]
+struct PlanPartial {
+    preview: Preview,
+    chrome_admin: bool,
+}
+
+/// `GET /limits`: the isolation settings of the stored document and its plan.
+pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap) -> Response {
+    let flash = take_flash(&headers);
+    let config = match ops::stored_config(&state).await {
+        Ok(c) => c,
+        Err(e) => return error_page(e),
+    };
+    let t = LimitsPage {
+        chrome_admin: who.can(Role::Admin),
+        chrome: Chrome::new(&who, "Limits", "/limits", flash),
+        modes: MODES,
+        form: LimitsForm::of(&config),
+        preview: Preview::of(Ok(config), false),
+    };
+    page(&t, StatusCode::OK)
+}
+
+/// `POST /limits/preview`: the plan of the form's values without storing
+/// anything. htmx gets the plan fragment (and the Apply button, enabled
+/// only when the plan is valid); a plain post gets the whole page.
+pub async fn preview(
+    State(state): State<WebState>,
+    who: Authed,
+    headers: HeaderMap,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let base = match ops::stored_config(&state).await {
+        Ok(c) => c,
+        Err(e) => return error_page(e),
+    };
+    let form = LimitsForm::from_fields(&fields);
+    let candidate = form.apply_to(base.clone());
+    if headers.contains_key("hx-request") {
+        return page(
+            &PlanPartial {
+                preview: Preview::of(candidate, true),
+                chrome_admin: who.can(Role::Admin),
+            },
+            StatusCode::OK,
+        );
+    }
+    let form = form.with_defaults(&base);
+    let t = LimitsPage {
+        chrome_admin: who.can(Role::Admin),
+        chrome: Chrome::new(&who, "Limits", "/limits", None),
+        modes: MODES,
+        form,
+        preview: Preview::of(candidate, false),
+    };
+    page(&t, StatusCode::OK)
+}
+
+/// `POST /limits`: applies the form. Says which changes took
+/// effect live and which wait for a restart; an invalid form is shown
+/// again with the named error and nothing is stored.
+pub async fn apply(
+    State(state): State<WebState>,
+    who: Authed,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let form = LimitsForm::from_fields(&fields);
+    let result = async {
+        let base = ops::stored_config(&state).await?;
+        let candidate = form.apply_to(base)?;
+        ops::apply_config(&state, &who, candidate).await
+    }
+    .await;
+    match result {
+        Ok(change) => done("/limits", &change_notice(&change)),
+        Err(e) => render_with_error(&state, &who, form, e).await,
+    }
+}
+
+/// How the page shows a post of `/limits` the router refused for the
+/// caller's role: the posted form again, with its plan and the error.
+pub async fn refused(state: WebState, who: Authed, error: ApiError, request: Request) -> Response {
+    let fields = match Form::<Vec<(String, String)>>::from_request(request, &state).await {
+        Ok(Form(fields)) => fields,
+        Err(_) => Vec::new(),
+    };
+    render_with_error(&state, &who, LimitsForm::from_fields(&fields), error).await
+}
+
+/// The page with the posted `form`, its plan, and `error` above them.
+async fn render_with_error(
+    state: &WebState,
+    who: &Authed,
+    form: LimitsForm,
+    error: ApiError,
+) -> Response {
+    let (form, preview) = match ops::stored_config(state).await {
+        Ok(base) => {
+            let preview = Preview::of(form.apply_to(base.clone()), false);
+            (form.with_defaults(&base), preview)
+        }
+        Err(_) => (
+            form,
+            Preview {
+                lines: Vec::new(),
+                error: None,
+                oob: false,
+            },
+        ),
+    };
+    let (chrome, status) = Chrome::with_error(who, "Limits", "/limits", None, Some(error));
+    let t = LimitsPage {
+        chrome_admin: who.can(Role::Admin),
+        chrome,
+        modes: MODES,
+        form,
+        preview,
+    };
+    page(&t, status)
+}

@@ -1,0 +1,127 @@
+//! Maintenance (`/maintenance`): the server state; an operator requests a
+//! state change (RequestServerStateChange) through a confirmation step,
+//! and the way back to Running.
+
+use askama::Template;
+use axum::extract::{Request, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::Form;
+use serde::Deserialize;
+
+use super::{done, number, page, take_flash, Chrome};
+use crate::auth::Authed;
+use crate::error::ApiError;
+use crate::ops::{self, StatusView};
+use crate::state::WebState;
+
+/// The request shown on the confirmation step.
+pub struct Confirm {
+    state: String,
+    estimated_return_time: String,
+    seconds_till_shutdown: String,
+    reason: String,
+    drain: bool,
+    effect: &'static str,
+}
+
+#[derive(Template)]
+#[template(path = "maintenance.html")]
+struct MaintenancePage {
+    chrome: Chrome,
+    status: StatusView,
+    states: &'static [&'static str],
+    confirm: Option<Confirm>,
+}
+
+fn render_maintenance(
+    state: &WebState,
+    who: &Authed,
+    flash: Option<String>,
+    confirm: Option<Confirm>,
+    error: Option<ApiError>,
+) -> Response {
+    let (chrome, status) = Chrome::with_error(who, "Maintenance", "/maintenance", flash, error);
+    page(
+        &MaintenancePage {
+            chrome,
+            status: ops::status(state),
+            states: ops::SERVER_STATES,
+            confirm,
+        },
+        status,
+    )
+}
+
+/// How the page shows a form post the router refused for the caller's
+/// role: the page again, with the error above it.
+pub async fn refused(state: WebState, who: Authed, error: ApiError, _: Request) -> Response {
+    render_maintenance(&state, &who, None, None, Some(error))
+}
+
+/// `GET /maintenance`.
+pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap) -> Response {
+    let flash = take_flash(&headers);
+    render_maintenance(&state, &who, flash, None, None)
+}
+
+/// `POST /maintenance` form; without `confirm=yes` it only shows the
+/// confirmation step.
+#[derive(Debug, Deserialize)]
+pub struct MaintenanceForm {
+    state: String,
+    #[serde(default)]
+    estimated_return_time: String,
+    #[serde(default)]
+    seconds_till_shutdown: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    drain: Option<String>,
+    #[serde(default)]
+    confirm: Option<String>,
+}
+
+/// `POST /maintenance`: first the confirmation step, then the
+/// state change through the same engine call as the OPC UA method.
+pub async fn submit(
+    State(state): State<WebState>,
+    who: Authed,
+    Form(f): Form<MaintenanceForm>,
+) -> Response {
+    let req = match number::<u32>("seconds_till_shutdown", &f.seconds_till_shutdown) {
+        Ok(seconds) => ops::MaintenanceRequest {
+            state: f.state.clone(),
+            estimated_return_time: Some(f.estimated_return_time.clone()),
+            seconds_till_shutdown: seconds,
+            reason: Some(f.reason.clone()),
+            drain: f.drain.is_some(),
+        },
+        Err(e) => return render_maintenance(&state, &who, None, None, Some(e)),
+    };
+    if f.confirm.as_deref() != Some("yes") {
+        let effect = if f.state == "running" {
+            "Clients will see ServiceLevel return to its computed value."
+        } else if matches!(f.state.as_str(), "suspended" | "shutdown" | "test") {
+            "Clients will see ServiceLevel 0 (maintenance) and should fail over to the partner."
+        } else {
+            "Clients will see ServiceLevel 1 (no data) and should fail over to the partner."
+        };
+        let confirm = Confirm {
+            state: f.state,
+            estimated_return_time: f.estimated_return_time,
+            seconds_till_shutdown: f.seconds_till_shutdown,
+            reason: f.reason,
+            drain: req.drain,
+            effect,
+        };
+        return render_maintenance(&state, &who, None, Some(confirm), None);
+    }
+    match ops::change_state(&state, &who, &req).await {
+        Ok(()) => done(
+            "/maintenance",
+            &format!("Server state is now {}.", req.state),
+        ),
+        Err(e) => render_maintenance(&state, &who, None, None, Some(e)),
+    }
+}

@@ -1,0 +1,280 @@
+//! The browser console: server-rendered pages (askama templates in
+//! `templates/`), htmx for live refresh and partial updates, plain form
+//! posts when JavaScript is off. Every page handler reads through the same
+//! [`crate::ops`] the REST API uses; every form post is a state change
+//! guarded by the session cookie's CSRF token (see [`crate::access::guard`])
+//! and answered with a redirect carrying a one-shot notice, or with the
+//! page re-rendered around the error.
+//!
+//! One module per page; this one holds what they share: the [`Chrome`]
+//! around every page (navigation, user, CSRF token, notice or error), the
+//! redirect with a one-shot notice, the error page, and how a page answers
+//! a request the router refused ([`refusal`]). The least role of every
+//! page and form is declared in [`crate::routes`], not here; the pages
+//! only ask the caller's role to show or hide controls.
+
+pub mod assets;
+pub mod audit;
+pub mod certificates;
+pub mod dashboard;
+pub mod fields;
+pub mod limits;
+pub mod login;
+pub mod maintenance;
+pub mod owners;
+pub mod service_level;
+pub mod sessions;
+pub mod users;
+
+use std::future::Future;
+
+use askama::Template;
+use axum::extract::Request;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use serde::Deserialize;
+use uagate_store::Role;
+
+use crate::access::{Refusal, Refused, FLASH};
+use crate::auth::Authed;
+use crate::error::ApiError;
+use crate::ops;
+use crate::state::WebState;
+
+/// The navigation, in order: (path, label, least role).
+const NAV: &[(&str, &str, Role)] = &[
+    ("/", "Dashboard", Role::Viewer),
+    ("/limits", "Limits", Role::Viewer),
+    ("/owners", "Trusted owners", Role::Viewer),
+    ("/service-level", "ServiceLevel", Role::Viewer),
+    ("/maintenance", "Maintenance", Role::Viewer),
+    ("/fields", "Field connections", Role::Viewer),
+    ("/certificates", "Certificates", Role::Viewer),
+    ("/sessions", "Sessions", Role::Viewer),
+    ("/users", "Users", Role::Admin),
+    ("/audit", "Audit log", Role::Admin),
+];
+
+/// What every page around its content shows: the navigation, who is
+/// logged in, the CSRF token for its forms, and a notice or an error.
+pub struct Chrome {
+    /// Page title.
+    pub title: &'static str,
+    /// The current page's path (highlighted in the navigation).
+    pub active: &'static str,
+    /// Navigation entries the caller may open.
+    pub nav: Vec<(&'static str, &'static str)>,
+    /// The user name.
+    pub user: String,
+    /// The role name.
+    pub role: &'static str,
+    /// The session's CSRF token.
+    pub csrf: String,
+    /// Whether operator controls are shown.
+    pub operator: bool,
+    /// Whether admin controls are shown.
+    pub admin: bool,
+    /// A one-shot notice (after a successful change).
+    pub notice: Option<String>,
+    /// An error to show above the content.
+    pub error: Option<String>,
+}
+
+impl Chrome {
+    fn new(
+        who: &Authed,
+        title: &'static str,
+        active: &'static str,
+        notice: Option<String>,
+    ) -> Self {
+        Chrome {
+            title,
+            active,
+            nav: NAV
+                .iter()
+                .filter(|(_, _, r)| who.can(*r))
+                .map(|(p, l, _)| (*p, *l))
+                .collect(),
+            user: who.user.clone(),
+            role: who.role.as_str(),
+            csrf: who.csrf.clone(),
+            operator: who.can(Role::Operator),
+            admin: who.can(Role::Admin),
+            notice,
+            error: None,
+        }
+    }
+}
+
+impl Chrome {
+    /// The chrome of a page shown after `error` (if any), and the HTTP
+    /// status the page is answered with.
+    fn with_error(
+        who: &Authed,
+        title: &'static str,
+        active: &'static str,
+        notice: Option<String>,
+        error: Option<ApiError>,
+    ) -> (Chrome, StatusCode) {
+        let mut chrome = Chrome::new(who, title, active, notice);
+        let status = error.as_ref().map(status_of).unwrap_or(StatusCode::OK);
+        chrome.error = error.map(|e| e.to_string());
+        (chrome, status)
+    }
+}
+
+/// How a console route answers a request the router refused (see
+/// [`crate::access`]): without a valid session, the login page, coming
+/// back here afterwards (htmx requests get `HX-Redirect` to it); a role
+/// too low, the error page (403).
+pub fn refusal() -> Refusal {
+    refusal_on(|_, _, error, _| async move { error_page(error) })
+}
+
+/// Like [`refusal`], but a role too low is shown by `shown`: the page the
+/// form is on, re-rendered with the error above it (each page module's
+/// `refused`).
+pub fn refusal_on<F, Fut>(shown: F) -> Refusal
+where
+    F: Fn(WebState, Authed, ApiError, Request) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response> + Send + 'static,
+{
+    Refusal::new(move |refused: Refused| {
+        let shown = shown.clone();
+        async move {
+            match (refused.who, refused.error) {
+                (_, ApiError::Unauthenticated) => to_login(&refused.request),
+                (Some(who), error @ ApiError::Forbidden { .. }) => {
+                    shown(refused.state, who, error, refused.request).await
+                }
+                (_, error) => error_page(error),
+            }
+        }
+    })
+}
+
+/// The login page, then back to where `request` was going.
+fn to_login(request: &Request) -> Response {
+    let next = request
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let to = format!("/login?next={}", urlencode(next));
+    if request.headers().contains_key("hx-request") {
+        let mut r = StatusCode::OK.into_response();
+        if let Ok(v) = HeaderValue::from_str(&to) {
+            r.headers_mut().insert("hx-redirect", v);
+        }
+        r
+    } else {
+        see_other(&to)
+    }
+}
+
+/// Percent-encodes a value for a query string.
+fn urlencode(s: &str) -> String {
+    serde_urlencoded::to_string([("", s)])
+        .map(|v| v.trim_start_matches('=').to_string())
+        .unwrap_or_default()
+}
+
+fn see_other(to: &str) -> Response {
+    let mut r = StatusCode::SEE_OTHER.into_response();
+    if let Ok(v) = HeaderValue::from_str(to) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    r
+}
+
+/// Redirects to `to` with `notice` shown once there.
+fn done(to: &str, notice: &str) -> Response {
+    let mut r = see_other(to);
+    let cookie = format!(
+        "{FLASH}={}; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=60",
+        urlencode(notice)
+    );
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        r.headers_mut().append(header::SET_COOKIE, v);
+    }
+    r
+}
+
+/// The one-shot notice of a redirect, if any (the guard clears it).
+fn take_flash(headers: &HeaderMap) -> Option<String> {
+    crate::auth::cookie_value(headers, FLASH)
+        .filter(|v| !v.is_empty())
+        .and_then(|v| {
+            serde_urlencoded::from_str::<Vec<(String, String)>>(&format!("n={v}"))
+                .ok()?
+                .into_iter()
+                .next()
+                .map(|(_, v)| v)
+        })
+}
+
+/// Renders a template into a response. (A notice shown from the flash
+/// cookie is cleared by [`crate::access::guard`] for every page.)
+fn page(t: &impl Template, status: StatusCode) -> Response {
+    match t.render() {
+        Ok(body) => (status, Html(body)).into_response(),
+        Err(e) => error_page(ApiError::internal(e)),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage {
+    title: String,
+    error: Option<String>,
+}
+
+/// An error as a small HTML page with the API error's status.
+pub fn error_page(e: ApiError) -> Response {
+    let (status, _) = e.status_and_code();
+    let t = ErrorPage {
+        title: status.canonical_reason().unwrap_or("Error").to_string(),
+        error: Some(e.to_string()),
+    };
+    match t.render() {
+        Ok(body) => (status, Html(body)).into_response(),
+        Err(_) => (status, e.to_string()).into_response(),
+    }
+}
+
+/// The status a refused form post is re-rendered with.
+fn status_of(e: &ApiError) -> StatusCode {
+    e.status_and_code().0
+}
+
+/// An optional number field: empty is `None`, anything else must parse.
+fn number<T: std::str::FromStr>(setting: &str, v: &str) -> Result<Option<T>, ApiError> {
+    let v = v.trim();
+    if v.is_empty() {
+        return Ok(None);
+    }
+    v.parse().map(Some).map_err(|_| {
+        ApiError::invalid(
+            setting,
+            format!("`{v}` is not a valid number for `{setting}`"),
+        )
+    })
+}
+
+/// What a stored change did, in words.
+fn change_notice(change: &ops::ConfigChange) -> String {
+    match (change.live.is_empty(), change.restart.is_empty()) {
+        (true, true) => "Nothing changed.".to_string(),
+        (false, true) => format!("Applied live: {}.", change.live.join(", ")),
+        (_, false) => format!(
+            "Stored; takes effect at the next restart: {}.",
+            change.restart.join(", ")
+        ),
+    }
+}
+
+/// A form naming one user or field connection.
+#[derive(Debug, Deserialize)]
+pub struct NameForm {
+    name: String,
+}

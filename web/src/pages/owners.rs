@@ -1,0 +1,302 @@
+//! Trusted owners (`/owners`): the trusted owners with their reservations
+//! and the ingress rules that map callers to owners or classes; an
+//! administrator adds, edits and removes both (`/ingress` for the rules).
+
+use askama::Template;
+use axum::extract::{Query, Request, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::Form;
+use serde::Deserialize;
+use uagate_config::{IngressClass, IngressRule, Reservation, Stage, TrustedOwner};
+
+use super::{change_notice, done, error_page, number, page, take_flash, Chrome};
+use crate::auth::Authed;
+use crate::error::ApiError;
+use crate::ops;
+use crate::state::WebState;
+
+/// A trusted owner as the page lists it.
+pub struct OwnerRow {
+    key: String,
+    weight: u32,
+    reservations: String,
+}
+
+/// An ingress rule as the page lists it.
+pub struct IngressRow {
+    cidr: String,
+    target: String,
+}
+
+#[derive(Template)]
+#[template(path = "owners.html")]
+struct OwnersPage {
+    chrome: Chrome,
+    owners: Vec<OwnerRow>,
+    ingress: Vec<IngressRow>,
+    /// The owner whose values prefill the form (`?edit=KEY`).
+    editing: Option<OwnerRow>,
+}
+
+async fn render_owners(
+    state: &WebState,
+    who: &Authed,
+    flash: Option<String>,
+    error: Option<ApiError>,
+) -> Response {
+    render_owners_editing(state, who, flash, error, None).await
+}
+
+async fn render_owners_editing(
+    state: &WebState,
+    who: &Authed,
+    flash: Option<String>,
+    error: Option<ApiError>,
+    edit: Option<&str>,
+) -> Response {
+    let config = match ops::stored_config(state).await {
+        Ok(c) => c,
+        Err(e) => return error_page(e),
+    };
+    let (chrome, status) = Chrome::with_error(who, "Trusted owners", "/owners", flash, error);
+    let editing = edit.and_then(|k| {
+        config
+            .isolation
+            .trusted_owners
+            .iter()
+            .find(|o| o.key == k)
+            .map(|o| OwnerRow {
+                key: o.key.clone(),
+                weight: o.weight,
+                reservations: reservations_text(&o.reservations),
+            })
+    });
+    let t = OwnersPage {
+        chrome,
+        editing,
+        owners: config
+            .isolation
+            .trusted_owners
+            .iter()
+            .map(|o| OwnerRow {
+                key: o.key.clone(),
+                weight: o.weight,
+                reservations: reservations_text(&o.reservations),
+            })
+            .collect(),
+        ingress: config
+            .isolation
+            .ingress
+            .iter()
+            .map(|r| IngressRow {
+                cidr: r.cidr.clone(),
+                target: match (&r.owner, r.class) {
+                    (Some(o), _) => format!("owner {o}"),
+                    (None, Some(IngressClass::Bootstrap)) => "class bootstrap".into(),
+                    (None, Some(IngressClass::Reconnect)) => "class reconnect".into(),
+                    (None, None) => "—".into(),
+                },
+            })
+            .collect(),
+    };
+    page(&t, status)
+}
+
+/// How the page shows a form post the router refused for the caller's
+/// role: the page again, with the error above it.
+pub async fn refused(state: WebState, who: Authed, error: ApiError, _: Request) -> Response {
+    render_owners(&state, &who, None, Some(error)).await
+}
+
+/// `stage reserved [hard]` lines.
+fn reservations_text(rs: &[Reservation]) -> String {
+    rs.iter()
+        .map(|r| match r.hard_limit {
+            Some(h) => format!("{} {} {h}", r.stage.key(), r.reserved),
+            None => format!("{} {}", r.stage.key(), r.reserved),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Parses `stage reserved [hard]` lines.
+pub fn parse_reservations(text: &str) -> Result<Vec<Reservation>, ApiError> {
+    let field = "reservations";
+    let mut out = Vec::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let stage = parts
+            .first()
+            .and_then(|k| Stage::ALL.iter().find(|s| s.key() == *k || s.name() == *k))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    field,
+                    format!("`{line}`: the first word must be a stage, e.g. request_execution"),
+                )
+            })?;
+        let reserved = parts.get(1).and_then(|v| v.parse().ok()).ok_or_else(|| {
+            ApiError::invalid(field, format!("`{line}`: a reserved amount is required"))
+        })?;
+        let hard_limit = match parts.get(2) {
+            Some(v) => Some(v.parse().map_err(|_| {
+                ApiError::invalid(field, format!("`{line}`: the hard limit is not a number"))
+            })?),
+            None => None,
+        };
+        if parts.len() > 3 {
+            return Err(ApiError::invalid(
+                field,
+                format!("`{line}`: at most three words"),
+            ));
+        }
+        out.push(Reservation {
+            stage: *stage,
+            reserved,
+            hard_limit,
+        });
+    }
+    Ok(out)
+}
+
+/// `GET /owners?edit=` query.
+#[derive(Debug, Deserialize)]
+pub struct EditQuery {
+    #[serde(default)]
+    edit: Option<String>,
+}
+
+/// `GET /owners` (`?edit=KEY` prefills the form with that owner).
+pub async fn show(
+    State(state): State<WebState>,
+    who: Authed,
+    headers: HeaderMap,
+    Query(q): Query<EditQuery>,
+) -> Response {
+    let flash = take_flash(&headers);
+    render_owners_editing(&state, &who, flash, None, q.edit.as_deref()).await
+}
+
+/// After a change on the owners page: back to it with what the change
+/// did, or the page again with the error.
+async fn owners_outcome(
+    state: &WebState,
+    who: &Authed,
+    result: Result<ops::ConfigChange, ApiError>,
+) -> Response {
+    match result {
+        Ok(change) => done("/owners", &change_notice(&change)),
+        Err(e) => render_owners(state, who, None, Some(e)).await,
+    }
+}
+
+/// `POST /owners` form: add or replace an owner.
+#[derive(Debug, Deserialize)]
+pub struct OwnerForm {
+    key: String,
+    #[serde(default)]
+    weight: String,
+    #[serde(default)]
+    reservations: String,
+    #[serde(default)]
+    ingress: String,
+}
+
+/// `POST /owners`: adds or replaces a trusted owner, validated
+/// against the plan.
+pub async fn save(
+    State(state): State<WebState>,
+    who: Authed,
+    Form(f): Form<OwnerForm>,
+) -> Response {
+    let result = async {
+        let owner = TrustedOwner {
+            key: f.key.trim().to_string(),
+            weight: number("weight", &f.weight)?.unwrap_or(1),
+            reservations: parse_reservations(&f.reservations)?,
+        };
+        let ingress = f
+            .ingress
+            .split([',', '\n', ' '])
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect();
+        ops::upsert_owner(&state, &who, owner, ingress).await
+    }
+    .await;
+    owners_outcome(&state, &who, result).await
+}
+
+/// `POST /owners/remove` form.
+#[derive(Debug, Deserialize)]
+pub struct KeyForm {
+    key: String,
+}
+
+/// `POST /owners/remove`.
+pub async fn remove(
+    State(state): State<WebState>,
+    who: Authed,
+    Form(f): Form<KeyForm>,
+) -> Response {
+    let result = async { ops::remove_owner(&state, &who, &f.key).await }.await;
+    owners_outcome(&state, &who, result).await
+}
+
+/// `POST /ingress` form: `target` is `owner:<key>` or `class:<name>`.
+#[derive(Debug, Deserialize)]
+pub struct IngressForm {
+    cidr: String,
+    target: String,
+}
+
+/// Builds an ingress rule from the form's target.
+pub fn ingress_rule(cidr: &str, target: &str) -> Result<IngressRule, ApiError> {
+    let (owner, class) = match target.split_once(':') {
+        Some(("owner", key)) => (Some(key.to_string()), None),
+        Some(("class", "bootstrap")) => (None, Some(IngressClass::Bootstrap)),
+        Some(("class", "reconnect")) => (None, Some(IngressClass::Reconnect)),
+        _ => {
+            return Err(ApiError::invalid(
+                "target",
+                "an owner key or the class bootstrap or reconnect",
+            ))
+        }
+    };
+    Ok(IngressRule {
+        cidr: cidr.trim().to_string(),
+        owner,
+        class,
+    })
+}
+
+/// `POST /ingress`.
+pub async fn ingress_add(
+    State(state): State<WebState>,
+    who: Authed,
+    Form(f): Form<IngressForm>,
+) -> Response {
+    let result = async {
+        let rule = ingress_rule(&f.cidr, &f.target)?;
+        ops::add_ingress(&state, &who, rule).await
+    }
+    .await;
+    owners_outcome(&state, &who, result).await
+}
+
+/// `POST /ingress/remove` form.
+#[derive(Debug, Deserialize)]
+pub struct IndexForm {
+    index: usize,
+}
+
+/// `POST /ingress/remove`.
+pub async fn ingress_remove(
+    State(state): State<WebState>,
+    who: Authed,
+    Form(f): Form<IndexForm>,
+) -> Response {
+    let result = async { ops::remove_ingress(&state, &who, f.index).await }.await;
+    owners_outcome(&state, &who, result).await
+}

@@ -1,0 +1,155 @@
+//! Users (`/users`, admin): the users and their roles; add, change role,
+//! reset password, remove.
+
+use askama::Template;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::Form;
+use serde::Deserialize;
+use uagate_store::Role;
+
+use super::{done, error_page, page, take_flash, Chrome, NameForm};
+use crate::auth::Authed;
+use crate::error::ApiError;
+use crate::state::WebState;
+
+#[derive(Template)]
+#[template(path = "users.html")]
+struct UsersPage {
+    chrome: Chrome,
+    users: Vec<(String, &'static str)>,
+    roles: [&'static str; 3],
+}
+
+async fn render_users(
+    state: &WebState,
+    who: &Authed,
+    flash: Option<String>,
+    error: Option<ApiError>,
+) -> Response {
+    let users = match state.store.list_users().await {
+        Ok(u) => u.into_iter().map(|(n, r)| (n, r.as_str())).collect(),
+        Err(e) => return error_page(e.into()),
+    };
+    let (chrome, status) = Chrome::with_error(who, "Users", "/users", flash, error);
+    page(
+        &UsersPage {
+            chrome,
+            users,
+            roles: ["viewer", "operator", "admin"],
+        },
+        status,
+    )
+}
+
+/// `GET /users`.
+pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap) -> Response {
+    let flash = take_flash(&headers);
+    render_users(&state, &who, flash, None).await
+}
+
+/// `POST /users` form.
+#[derive(Debug, Deserialize)]
+pub struct NewUserForm {
+    username: String,
+    password: String,
+    role: String,
+}
+
+fn role_field(s: &str) -> Result<Role, ApiError> {
+    crate::auth::role_from_str(s)
+        .ok_or_else(|| ApiError::invalid("role", "one of viewer, operator, admin"))
+}
+
+/// `POST /users`.
+pub async fn add(
+    State(state): State<WebState>,
+    who: Authed,
+    Form(f): Form<NewUserForm>,
+) -> Response {
+    let result = async {
+        let role = role_field(&f.role)?;
+        state
+            .store
+            .add_user(&who.user, f.username.trim(), &f.password, role)
+            .await
+            .map_err(ApiError::from)
+    }
+    .await;
+    match result {
+        Ok(()) => done("/users", &format!("User {} added.", f.username.trim())),
+        Err(e) => render_users(&state, &who, None, Some(e)).await,
+    }
+}
+
+/// `POST /users/role` form.
+#[derive(Debug, Deserialize)]
+pub struct RoleForm {
+    name: String,
+    role: String,
+}
+
+/// `POST /users/role`.
+pub async fn role(State(state): State<WebState>, who: Authed, Form(f): Form<RoleForm>) -> Response {
+    let result = async {
+        let role = role_field(&f.role)?;
+        state
+            .store
+            .set_role(&who.user, &f.name, role)
+            .await
+            .map_err(ApiError::from)
+    }
+    .await;
+    match result {
+        Ok(()) => done("/users", &format!("{} is now {}.", f.name, f.role)),
+        Err(e) => render_users(&state, &who, None, Some(e)).await,
+    }
+}
+
+/// `POST /users/password` form.
+#[derive(Debug, Deserialize)]
+pub struct PasswordForm {
+    name: String,
+    password: String,
+}
+
+/// `POST /users/password`.
+pub async fn password(
+    State(state): State<WebState>,
+    who: Authed,
+    Form(f): Form<PasswordForm>,
+) -> Response {
+    let result = async {
+        state
+            .store
+            .set_password(&who.user, &f.name, &f.password)
+            .await
+            .map_err(ApiError::from)
+    }
+    .await;
+    match result {
+        Ok(()) => done("/users", &format!("Password of {} reset.", f.name)),
+        Err(e) => render_users(&state, &who, None, Some(e)).await,
+    }
+}
+
+/// `POST /users/remove`.
+pub async fn remove(
+    State(state): State<WebState>,
+    who: Authed,
+    Form(f): Form<NameForm>,
+) -> Response {
+    let result = async {
+        state
+            .store
+            .delete_user(&who.user, &f.name)
+            .await
+            .map_err(ApiError::from)
+    }
+    .await;
+    match result {
+        Ok(()) => done("/users", &format!("User {} removed.", f.name)),
+        Err(e) => render_users(&state, &who, None, Some(e)).await,
+    }
+}

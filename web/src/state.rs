@@ -1,0 +1,58 @@
+//! What every handler shares: the store, the running engine, the token
+//! keys and the login throttle, in one cheaply cloned [`WebState`].
+
+use std::sync::Arc;
+
+use uagate_server::Engine;
+use uagate_store::Store;
+
+use crate::auth::{LoginThrottle, TokenKeys};
+
+/// What every handler shares; cheap to clone.
+#[derive(Clone)]
+pub struct WebState {
+    /// The configuration store (users, documents, change log).
+    pub store: Store,
+    /// The running gateway.
+    pub engine: Arc<Engine>,
+    /// Signs and checks tokens.
+    pub keys: Arc<TokenKeys>,
+    /// Failed-login counting.
+    pub throttle: Arc<LoginThrottle>,
+    /// Serialises changes of the configuration document, so two editors
+    /// never lose each other's change.
+    pub config_lock: Arc<tokio::sync::Mutex<()>>,
+    /// The one-time code that lets the first administrator be created;
+    /// set while the store has no user (see [`WebState::prepare_setup`]).
+    pub setup_code: Arc<parking_lot::Mutex<Option<String>>>,
+}
+
+impl WebState {
+    /// State for the console of `engine`, with token keys from `data_dir`.
+    pub fn new(
+        store: Store,
+        engine: Arc<Engine>,
+        data_dir: &std::path::Path,
+    ) -> std::io::Result<WebState> {
+        Ok(WebState {
+            store,
+            engine,
+            keys: Arc::new(TokenKeys::load_or_create(data_dir)?),
+            throttle: Arc::new(LoginThrottle::default()),
+            setup_code: Arc::default(),
+            config_lock: Arc::default(),
+        })
+    }
+
+    /// Called once when the console starts: when no user exists yet, makes
+    /// a one-time setup code (printed to the log by the caller) with which
+    /// `POST /api/v1/setup` creates the first admin. `None` once users exist.
+    pub async fn prepare_setup(&self) -> Result<Option<String>, uagate_store::StoreError> {
+        if !self.store.list_users().await?.is_empty() {
+            return Ok(None);
+        }
+        let code = hex::encode(rand::random::<[u8; 8]>());
+        *self.setup_code.lock() = Some(code.clone());
+        Ok(Some(code))
+    }
+}
