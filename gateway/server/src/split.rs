@@ -99,6 +99,13 @@ impl Split {
         self.local.len() == self.n && self.mounts.is_empty()
     }
 
+    /// Whether one mount answers every operation, in request order.
+    fn one_mount(&self) -> bool {
+        self.local.is_empty()
+            && self.answered.is_empty()
+            && matches!(self.mounts.as_slice(), [(_, idx)] if idx.len() == self.n)
+    }
+
     /// Runs the request: the `local` future (results for [`Split::local`])
     /// and `mount(m, indexes)` for every mount, all concurrently; each
     /// mount is bounded by `deadline` (after which its operations get
@@ -126,13 +133,22 @@ impl Split {
                 (idx, res)
             }
         }));
-        let (local, mounts) = join(local, mounts).await;
+        let (local, mut mounts) = join(local, mounts).await;
         let local = local?;
         if self.all_local() {
             return Ok(Answer {
                 results: local,
                 diagnostics: Diagnostics::with_len(0),
             });
+        }
+        // One mount answered every operation in order: its answer is the
+        // request's (the common proxied request; nothing to place).
+        let whole = self.one_mount()
+            && matches!(mounts.as_slice(), [(_, Ok(a))] if a.results.len() == self.n);
+        if whole {
+            if let Some((_, Ok(answer))) = mounts.pop() {
+                return Ok(answer);
+            }
         }
         let mut results: Vec<R> = (0..self.n)
             .map(|_| R::with_status(StatusCode::BadUnexpectedError))
@@ -324,6 +340,46 @@ mod tests {
                 Who::Status(StatusCode::BadServerNotConnected),
                 Who::Local(4),
             ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_for_one_mount_gets_that_mounts_answer_or_its_failure() {
+        let split = Split::new(3, |_| Route::Mount(5));
+        let far = Instant::now() + Duration::from_secs(10);
+        let answer = split
+            .run::<_, (), _, _, _>(far, async { Ok(Vec::new()) }, |m, idx| {
+                let a = mount_answer(m, idx);
+                async move { Ok(a) }
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            answer.results,
+            vec![Who::Mount(5, 0), Who::Mount(5, 1), Who::Mount(5, 2)]
+        );
+        let failed = split
+            .run::<Who, (), _, _, _>(far, async { Ok(Vec::new()) }, |_, _| async {
+                Err(StatusCode::BadNoCommunication)
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            failed.results,
+            vec![Who::Status(StatusCode::BadServerNotConnected); 3]
+        );
+        // A short answer is placed like any other (the rest stays unanswered).
+        let short = split
+            .run::<_, (), _, _, _>(far, async { Ok(Vec::new()) }, |m, idx| {
+                let a = mount_answer(m, &idx[..1]);
+                async move { Ok(a) }
+            })
+            .await
+            .unwrap();
+        assert_eq!(short.results[0], Who::Mount(5, 0));
+        assert_eq!(
+            short.results[2],
+            Who::Status(StatusCode::BadUnexpectedError)
         );
     }
 

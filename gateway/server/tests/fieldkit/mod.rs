@@ -56,8 +56,8 @@ pub async fn connect(
     (session, h)
 }
 
-/// Index of namespace `uri` in the server's NamespaceArray.
-pub async fn ns_of(session: &Session, uri: &str) -> u16 {
+/// The server's NamespaceArray.
+pub async fn namespace_array(session: &Session) -> Vec<String> {
     let v = session
         .read(
             &[ReadValueId::from(NodeId::new(0, 2255u32))],
@@ -69,11 +69,22 @@ pub async fn ns_of(session: &Session, uri: &str) -> u16 {
     let Some(Variant::Array(a)) = &v[0].value else {
         panic!("NamespaceArray {v:?}")
     };
-    let pos = a
-        .values
+    a.values
         .iter()
-        .position(|x| matches!(x, Variant::String(s) if s.as_ref() == uri))
-        .unwrap_or_else(|| panic!("{uri} not in {:?}", a.values));
+        .map(|x| match x {
+            Variant::String(s) => s.to_string(),
+            _ => String::new(),
+        })
+        .collect()
+}
+
+/// Index of namespace `uri` in the server's NamespaceArray.
+pub async fn ns_of(session: &Session, uri: &str) -> u16 {
+    let uris = namespace_array(session).await;
+    let pos = uris
+        .iter()
+        .position(|u| u == uri)
+        .unwrap_or_else(|| panic!("{uri} not in {uris:?}"));
     pos as u16
 }
 
@@ -228,25 +239,7 @@ impl Drop for SlowLink {
 /// the simulator's own URI for the first mount that published it, the
 /// mount-qualified URI for the others.
 pub async fn sim_ns_of_mount(session: &Session, name: &str) -> u16 {
-    let v = session
-        .read(
-            &[ReadValueId::from(NodeId::new(0, 2255u32))],
-            TimestampsToReturn::Neither,
-            0.0,
-        )
-        .await
-        .unwrap();
-    let Some(Variant::Array(a)) = &v[0].value else {
-        panic!("NamespaceArray {v:?}")
-    };
-    let uris: Vec<String> = a
-        .values
-        .iter()
-        .map(|x| match x {
-            Variant::String(s) => s.to_string(),
-            _ => String::new(),
-        })
-        .collect();
+    let uris = namespace_array(session).await;
     let qualified = format!("urn:uagate:field:{name}:{}", uagate_sim::NAMESPACE_URI);
     let own = uris.iter().position(|u| *u == qualified);
     let shared = uris.iter().position(|u| u == uagate_sim::NAMESPACE_URI);
