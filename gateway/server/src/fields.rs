@@ -29,8 +29,10 @@ use uagate_space::LocalSpace;
 use uagate_subs::EventFields;
 
 /// Settings key of the persisted namespace allocation (JSON list of
-/// `NamespaceEntry`), so gateway namespace indexes survive restarts.
-pub const NAMESPACES_SETTING: &str = "field.namespaces";
+/// `NamespaceEntry`), so gateway namespace indexes survive restarts;
+/// node-local, never replicated (each appliance allocates from its own
+/// field sessions).
+pub const NAMESPACES_SETTING: &str = uagate_store::FIELD_NAMESPACES_SETTING;
 
 /// First gateway namespace index given to field namespaces (0 = OPC UA,
 /// 1 = our application URI, 2 = the gateway namespace).

@@ -144,8 +144,9 @@ const TLS_WATCH_PERIOD: Duration = Duration::from_secs(2);
 /// numbered after it.
 const NEXT_CHANNEL_START: u32 = 1;
 
-/// Settings key under which a requested server state is persisted (and audited).
-pub(crate) const STATE_SETTING: &str = "server.requested_state";
+/// Settings key under which a requested server state is persisted (and
+/// audited); node-local, never replicated to the standby.
+pub(crate) const STATE_SETTING: &str = uagate_store::REQUESTED_STATE_SETTING;
 
 /// The persisted form of a requested state.
 #[derive(serde::Serialize, serde::Deserialize)]

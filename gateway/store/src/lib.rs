@@ -1,16 +1,76 @@
 #![forbid(unsafe_code)]
 //! `uagate-store`: the configuration store of the gateway.
 //!
-//! One [`Store`] API over a SQLite database in WAL mode. Every configuration
-//! change (users, certificate trust list, CRLs, settings) goes through it, is
-//! validated, and is written in **one** transaction together with an entry in
-//! an append-only change log ([`ChangeLogEntry`]). The pair replication ships
-//! that log to the standby. Secrets (passwords, hashes) never enter the log.
+//! One [`Store`] API over a SQLite database in WAL mode. Every change, from
+//! the console, REST, the CLI or the engine, is a plain value — a [`Change`]
+//! or a [`LocalChange`] in a [`Proposal`] that says who asks and when — and
+//! [`Store::apply`] is the one code path that writes: it validates the value
+//! and applies it in **one** transaction together with an entry in the
+//! append-only change log ([`ChangeLogEntry`]). Secrets (passwords, hashes)
+//! never enter the log.
+//!
+//! The other mutating methods (`add_user`, `trust_add`, `set_setting`, …)
+//! are thin proposers: they check the input, hash a password, convert PEM
+//! to DER, stamp the time, build the value and call [`Store::apply`].
+//! Apply itself is deterministic — no clock, randomness or password
+//! hashing — so the pair can replicate the [`Change`] values to the standby
+//! and apply them there in the same order with the same result. A business
+//! refusal (unknown user, last admin, older CRL, …) is an outcome of apply
+//! (the usual [`StoreError`] variants) and writes nothing: no row, no log
+//! entry.
+//!
+//! # Scope of each change
+//!
+//! Node-local state is never replicated. It is changed by a [`LocalChange`]
+//! through the same [`Store::apply`], and its change-log entry is kept for
+//! the audit trail like any other but marked [`Scope::Local`]
+//! ([`ChangeLogEntry::scope`]), so a reader of the log can leave it out.
+//!
+//! | value | log kind | scope |
+//! |---|---|---|
+//! | [`Change::AddUser`] | `user.add` | replicated |
+//! | [`Change::SetPassword`] | `user.password` | replicated |
+//! | [`Change::SetRole`] | `user.role` | replicated |
+//! | [`Change::DeleteUser`] | `user.delete` | replicated |
+//! | [`Change::TrustAdd`] | `trust.add` | replicated |
+//! | [`Change::TrustRemove`] (trusted, issuer) | `trust.remove` | replicated |
+//! | [`Change::AddCrl`] | `crl.add` | replicated |
+//! | [`Change::SetSetting`] (every key not in [`NODE_LOCAL_SETTINGS`]) | `setting.set` | replicated |
+//! | [`Change::BumpEpoch`] | `epoch.bump` | replicated |
+//! | [`Change::Event`] | `event.*` | replicated |
+//! | [`LocalChange::RecordRejected`] | `trust.reject` (first sighting only) | local |
+//! | [`LocalChange::RemoveRejected`] | `trust.remove` (kind `rejected`) | local |
+//! | [`LocalChange::SetSetting`] ([`REQUESTED_STATE_SETTING`], [`FIELD_NAMESPACES_SETTING`]) | `setting.set` | local |
+//!
+//! The replicated state is thus: the users; the trusted and issuer
+//! certificates; the CRLs; the settings except the node-local ones; the
+//! epoch. Node-local: the rejected certificates, the node-local settings, and
+//! the `first_seen`/`last_seen` observation times of a certificate (a
+//! [`Change::TrustAdd`] of a certificate this appliance had rejected keeps
+//! the time it was first seen here and logs `previous_kind: "rejected"`;
+//! nothing else a replicated change does depends on node-local rows).
+//! Sequence numbers are per store: local entries take numbers too.
+//!
+//! # Applying the same proposal twice
+//!
+//! Apply does not deduplicate: exactly-once delivery is the replication
+//! layer's job (it records the last applied entry). Applying a proposal
+//! again is safe — it never corrupts the store — and does this:
+//!
+//! * refused, nothing written: `AddUser` (`UserExists`), `DeleteUser`
+//!   (`UnknownUser`), `TrustRemove` and `RemoveRejected` (`UnknownCert`);
+//! * same rows, one more log entry: `SetPassword`, `SetRole`, `TrustAdd`,
+//!   `AddCrl` (a CRL as new as the stored one replaces it), `SetSetting`
+//!   (the entry's `before` is the value itself), `Event`;
+//! * `RecordRejected`: refreshes `last_seen`, no log entry;
+//! * `BumpEpoch` is **not** idempotent: it increments the epoch again.
 //!
 //! Schema lives in `migrations/` at the workspace root and is applied by
 //! [`Store::open`].
 
+mod apply;
 mod chain;
+mod change;
 mod error;
 mod model;
 mod password;
@@ -20,8 +80,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{SecondsFormat, Utc};
-use serde_json::json;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
@@ -30,7 +88,12 @@ use sqlx::sqlite::{
 use sqlx::{Row, SqliteConnection};
 use tokio::sync::Semaphore;
 
+pub use apply::{Applied, MAX_EVENT_PAYLOAD_LEN};
 pub use chain::{TrustVerdict, MAX_CHAIN_LEN};
+pub use change::{
+    setting_scope, Change, LocalChange, LocalProposal, PasswordHash, Proposal, Scope, Scoped,
+    FIELD_NAMESPACES_SETTING, NODE_LOCAL_SETTINGS, REQUESTED_STATE_SETTING,
+};
 pub use error::StoreError;
 pub use model::{CertInfo, CertKind, CertSummary, ChangeLogEntry, Role};
 
@@ -64,11 +127,6 @@ const HASH_SLOTS: usize = 2;
 pub struct Store {
     pool: SqlitePool,
     hash_slots: Arc<Semaphore>,
-}
-
-/// Current time as RFC 3339 UTC with milliseconds, e.g. `2024-05-01T12:00:00.123Z`.
-fn now() -> String {
-    Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 fn validate_actor(actor: &str) -> Result<(), StoreError> {
@@ -141,33 +199,22 @@ fn validate_setting_key(key: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Appends one change-log entry inside the caller's transaction, stamped with
-/// the current epoch. Returns the new sequence number.
-async fn append_log(
-    conn: &mut SqliteConnection,
-    actor: &str,
-    kind: &str,
-    payload: &serde_json::Value,
-) -> Result<i64, StoreError> {
-    let seq: i64 = sqlx::query_scalar(
-        "INSERT INTO change_log (epoch, actor, at, kind, payload) \
-         SELECT epoch, ?1, ?2, ?3, ?4 FROM meta WHERE id = 1 RETURNING seq",
-    )
-    .bind(actor)
-    .bind(now())
-    .bind(kind)
-    .bind(payload.to_string())
-    .fetch_one(&mut *conn)
-    .await?;
-    tracing::info!(seq, actor, kind, "configuration change");
-    Ok(seq)
-}
-
 fn role_from_db(s: &str) -> Result<Role, StoreError> {
     s.parse().map_err(|_| StoreError::Corrupt {
         table: "users",
         message: format!("unknown role {s:?}"),
     })
+}
+
+fn scope_from_db(s: &str) -> Result<Scope, StoreError> {
+    match s {
+        "replicated" => Ok(Scope::Replicated),
+        "local" => Ok(Scope::Local),
+        other => Err(StoreError::Corrupt {
+            table: "change_log",
+            message: format!("unknown scope {other:?}"),
+        }),
+    }
 }
 
 fn kind_from_db(s: &str) -> Result<CertKind, StoreError> {
@@ -229,12 +276,6 @@ impl Store {
         self.pool.close().await;
     }
 
-    /// Starts a write transaction. `BEGIN IMMEDIATE` takes the write lock up
-    /// front so read-then-write sequences cannot fail with a lock upgrade.
-    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
-    }
-
     /// Runs CPU-heavy password work on the blocking pool, at most
     /// `HASH_SLOTS` at a time.
     async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
@@ -264,8 +305,8 @@ impl Store {
 
     // ----------------------------------------------------------------- users
 
-    /// Creates a user with an argon2id-hashed password. Logged as `user.add`
-    /// (name and role only).
+    /// Creates a user with an argon2id-hashed password: proposes
+    /// [`Change::AddUser`]. Logged as `user.add` (name and role only).
     pub async fn add_user(
         &self,
         actor: &str,
@@ -276,8 +317,8 @@ impl Store {
         validate_actor(actor)?;
         validate_user_name(name)?;
         validate_password(password)?;
-        // Cheap pre-check to avoid hashing for an obvious duplicate; the
-        // primary key decides in the transaction below.
+        // Cheap pre-check to avoid hashing for an obvious duplicate; apply
+        // decides.
         let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM users WHERE name = ?1")
             .bind(name)
             .fetch_optional(&self.pool)
@@ -285,38 +326,18 @@ impl Store {
         if exists.is_some() {
             return Err(StoreError::UserExists(name.to_owned()));
         }
-        let hash = self.hash_password(password).await?;
-        let mut tx = self.begin().await?;
-        let at = now();
-        let inserted = sqlx::query(
-            "INSERT INTO users (name, password_hash, role, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?4)",
-        )
-        .bind(name)
-        .bind(&hash)
-        .bind(role.as_str())
-        .bind(&at)
-        .execute(&mut *tx)
-        .await;
-        match inserted {
-            Ok(_) => {}
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                return Err(StoreError::UserExists(name.to_owned()));
-            }
-            Err(e) => return Err(e.into()),
-        }
-        append_log(
-            &mut tx,
-            actor,
-            "user.add",
-            &json!({ "name": name, "role": role.as_str() }),
-        )
-        .await?;
-        tx.commit().await?;
+        let password_hash = PasswordHash::new(self.hash_password(password).await?);
+        let change = Change::AddUser {
+            name: name.to_owned(),
+            password_hash,
+            role,
+        };
+        self.apply(Proposal::now(actor, change)).await?;
         Ok(())
     }
 
-    /// Replaces a user's password. Logged as `user.password` (name only).
+    /// Replaces a user's password: proposes [`Change::SetPassword`]. Logged
+    /// as `user.password` (name only).
     pub async fn set_password(
         &self,
         actor: &str,
@@ -325,78 +346,34 @@ impl Store {
     ) -> Result<(), StoreError> {
         validate_actor(actor)?;
         validate_password(password)?;
-        let hash = self.hash_password(password).await?;
-        let mut tx = self.begin().await?;
-        let updated =
-            sqlx::query("UPDATE users SET password_hash = ?1, updated_at = ?2 WHERE name = ?3")
-                .bind(&hash)
-                .bind(now())
-                .bind(name)
-                .execute(&mut *tx)
-                .await?;
-        if updated.rows_affected() == 0 {
-            return Err(StoreError::UnknownUser(name.to_owned()));
-        }
-        append_log(&mut tx, actor, "user.password", &json!({ "name": name })).await?;
-        tx.commit().await?;
+        let password_hash = PasswordHash::new(self.hash_password(password).await?);
+        let change = Change::SetPassword {
+            name: name.to_owned(),
+            password_hash,
+        };
+        self.apply(Proposal::now(actor, change)).await?;
         Ok(())
     }
 
-    /// Changes a user's role. Demoting the last admin is refused so the
-    /// console cannot lock itself out. Logged as `user.role`.
+    /// Changes a user's role: proposes [`Change::SetRole`]. Demoting the
+    /// last admin is refused so the console cannot lock itself out. Logged
+    /// as `user.role`.
     pub async fn set_role(&self, actor: &str, name: &str, role: Role) -> Result<(), StoreError> {
-        validate_actor(actor)?;
-        let mut tx = self.begin().await?;
-        let previous: Option<String> = sqlx::query_scalar("SELECT role FROM users WHERE name = ?1")
-            .bind(name)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let previous = match previous {
-            Some(p) => role_from_db(&p)?,
-            None => return Err(StoreError::UnknownUser(name.to_owned())),
+        let change = Change::SetRole {
+            name: name.to_owned(),
+            role,
         };
-        if previous == Role::Admin && role != Role::Admin && admin_count(&mut tx).await? <= 1 {
-            return Err(invalid("role", "cannot demote the last admin"));
-        }
-        sqlx::query("UPDATE users SET role = ?1, updated_at = ?2 WHERE name = ?3")
-            .bind(role.as_str())
-            .bind(now())
-            .bind(name)
-            .execute(&mut *tx)
-            .await?;
-        append_log(
-            &mut tx,
-            actor,
-            "user.role",
-            &json!({ "name": name, "role": role.as_str(), "previous": previous.as_str() }),
-        )
-        .await?;
-        tx.commit().await?;
+        self.apply(Proposal::now(actor, change)).await?;
         Ok(())
     }
 
-    /// Deletes a user. Deleting the last admin is refused. Logged as
-    /// `user.delete`.
+    /// Deletes a user: proposes [`Change::DeleteUser`]. Deleting the last
+    /// admin is refused. Logged as `user.delete`.
     pub async fn delete_user(&self, actor: &str, name: &str) -> Result<(), StoreError> {
-        validate_actor(actor)?;
-        let mut tx = self.begin().await?;
-        let role: Option<String> = sqlx::query_scalar("SELECT role FROM users WHERE name = ?1")
-            .bind(name)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let role = match role {
-            Some(r) => role_from_db(&r)?,
-            None => return Err(StoreError::UnknownUser(name.to_owned())),
+        let change = Change::DeleteUser {
+            name: name.to_owned(),
         };
-        if role == Role::Admin && admin_count(&mut tx).await? <= 1 {
-            return Err(invalid("name", "cannot delete the last admin"));
-        }
-        sqlx::query("DELETE FROM users WHERE name = ?1")
-            .bind(name)
-            .execute(&mut *tx)
-            .await?;
-        append_log(&mut tx, actor, "user.delete", &json!({ "name": name })).await?;
-        tx.commit().await?;
+        self.apply(Proposal::now(actor, change)).await?;
         Ok(())
     }
 
@@ -450,22 +427,27 @@ impl Store {
 
     /// Records an operator action that changes no stored state (a
     /// ServiceLevel override, a closed session, a forced failover) in the
-    /// change log, so the audit trail is complete. `kind` must start with
-    /// `event.`; a standby replays such entries as no-ops.
+    /// change log, so the audit trail is complete: proposes
+    /// [`Change::Event`]. `kind` must start with `event.` and `payload` be a
+    /// JSON object; a standby replays such entries as no-ops. Returns the
+    /// entry's sequence number.
     pub async fn record_event(
         &self,
         actor: &str,
         kind: &str,
         payload: &serde_json::Value,
     ) -> Result<i64, StoreError> {
-        validate_actor(actor)?;
-        if !kind.starts_with("event.") || kind.len() > 64 {
-            return Err(invalid("kind", "event kinds start with `event.`"));
-        }
-        let mut tx = self.begin().await?;
-        let seq = append_log(&mut tx, actor, kind, payload).await?;
-        tx.commit().await?;
-        Ok(seq)
+        let change = Change::Event {
+            kind: kind.to_owned(),
+            payload: payload.to_string(),
+        };
+        self.apply(Proposal::now(actor, change))
+            .await?
+            .seq
+            .ok_or_else(|| StoreError::Corrupt {
+                table: "change_log",
+                message: "no entry written for an event".into(),
+            })
     }
 
     /// All users with their roles, sorted by name.
@@ -485,82 +467,26 @@ impl Store {
     // ------------------------------------------------------------ trust list
 
     /// Puts a DER certificate on the trusted or issuer list (moving it off
-    /// the rejected list, or between trusted and issuer, if it was there).
-    /// Logged as `trust.add` with the DER (hex) so the standby can apply it.
+    /// the rejected list, or between trusted and issuer, if it was there):
+    /// proposes [`Change::TrustAdd`]. Logged as `trust.add` with the DER
+    /// (hex).
     pub async fn trust_add(
         &self,
         actor: &str,
         der: &[u8],
         kind: CertKind,
     ) -> Result<CertInfo, StoreError> {
-        validate_actor(actor)?;
-        if kind == CertKind::Rejected {
-            return Err(invalid(
-                "kind",
-                "trust_add takes trusted or issuer; rejections are recorded by the engine",
-            ));
-        }
-        let parsed = x509::parse_certificate(der)?;
-        let at = now();
-        let mut tx = self.begin().await?;
-        let previous = sqlx::query("SELECT kind, first_seen FROM certs WHERE thumbprint = ?1")
-            .bind(&parsed.thumbprint)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let (previous_kind, first_seen) = match previous {
-            Some(row) => {
-                let k: String = row.try_get("kind")?;
-                (
-                    Some(kind_from_db(&k)?),
-                    row.try_get::<String, _>("first_seen")?,
-                )
-            }
-            None => (None, at.clone()),
-        };
-        sqlx::query(
-            "INSERT INTO certs (thumbprint, kind, subject, application_uri, not_before, \
-             not_after, der, first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
-             ON CONFLICT (thumbprint) DO UPDATE SET kind = excluded.kind, \
-             last_seen = excluded.last_seen",
-        )
-        .bind(&parsed.thumbprint)
-        .bind(kind.as_str())
-        .bind(&parsed.subject)
-        .bind(&parsed.application_uri)
-        .bind(&parsed.not_before)
-        .bind(&parsed.not_after)
-        .bind(der)
-        .bind(&first_seen)
-        .bind(&at)
-        .execute(&mut *tx)
-        .await?;
-        append_log(
-            &mut tx,
-            actor,
-            "trust.add",
-            &json!({
-                "thumbprint": parsed.thumbprint,
-                "kind": kind.as_str(),
-                "previous_kind": previous_kind.map(CertKind::as_str),
-                "subject": parsed.subject,
-                "application_uri": parsed.application_uri,
-                "not_before": parsed.not_before,
-                "not_after": parsed.not_after,
-                "der": hex::encode(der),
-            }),
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(CertInfo {
-            thumbprint: parsed.thumbprint,
-            kind,
-            subject: parsed.subject,
-            application_uri: parsed.application_uri,
-            not_before: parsed.not_before,
-            not_after: parsed.not_after,
+        let change = Change::TrustAdd {
             der: der.to_vec(),
-            first_seen,
-        })
+            kind,
+        };
+        self.apply(Proposal::now(actor, change))
+            .await?
+            .cert
+            .ok_or_else(|| StoreError::Corrupt {
+                table: "certs",
+                message: "trust_add stored no certificate".into(),
+            })
     }
 
     /// Like [`Store::trust_add`] but accepts the contents of a `.der` or
@@ -575,102 +501,37 @@ impl Store {
         self.trust_add(actor, &der, kind).await
     }
 
-    /// Called by the engine when a peer presents an untrusted certificate.
-    /// New certificates are stored as rejected (logged as `trust.reject`,
-    /// actor `engine`); repeats only refresh `last_seen` (no log entry);
+    /// Called by the engine when a peer presents an untrusted certificate:
+    /// proposes [`LocalChange::RecordRejected`] (node-local) as actor
+    /// `engine`. New certificates are stored as rejected (logged as
+    /// `trust.reject`); repeats only refresh `last_seen` (no log entry);
     /// certificates already trusted or issuer are left alone. The rejected
     /// list is capped at [`REJECTED_CAP`], dropping the least recently seen.
     pub async fn record_rejected(&self, der: &[u8]) -> Result<(), StoreError> {
-        let parsed = x509::parse_certificate(der)?;
-        let at = now();
-        let mut tx = self.begin().await?;
-        let existing: Option<String> =
-            sqlx::query_scalar("SELECT kind FROM certs WHERE thumbprint = ?1")
-                .bind(&parsed.thumbprint)
-                .fetch_optional(&mut *tx)
-                .await?;
-        match existing.as_deref().map(kind_from_db).transpose()? {
-            Some(CertKind::Rejected) => {
-                sqlx::query("UPDATE certs SET last_seen = ?1 WHERE thumbprint = ?2")
-                    .bind(&at)
-                    .bind(&parsed.thumbprint)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                return Ok(());
-            }
-            Some(kind) => {
-                tracing::debug!(thumbprint = %parsed.thumbprint, %kind,
-                    "record_rejected for a certificate on another list; ignored");
-                return Ok(());
-            }
-            None => {}
-        }
-        sqlx::query(
-            "INSERT INTO certs (thumbprint, kind, subject, application_uri, not_before, \
-             not_after, der, first_seen, last_seen) \
-             VALUES (?1, 'rejected', ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
-        )
-        .bind(&parsed.thumbprint)
-        .bind(&parsed.subject)
-        .bind(&parsed.application_uri)
-        .bind(&parsed.not_before)
-        .bind(&parsed.not_after)
-        .bind(der)
-        .bind(&at)
-        .execute(&mut *tx)
-        .await?;
-        let dropped = sqlx::query(
-            "DELETE FROM certs WHERE kind = 'rejected' AND thumbprint NOT IN \
-             (SELECT thumbprint FROM certs WHERE kind = 'rejected' \
-              ORDER BY last_seen DESC, rowid DESC LIMIT ?1)",
-        )
-        .bind(REJECTED_CAP)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if dropped > 0 {
-            tracing::debug!(dropped, "rejected certificate list at cap; dropped oldest");
-        }
-        append_log(
-            &mut tx,
-            "engine",
-            "trust.reject",
-            &json!({
-                "thumbprint": parsed.thumbprint,
-                "subject": parsed.subject,
-                "application_uri": parsed.application_uri,
-                "not_before": parsed.not_before,
-                "not_after": parsed.not_after,
-            }),
-        )
-        .await?;
-        tx.commit().await?;
+        let change = LocalChange::RecordRejected { der: der.to_vec() };
+        self.apply(Proposal::now("engine", change)).await?;
         Ok(())
     }
 
     /// Removes a certificate (any list) by thumbprint (40 hex digits; case
-    /// and `:` separators ignored). Logged as `trust.remove`.
+    /// and `:` separators ignored): proposes [`LocalChange::RemoveRejected`]
+    /// for a certificate on the rejected list, [`Change::TrustRemove`]
+    /// otherwise. Logged as `trust.remove`.
     pub async fn trust_remove(&self, actor: &str, thumbprint: &str) -> Result<(), StoreError> {
         validate_actor(actor)?;
         let thumbprint = x509::normalize_thumbprint(thumbprint)?;
-        let mut tx = self.begin().await?;
         let kind: Option<String> =
-            sqlx::query_scalar("DELETE FROM certs WHERE thumbprint = ?1 RETURNING kind")
+            sqlx::query_scalar("SELECT kind FROM certs WHERE thumbprint = ?1")
                 .bind(&thumbprint)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&self.pool)
                 .await?;
-        let Some(kind) = kind else {
-            return Err(StoreError::UnknownCert(thumbprint));
-        };
-        append_log(
-            &mut tx,
-            actor,
-            "trust.remove",
-            &json!({ "thumbprint": thumbprint, "kind": kind }),
-        )
-        .await?;
-        tx.commit().await?;
+        if kind.as_deref() == Some(CertKind::Rejected.as_str()) {
+            let change = LocalChange::RemoveRejected { thumbprint };
+            self.apply(Proposal::now(actor, change)).await?;
+        } else {
+            let change = Change::TrustRemove { thumbprint };
+            self.apply(Proposal::now(actor, change)).await?;
+        }
         Ok(())
     }
 
@@ -704,59 +565,16 @@ impl Store {
         kind.as_deref().map(kind_from_db).transpose()
     }
 
-    /// Adds a CRL (DER or PEM `X509 CRL`). At most one CRL per issuer is kept:
-    /// a newer one replaces the stored one, an older one is refused. The
-    /// signature is not checked here; the engine checks it against the issuer
-    /// list when it uses the CRL. Logged as `crl.add` with the DER (hex).
+    /// Adds a CRL (DER or PEM `X509 CRL`): proposes [`Change::AddCrl`]. At
+    /// most one CRL per issuer is kept: a newer one replaces the stored one,
+    /// an older one is refused. The signature is not checked here; the
+    /// engine checks it against the issuer list when it uses the CRL. Logged
+    /// as `crl.add` with the DER (hex).
     pub async fn add_crl(&self, actor: &str, der_or_pem: &[u8]) -> Result<(), StoreError> {
         validate_actor(actor)?;
-        let der = x509::pem_or_der(der_or_pem, "X509 CRL", "crl")?;
-        let parsed = x509::parse_crl(&der)?;
-        let mut tx = self.begin().await?;
-        let stored: Option<String> =
-            sqlx::query_scalar("SELECT this_update FROM crls WHERE issuer = ?1")
-                .bind(&parsed.issuer)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if let Some(stored) = stored {
-            if stored > parsed.this_update {
-                return Err(invalid(
-                    "crl",
-                    format!(
-                        "older than the stored CRL of this issuer (thisUpdate {} < {stored})",
-                        parsed.this_update
-                    ),
-                ));
-            }
-        }
-        sqlx::query(
-            "INSERT INTO crls (issuer, thumbprint, this_update, next_update, der, added_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (issuer) DO UPDATE SET \
-             thumbprint = excluded.thumbprint, this_update = excluded.this_update, \
-             next_update = excluded.next_update, der = excluded.der, added_at = excluded.added_at",
-        )
-        .bind(&parsed.issuer)
-        .bind(&parsed.thumbprint)
-        .bind(&parsed.this_update)
-        .bind(&parsed.next_update)
-        .bind(der.as_ref())
-        .bind(now())
-        .execute(&mut *tx)
-        .await?;
-        append_log(
-            &mut tx,
-            actor,
-            "crl.add",
-            &json!({
-                "issuer": parsed.issuer,
-                "thumbprint": parsed.thumbprint,
-                "this_update": parsed.this_update,
-                "next_update": parsed.next_update,
-                "der": hex::encode(der.as_ref()),
-            }),
-        )
-        .await?;
-        tx.commit().await?;
+        let der = x509::pem_or_der(der_or_pem, "X509 CRL", "crl")?.into_owned();
+        self.apply(Proposal::now(actor, Change::AddCrl { der }))
+            .await?;
         Ok(())
     }
 
@@ -769,41 +587,23 @@ impl Store {
 
     // -------------------------------------------------------------- settings
 
-    /// Sets a key/value setting (key: `a-z 0-9 . _ -`, value up to 64 KiB).
-    /// Logged as `setting.set` with key and value — do not store secrets here.
+    /// Sets a key/value setting (key: `a-z 0-9 . _ -`, value up to 64 KiB):
+    /// proposes [`LocalChange::SetSetting`] for the
+    /// [`NODE_LOCAL_SETTINGS`], [`Change::SetSetting`] for every other key.
+    /// Logged as `setting.set` with key and value — do not store secrets
+    /// here.
     pub async fn set_setting(&self, actor: &str, key: &str, value: &str) -> Result<(), StoreError> {
-        validate_actor(actor)?;
-        validate_setting_key(key)?;
-        if value.len() > MAX_SETTING_VALUE_LEN {
-            return Err(invalid(
-                key,
-                format!("value longer than {MAX_SETTING_VALUE_LEN} bytes"),
-            ));
+        let (key, value) = (key.to_owned(), value.to_owned());
+        match setting_scope(&key) {
+            Scope::Local => {
+                let change = LocalChange::SetSetting { key, value };
+                self.apply(Proposal::now(actor, change)).await?;
+            }
+            Scope::Replicated => {
+                let change = Change::SetSetting { key, value };
+                self.apply(Proposal::now(actor, change)).await?;
+            }
         }
-        let mut tx = self.begin().await?;
-        let before: Option<String> =
-            sqlx::query_scalar("SELECT value FROM settings WHERE key = ?1")
-                .bind(key)
-                .fetch_optional(&mut *tx)
-                .await?;
-        sqlx::query(
-            "INSERT INTO settings (key, value, updated_at) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (key) DO UPDATE SET value = excluded.value, \
-             updated_at = excluded.updated_at",
-        )
-        .bind(key)
-        .bind(value)
-        .bind(now())
-        .execute(&mut *tx)
-        .await?;
-        append_log(
-            &mut tx,
-            actor,
-            "setting.set",
-            &json!({ "key": key, "value": value, "before": before }),
-        )
-        .await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -828,7 +628,7 @@ impl Store {
     ) -> Result<Vec<ChangeLogEntry>, StoreError> {
         let limit = limit.clamp(0, MAX_LOG_BATCH);
         let rows = sqlx::query(
-            "SELECT seq, epoch, actor, at, kind, payload FROM change_log \
+            "SELECT seq, epoch, actor, at, kind, payload, scope FROM change_log \
              WHERE seq > ?1 ORDER BY seq LIMIT ?2",
         )
         .bind(after_seq)
@@ -844,6 +644,7 @@ impl Store {
                     at: row.try_get("at")?,
                     kind: row.try_get("kind")?,
                     payload: row.try_get("payload")?,
+                    scope: scope_from_db(row.try_get("scope")?)?,
                 })
             })
             .collect()
@@ -866,17 +667,13 @@ impl Store {
     }
 
     /// Increments the epoch (on a leadership change) and returns the new
-    /// value. Logged as `epoch.bump`, stamped with the new epoch.
+    /// value: proposes [`Change::BumpEpoch`]. Logged as `epoch.bump`,
+    /// stamped with the new epoch.
     pub async fn bump_epoch(&self, actor: &str) -> Result<i64, StoreError> {
-        validate_actor(actor)?;
-        let mut tx = self.begin().await?;
-        let epoch: i64 =
-            sqlx::query_scalar("UPDATE meta SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch")
-                .fetch_one(&mut *tx)
-                .await?;
-        append_log(&mut tx, actor, "epoch.bump", &json!({ "epoch": epoch })).await?;
-        tx.commit().await?;
-        Ok(epoch)
+        Ok(self
+            .apply(Proposal::now(actor, Change::BumpEpoch))
+            .await?
+            .epoch)
     }
 }
 

@@ -5,6 +5,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::change::Scope;
 use crate::error::{invalid, StoreError};
 
 /// Role of a console/REST user; decides what the user may change.
@@ -135,7 +136,8 @@ pub struct CertSummary {
     pub not_after: String,
 }
 
-/// One entry of the append-only change log that the standby replicates.
+/// One entry of the append-only change log: the audit trail of every change
+/// [`crate::Store::apply`] made, replicated and node-local alike.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangeLogEntry {
     /// Strictly increasing sequence number, never reused.
@@ -150,4 +152,7 @@ pub struct ChangeLogEntry {
     pub kind: String,
     /// JSON object describing the change; never contains secrets.
     pub payload: String,
+    /// Whether the change is replicated or node-local (then the standby
+    /// never sees it).
+    pub scope: Scope,
 }

@@ -1,0 +1,657 @@
+//! The one write path: [`Store::apply`] validates a change value and applies
+//! it in one transaction together with its change-log entry. Nothing else in
+//! this crate writes SQLite (migrations aside).
+//!
+//! Apply is deterministic: it reads no clock (the proposal carries its time),
+//! draws no random numbers and hashes no password, so it only depends on the
+//! proposal and the rows already stored. A business refusal (unknown user,
+//! last admin, older CRL, …) is an `Err` of the usual [`StoreError`] variants
+//! and leaves the store untouched: the transaction is rolled back, no row and
+//! no log entry are written.
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use sqlx::{Row, SqliteConnection};
+
+use crate::change::sealed::AnyChange;
+use crate::change::{
+    format_at, setting_scope, Change, LocalChange, Proposal, Scope, Scoped, NODE_LOCAL_SETTINGS,
+};
+use crate::error::{invalid, StoreError};
+use crate::model::{CertInfo, CertKind, Role};
+use crate::x509::{self, ParsedCert, ParsedCrl};
+use crate::{
+    admin_count, kind_from_db, role_from_db, validate_actor, validate_setting_key,
+    validate_user_name, Store, MAX_SETTING_VALUE_LEN, REJECTED_CAP,
+};
+
+/// Largest payload of an [`Change::Event`], in bytes.
+pub const MAX_EVENT_PAYLOAD_LEN: usize = 64 * 1024;
+/// Longest event kind, in bytes.
+const MAX_EVENT_KIND_LEN: usize = 64;
+/// Longest password hash accepted, in bytes.
+const MAX_HASH_LEN: usize = 512;
+
+/// What [`Store::apply`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Applied {
+    /// Sequence number of the change-log entry written with the change.
+    /// Every [`Change`] writes one; `None` only for a
+    /// [`LocalChange::RecordRejected`] of a certificate already listed.
+    pub seq: Option<i64>,
+    /// The replication epoch after the change (the one its entry is stamped
+    /// with; after [`Change::BumpEpoch`] the new one).
+    pub epoch: i64,
+    /// The certificate as stored, after [`Change::TrustAdd`].
+    pub cert: Option<CertInfo>,
+}
+
+/// Which rows a removal by thumbprint may delete.
+#[derive(Debug, Clone, Copy)]
+enum Lists {
+    /// Trusted and issuer (replicated).
+    Listed,
+    /// Rejected (node-local).
+    Rejected,
+}
+
+/// A validated change, with its certificate or CRL decoded: what the
+/// transaction runs.
+enum Plan {
+    AddUser {
+        name: String,
+        hash: String,
+        role: Role,
+    },
+    SetPassword {
+        name: String,
+        hash: String,
+    },
+    SetRole {
+        name: String,
+        role: Role,
+    },
+    DeleteUser {
+        name: String,
+    },
+    TrustAdd {
+        der: Vec<u8>,
+        kind: CertKind,
+        cert: ParsedCert,
+    },
+    Remove {
+        thumbprint: String,
+        from: Lists,
+    },
+    AddCrl {
+        der: Vec<u8>,
+        crl: ParsedCrl,
+    },
+    SetSetting {
+        key: String,
+        value: String,
+    },
+    BumpEpoch,
+    Event {
+        kind: String,
+        payload: String,
+    },
+    RecordRejected {
+        der: Vec<u8>,
+        cert: ParsedCert,
+    },
+}
+
+/// What running a plan produced: the log entry to write with it and the
+/// stored certificate.
+struct Effect {
+    /// Kind and payload (JSON object text).
+    log: Option<(String, String)>,
+    cert: Option<CertInfo>,
+}
+
+impl Effect {
+    fn logged(kind: &str, payload: serde_json::Value) -> Effect {
+        Effect {
+            log: Some((kind.to_owned(), payload.to_string())),
+            cert: None,
+        }
+    }
+
+    fn silent() -> Effect {
+        Effect {
+            log: None,
+            cert: None,
+        }
+    }
+}
+
+/// Checks `at` is RFC 3339 UTC with milliseconds in its one textual form.
+fn validate_at(at: &str) -> Result<(), StoreError> {
+    let canonical = DateTime::parse_from_rfc3339(at)
+        .ok()
+        .map(|t| format_at(t.with_timezone(&Utc)));
+    if canonical.as_deref() != Some(at) {
+        return Err(invalid(
+            "at",
+            "must be RFC 3339 UTC with milliseconds, e.g. 2024-05-01T12:00:00.123Z",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_hash(phc: &str) -> Result<(), StoreError> {
+    let ok = phc.len() <= MAX_HASH_LEN
+        && argon2::password_hash::PasswordHash::new(phc)
+            .is_ok_and(|h| h.algorithm.as_str() == "argon2id");
+    if !ok {
+        return Err(invalid("password_hash", "must be an argon2id PHC string"));
+    }
+    Ok(())
+}
+
+fn validate_value(key: &str, value: &str) -> Result<(), StoreError> {
+    if value.len() > MAX_SETTING_VALUE_LEN {
+        return Err(invalid(
+            key,
+            format!("value longer than {MAX_SETTING_VALUE_LEN} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_event(kind: &str, payload: &str) -> Result<(), StoreError> {
+    if !kind.starts_with("event.") || kind.len() > MAX_EVENT_KIND_LEN {
+        return Err(invalid("kind", "event kinds start with `event.`"));
+    }
+    let object = payload.len() <= MAX_EVENT_PAYLOAD_LEN
+        && serde_json::from_str::<serde_json::Value>(payload).is_ok_and(|v| v.is_object());
+    if !object {
+        return Err(invalid(
+            "payload",
+            format!("must be a JSON object of at most {MAX_EVENT_PAYLOAD_LEN} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates a change value without touching the database.
+fn check(change: AnyChange) -> Result<Plan, StoreError> {
+    Ok(match change {
+        AnyChange::Replicated(change) => match change {
+            Change::AddUser {
+                name,
+                password_hash,
+                role,
+            } => {
+                validate_user_name(&name)?;
+                validate_hash(password_hash.as_str())?;
+                Plan::AddUser {
+                    name,
+                    hash: password_hash.as_str().to_owned(),
+                    role,
+                }
+            }
+            Change::SetPassword {
+                name,
+                password_hash,
+            } => {
+                validate_hash(password_hash.as_str())?;
+                Plan::SetPassword {
+                    name,
+                    hash: password_hash.as_str().to_owned(),
+                }
+            }
+            Change::SetRole { name, role } => Plan::SetRole { name, role },
+            Change::DeleteUser { name } => Plan::DeleteUser { name },
+            Change::TrustAdd { der, kind } => {
+                if kind == CertKind::Rejected {
+                    return Err(invalid(
+                        "kind",
+                        "trust_add takes trusted or issuer; rejections are recorded by the engine",
+                    ));
+                }
+                let cert = x509::parse_certificate(&der)?;
+                Plan::TrustAdd { der, kind, cert }
+            }
+            Change::TrustRemove { thumbprint } => Plan::Remove {
+                thumbprint: x509::normalize_thumbprint(&thumbprint)?,
+                from: Lists::Listed,
+            },
+            Change::AddCrl { der } => {
+                let crl = x509::parse_crl(&der)?;
+                Plan::AddCrl { der, crl }
+            }
+            Change::SetSetting { key, value } => {
+                validate_setting_key(&key)?;
+                validate_value(&key, &value)?;
+                if setting_scope(&key) != Scope::Replicated {
+                    return Err(invalid(
+                        &key,
+                        "node-local setting; it is set by a local change, never replicated",
+                    ));
+                }
+                Plan::SetSetting { key, value }
+            }
+            Change::BumpEpoch => Plan::BumpEpoch,
+            Change::Event { kind, payload } => {
+                validate_event(&kind, &payload)?;
+                Plan::Event { kind, payload }
+            }
+        },
+        AnyChange::Local(change) => match change {
+            LocalChange::RecordRejected { der } => {
+                let cert = x509::parse_certificate(&der)?;
+                Plan::RecordRejected { der, cert }
+            }
+            LocalChange::RemoveRejected { thumbprint } => Plan::Remove {
+                thumbprint: x509::normalize_thumbprint(&thumbprint)?,
+                from: Lists::Rejected,
+            },
+            LocalChange::SetSetting { key, value } => {
+                validate_setting_key(&key)?;
+                validate_value(&key, &value)?;
+                if setting_scope(&key) != Scope::Local {
+                    return Err(invalid(
+                        &key,
+                        format!(
+                            "replicated setting; node-local settings are {}",
+                            NODE_LOCAL_SETTINGS.join(", ")
+                        ),
+                    ));
+                }
+                Plan::SetSetting { key, value }
+            }
+        },
+    })
+}
+
+/// Appends one change-log entry inside the caller's transaction, stamped
+/// with the current epoch. Returns its sequence number and epoch.
+async fn append_log(
+    conn: &mut SqliteConnection,
+    scope: Scope,
+    actor: &str,
+    at: &str,
+    kind: &str,
+    payload: &str,
+) -> Result<(i64, i64), StoreError> {
+    let row = sqlx::query(
+        "INSERT INTO change_log (epoch, actor, at, kind, payload, scope) \
+         SELECT epoch, ?1, ?2, ?3, ?4, ?5 FROM meta WHERE id = 1 RETURNING seq, epoch",
+    )
+    .bind(actor)
+    .bind(at)
+    .bind(kind)
+    .bind(payload)
+    .bind(scope.as_str())
+    .fetch_one(&mut *conn)
+    .await?;
+    let seq: i64 = row.try_get("seq")?;
+    tracing::info!(seq, actor, kind, %scope, "configuration change");
+    Ok((seq, row.try_get("epoch")?))
+}
+
+/// Runs a validated change inside `tx`; a refusal returns `Err` before
+/// anything is written or after writes the caller rolls back.
+async fn run(tx: &mut SqliteConnection, at: &str, plan: Plan) -> Result<Effect, StoreError> {
+    match plan {
+        Plan::AddUser { name, hash, role } => {
+            let inserted = sqlx::query(
+                "INSERT INTO users (name, password_hash, role, created_at, updated_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?4)",
+            )
+            .bind(&name)
+            .bind(&hash)
+            .bind(role.as_str())
+            .bind(at)
+            .execute(&mut *tx)
+            .await;
+            match inserted {
+                Ok(_) => {}
+                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                    return Err(StoreError::UserExists(name));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            Ok(Effect::logged(
+                "user.add",
+                json!({ "name": name, "role": role.as_str() }),
+            ))
+        }
+        Plan::SetPassword { name, hash } => {
+            let updated =
+                sqlx::query("UPDATE users SET password_hash = ?1, updated_at = ?2 WHERE name = ?3")
+                    .bind(&hash)
+                    .bind(at)
+                    .bind(&name)
+                    .execute(&mut *tx)
+                    .await?;
+            if updated.rows_affected() == 0 {
+                return Err(StoreError::UnknownUser(name));
+            }
+            Ok(Effect::logged("user.password", json!({ "name": name })))
+        }
+        Plan::SetRole { name, role } => {
+            let previous: Option<String> =
+                sqlx::query_scalar("SELECT role FROM users WHERE name = ?1")
+                    .bind(&name)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            let previous = match previous {
+                Some(p) => role_from_db(&p)?,
+                None => return Err(StoreError::UnknownUser(name)),
+            };
+            if previous == Role::Admin && role != Role::Admin && admin_count(tx).await? <= 1 {
+                return Err(invalid("role", "cannot demote the last admin"));
+            }
+            sqlx::query("UPDATE users SET role = ?1, updated_at = ?2 WHERE name = ?3")
+                .bind(role.as_str())
+                .bind(at)
+                .bind(&name)
+                .execute(&mut *tx)
+                .await?;
+            Ok(Effect::logged(
+                "user.role",
+                json!({ "name": name, "role": role.as_str(), "previous": previous.as_str() }),
+            ))
+        }
+        Plan::DeleteUser { name } => {
+            let role: Option<String> = sqlx::query_scalar("SELECT role FROM users WHERE name = ?1")
+                .bind(&name)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let role = match role {
+                Some(r) => role_from_db(&r)?,
+                None => return Err(StoreError::UnknownUser(name)),
+            };
+            if role == Role::Admin && admin_count(tx).await? <= 1 {
+                return Err(invalid("name", "cannot delete the last admin"));
+            }
+            sqlx::query("DELETE FROM users WHERE name = ?1")
+                .bind(&name)
+                .execute(&mut *tx)
+                .await?;
+            Ok(Effect::logged("user.delete", json!({ "name": name })))
+        }
+        Plan::TrustAdd { der, kind, cert } => trust_add(tx, at, der, kind, cert).await,
+        Plan::Remove { thumbprint, from } => {
+            let sql = match from {
+                Lists::Listed => {
+                    "DELETE FROM certs WHERE thumbprint = ?1 AND kind IN ('trusted', 'issuer') \
+                     RETURNING kind"
+                }
+                Lists::Rejected => {
+                    "DELETE FROM certs WHERE thumbprint = ?1 AND kind = 'rejected' RETURNING kind"
+                }
+            };
+            let kind: Option<String> = sqlx::query_scalar(sql)
+                .bind(&thumbprint)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(kind) = kind else {
+                return Err(StoreError::UnknownCert(thumbprint));
+            };
+            Ok(Effect::logged(
+                "trust.remove",
+                json!({ "thumbprint": thumbprint, "kind": kind }),
+            ))
+        }
+        Plan::AddCrl { der, crl } => {
+            let stored: Option<String> =
+                sqlx::query_scalar("SELECT this_update FROM crls WHERE issuer = ?1")
+                    .bind(&crl.issuer)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if let Some(stored) = stored {
+                if stored > crl.this_update {
+                    return Err(invalid(
+                        "crl",
+                        format!(
+                            "older than the stored CRL of this issuer (thisUpdate {} < {stored})",
+                            crl.this_update
+                        ),
+                    ));
+                }
+            }
+            sqlx::query(
+                "INSERT INTO crls (issuer, thumbprint, this_update, next_update, der, added_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (issuer) DO UPDATE SET \
+                 thumbprint = excluded.thumbprint, this_update = excluded.this_update, \
+                 next_update = excluded.next_update, der = excluded.der, \
+                 added_at = excluded.added_at",
+            )
+            .bind(&crl.issuer)
+            .bind(&crl.thumbprint)
+            .bind(&crl.this_update)
+            .bind(&crl.next_update)
+            .bind(&der)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+            Ok(Effect::logged(
+                "crl.add",
+                json!({
+                    "issuer": crl.issuer,
+                    "thumbprint": crl.thumbprint,
+                    "this_update": crl.this_update,
+                    "next_update": crl.next_update,
+                    "der": hex::encode(&der),
+                }),
+            ))
+        }
+        Plan::SetSetting { key, value } => {
+            let before: Option<String> =
+                sqlx::query_scalar("SELECT value FROM settings WHERE key = ?1")
+                    .bind(&key)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            sqlx::query(
+                "INSERT INTO settings (key, value, updated_at) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value, \
+                 updated_at = excluded.updated_at",
+            )
+            .bind(&key)
+            .bind(&value)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+            Ok(Effect::logged(
+                "setting.set",
+                json!({ "key": key, "value": value, "before": before }),
+            ))
+        }
+        Plan::BumpEpoch => {
+            let epoch: i64 = sqlx::query_scalar(
+                "UPDATE meta SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch",
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            Ok(Effect::logged("epoch.bump", json!({ "epoch": epoch })))
+        }
+        // Checked to be a JSON object; logged as the proposer wrote it.
+        Plan::Event { kind, payload } => Ok(Effect {
+            log: Some((kind, payload)),
+            cert: None,
+        }),
+        Plan::RecordRejected { der, cert } => record_rejected(tx, at, der, cert).await,
+    }
+}
+
+async fn trust_add(
+    tx: &mut SqliteConnection,
+    at: &str,
+    der: Vec<u8>,
+    kind: CertKind,
+    cert: ParsedCert,
+) -> Result<Effect, StoreError> {
+    let previous = sqlx::query("SELECT kind, first_seen FROM certs WHERE thumbprint = ?1")
+        .bind(&cert.thumbprint)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let (previous_kind, first_seen) = match previous {
+        Some(row) => {
+            let k: String = row.try_get("kind")?;
+            (
+                Some(kind_from_db(&k)?),
+                row.try_get::<String, _>("first_seen")?,
+            )
+        }
+        None => (None, at.to_owned()),
+    };
+    sqlx::query(
+        "INSERT INTO certs (thumbprint, kind, subject, application_uri, not_before, \
+         not_after, der, first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+         ON CONFLICT (thumbprint) DO UPDATE SET kind = excluded.kind, \
+         last_seen = excluded.last_seen",
+    )
+    .bind(&cert.thumbprint)
+    .bind(kind.as_str())
+    .bind(&cert.subject)
+    .bind(&cert.application_uri)
+    .bind(&cert.not_before)
+    .bind(&cert.not_after)
+    .bind(&der)
+    .bind(&first_seen)
+    .bind(at)
+    .execute(&mut *tx)
+    .await?;
+    let payload = json!({
+        "thumbprint": cert.thumbprint,
+        "kind": kind.as_str(),
+        "previous_kind": previous_kind.map(CertKind::as_str),
+        "subject": cert.subject,
+        "application_uri": cert.application_uri,
+        "not_before": cert.not_before,
+        "not_after": cert.not_after,
+        "der": hex::encode(&der),
+    });
+    Ok(Effect {
+        log: Some(("trust.add".to_owned(), payload.to_string())),
+        cert: Some(CertInfo {
+            thumbprint: cert.thumbprint,
+            kind,
+            subject: cert.subject,
+            application_uri: cert.application_uri,
+            not_before: cert.not_before,
+            not_after: cert.not_after,
+            der,
+            first_seen,
+        }),
+    })
+}
+
+async fn record_rejected(
+    tx: &mut SqliteConnection,
+    at: &str,
+    der: Vec<u8>,
+    cert: ParsedCert,
+) -> Result<Effect, StoreError> {
+    let existing: Option<String> =
+        sqlx::query_scalar("SELECT kind FROM certs WHERE thumbprint = ?1")
+            .bind(&cert.thumbprint)
+            .fetch_optional(&mut *tx)
+            .await?;
+    match existing.as_deref().map(kind_from_db).transpose()? {
+        Some(CertKind::Rejected) => {
+            sqlx::query("UPDATE certs SET last_seen = ?1 WHERE thumbprint = ?2")
+                .bind(at)
+                .bind(&cert.thumbprint)
+                .execute(&mut *tx)
+                .await?;
+            return Ok(Effect::silent());
+        }
+        Some(kind) => {
+            tracing::debug!(thumbprint = %cert.thumbprint, %kind,
+                "record_rejected for a certificate on another list; ignored");
+            return Ok(Effect::silent());
+        }
+        None => {}
+    }
+    sqlx::query(
+        "INSERT INTO certs (thumbprint, kind, subject, application_uri, not_before, \
+         not_after, der, first_seen, last_seen) \
+         VALUES (?1, 'rejected', ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+    )
+    .bind(&cert.thumbprint)
+    .bind(&cert.subject)
+    .bind(&cert.application_uri)
+    .bind(&cert.not_before)
+    .bind(&cert.not_after)
+    .bind(&der)
+    .bind(at)
+    .execute(&mut *tx)
+    .await?;
+    let dropped = sqlx::query(
+        "DELETE FROM certs WHERE kind = 'rejected' AND thumbprint NOT IN \
+         (SELECT thumbprint FROM certs WHERE kind = 'rejected' \
+          ORDER BY last_seen DESC, rowid DESC LIMIT ?1)",
+    )
+    .bind(REJECTED_CAP)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if dropped > 0 {
+        tracing::debug!(dropped, "rejected certificate list at cap; dropped oldest");
+    }
+    Ok(Effect::logged(
+        "trust.reject",
+        json!({
+            "thumbprint": cert.thumbprint,
+            "subject": cert.subject,
+            "application_uri": cert.application_uri,
+            "not_before": cert.not_before,
+            "not_after": cert.not_after,
+        }),
+    ))
+}
+
+impl Store {
+    /// Starts a write transaction: only [`Store::apply`] does. `BEGIN
+    /// IMMEDIATE` takes the write lock up front so read-then-write sequences
+    /// cannot fail with a lock upgrade.
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// Validates a change value and applies it in one transaction together
+    /// with its change-log entry: the one code path that writes the
+    /// store. Takes a [`Proposal`] of a [`Change`] (replicated; what the
+    /// pair ships to the standby) or a [`crate::LocalProposal`] (node-local;
+    /// its entry is marked [`Scope::Local`]).
+    ///
+    /// Deterministic: the result depends only on the proposal and the rows
+    /// stored (no clock, randomness or password hashing here). A refusal —
+    /// invalid value, unknown user or certificate, taken name, last admin,
+    /// older CRL — is returned as the matching [`StoreError`] and writes
+    /// nothing. See the crate documentation for what applying the same
+    /// proposal twice does.
+    pub async fn apply<C: Scoped>(&self, proposal: Proposal<C>) -> Result<Applied, StoreError> {
+        let Proposal { actor, at, change } = proposal;
+        validate_actor(&actor)?;
+        validate_at(&at)?;
+        let plan = check(change.into_any())?;
+        let mut tx = self.begin().await?;
+        let effect = run(&mut tx, &at, plan).await?;
+        let (seq, epoch) = match &effect.log {
+            Some((kind, payload)) => {
+                let (seq, epoch) =
+                    append_log(&mut tx, C::SCOPE, &actor, &at, kind, payload).await?;
+                (Some(seq), epoch)
+            }
+            None => (
+                None,
+                sqlx::query_scalar("SELECT epoch FROM meta WHERE id = 1")
+                    .fetch_one(&mut *tx)
+                    .await?,
+            ),
+        };
+        tx.commit().await?;
+        Ok(Applied {
+            seq,
+            epoch,
+            cert: effect.cert,
+        })
+    }
+}
