@@ -1,65 +1,18 @@
 //! Integration tests of the store against real SQLite files in temp dirs.
 #![allow(clippy::unwrap_used)] // unwrap is fine in tests
 
+mod common;
+
+use common::{make_ca, make_cert, make_crl, open_temp};
 use std::path::{Path, PathBuf};
 
-use rcgen::{
-    date_time_ymd, BasicConstraints, CertificateParams, CertificateRevocationListParams, DnType,
-    IsCa, KeyIdMethod, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
-};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
-use tempfile::TempDir;
 use uagate_store::{CertKind, Role, Store, StoreError, REJECTED_CAP};
 
 const PW: &str = "Correct-Horse-42";
 
-async fn open_temp() -> (TempDir, PathBuf, Store) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("config.db");
-    let store = Store::open(&path).await.unwrap();
-    (dir, path, store)
-}
-
 async fn log_len(store: &Store) -> usize {
     store.change_log_since(0, 10_000).await.unwrap().len()
-}
-
-/// Self-signed leaf certificate with an application URI, DER.
-fn make_cert(cn: &str, uri: &str) -> Vec<u8> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.distinguished_name.push(DnType::CommonName, cn);
-    params
-        .subject_alt_names
-        .push(SanType::URI(uri.try_into().unwrap()));
-    params.not_before = date_time_ymd(2024, 1, 1);
-    params.not_after = date_time_ymd(2034, 1, 1);
-    let key = KeyPair::generate().unwrap();
-    params.self_signed(&key).unwrap().der().to_vec()
-}
-
-fn make_ca() -> (rcgen::Certificate, KeyPair) {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "Test CA");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let key = KeyPair::generate().unwrap();
-    let cert = params.self_signed(&key).unwrap();
-    (cert, key)
-}
-
-fn make_crl(ca: &rcgen::Certificate, key: &KeyPair, day: u8) -> rcgen::CertificateRevocationList {
-    CertificateRevocationListParams {
-        this_update: date_time_ymd(2024, 1, day),
-        next_update: date_time_ymd(2024, 2, day),
-        crl_number: SerialNumber::from(u64::from(day)),
-        issuing_distribution_point: None,
-        revoked_certs: vec![],
-        key_identifier_method: KeyIdMethod::Sha256,
-    }
-    .signed_by(ca, key)
-    .unwrap()
 }
 
 /// Raw bytes of the database file plus its WAL, for "no clear text" checks.
