@@ -232,7 +232,7 @@ impl PathSwitch {
 }
 
 impl opcua_client::transport::Connector for PathSwitch {
-    type Transport = opcua_client::transport::TcpTransport;
+    type Transport = crate::tcp::FieldTransport;
 
     fn connect(
         &self,
@@ -241,10 +241,16 @@ impl opcua_client::transport::Connector for PathSwitch {
         config: opcua_client::transport::TransportConfiguration,
     ) -> impl std::future::Future<Output = Result<Self::Transport, opcua_types::Error>> + Send + Sync
     {
-        let connector = opcua_client::transport::TcpConnector::new(&self.get());
+        let url = self.get();
         let hint = self.busy_hint.clone();
         async move {
-            let connector = connector?;
+            if !opcua_core::comms::url::is_opc_ua_binary_url(&url) {
+                return Err(opcua_types::Error::new(
+                    StatusCode::BadTcpEndpointUrlInvalid,
+                    format!("not an opc.tcp URL: {url}"),
+                ));
+            }
+            let connector = opcua_client::transport::StreamConnector::new(crate::tcp::connect, url);
             let (tx, rx) = mpsc::channel(RELAY_DEPTH);
             tokio::spawn(relay_outgoing(outgoing_recv, tx, hint));
             connector.connect(channel, rx, config).await

@@ -20,6 +20,7 @@ pub mod policy;
 pub mod proxy;
 pub mod redundancy;
 pub mod remap;
+pub mod tcp;
 
 pub use conn::{
     ClientSetup, ConnState, FieldConnection, FieldSettings, FieldStatus, Handling, HistoryEvent,

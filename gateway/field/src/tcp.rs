@@ -1,0 +1,95 @@
+//! The TCP connection of a field link: TCP_NODELAY on, and quick ACKs
+//! after every read.
+//!
+//! Requests to one field server are pipelined (the merged Reads of many
+//! clients, up to four in flight; the mounts of one request served at
+//! once). A field server that keeps Nagle's algorithm on (async-opcua's
+//! server does, and so do some PLCs) holds a reply while the previous one
+//! is unacknowledged; when the gateway has no next request for that socket
+//! to carry the ACK, only the kernel's delayed-ACK timer (40 ms on Linux)
+//! ends the wait. Quick ACKs make the gateway acknowledge at once
+//! (BENCHMARKS.md, "One Read over 4 mounts (issue 16)"). The option is not
+//! sticky, so it is set again after every read.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use opcua_client::transport::StreamConnection;
+use opcua_core::comms::tcp_codec::TcpCodec;
+use opcua_types::{DecodingOptions, Error, StatusCode};
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+/// The transport of a field link.
+pub type FieldTransport = opcua_client::transport::StreamTransport<QuickAckRead, OwnedWriteHalf>;
+
+/// The read half of a field link's socket; re-arms quick ACKs after each
+/// read that returned data.
+pub struct QuickAckRead(OwnedReadHalf);
+
+impl AsyncRead for QuickAckRead {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.0).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            quick_ack(self.0.as_ref());
+        }
+        polled
+    }
+}
+
+/// Asks the kernel to acknowledge received data at once (Linux); elsewhere
+/// nothing.
+fn quick_ack(socket: &TcpStream) {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = socket2::SockRef::from(socket).set_tcp_quickack(true) {
+        tracing::trace!(error = %e, "TCP_QUICKACK not set on a field link");
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = socket;
+}
+
+/// Opens a field link's TCP connection to `url` (`opc.tcp://host:port/...`).
+/// Called by the session for every (re)connect, through the link's
+/// connector.
+pub async fn connect(
+    url: String,
+    decoding: DecodingOptions,
+) -> Result<StreamConnection<QuickAckRead, OwnedWriteHalf>, Error> {
+    let (host, port) = opcua_core::comms::url::hostname_port_from_url(
+        &url,
+        opcua_core::constants::DEFAULT_OPC_UA_SERVER_PORT,
+    )
+    .map_err(|st| Error::new(st, format!("no host and port in {url}")))?;
+    let addr = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .ok()
+        .and_then(|mut found| found.next())
+        .ok_or_else(|| {
+            Error::new(
+                StatusCode::BadTcpEndpointUrlInvalid,
+                format!("{url} does not resolve to an address"),
+            )
+        })?;
+    let socket = TcpStream::connect(addr).await.map_err(|e| {
+        Error::new(
+            StatusCode::BadCommunicationError,
+            format!("cannot connect to {addr}: {e}"),
+        )
+    })?;
+    if let Err(e) = socket.set_nodelay(true) {
+        tracing::debug!(%addr, error = %e, "TCP_NODELAY not set on a field link");
+    }
+    quick_ack(&socket);
+    let (reader, writer) = socket.into_split();
+    Ok(StreamConnection::new(
+        tokio_util::codec::FramedRead::new(QuickAckRead(reader), TcpCodec::new(decoding)),
+        writer,
+        url,
+    ))
+}
