@@ -631,6 +631,15 @@ impl Engine {
         Some(f.conns.get(f.index_of(name)?)?.force_failover(actor))
     }
 
+    /// Starts a new reconnect cycle now for every server of a field
+    /// connection that waits or gave up (console and REST "Reconnect
+    /// now"); `None` when no such connection runs.
+    pub fn field_reconnect_now(&self, name: &str, actor: &str) -> Option<()> {
+        let f = self.fields()?;
+        f.conns.get(f.index_of(name)?)?.reconnect_now(actor);
+        Some(())
+    }
+
     /// Probes every URL of a field connection (console "test connection").
     pub async fn field_probe(
         &self,
