@@ -183,6 +183,11 @@ pub struct FieldStatus {
     pub failover_count: u64,
     /// Reconnect cycles that ran out of retries or budget (any server).
     pub gave_up_count: u64,
+    /// Notification gaps that could not be recovered (messages lost for
+    /// good; each left a marker on the items it carried).
+    pub notification_gaps: u64,
+    /// Notification messages recovered with Republish after a reconnect.
+    pub republished: u64,
     /// While [`ConnState::GaveUp`]: when the next reconnect cycle starts.
     pub next_cycle_at: Option<DateTime>,
     /// Last protocol-level error.
@@ -220,6 +225,22 @@ struct LinkSubs {
 struct PathSwitch {
     url: Arc<Mutex<String>>,
     busy_hint: Arc<Mutex<Option<Duration>>>,
+    /// While the link re-activates its session after a lost connection:
+    /// how long the TCP connect keeps retrying (see [`ReactivationWindow`]).
+    window: Arc<Mutex<Option<ReactivationWindow>>>,
+}
+
+/// How the TCP connect of a session re-activation retries: a network blip
+/// shorter than the window keeps the session (and its subscriptions) on the
+/// field server, which a new session would not.
+#[derive(Debug, Clone, Copy)]
+struct ReactivationWindow {
+    /// No attempt starts after this instant.
+    until: Instant,
+    /// Delay after the first failed TCP connect; doubles up to `max_delay`.
+    initial_delay: Duration,
+    /// Largest delay between TCP connects.
+    max_delay: Duration,
 }
 
 impl PathSwitch {
@@ -235,6 +256,44 @@ impl PathSwitch {
     fn take_busy_hint(&self) -> Option<Duration> {
         self.busy_hint.lock().take()
     }
+
+    /// Opens (or closes, with `None`) the window in which the TCP connect
+    /// of a re-activation retries.
+    fn set_window(&self, window: Option<ReactivationWindow>) {
+        *self.window.lock() = window;
+    }
+}
+
+/// Opens the TCP connection of a field link; while a re-activation window
+/// is open, a refused or failed connect is retried (doubling delays) until
+/// the window ends. Called by the session for every (re)connect.
+async fn connect_within(
+    url: String,
+    decoding: opcua_types::DecodingOptions,
+    window: Arc<Mutex<Option<ReactivationWindow>>>,
+) -> Result<
+    opcua_client::transport::StreamConnection<
+        crate::tcp::QuickAckRead,
+        tokio::net::tcp::OwnedWriteHalf,
+    >,
+    opcua_types::Error,
+> {
+    let mut delay = None;
+    loop {
+        let err = match crate::tcp::connect(url.clone(), decoding.clone()).await {
+            Ok(c) => return Ok(c),
+            Err(e) => e,
+        };
+        let Some(w) = *window.lock() else {
+            return Err(err);
+        };
+        let d = delay.map_or(w.initial_delay, |d: Duration| (d * 2).min(w.max_delay));
+        if Instant::now() + d >= w.until {
+            return Err(err);
+        }
+        delay = Some(d);
+        tokio::time::sleep(d).await;
+    }
 }
 
 impl opcua_client::transport::Connector for PathSwitch {
@@ -249,6 +308,7 @@ impl opcua_client::transport::Connector for PathSwitch {
     {
         let url = self.get();
         let hint = self.busy_hint.clone();
+        let window = self.window.clone();
         async move {
             if !opcua_core::comms::url::is_opc_ua_binary_url(&url) {
                 return Err(opcua_types::Error::new(
@@ -256,7 +316,10 @@ impl opcua_client::transport::Connector for PathSwitch {
                     format!("not an opc.tcp URL: {url}"),
                 ));
             }
-            let connector = opcua_client::transport::StreamConnector::new(crate::tcp::connect, url);
+            let connector = opcua_client::transport::StreamConnector::new(
+                move |url, decoding| connect_within(url, decoding, window.clone()),
+                url,
+            );
             let (tx, rx) = mpsc::channel(RELAY_DEPTH);
             tokio::spawn(relay_outgoing(outgoing_recv, tx, hint));
             connector.connect(channel, rx, config).await
@@ -342,6 +405,13 @@ pub struct LinkSession {
     pub server_uris: Vec<String>,
     request_timeout: Duration,
     subs: tokio::sync::Mutex<LinkSubs>,
+    /// The data subscriptions' deliveries (Republish after a reconnect).
+    deliveries: Deliveries,
+    /// Asks the link's repair task to republish a subscription's gap.
+    repair: mpsc::UnboundedSender<u32>,
+    /// The connection is lost and the session is being re-activated:
+    /// northbound calls wait (see [`FieldConnection::link`]).
+    interrupted: Arc<std::sync::atomic::AtomicBool>,
     lost: CancellationToken,
     generation: u64,
     /// Merges concurrent northbound Reads into southbound ones.
@@ -388,6 +458,12 @@ impl LinkSession {
     pub fn is_lost(&self) -> bool {
         self.lost.is_cancelled()
     }
+
+    /// True while calls cannot go through it: lost, or its connection is
+    /// down and the session is being re-activated.
+    fn unavailable(&self) -> bool {
+        self.is_lost() || self.interrupted.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 struct Inner {
@@ -422,6 +498,31 @@ struct Inner {
 }
 
 impl Inner {
+    /// Notifications of a link's subscription were lost for good (`missing`
+    /// messages): the items they carried get a gap marker
+    /// (UncertainNoCommunicationLastUsableValue with their last value), the
+    /// count and the history say so.
+    fn notification_gap(
+        &self,
+        server: usize,
+        missing: u32,
+        seen: &str,
+        handles: impl Iterator<Item = u32>,
+    ) {
+        self.items.lock().mark(
+            handles,
+            StatusCode::UncertainNoCommunicationLastUsableValue,
+            DateTime::now(),
+        );
+        self.status.send_modify(|st| st.notification_gaps += 1);
+        tracing::warn!(field = %self.settings.name, server, missing, "field notifications lost");
+        self.record(
+            Some(server),
+            "gap",
+            format!("{missing} notification message(s) lost ({seen}); the items show UncertainNoCommunicationLastUsableValue once"),
+        );
+    }
+
     fn record(&self, server: Option<usize>, kind: &'static str, detail: impl Into<String>) {
         let mut h = self.history.lock();
         if h.len() >= HISTORY_LEN {
@@ -639,7 +740,7 @@ impl FieldConnection {
     pub async fn link(&self, deadline: Instant) -> Result<Arc<LinkSession>, StatusCode> {
         // The common case: connected. No timer, no receiver.
         if let Some(l) = self.inner.active.borrow().as_ref() {
-            if !l.is_lost() {
+            if !l.unavailable() {
                 return Ok(l.clone());
             }
         }
@@ -647,7 +748,7 @@ impl FieldConnection {
         let wait = async {
             loop {
                 if let Some(l) = rx.borrow_and_update().clone() {
-                    if !l.is_lost() {
+                    if !l.unavailable() {
                         return Ok(l);
                     }
                 }
@@ -708,6 +809,13 @@ impl FieldConnection {
     /// The latest value of a shared item.
     pub fn value(&self, key: &ItemKey) -> DataValue {
         self.inner.items.lock().value(key)
+    }
+
+    /// Every value of a shared item since `cursor` (see
+    /// [`ItemTable::values_since`]); called by northbound monitored items
+    /// at their sampling instants.
+    pub fn values_since(&self, key: &ItemKey, cursor: &mut Option<u64>) -> Vec<DataValue> {
+        self.inner.items.lock().values_since(key, cursor)
     }
 
     /// The freshest shared value for a node (see [`ItemTable::latest`]).
@@ -1014,8 +1122,16 @@ fn record_note(inner: &Inner, note: Note<Arc<LinkSession>>) {
         Note::Moved { link, session } => {
             inner.status.send_modify(|st| st.reconnect_count += 1);
             if let Some(ls) = session {
-                inner.record(Some(link), "moved", ls.url());
-                tracing::info!(field = %s.name, server = link, url = %ls.url(), "field session moved to another path");
+                let one_path = s.handling != Handling::HotAndMirrored
+                    && s.servers.get(link).is_some_and(|p| p.len() < 2);
+                if one_path {
+                    // Same server, same path: the session survived a blip.
+                    inner.record(Some(link), "reactivated", ls.url());
+                    tracing::info!(field = %s.name, server = link, url = %ls.url(), "field session re-activated after a lost connection");
+                } else {
+                    inner.record(Some(link), "moved", ls.url());
+                    tracing::info!(field = %s.name, server = link, url = %ls.url(), "field session moved to another path");
+                }
             }
         }
         Note::Failover { from, to } => {
@@ -1192,7 +1308,9 @@ async fn connect(
         .request_timeout(s.request_timeout)
         .session_timeout(u32::try_from(s.session_timeout.as_millis()).unwrap_or(u32::MAX))
         .keep_alive_interval(s.keep_alive_interval)
-        .max_failed_keep_alive_count(3)
+        // The link counts failed keep-alives itself and then drops the
+        // channel, keeping the session (the library would close it).
+        .max_failed_keep_alive_count(0)
         .session_name(format!("uagate:{}", s.name))
         .client()
         .map_err(|e| fail(StatusCode::BadConfigurationError, e.join("; ")))?;
@@ -1262,12 +1380,26 @@ async fn connect(
         }
     }
     let lost = CancellationToken::new();
+    let deliveries: Deliveries = Arc::default();
+    let (repair_tx, repair_rx) = mpsc::unbounded_channel();
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    tokio::spawn(repair_gaps(
+        session.clone(),
+        deliveries.clone(),
+        repair_rx,
+        lost.clone(),
+        Arc::downgrade(inner),
+    ));
     {
-        // Keep polling the event loop. A lost connection moves the session
-        // to the next path when the link has one (the client library makes
-        // one attempt to re-activate the same session there); otherwise, or
-        // when that fails or the server no longer knows the session, the
-        // link ends and the machine reconnects under its policy.
+        // Keep polling the event loop. A lost connection keeps the session:
+        // the client library re-activates it on a new channel (over the
+        // next path when the link has one), the TCP connect retrying within
+        // the re-activation window (the session timeout, at most the
+        // reconnect budget), and the notifications missed meanwhile are
+        // asked back with Republish before publishing resumes. When that
+        // fails or the server no longer knows the session, the link ends
+        // and the machine reconnects under its policy (new session, items
+        // re-created, the gap marked).
         let lost = lost.clone();
         let tx = tx.clone();
         let cancel = inner.cancel.clone();
@@ -1276,29 +1408,94 @@ async fn connect(
         let mut current = first;
         let session_for_loop = session.clone();
         let timeout = s.request_timeout;
+        let deliveries = deliveries.clone();
+        let weak = Arc::downgrade(inner);
+        let window = ReactivationWindow {
+            until: Instant::now(),
+            initial_delay: s.reconnect.initial_delay.min(Duration::from_secs(1)),
+            max_delay: s.reconnect.max_delay.min(Duration::from_secs(5)),
+        };
+        let reactivate_for = s.session_timeout.min(s.reconnect.max_total_reconnect_time);
+        let mut failed_keep_alives = 0u32;
+        // Until when the re-activation after a lost connection may take
+        // (also bounds an attempt that hangs, e.g. a server that accepts
+        // and never answers); past it the link is lost.
+        let mut reactivating_until: Option<tokio::time::Instant> = None;
+        let interrupted = interrupted.clone();
         tokio::spawn(async move {
             let status = loop {
+                let give_up = async {
+                    match reactivating_until {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending::<()>().await,
+                    }
+                };
                 tokio::select! {
                     _ = lost.cancelled() => break StatusCode::BadConnectionClosed,
                     _ = cancel.cancelled() => break StatusCode::BadShutdown,
+                    _ = give_up => break StatusCode::BadTimeout,
                     ev = stream.next() => match ev {
                         Some(Ok(SessionPollResult::ConnectionLost(st))) => {
-                            if paths.len() < 2 {
-                                break st;
+                            if paths.len() > 1 {
+                                current = (current + 1) % paths.len();
+                                path.set(&paths[current]);
                             }
-                            current = (current + 1) % paths.len();
-                            path.set(&paths[current]);
+                            path.set_window(Some(ReactivationWindow {
+                                until: Instant::now() + reactivate_for,
+                                ..window
+                            }));
+                            reactivating_until = Some(tokio::time::Instant::now() + reactivate_for + timeout);
+                            for d in deliveries.lock().values() {
+                                d.lock().hold();
+                            }
+                            let _ = tx.send(Event::Interrupted { link: i, generation });
+                            interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+                            if let Some(inner) = weak.upgrade() {
+                                inner.status.send_modify(|s| s.last_error = Some(st));
+                                inner.record(Some(i), "connection_lost", format!("{st}; re-activating the session"));
+                            }
                         }
+                        Some(Ok(SessionPollResult::SessionActivity(
+                            opcua_client::SessionActivity::KeepAliveFailed(st),
+                        ))) => {
+                            failed_keep_alives += 1;
+                            if failed_keep_alives == MAX_FAILED_KEEP_ALIVES {
+                                // A stalled connection: drop the channel, keep
+                                // the session (re-activated like after a loss).
+                                tracing::warn!(server = i, %st, "field keep-alives failed; dropping the channel");
+                                let s = session_for_loop.clone();
+                                tokio::spawn(async move { s.channel().close_channel().await });
+                            }
+                        }
+                        Some(Ok(SessionPollResult::SessionActivity(_))) => failed_keep_alives = 0,
                         Some(Ok(SessionPollResult::Reconnected(
                             opcua_client::SessionConnectMode::ReactivatedSession(_),
                         ))) => {
-                            // The publish loop restarts with the new channel;
-                            // make sure it sends a Publish at once rather
-                            // than waiting for its next tick.
-                            session_for_loop.trigger_publish_now();
+                            path.set_window(None);
+                            reactivating_until = None;
+                            failed_keep_alives = 0;
+                            interrupted.store(false, std::sync::atomic::Ordering::SeqCst);
+                            if let Some(inner) = weak.upgrade() {
+                                // Wake the calls waiting for the link.
+                                inner.active.send_modify(|_| {});
+                            }
+                            // The publish loop restarts with the new channel
+                            // and sends nothing until triggered: first ask
+                            // back what was missed, then publish at once.
+                            let session = session_for_loop.clone();
+                            let deliveries = deliveries.clone();
+                            let weak = weak.clone();
+                            tokio::spawn(async move {
+                                let n = recover_notifications(&session, &deliveries).await;
+                                session.trigger_publish_now();
+                                if let Some(inner) = weak.upgrade() {
+                                    inner.status.send_modify(|st| st.republished += u64::from(n));
+                                }
+                            });
                             let _ = tx.send(Event::Moved { link: i, generation });
                         }
                         Some(Ok(SessionPollResult::Reconnected(_))) => {
+                            path.set_window(None);
                             // The server behind the new path did not know the
                             // session and a new one was made: close it (its
                             // items and namespace map are not ours) and let
@@ -1426,6 +1623,9 @@ async fn connect(
         server_uris,
         request_timeout: s.request_timeout,
         subs: tokio::sync::Mutex::new(LinkSubs::default()),
+        deliveries: deliveries.clone(),
+        repair: repair_tx,
+        interrupted: interrupted.clone(),
         lost: lost.clone(),
         generation,
         reads: crate::coalesce::ReadCoalescer::start(
@@ -1704,12 +1904,13 @@ async fn reconcile(
             Some(sub) => *sub,
             None => {
                 let gate = NotificationGate::new(inner, ls, merge);
-                let map = ls.map.clone();
-                let cb = DataChangeCallback::new(move |dv: DataValue, item: &MonitoredItem| {
-                    let Some(inner) = gate.open() else { return };
-                    let dv = map.data_value_to_gateway(dv);
-                    inner.items.lock().offer(item.client_handle(), dv, merge);
-                });
+                let delivery = Arc::new(Mutex::new(Delivery::new(
+                    gate,
+                    ls.map.clone(),
+                    merge,
+                    Some(ls.repair.clone()),
+                )));
+                let cb = Sequenced(delivery.clone());
                 let interval = Duration::from_millis(u64::from(class));
                 let keep_alive = u32::try_from(10_000 / u64::from(class).max(1))
                     .unwrap_or(10)
@@ -1719,6 +1920,8 @@ async fn reconcile(
                     .await
                     .map_err(|e| e.status())?;
                 subs.by_class.insert(class, sub);
+                delivery.lock().sub = sub;
+                ls.deliveries.lock().insert(sub, delivery);
                 sub
             }
         };
@@ -1740,7 +1943,7 @@ async fn reconcile(
                             client_handle: *id,
                             sampling_interval: f64::from(class),
                             filter: filter_of(key),
-                            queue_size: 1,
+                            queue_size: blip_queue_size(class),
                             discard_oldest: true,
                         },
                     });
@@ -1839,6 +2042,258 @@ impl NotificationGate {
             .as_ref()
             .is_some_and(|a| a.server == self.server && a.generation == self.generation);
         (is_active || self.merge).then_some(inner)
+    }
+}
+
+/// The southbound data subscriptions of one link by subscription id, with
+/// what each delivered (shared by the subscriptions' callbacks and the
+/// link's recovery after a reconnect).
+type Deliveries = Arc<Mutex<HashMap<u32, Arc<Mutex<Delivery>>>>>;
+
+/// What one southbound data subscription has delivered, by notification
+/// sequence number: every message's data changes reach the item table once
+/// and in order, whether they come with a Publish answer or, after a
+/// re-activated session, from Republish; messages lost for good leave a
+/// gap marker on the items they carried.
+struct Delivery {
+    gate: NotificationGate,
+    map: Arc<SessionMap>,
+    merge: bool,
+    seq: crate::sequence::Sequence,
+    /// Client handles of the items this subscription delivered (the items a
+    /// gap affects).
+    handles: std::collections::HashSet<u32>,
+    /// While the session recovers after a lost connection, or a gap is
+    /// being repaired, Publish answers wait here so the republished
+    /// messages before them go first.
+    held: Option<Vec<opcua_types::NotificationMessage>>,
+    /// The subscription's id (set once it is created).
+    sub: u32,
+    /// Asks the link's repair task to republish what this subscription
+    /// misses (by subscription id).
+    repair: Option<mpsc::UnboundedSender<u32>>,
+    /// The message whose gap was already asked back (asked once).
+    repair_tried: Option<u32>,
+}
+
+impl Delivery {
+    fn new(
+        gate: NotificationGate,
+        map: Arc<SessionMap>,
+        merge: bool,
+        repair: Option<mpsc::UnboundedSender<u32>>,
+    ) -> Self {
+        Delivery {
+            sub: 0,
+            repair,
+            repair_tried: None,
+            gate,
+            map,
+            merge,
+            seq: Default::default(),
+            handles: Default::default(),
+            held: None,
+        }
+    }
+
+    /// The connection was lost: Publish answers are held until
+    /// [`Delivery::release`] (after the republished messages).
+    fn hold(&mut self) {
+        self.held.get_or_insert_with(Vec::new);
+    }
+
+    /// Ends the recovery: delivers the held Publish answers in sequence
+    /// order (what Republish already delivered is dropped as a duplicate).
+    fn release(&mut self) {
+        let Some(mut held) = self.held.take() else {
+            return;
+        };
+        let last = self.seq.last().unwrap_or(0);
+        held.sort_by_key(|m| m.sequence_number.wrapping_sub(last));
+        for m in held {
+            self.process(m);
+        }
+    }
+
+    /// A message from a Publish answer: held while recovering, else
+    /// processed at once.
+    fn accept(&mut self, msg: opcua_types::NotificationMessage) {
+        match &mut self.held {
+            Some(held) if held.len() < MAX_HELD => held.push(msg),
+            _ => self.process(msg),
+        }
+    }
+
+    /// Takes one notification message (a Publish answer's or a republished
+    /// one): drops a duplicate, marks a gap before the message that follows
+    /// it, and offers the data changes to the item table.
+    fn process(&mut self, msg: opcua_types::NotificationMessage) {
+        use crate::sequence::Verdict;
+        let has_data = msg.notification_data.as_ref().is_some_and(|d| {
+            d.iter().any(|o| {
+                o.inner_as::<opcua_types::DataChangeNotification>()
+                    .is_some_and(|c| c.monitored_items.as_ref().is_some_and(|m| !m.is_empty()))
+            })
+        });
+        let before = self.seq.last();
+        let mut probe = self.seq.clone();
+        let verdict = probe.accept(msg.sequence_number, has_data);
+        // A message after a gap: first ask the server for the missing ones
+        // (a Publish answer may have been lost with the old channel after
+        // the recovery had already asked), once per gap.
+        if matches!(
+            verdict,
+            Verdict::DeliverAfterGap { .. } | Verdict::KeepAliveAfterGap { .. }
+        ) && self.held.is_none()
+            && self.repair_tried != Some(msg.sequence_number)
+        {
+            if let Some(repair) = &self.repair {
+                if repair.send(self.sub).is_ok() {
+                    self.repair_tried = Some(msg.sequence_number);
+                    self.held = Some(vec![msg]);
+                    return;
+                }
+            }
+        }
+        self.seq = probe;
+        let changes: Vec<opcua_types::MonitoredItemNotification> = msg
+            .notification_data
+            .into_iter()
+            .flatten()
+            .filter_map(|obj| obj.into_inner_as::<opcua_types::DataChangeNotification>())
+            .flat_map(|d| d.monitored_items.into_iter().flatten())
+            .collect();
+        let missing = match verdict {
+            Verdict::Duplicate | Verdict::KeepAlive => None,
+            Verdict::Deliver => Some(0),
+            Verdict::DeliverAfterGap { missing } | Verdict::KeepAliveAfterGap { missing } => {
+                Some(missing)
+            }
+        };
+        let Some(missing) = missing else { return };
+        let Some(inner) = self.gate.open() else {
+            return;
+        };
+        if missing > 0 {
+            let seen = match before {
+                Some(n) => format!("after message #{n}, message #{} came", msg.sequence_number),
+                None => format!("message #{} came", msg.sequence_number),
+            };
+            inner.notification_gap(
+                self.gate.server,
+                missing,
+                &seen,
+                self.handles.iter().copied(),
+            );
+        }
+        let mut items = inner.items.lock();
+        for n in changes {
+            self.handles.insert(n.client_handle);
+            let dv = self.map.data_value_to_gateway(n.value);
+            items.offer(n.client_handle, dv, self.merge);
+        }
+    }
+}
+
+/// The callback of a link's data subscription: hands every message to the
+/// subscription's [`Delivery`] (it runs under the client library's lock:
+/// no session call here).
+struct Sequenced(Arc<Mutex<Delivery>>);
+
+impl opcua_client::OnSubscriptionNotificationCore for Sequenced {
+    fn on_subscription_notification(
+        &mut self,
+        notification: opcua_types::NotificationMessage,
+        _items: opcua_client::MonitoredItemMap<'_>,
+    ) {
+        self.0.lock().accept(notification);
+    }
+}
+
+/// Failed keep-alives in a row after which a link drops its channel (and
+/// re-activates its session on a new one).
+const MAX_FAILED_KEEP_ALIVES: u32 = 3;
+
+/// Most Publish answers held per subscription while its session recovers.
+const MAX_HELD: usize = 10_000;
+
+/// Most messages asked back with Republish per subscription after one
+/// reconnect.
+const MAX_REPUBLISH: usize = 1_000;
+
+/// After the session was re-activated on a new channel, and before
+/// publishing resumes: asks every data subscription for the messages after
+/// the last one it delivered (Republish), until the server has no more,
+/// and delivers them in order. The client library sends no Publish until
+/// [`Session::trigger_publish_now`], which the caller does afterwards.
+async fn recover_notifications(session: &Session, deliveries: &Deliveries) -> u32 {
+    let subs: Vec<(u32, Arc<Mutex<Delivery>>)> = deliveries
+        .lock()
+        .iter()
+        .map(|(id, d)| (*id, d.clone()))
+        .collect();
+    let mut recovered = 0;
+    for (sub, delivery) in subs {
+        recovered += republish_missing(session, sub, &delivery).await;
+    }
+    recovered
+}
+
+/// Asks the server for the messages of subscription `sub` after the last
+/// one `delivery` delivered, until it has no more, delivers them, then the
+/// Publish answers held meanwhile. Returns how many were recovered.
+async fn republish_missing(session: &Session, sub: u32, delivery: &Mutex<Delivery>) -> u32 {
+    let mut recovered = 0;
+    {
+        let Some(mut n) = delivery.lock().seq.first_missing() else {
+            delivery.lock().release();
+            return 0;
+        };
+        for _ in 0..MAX_REPUBLISH {
+            match session.republish(sub, n).await {
+                Ok(msg) => {
+                    delivery.lock().process(msg);
+                    recovered += 1;
+                    n = crate::sequence::next(n);
+                }
+                Err(e) => {
+                    if e.status() != StatusCode::BadMessageNotAvailable {
+                        tracing::debug!(sub, seq = n, status = %e.status(), "Republish failed");
+                    }
+
+                    break;
+                }
+            }
+        }
+        delivery.lock().release();
+    }
+    recovered
+}
+
+/// The repair task of one link: republishes what a subscription misses
+/// when its [`Delivery`] sees a gap in the Publish answers. Ends when the
+/// link's session is lost.
+async fn repair_gaps(
+    session: Arc<Session>,
+    deliveries: Deliveries,
+    mut asks: mpsc::UnboundedReceiver<u32>,
+    lost: CancellationToken,
+    inner: Weak<Inner>,
+) {
+    loop {
+        let sub = tokio::select! {
+            _ = lost.cancelled() => return,
+            s = asks.recv() => match s { Some(s) => s, None => return },
+        };
+        let Some(d) = deliveries.lock().get(&sub).cloned() else {
+            continue;
+        };
+        let n = republish_missing(&session, sub, &d).await;
+        if let Some(inner) = inner.upgrade() {
+            inner
+                .status
+                .send_modify(|st| st.republished += u64::from(n));
+        }
     }
 }
 
@@ -1997,6 +2452,17 @@ async fn create_items(
         }
     }
     Ok(out)
+}
+
+/// How long a network blip the southbound data items cover: the field
+/// server queues the values sampled meanwhile, and the re-activated session
+/// delivers them all.
+const BLIP_COVER_MS: u32 = 10_000;
+
+/// Queue size of a southbound data item of sampling class `class_ms`: the
+/// values of [`BLIP_COVER_MS`] (1 to 100).
+fn blip_queue_size(class_ms: u32) -> u32 {
+    (BLIP_COVER_MS / class_ms.max(1)).clamp(1, 100)
 }
 
 fn status_value(st: StatusCode) -> DataValue {

@@ -232,6 +232,16 @@ pub enum Event<S> {
         /// Uniform sample in [-1, 1].
         jitter: f64,
     },
+    /// The link's connection was lost and its session is being re-activated
+    /// on a new channel: the server does not serve meanwhile (another server
+    /// of a redundant set takes over), but the link is not lost yet. Ends
+    /// with [`Event::Moved`] (re-activated) or [`Event::Lost`].
+    Interrupted {
+        /// Index of the link.
+        link: usize,
+        /// Generation of the attempt that made the session.
+        generation: u64,
+    },
     /// The link's session was re-activated over another network path (same
     /// session, same subscriptions).
     Moved {
@@ -627,6 +637,15 @@ impl<S: Clone> Failover<S> {
                 jitter,
             } => self.on_lost(link, generation, status, path, jitter, now),
             Event::Moved { link, generation } => self.on_moved(link, generation),
+            Event::Interrupted { link, generation } => {
+                let up = self
+                    .links
+                    .get(link)
+                    .is_some_and(|l| l.generation == generation && l.is_up());
+                if let Some(p) = self.peers.get_mut(link).filter(|_| up) {
+                    p.reachable = false;
+                }
+            }
             Event::Status {
                 link,
                 generation,
@@ -1065,9 +1084,15 @@ impl<S: Clone> Failover<S> {
         let was = self.state;
         self.state = if all_exhausted {
             ConnState::GaveUp
-        } else if self.active.is_some() {
+        } else if let Some(a) = self.active {
             self.was_connected = true;
-            ConnState::Connected
+            // The active server's session is being re-activated after a
+            // lost connection (no other server took over).
+            if self.peers.get(a).is_some_and(|p| !p.reachable) {
+                ConnState::Reconnecting
+            } else {
+                ConnState::Connected
+            }
         } else if self.was_connected {
             ConnState::Reconnecting
         } else {

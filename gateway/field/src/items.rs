@@ -7,8 +7,11 @@
 //! [`ItemTable::set_demand`]: keys nobody needs any more are dropped (their
 //! southbound item is deleted by the connection), new keys get an id (the
 //! southbound client handle). Southbound notifications land in
-//! [`ItemTable::offer`]; northbound items sample the latest value with
-//! [`ItemTable::value`]. In hot-merge redundancy every server reports, and
+//! [`ItemTable::offer`]; northbound items take every value offered since
+//! their last sample with [`ItemTable::values_since`] (the last
+//! [`VALUE_HISTORY`] values of each item are kept), so a burst of values —
+//! e.g. the notifications a field link recovers with Republish after a
+//! network blip — reaches them in order and complete. In hot-merge redundancy every server reports, and
 //! `offer` suppresses the duplicates.
 
 use std::collections::HashMap;
@@ -77,11 +80,30 @@ impl ItemKey {
     }
 }
 
+/// Values kept per shared item for northbound items that have not sampled
+/// them yet (a burst after a reconnect; about 6 s of a 100 ms item).
+pub const VALUE_HISTORY: usize = 64;
+
 #[derive(Debug)]
 struct Entry {
     id: u32,
     refs: usize,
     value: Option<DataValue>,
+    /// Number of the last value offered (0: none yet).
+    seq: u64,
+    /// The last [`VALUE_HISTORY`] values with their numbers, oldest first.
+    history: std::collections::VecDeque<(u64, DataValue)>,
+}
+
+impl Entry {
+    fn push(&mut self, dv: DataValue) {
+        self.seq += 1;
+        if self.history.len() >= VALUE_HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back((self.seq, dv.clone()));
+        self.value = Some(dv);
+    }
 }
 
 /// The next non-zero id after `*last` that `taken` does not hold (wrapping
@@ -137,6 +159,8 @@ impl ItemTable {
                             id,
                             refs,
                             value: None,
+                            seq: 0,
+                            history: Default::default(),
                         },
                     );
                     changed = true;
@@ -190,6 +214,29 @@ impl ItemTable {
         }
     }
 
+    /// The values of a key offered since `cursor` (the number of the last
+    /// value the caller took; `None` on its first call, which gets the
+    /// latest value only, or `BadWaitingForInitialData`), oldest first;
+    /// `cursor` moves to the newest. Empty when nothing new came. Called by
+    /// a northbound monitored item at each of its sampling instants.
+    pub fn values_since(&self, key: &ItemKey, cursor: &mut Option<u64>) -> Vec<DataValue> {
+        let Some(e) = self.entries.get(key) else {
+            return vec![self.value(key)];
+        };
+        let seen = cursor.replace(e.seq);
+        match seen {
+            None => vec![self.value(key)],
+            // The item was re-created (its numbers started over): its latest.
+            Some(n) if n > e.seq => vec![self.value(key)],
+            Some(n) => e
+                .history
+                .iter()
+                .filter(|(seq, _)| *seq > n)
+                .map(|(_, dv)| dv.clone())
+                .collect(),
+        }
+    }
+
     /// The freshest value any shared item holds for this node, attribute and
     /// index range, whatever its sampling class or filter: the initial value
     /// of a new northbound item that joins an item already being served.
@@ -230,7 +277,7 @@ impl ItemTable {
                 }
             }
         }
-        entry.value = Some(dv);
+        entry.push(dv);
         true
     }
 
@@ -239,10 +286,25 @@ impl ItemTable {
     /// the status change, then good values again after the reconnect.
     pub fn mark_all(&mut self, status: StatusCode, now: DateTime) {
         for e in self.entries.values_mut() {
-            let mut v = e.value.take().unwrap_or_default();
+            let mut v = e.value.clone().unwrap_or_default();
             v.status = Some(status);
             v.server_timestamp = Some(now);
-            e.value = Some(v);
+            e.push(v);
+        }
+    }
+
+    /// Marks the values of the items `ids` with `status` (keeping the last
+    /// value) as a value of their own: the gap marker of notifications a
+    /// link lost for good. Unknown ids are skipped.
+    pub fn mark(&mut self, ids: impl IntoIterator<Item = u32>, status: StatusCode, now: DateTime) {
+        for id in ids {
+            let Some(e) = self.by_id.get(&id).and_then(|k| self.entries.get_mut(k)) else {
+                continue;
+            };
+            let mut v = e.value.clone().unwrap_or_default();
+            v.status = Some(status);
+            v.server_timestamp = Some(now);
+            e.push(v);
         }
     }
 
@@ -325,6 +387,51 @@ mod tests {
         assert_eq!(v.value, Some(Variant::Int32(7)), "last value kept");
         assert!(t.offer(id, dv(8, 2), false));
         assert_eq!(t.value(&k).status, Some(StatusCode::Good));
+    }
+
+    #[test]
+    fn a_sampler_gets_every_value_since_its_last_sample_in_order() {
+        let mut t = ItemTable::default();
+        t.set_demand(HashMap::from([(key(1, 100.0), 2)]));
+        let k = key(1, 100.0);
+        let id = t.keys()[0].0;
+        let ints = |v: Vec<DataValue>| -> Vec<Option<Variant>> {
+            v.into_iter().map(|d| d.value).collect()
+        };
+        let (mut a, mut b) = (None, None);
+        // First sample: waiting, then nothing new.
+        assert_eq!(
+            t.values_since(&k, &mut a)[0].status,
+            Some(StatusCode::BadWaitingForInitialData)
+        );
+        assert!(t.values_since(&k, &mut a).is_empty());
+        for v in 1..=5 {
+            t.offer(id, dv(v, i64::from(v)), false);
+        }
+        assert_eq!(
+            ints(t.values_since(&k, &mut a)),
+            (1..=5).map(|v| Some(Variant::Int32(v))).collect::<Vec<_>>()
+        );
+        // A sampler joining late starts with the latest value only.
+        assert_eq!(
+            ints(t.values_since(&k, &mut b)),
+            vec![Some(Variant::Int32(5))]
+        );
+        // A gap marker is a value of its own, between the values around it.
+        t.mark_all(StatusCode::UncertainLastUsableValue, DateTime::now());
+        t.offer(id, dv(6, 6), false);
+        let got = t.values_since(&k, &mut a);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].status, Some(StatusCode::UncertainLastUsableValue));
+        assert_eq!(got[0].value, Some(Variant::Int32(5)));
+        assert_eq!(got[1].value, Some(Variant::Int32(6)));
+        // Beyond the history, the oldest values are gone.
+        for v in 0..(VALUE_HISTORY as i32 + 10) {
+            t.offer(id, dv(100 + v, 100 + i64::from(v)), false);
+        }
+        let got = t.values_since(&k, &mut b);
+        assert_eq!(got.len(), VALUE_HISTORY);
+        assert_eq!(got[0].value, Some(Variant::Int32(110)));
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod policy;
 pub mod proxy;
 pub mod redundancy;
 pub mod remap;
+pub mod sequence;
 pub mod tcp;
 
 pub use conn::{

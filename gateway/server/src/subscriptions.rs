@@ -47,6 +47,19 @@ impl SpaceSource<'_> {
 }
 
 impl ItemSource for SpaceSource<'_> {
+    fn samples_monitored(
+        &self,
+        item: &ReadValueId,
+        demand: &uagate_subs::ItemDemand,
+        cursor: &mut Option<u64>,
+        now: DateTime,
+    ) -> Vec<DataValue> {
+        match self.field(&item.node_id) {
+            Some(conn) => conn.values_since(&crate::fields::Fields::item_key(item, demand), cursor),
+            None => vec![self.sample(item, now)],
+        }
+    }
+
     fn sample_monitored(
         &self,
         item: &ReadValueId,

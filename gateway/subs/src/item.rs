@@ -78,6 +78,9 @@ pub(crate) struct MonitoredItem {
     /// Set when a triggering item reported; the queued values of this (Sampling) item go out
     /// with the next message.
     pub trigger_pending: bool,
+    /// This item's bookmark in its source's value history (see
+    /// [`ItemSource::samples_monitored`]).
+    pub source_cursor: Option<u64>,
 }
 
 /// Result of validating and revising MonitoringParameters.
@@ -410,11 +413,13 @@ impl MonitoredItem {
         let Some(demand) = self.demand() else {
             return;
         };
-        let mut dv = source.sample_monitored(&self.rvi, &demand, now_dt);
-        if dv.server_timestamp.is_none() {
-            dv.server_timestamp = Some(now_dt);
+        let values = source.samples_monitored(&self.rvi, &demand, &mut self.source_cursor, now_dt);
+        for mut dv in values {
+            if dv.server_timestamp.is_none() {
+                dv.server_timestamp = Some(now_dt);
+            }
+            self.offer(dv);
         }
-        self.offer(dv);
     }
 
     /// What this item asks of its source; None for event items and disabled items.

@@ -122,6 +122,23 @@ pub trait ItemSource {
         let _ = demand;
         self.sample(item, now)
     }
+    /// Every value of an existing monitored item since its last sample, oldest
+    /// first, called at each of its sampling instants instead of
+    /// [`ItemSource::sample_monitored`]. `cursor` is the item's own bookmark in
+    /// the source (`None` before its first sample; the source moves it). A
+    /// source that keeps a history of values (shared field items) delivers a
+    /// burst that arrived between two samples complete; the default samples
+    /// the current value.
+    fn samples_monitored(
+        &self,
+        item: &ReadValueId,
+        demand: &ItemDemand,
+        cursor: &mut Option<u64>,
+        now: DateTime,
+    ) -> Vec<DataValue> {
+        let _ = cursor;
+        vec![self.sample_monitored(item, demand, now)]
+    }
     /// EURange (low, high) of a node for percent deadband; None -> BadFilterNotAllowed.
     fn eu_range(&self, node: &NodeId) -> Option<(f64, f64)>;
     /// Whether the node is an event notifier (for event items on attribute EventNotifier).
@@ -494,6 +511,7 @@ impl SessionSubscriptions {
                 kind: rev.kind,
                 triggers: Default::default(),
                 trigger_pending: false,
+                source_cursor: None,
             };
             if let Some(dv) = sample {
                 mi.enqueue_value(dv);

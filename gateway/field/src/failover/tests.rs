@@ -993,3 +993,41 @@ fn a_mirrored_session_with_one_path_does_not_move() {
     assert!(sim.report(0, StatusReport::ServiceLevel(0)).is_empty());
     assert_eq!(sim.m.active(), Some(0));
 }
+
+#[test]
+fn an_interrupted_active_server_hands_off_while_its_session_is_reactivated() {
+    let mut sim = hot_pair_on_a();
+    let generation = sim.generation(0);
+    let acts = sim.feed(Event::Interrupted {
+        link: 0,
+        generation,
+    });
+    assert_eq!(failovers(&acts), vec![(0, 1)]);
+    assert_eq!(sim.m.active(), Some(1));
+    // Not lost: no new connect attempt, the session stays.
+    assert!(connects(&acts).is_empty(), "{acts:?}");
+    assert!(sim.m.links()[0].session().is_some());
+    // Re-activated and healthy again: no flap back.
+    sim.moved(0);
+    let acts = sim.running(0, 255);
+    assert!(failovers(&acts).is_empty(), "{acts:?}");
+    assert_eq!(sim.m.active(), Some(1));
+}
+
+#[test]
+fn the_only_server_keeps_serving_while_its_session_is_reactivated() {
+    let mut sim = Sim::new(Handling::None, &[&["opc.tcp://a"]]);
+    sim.tick();
+    sim.up_running(0, 200);
+    let generation = sim.generation(0);
+    let acts = sim.feed(Event::Interrupted {
+        link: 0,
+        generation,
+    });
+    assert!(!acts.contains(&Action::MarkItemsBad), "{acts:?}");
+    assert_eq!(sim.m.active(), Some(0));
+    assert_eq!(sim.m.state(), ConnState::Reconnecting);
+    sim.moved(0);
+    sim.running(0, 200);
+    assert_eq!(sim.m.state(), ConnState::Connected);
+}
