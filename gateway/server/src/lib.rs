@@ -8,6 +8,7 @@ pub mod dispatch;
 pub mod endpoints;
 pub mod error;
 pub mod fields;
+mod flows;
 pub mod health;
 mod methods;
 pub mod pki;

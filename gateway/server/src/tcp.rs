@@ -297,8 +297,8 @@ pub(crate) async fn drive_transport<T: Transport>(
     let mut info: Option<Arc<ChannelInfo>> = None;
     // The pipeline claim of the last read (fair scheduling), and the wait
     // while the owner is at its share.
-    let mut read_claim: Option<crate::dispatch::FlowClaim> = None;
-    let mut flow_wait: Option<crate::dispatch::FlowWait> = None;
+    let mut read_claim: Option<crate::flows::FlowClaim> = None;
+    let mut flow_wait: Option<crate::flows::FlowWait> = None;
     // Bytes read into `buf` and held until the owner may have a request in.
     let mut held: usize = 0;
     // Why the protocol closed the connection (for the WebSocket close code).
@@ -489,8 +489,8 @@ fn take_held(
     owner: &Option<(Caller, u32)>,
     buf: &[u8],
     held: &mut usize,
-    read_claim: &mut Option<crate::dispatch::FlowClaim>,
-    flow_wait: &mut Option<crate::dispatch::FlowWait>,
+    read_claim: &mut Option<crate::flows::FlowClaim>,
+    flow_wait: &mut Option<crate::flows::FlowWait>,
     conn: &mut ServerConnection,
 ) {
     if *held == 0 {
