@@ -5,12 +5,15 @@
 
 pub mod admission;
 pub mod dispatch;
+mod driver;
 pub mod endpoints;
 pub mod error;
 pub mod fields;
 mod flows;
 pub mod health;
+mod leases;
 mod methods;
+mod open;
 pub mod pki;
 pub mod reclaim;
 pub mod reconfigure;

@@ -467,7 +467,7 @@ fn websocket(conn: &Arc<Conn>, mut req: Request<Incoming>) -> Response<Full<Byte
         let ws =
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                 .await;
-        crate::tcp::drive_transport(engine, crate::ws::WsTransport::new(ws), cancel, admitted)
+        crate::driver::drive_transport(engine, crate::ws::WsTransport::new(ws), cancel, admitted)
             .await;
     });
     let mut r = Response::new(Full::new(Bytes::new()));
