@@ -250,7 +250,7 @@ impl Engine {
         drop(execution);
         self.dispatcher.wake.notify_one();
         if let Some(response) = response {
-            let tx = self.responders.lock().get(&channel_id).cloned();
+            let tx = self.channels.responder(channel_id);
             if let Some(tx) = tx {
                 let _ = tx.send((job.request_id, response, claim.take())).await;
             }

@@ -125,7 +125,7 @@ struct ConnectionDriver<T: Transport> {
 
 impl<T: Transport> Drop for ConnectionDriver<T> {
     fn drop(&mut self) {
-        self.engine.reclaimer.unregister(self.reclaim_id);
+        self.engine.channels.reclaimer().unregister(self.reclaim_id);
     }
 }
 
@@ -150,7 +150,7 @@ impl<T: Transport> ConnectionDriver<T> {
             opcua_types::DateTime::now(),
         );
         let cancel = server_cancel.child_token();
-        let reclaim_id = engine.reclaimer.register(cancel.clone());
+        let reclaim_id = engine.channels.reclaimer().register(cancel.clone());
         let open = OpenCount::new(engine.clone(), T::SCHEME, false);
         let (responder, later) = mpsc::channel(RESPONDER_CAPACITY);
         ConnectionDriver {
@@ -254,10 +254,7 @@ impl<T: Transport> ConnectionDriver<T> {
         // The handshake is over: its stage slot is released.
         self.admitted.handshake = None;
         self.info = Some(Arc::new(info));
-        self.engine
-            .responders
-            .lock()
-            .insert(id, self.responder.clone());
+        self.engine.channels.open(id, self.responder.clone());
         // Set before accept_open: frames buffered behind the OPN are
         // processed as soon as the channel is open.
         let caller = &self.admitted.caller;
@@ -321,7 +318,7 @@ impl<T: Transport> ConnectionDriver<T> {
                 .info
                 .as_ref()
                 .is_some_and(|i| !self.engine.sessions.lock().has_channel(i.channel_id));
-        let reclaimer = &self.engine.reclaimer;
+        let reclaimer = self.engine.channels.reclaimer();
         reclaimer.set_quiet(self.reclaim_id, quiet, Instant::now());
         // The read's claim covers only requests decoded from it.
         self.read_claim = None;
@@ -411,9 +408,7 @@ impl<T: Transport> ConnectionDriver<T> {
     /// The connection ended: the engine forgets its channel.
     fn finish(&mut self) {
         if let Some(i) = self.info.take() {
-            self.engine.responders.lock().remove(&i.channel_id);
-            self.engine.dispatcher.channel_closed(i.channel_id);
-            self.engine.sessions.lock().channel_closed(i.channel_id);
+            self.engine.channel_closed(i.channel_id);
         }
     }
 }

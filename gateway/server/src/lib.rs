@@ -4,6 +4,7 @@
 //! the local address space.
 
 pub mod admission;
+mod channels;
 pub mod dispatch;
 mod driver;
 pub mod endpoints;
@@ -31,7 +32,6 @@ pub mod ws;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -108,10 +108,6 @@ pub struct Engine {
     space: RwLock<LocalSpace>,
     sessions: Mutex<session::Sessions>,
     throttle: throttle::Throttle,
-    next_channel_id: AtomicU32,
-    /// Where to send responses produced outside the request/response flow
-    /// (Publish answered by the subscription timer), by channel id.
-    responders: Mutex<uagate_isolation::FastMap<u32, mpsc::Sender<dispatch::Reply>>>,
     /// The administrator-requested state and the operator's ServiceLevel override.
     control: Mutex<health::Control>,
     /// Computes ServiceLevel while running normally.
@@ -122,8 +118,8 @@ pub struct Engine {
     admission: admission::Admission,
     /// Queue and fair scheduler of decoded requests.
     dispatcher: dispatch::Dispatcher,
-    /// Live connections and which of them could be reclaimed at capacity.
-    reclaimer: reclaim::Reclaimer,
+    /// Open secure channels and reclaimable connections.
+    channels: channels::Channels,
     /// Every endpoint of every transport (opc.tcp, opc.wss, opc.https), as
     /// GetEndpoints and CreateSession list them.
     discovery: Vec<opcua_types::EndpointDescription>,
@@ -143,10 +139,6 @@ pub struct Engine {
 
 /// How often the TLS certificate files are checked for a replacement.
 const TLS_WATCH_PERIOD: Duration = Duration::from_secs(2);
-
-/// The channel id of the opc.https logical channel; UACP channels are
-/// numbered after it.
-const NEXT_CHANNEL_START: u32 = 1;
 
 /// Settings key under which a requested server state is persisted (and
 /// audited); node-local, never replicated to the standby.
@@ -268,14 +260,7 @@ impl Engine {
     /// from outside that channel's request flow. Dropped when the channel is
     /// gone or its queue is full (the client's request then times out).
     pub fn respond(&self, channel_id: u32, request_id: u32, response: ResponseMessage) {
-        if let Some(tx) = self.responders.lock().get(&channel_id) {
-            if tx.try_send((request_id, response, None)).is_err() {
-                tracing::warn!(
-                    channel = channel_id,
-                    "response dropped: channel gone or busy"
-                );
-            }
-        }
+        self.channels.send_later(channel_id, request_id, response);
         // A parked request (Publish) answered here releases its charges.
         self.dispatcher.unpark(channel_id, request_id);
     }
@@ -514,6 +499,15 @@ impl Engine {
         }
     }
 
+    /// Forgets channel `channel_id` everywhere: its responder, its parked
+    /// requests' charges and its unactivated sessions. Called by its
+    /// connection driver when the connection ends.
+    pub(crate) fn channel_closed(&self, channel_id: u32) {
+        self.channels.close(channel_id);
+        self.dispatcher.channel_closed(channel_id);
+        self.sessions.lock().channel_closed(channel_id);
+    }
+
     /// Removes timed-out sessions; run every second by the housekeeping task.
     fn expire_sessions(&self) {
         let count = {
@@ -640,7 +634,10 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         &https_tokens,
     ));
     // The logical channel of opc.https; its responses are routed by request id.
-    let https_channel = Arc::new(tls::HttpsChannel::new(NEXT_CHANNEL_START, https_tokens));
+    let https_channel = Arc::new(tls::HttpsChannel::new(
+        channels::HTTPS_CHANNEL,
+        https_tokens,
+    ));
     let (https_tx, https_rx) = mpsc::channel(1024);
     let s = &config.server;
     let limits = SpaceLimits {
@@ -694,8 +691,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         offered,
         space: RwLock::new(space),
         throttle: throttle::Throttle::default(),
-        next_channel_id: AtomicU32::new(NEXT_CHANNEL_START + 1),
-        responders: Mutex::new([(NEXT_CHANNEL_START, https_tx)].into_iter().collect()),
+        channels: channels::Channels::new(https_tx),
         control: Mutex::new(health::Control {
             requested: stored_state,
             override_level: None,
@@ -709,7 +705,6 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
             plan.stage(uagate_config::Stage::RequestExecution).shared,
         ),
         admission: admission::Admission::new(plan, std::time::Instant::now()),
-        reclaimer: reclaim::Reclaimer::default(),
     });
     engine.refresh_server_state();
     let cancel = CancellationToken::new();

@@ -2,8 +2,6 @@
 //! policy and mode must be offered and, when secured, the client
 //! certificate valid and in the trust list.
 
-use std::sync::atomic::Ordering;
-
 use opcua_crypto::{SecurityPolicy, X509};
 use opcua_types::{ByteString, StatusCode};
 use uagate_proto::OpenRequest;
@@ -22,7 +20,7 @@ impl Engine {
             .find(|o| o.policy == req.policy && o.mode == req.mode)
             .ok_or(StatusCode::BadSecurityPolicyRejected)?;
         let mut info = ChannelInfo {
-            channel_id: self.next_channel_id.fetch_add(1, Ordering::Relaxed),
+            channel_id: self.channels.allocate_id(),
             policy: req.policy,
             mode: req.mode,
             client_certificate: ByteString::null(),

@@ -72,7 +72,7 @@ pub async fn accept_loop(engine: Arc<Engine>, listener: TcpListener, cancel: Can
 /// and Handshake charges for a short while; `None` when nothing could be
 /// reclaimed or the room went to someone else.
 async fn reclaim_for(engine: &Engine, ip: std::net::IpAddr) -> Option<ConnectionAdmission> {
-    if !engine.reclaimer.reclaim_one() {
+    if !engine.channels.reclaimer().reclaim_one() {
         return None;
     }
     let admission = &engine.admission;
