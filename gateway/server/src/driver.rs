@@ -248,8 +248,8 @@ impl<T: Transport> ConnectionDriver<T> {
         info.caller = Some(self.admitted.caller.clone());
         info.transport = T::SCHEME;
         self._open_channel = Some(OpenCount::new(self.engine.clone(), T::SCHEME, true));
-        let caller = self.engine.request_caller(&info);
-        let weight = self.engine.admission.weight(&caller);
+        let caller = info.request_caller();
+        let weight = self.engine.pipeline.admission().weight(&caller);
         self.owner = Some((caller, weight));
         // The handshake is over: its stage slot is released.
         self.admitted.handshake = None;
@@ -281,7 +281,11 @@ impl<T: Transport> ConnectionDriver<T> {
         // The read's claim goes with its first request; a further request
         // from the same read is counted too.
         let claim = self.read_claim.take().or_else(|| self.further_claim());
-        match self.engine.submit(chan, request_id, request, claim) {
+        match self
+            .engine
+            .pipeline
+            .submit(chan, request_id, request, claim)
+        {
             Ok(()) => self.in_flight += 1,
             Err(refusal) => self.conn.send_response(request_id, refusal),
         }
@@ -290,10 +294,9 @@ impl<T: Transport> ConnectionDriver<T> {
     /// A pipeline claim for a further request decoded from the same read
     /// (fair scheduling, open channel only).
     fn further_claim(&self) -> Option<FlowClaim> {
-        let engine = &self.engine;
-        let (flows, (caller, weight)) =
-            engine.dispatcher.flows.as_ref().zip(self.owner.as_ref())?;
-        let reserved = engine.admission.reserved_execution(caller);
+        let pipeline = &self.engine.pipeline;
+        let (flows, (caller, weight)) = pipeline.flows().zip(self.owner.as_ref())?;
+        let reserved = pipeline.admission().reserved_execution(caller);
         Some(flows.add(&caller.owner, *weight, reserved))
     }
 
@@ -335,7 +338,7 @@ impl<T: Transport> ConnectionDriver<T> {
     /// scheduling on an open channel they are held until the owner may have
     /// one more request in.
     fn on_read(&mut self, read: std::io::Result<usize>) -> bool {
-        let gated = self.engine.dispatcher.flows.is_some() && self.owner.is_some();
+        let gated = self.engine.pipeline.flows().is_some() && self.owner.is_some();
         match read {
             Err(_) | Ok(0) => return false,
             Ok(n) if gated => {
@@ -360,13 +363,11 @@ impl<T: Transport> ConnectionDriver<T> {
         if self.held == 0 {
             return;
         }
-        let engine = &self.engine;
-        let (Some(flows), Some((caller, weight))) =
-            (engine.dispatcher.flows.as_ref(), self.owner.as_ref())
-        else {
+        let pipeline = &self.engine.pipeline;
+        let (Some(flows), Some((caller, weight))) = (pipeline.flows(), self.owner.as_ref()) else {
             return;
         };
-        let reserved = engine.admission.reserved_execution(caller);
+        let reserved = pipeline.admission().reserved_execution(caller);
         match flows.try_claim(&caller.owner, *weight, reserved) {
             Ok(claim) => {
                 self.read_claim = Some(claim);

@@ -36,7 +36,8 @@ impl RenewGate for RenewLease {
     fn try_begin(&mut self) -> bool {
         self.lease = self
             .engine
-            .admission
+            .pipeline
+            .admission()
             .acquire(Stage::Handshake, &self.caller, 1)
             .ok();
         self.lease.is_some()
@@ -109,11 +110,11 @@ impl ReassemblyBudget for ReassemblyLeases {
             self.leases.clear();
             self.current = self.caller_for_message();
         }
-        match self
-            .engine
-            .admission
-            .acquire(Stage::ReassemblyBytes, &self.current, bytes as u64)
-        {
+        match self.engine.pipeline.admission().acquire(
+            Stage::ReassemblyBytes,
+            &self.current,
+            bytes as u64,
+        ) {
             Ok(lease) => {
                 self.leases.push(lease);
                 true

@@ -43,6 +43,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uagate_config::{Config, UserToken};
+use uagate_isolation::owner::{OwnerClass, OwnerKey};
 use uagate_space::{BuildInfo, LocalSpace, SpaceLimits};
 use uagate_store::Store;
 
@@ -73,6 +74,29 @@ pub struct ChannelInfo {
     /// The transport's URL scheme: `opc.tcp`, `opc.wss` or `opc.https`
     /// (shown on the console's sessions page; a bounded metric label).
     pub transport: &'static str,
+}
+
+impl ChannelInfo {
+    /// Who is charged for a request on this channel: trusted and protected
+    /// callers keep their class; an ordinary caller on a secured channel is
+    /// grouped by its verified application certificate, otherwise by its
+    /// address.
+    pub(crate) fn request_caller(&self) -> admission::Caller {
+        let base = self.caller.clone().unwrap_or_else(|| admission::Caller {
+            owner: OwnerKey::from_addr(std::net::Ipv4Addr::UNSPECIFIED.into()),
+            class: OwnerClass::Ordinary,
+        });
+        if base.class != OwnerClass::Ordinary {
+            return base;
+        }
+        match &self.client_cert {
+            Some(cert) => match OwnerKey::from_application_thumbprint(cert.thumbprint().value()) {
+                Some(owner) => admission::Caller { owner, ..base },
+                None => base,
+            },
+            None => base,
+        }
+    }
 }
 
 /// One northbound session as the console lists it.
@@ -114,10 +138,8 @@ pub struct Engine {
     level_provider: Box<dyn health::ServiceLevelProvider>,
     /// Wakes the subscription timer when subscriptions or Publish queues change.
     subs_changed: tokio::sync::Notify,
-    /// Resource-isolation accounting (Connection, Handshake, SessionEstablishment).
-    admission: admission::Admission,
-    /// Queue and fair scheduler of decoded requests.
-    dispatcher: dispatch::Dispatcher,
+    /// Admission, the request queue and scheduler, statistics.
+    pipeline: dispatch::Pipeline,
     /// Open secure channels and reclaimable connections.
     channels: channels::Channels,
     /// Every endpoint of every transport (opc.tcp, opc.wss, opc.https), as
@@ -133,8 +155,6 @@ pub struct Engine {
     reconfigure: Mutex<reconfigure::ReconfigureStatus>,
     /// Mounted field connections (set once at start-up).
     fields: std::sync::OnceLock<fields::Fields>,
-    /// Requests, latencies, connections and channels (metrics).
-    pub(crate) stats: stats::Stats,
 }
 
 /// How often the TLS certificate files are checked for a replacement.
@@ -235,20 +255,17 @@ impl Engine {
     /// rules changed. Anything else is refused, naming the settings that need
     /// a restart; nothing is half-applied.
     pub fn apply_isolation(&self, config: &Config) -> Result<(), String> {
-        let plan = uagate_isolation::plan::Plan::build(config).map_err(|e| e.to_string())?;
-        self.admission
-            .apply(plan)
-            .map_err(|settings| format!("these settings need a restart: {}", settings.join(", ")))
+        self.pipeline.apply_isolation(config)
     }
 
     /// Connections refused by the connection rate limiter (no owner keys).
     pub fn isolation_rate_rejections(&self) -> u64 {
-        self.admission.rate_rejections()
+        self.pipeline.admission().rate_rejections()
     }
 
     /// Resource-isolation usage and rejections per stage (no owner keys).
     pub fn isolation_snapshot(&self) -> uagate_isolation::provider::LimiterSnapshot {
-        self.admission.snapshot()
+        self.pipeline.admission().snapshot()
     }
 
     /// The offered endpoints.
@@ -262,7 +279,7 @@ impl Engine {
     pub fn respond(&self, channel_id: u32, request_id: u32, response: ResponseMessage) {
         self.channels.send_later(channel_id, request_id, response);
         // A parked request (Publish) answered here releases its charges.
-        self.dispatcher.unpark(channel_id, request_id);
+        self.pipeline.unpark(channel_id, request_id);
     }
 
     /// Publishes the current state and ServiceLevel on the Server object.
@@ -375,12 +392,12 @@ impl Engine {
     /// Requests per service and status, their latencies, and open
     /// connections and channels per transport (the metrics endpoint).
     pub fn request_stats(&self) -> Vec<stats::ServiceStats> {
-        self.stats.services()
+        self.pipeline.stats().services()
     }
 
     /// Open (connections, secure channels) per transport.
     pub fn transport_stats(&self) -> Vec<(&'static str, i64, i64)> {
-        self.stats.transports()
+        self.pipeline.stats().transports()
     }
 
     /// Subscriptions and monitored items of all sessions.
@@ -504,7 +521,7 @@ impl Engine {
     /// connection driver when the connection ends.
     pub(crate) fn channel_closed(&self, channel_id: u32) {
         self.channels.close(channel_id);
-        self.dispatcher.channel_closed(channel_id);
+        self.pipeline.channel_closed(channel_id);
         self.sessions.lock().channel_closed(channel_id);
     }
 
@@ -676,6 +693,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
     );
     space.set_hostname(&hostname);
     let engine = Arc::new(Engine {
+        pipeline: dispatch::Pipeline::new(plan, s.max_message_size),
         sessions: Mutex::new(session::Sessions::new(s.max_session_count as usize)),
         discovery,
         https: Some(https_channel.clone()),
@@ -683,7 +701,6 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         applied: Mutex::new(config.clone()),
         reconfigure: Mutex::new(reconfigure::ReconfigureStatus::Unchanged),
         fields: std::sync::OnceLock::new(),
-        stats: stats::Stats::default(),
         config,
         store,
         identity,
@@ -699,12 +716,6 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         }),
         level_provider: Box::new(health::ConstantLevel(health::HEALTHY_MAX)),
         subs_changed: tokio::sync::Notify::new(),
-        dispatcher: dispatch::Dispatcher::new(
-            plan.fair_scheduling() && plan.is_enforced(),
-            plan.stage(uagate_config::Stage::RequestQueue).total as usize,
-            plan.stage(uagate_config::Stage::RequestExecution).shared,
-        ),
-        admission: admission::Admission::new(plan, std::time::Instant::now()),
     });
     engine.refresh_server_state();
     let cancel = CancellationToken::new();

@@ -144,8 +144,9 @@ impl Engine {
     /// scheduling weight it gets: (class label, weight). For the console's
     /// rule tester and for tests; never used as a metric label.
     pub fn classify_peer(&self, ip: std::net::IpAddr) -> (&'static str, u32) {
-        let caller = self.admission.classify(ip);
-        (caller.class.label(), self.admission.weight(&caller))
+        let admission = self.pipeline.admission();
+        let caller = admission.classify(ip);
+        (caller.class.label(), admission.weight(&caller))
     }
 
     /// What happened to the last stored configuration change.

@@ -51,7 +51,7 @@ impl Engine {
         let started = Instant::now();
         let answer = self.answer_request(chan, request_id, request).await;
         if let Some(a) = &answer {
-            self.stats.observe(
+            self.pipeline.stats().observe(
                 service,
                 a.response_header().service_result,
                 started.elapsed(),
@@ -74,7 +74,7 @@ impl Engine {
             (
                 RequestMessage::CreateSession(_) | RequestMessage::ActivateSession(_),
                 Some(caller),
-            ) => match self.admission.session_establishment(caller) {
+            ) => match self.pipeline.admission().session_establishment(caller) {
                 Ok(lease) => Some(lease),
                 Err(rejection) => {
                     tracing::debug!(%rejection, "session establishment refused");

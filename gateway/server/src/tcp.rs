@@ -25,7 +25,11 @@ pub async fn accept_loop(engine: Arc<Engine>, listener: TcpListener, cancel: Can
         match accepted {
             Ok((stream, peer)) => {
                 // Admission comes before any protocol or crypto state exists.
-                match engine.admission.admit_connection(peer.ip(), Instant::now()) {
+                match engine
+                    .pipeline
+                    .admission()
+                    .admit_connection(peer.ip(), Instant::now())
+                {
                     Ok(admitted) => {
                         let _ = stream.set_nodelay(true);
                         let engine = engine.clone();
@@ -75,7 +79,7 @@ async fn reclaim_for(engine: &Engine, ip: std::net::IpAddr) -> Option<Connection
     if !engine.channels.reclaimer().reclaim_one() {
         return None;
     }
-    let admission = &engine.admission;
+    let admission = engine.pipeline.admission();
     let caller = admission.classify(ip);
     for _ in 0..20 {
         // The reclaimed driver releases its lease when it ends.
