@@ -320,7 +320,7 @@ impl<T: Transport> ConnectionDriver<T> {
             && self
                 .info
                 .as_ref()
-                .is_some_and(|i| !self.engine.sessions.lock().has_channel(i.channel_id));
+                .is_some_and(|i| !self.engine.sessions.has_channel(i.channel_id));
         let reclaimer = self.engine.channels.reclaimer();
         reclaimer.set_quiet(self.reclaim_id, quiet, Instant::now());
         // The read's claim covers only requests decoded from it.

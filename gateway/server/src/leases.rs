@@ -87,12 +87,7 @@ impl ReassemblyLeases {
         if !matches!(self.caller.class, OwnerClass::Ordinary) {
             return self.caller.clone();
         }
-        let session_bound = self
-            .engine
-            .sessions
-            .lock()
-            .iter_mut()
-            .any(|s| s.channel_id == self.channel_id && s.is_active());
+        let session_bound = self.engine.sessions.has_active_session(self.channel_id);
         Caller {
             owner: self.caller.owner.clone(),
             class: if session_bound {

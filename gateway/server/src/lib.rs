@@ -21,6 +21,7 @@ pub mod reconfigure;
 mod routed;
 mod services;
 pub mod session;
+mod sessions;
 mod split;
 pub mod stats;
 pub mod subscriptions;
@@ -130,14 +131,12 @@ pub struct Engine {
     application: ApplicationDescription,
     offered: Vec<endpoints::Offered>,
     space: RwLock<LocalSpace>,
-    sessions: Mutex<session::Sessions>,
-    throttle: throttle::Throttle,
+    /// Northbound sessions and their subscriptions.
+    sessions: sessions::SessionTable,
     /// The administrator-requested state and the operator's ServiceLevel override.
     control: Mutex<health::Control>,
     /// Computes ServiceLevel while running normally.
     level_provider: Box<dyn health::ServiceLevelProvider>,
-    /// Wakes the subscription timer when subscriptions or Publish queues change.
-    subs_changed: tokio::sync::Notify,
     /// Admission, the request queue and scheduler, statistics.
     pipeline: dispatch::Pipeline,
     /// Open secure channels and reclaimable connections.
@@ -241,13 +240,13 @@ impl Engine {
 
     /// Number of sessions (created and active).
     pub fn session_count(&self) -> usize {
-        self.sessions.lock().len()
+        self.sessions.count()
     }
 
     /// Sessions never activated that CreateSession evicted from a full
     /// session table since start (metrics).
     pub fn sessions_evicted(&self) -> u64 {
-        self.sessions.lock().evicted()
+        self.sessions.evicted()
     }
 
     /// Applies a changed configuration's isolation settings while running
@@ -338,37 +337,7 @@ impl Engine {
     /// they came from, the user, and their subscriptions. Sorted by
     /// creation time.
     pub fn session_list(&self) -> Vec<SessionSummary> {
-        let mut out: Vec<SessionSummary> = self
-            .sessions
-            .lock()
-            .iter()
-            .map(|s| SessionSummary {
-                id: s.id.to_string(),
-                name: s.name.clone(),
-                transport: s.origin.transport,
-                security_policy: s
-                    .origin
-                    .security_policy
-                    .rsplit('#')
-                    .next()
-                    .unwrap_or_default()
-                    .to_string(),
-                security_mode: s.origin.security_mode,
-                owner: s.origin.owner.clone(),
-                user: match s.identity() {
-                    None => "(not activated)".to_string(),
-                    Some(session::UserIdentity::Anonymous) => "anonymous".to_string(),
-                    Some(session::UserIdentity::User { name, .. }) => name.clone(),
-                    Some(session::UserIdentity::Certificate { thumbprint }) => {
-                        format!("certificate {thumbprint}")
-                    }
-                },
-                created: s.origin.created,
-                subscriptions: s.subscriptions.subscription_ids().len(),
-            })
-            .collect();
-        out.sort_by_key(|s| s.created);
-        out
+        self.sessions.list()
     }
 
     /// Closes the session with this SessionId (as printed by
@@ -377,15 +346,10 @@ impl Engine {
     /// name, `None` when there is no such session.
     pub fn close_session_by_id(&self, id: &str) -> Option<String> {
         let id = id.parse::<opcua_types::NodeId>().ok()?;
-        let (closed, count) = {
-            let mut sessions = self.sessions.lock();
-            let closed = sessions.remove_by_session_id(&id);
-            (closed, sessions.len())
-        };
-        let session = closed?;
+        let (session, count) = self.sessions.remove_by_session_id(&id)?;
         tracing::info!(session = %session.id, "session closed by an operator");
         self.publish_session_count(count);
-        self.subs_changed.notify_one();
+        self.sessions.notify_changed();
         Some(session.name)
     }
 
@@ -402,13 +366,7 @@ impl Engine {
 
     /// Subscriptions and monitored items of all sessions.
     pub fn subscription_counts(&self) -> (usize, usize) {
-        let sessions = self.sessions.lock();
-        sessions.iter().fold((0, 0), |(s, m), session| {
-            (
-                s + session.subscriptions.subscription_ids().len(),
-                m + session.subscriptions.data_items().len(),
-            )
-        })
+        self.sessions.subscription_counts()
     }
 
     /// Whether new sessions are refused because a maintenance state was
@@ -501,39 +459,18 @@ impl Engine {
         self.space.write().set_current_session_count(count as u32);
     }
 
-    /// Subscription limits for a new session, from `[server]`.
-    pub(crate) fn subscription_limits(&self) -> uagate_subs::Limits {
-        let s = &self.config.server;
-        uagate_subs::Limits {
-            min_publishing_interval: s.min_publishing_interval,
-            max_subscriptions_per_session: s.max_subscriptions_per_session,
-            max_monitored_items_per_subscription: s.max_monitored_items_per_subscription,
-            max_queue_size: s.max_queue_size,
-            min_sampling_interval: s.min_sampling_interval,
-            max_retransmission_queue: s.max_retransmission_queue,
-            max_publish_requests: s.max_publish_requests_per_session,
-            ..uagate_subs::Limits::default()
-        }
-    }
-
     /// Forgets channel `channel_id` everywhere: its responder, its parked
     /// requests' charges and its unactivated sessions. Called by its
     /// connection driver when the connection ends.
     pub(crate) fn channel_closed(&self, channel_id: u32) {
         self.channels.close(channel_id);
         self.pipeline.channel_closed(channel_id);
-        self.sessions.lock().channel_closed(channel_id);
+        self.sessions.channel_closed(channel_id);
     }
 
     /// Removes timed-out sessions; run every second by the housekeeping task.
     fn expire_sessions(&self) {
-        let count = {
-            let mut sessions = self.sessions.lock();
-            for id in sessions.expire(std::time::Instant::now()) {
-                tracing::info!(session = %id, "session timed out");
-            }
-            sessions.len()
-        };
+        let count = self.sessions.expire(std::time::Instant::now());
         self.publish_session_count(count);
     }
 }
@@ -694,7 +631,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
     space.set_hostname(&hostname);
     let engine = Arc::new(Engine {
         pipeline: dispatch::Pipeline::new(plan, s.max_message_size),
-        sessions: Mutex::new(session::Sessions::new(s.max_session_count as usize)),
+        sessions: sessions::SessionTable::new(s.max_session_count as usize),
         discovery,
         https: Some(https_channel.clone()),
         tls_identity: Some(Arc::new(tls_identity)),
@@ -707,7 +644,6 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         application,
         offered,
         space: RwLock::new(space),
-        throttle: throttle::Throttle::default(),
         channels: channels::Channels::new(https_tx),
         control: Mutex::new(health::Control {
             requested: stored_state,
@@ -715,7 +651,6 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
             ..Default::default()
         }),
         level_provider: Box::new(health::ConstantLevel(health::HEALTHY_MAX)),
-        subs_changed: tokio::sync::Notify::new(),
     });
     engine.refresh_server_state();
     let cancel = CancellationToken::new();
@@ -811,7 +746,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
                     .min(std::time::Instant::now() + Duration::from_secs(1));
                 tokio::select! {
                     _ = cancel.cancelled() => break,
-                    _ = engine.subs_changed.notified() => {},
+                    _ = engine.sessions.changed() => {},
                     _ = tokio::time::sleep_until(wake.into()) => {},
                 }
             }

@@ -190,7 +190,8 @@ impl Engine {
                 StatusCode::BadTimestampsToReturnInvalid,
             ));
         }
-        self.with_session(chan, &r.request_header, |_| Ok(()))
+        self.sessions
+            .with_session(chan, &r.request_header, |_| Ok(()))
     }
 
     /// The local space's answer to the Read operations `idx` (all of them
@@ -264,7 +265,9 @@ impl Engine {
     ) -> Result<ResponseMessage> {
         let items = r.nodes_to_write.as_deref().unwrap_or(&[]);
         check_count(items.len(), self.space.read().limits().max_nodes_per_write)?;
-        let caller = self.caller(chan, &r.request_header.authentication_token)?;
+        let caller = self
+            .sessions
+            .caller(chan, &r.request_header.authentication_token)?;
         let can_write = caller.can_write(self.config.server.allow_anonymous_write);
         let fields = self.fields();
         let split = Split::new(items.len(), |i| {
@@ -323,7 +326,8 @@ impl Engine {
                 n => n.min(self.config.server.max_references_per_node),
             }
         };
-        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        self.sessions
+            .with_session(chan, &r.request_header, |_| Ok(()))?;
         let fields = self.fields();
         let split = Split::new(nodes.len(), |i| {
             match route_node(fields, &nodes[i].node_id, false) {
@@ -339,7 +343,7 @@ impl Engine {
         let local = async {
             let space = self.space.read();
             let ops = pick(nodes, split.local());
-            self.with_session(chan, &r.request_header, |s| {
+            self.sessions.with_session(chan, &r.request_header, |s| {
                 Ok(space.browse(&r.view, max, &ops, &mut s.continuation_points))
             })
         };
@@ -370,7 +374,8 @@ impl Engine {
     ) -> Result<ResponseMessage> {
         let cps = r.continuation_points.as_deref().unwrap_or(&[]);
         check_count(cps.len(), self.space.read().limits().max_nodes_per_browse)?;
-        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        self.sessions
+            .with_session(chan, &r.request_header, |_| Ok(()))?;
         let fields = self.fields();
         let mounts = fields.map_or(0, |f| f.conns.len());
         let split = Split::new(cps.len(), |i| match proxy::unwrap_cp(&cps[i]) {
@@ -382,7 +387,7 @@ impl Engine {
         let local = async {
             let space = self.space.read();
             let ops = pick(cps, split.local());
-            self.with_session(chan, &r.request_header, |s| {
+            self.sessions.with_session(chan, &r.request_header, |s| {
                 Ok(space.browse_next(
                     r.release_continuation_points,
                     &ops,
@@ -423,7 +428,8 @@ impl Engine {
         let (mut local, remote) = {
             let space = self.space.read();
             check_count(paths.len(), space.limits().max_nodes_per_translate)?;
-            self.with_session(chan, &r.request_header, |_| Ok(()))?;
+            self.sessions
+                .with_session(chan, &r.request_header, |_| Ok(()))?;
             let local = space.translate(paths);
             let remote = match self.fields() {
                 Some(fields) => remote_paths(fields, &space, paths, &local),
@@ -476,7 +482,9 @@ impl Engine {
             calls.len(),
             self.space.read().limits().max_nodes_per_method_call,
         )?;
-        let caller = self.caller(chan, &r.request_header.authentication_token)?;
+        let caller = self
+            .sessions
+            .caller(chan, &r.request_header.authentication_token)?;
         let fields = self.fields();
         let split = Split::new(calls.len(), |i| {
             route_node(fields, &calls[i].object_id, false)
@@ -520,7 +528,8 @@ impl Engine {
                 StatusCode::BadTimestampsToReturnInvalid,
             ));
         }
-        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        self.sessions
+            .with_session(chan, &r.request_header, |_| Ok(()))?;
         let fields = self.fields();
         let split = Split::new(nodes.len(), |i| {
             match route_node(fields, &nodes[i].node_id, false) {

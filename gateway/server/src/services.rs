@@ -21,6 +21,7 @@ use crate::endpoints::policy_id;
 use crate::error::ServiceError;
 use crate::routed::check_count;
 use crate::session::{Active, Created, Phase, Session, UserIdentity};
+use crate::sessions::subscription_limits;
 use crate::{ChannelInfo, Engine};
 
 /// Nonce length required of clients on secured channels (Part 4).
@@ -117,7 +118,9 @@ impl Engine {
             RequestMessage::SetPublishingMode(r) => self.set_publishing_mode(chan, &r),
             RequestMessage::DeleteSubscriptions(r) => self.delete_subscriptions(chan, &r),
             RequestMessage::Republish(r) => self.republish(chan, &r),
-            RequestMessage::TransferSubscriptions(r) => self.transfer_subscriptions(chan, &r),
+            RequestMessage::TransferSubscriptions(r) => {
+                self.sessions.transfer_subscriptions(chan, &r)
+            }
             RequestMessage::CreateMonitoredItems(r) => {
                 Box::pin(self.prefetch_field_eu_ranges(&r)).await;
                 self.create_monitored_items(chan, &r)
@@ -132,25 +135,6 @@ impl Engine {
             tracing::debug!(error = %e, "service fault");
             fault(&header, &e)
         }))
-    }
-
-    /// Runs `f` on the active session of this request, refreshing its activity time.
-    pub(crate) fn with_session<T>(
-        &self,
-        chan: &ChannelInfo,
-        header: &RequestHeader,
-        f: impl FnOnce(&mut Session) -> Result<T>,
-    ) -> Result<T> {
-        let mut sessions = self.sessions.lock();
-        let session = sessions.get_mut(&header.authentication_token)?;
-        if session.channel_id != chan.channel_id {
-            return Err(ServiceError::WrongChannel);
-        }
-        if !session.is_active() {
-            return Err(ServiceError::SessionNotActivated);
-        }
-        session.last_activity = Instant::now();
-        f(session)
     }
 
     fn get_endpoints(&self, r: &GetEndpointsRequest) -> ResponseMessage {
@@ -254,7 +238,9 @@ impl Engine {
             continuation_points: uagate_space::ContinuationPoints::new(
                 limits.max_browse_continuation_points,
             ),
-            subscriptions: uagate_subs::SessionSubscriptions::new(self.subscription_limits()),
+            subscriptions: uagate_subs::SessionSubscriptions::new(subscription_limits(
+                &self.config.server,
+            )),
             origin: crate::session::Origin {
                 transport: chan.transport,
                 security_policy: chan.policy.to_uri().to_string(),
@@ -268,14 +254,7 @@ impl Engine {
             },
         };
         let (id, token) = (session.id.clone(), session.auth_token.clone());
-        let (count, evicted) = {
-            let mut sessions = self.sessions.lock();
-            let evicted = sessions.insert(session)?;
-            (sessions.len(), evicted)
-        };
-        if let Some(e) = evicted {
-            tracing::warn!(session = %e.id, channel = e.channel_id, "session table full: evicted the oldest session never activated");
-        }
+        let count = self.sessions.insert(session)?;
         self.publish_session_count(count);
         tracing::info!(channel = chan.channel_id, session = %id, "session created");
         Ok(CreateSessionResponse {
@@ -411,7 +390,8 @@ impl Engine {
             };
             let password = String::from_utf8(password.as_ref().to_vec())
                 .map_err(|_| ServiceError::UserAccessDenied)?;
-            self.throttle.wait(&name).await;
+            let throttle = self.sessions.throttle();
+            throttle.wait(&name).await;
             let verdict = self
                 .store
                 .verify_user(&name, &password)
@@ -419,11 +399,11 @@ impl Engine {
                 .map_err(|e| ServiceError::Internal(e.to_string()))?;
             return match verdict {
                 Some(role) => {
-                    self.throttle.success(&name);
+                    throttle.success(&name);
                     Ok(UserIdentity::User { name, role })
                 }
                 None => {
-                    self.throttle.failure(&name);
+                    throttle.failure(&name);
                     tracing::warn!(user = %name, "user authentication failed");
                     Err(ServiceError::UserAccessDenied)
                 }
@@ -473,19 +453,9 @@ impl Engine {
         chan: &ChannelInfo,
         r: &CloseSessionRequest,
     ) -> Result<ResponseMessage> {
-        let count = {
-            let mut sessions = self.sessions.lock();
-            let session = sessions.get_mut(&r.request_header.authentication_token)?;
-            if session.channel_id != chan.channel_id {
-                return Err(ServiceError::WrongChannel);
-            }
-            // Subscriptions arrive with a later issue; there is nothing to delete yet
-            // whatever `delete_subscriptions` says.
-            if let Some(s) = sessions.remove(&r.request_header.authentication_token) {
-                tracing::info!(session = %s.id, "session closed");
-            }
-            sessions.len()
-        };
+        let count = self
+            .sessions
+            .close(chan, &r.request_header.authentication_token)?;
         self.publish_session_count(count);
         Ok(CloseSessionResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
@@ -496,7 +466,8 @@ impl Engine {
     fn cancel(&self, chan: &ChannelInfo, r: &CancelRequest) -> Result<ResponseMessage> {
         // Requests of a channel run to completion in arrival order, so when
         // Cancel is processed there is no earlier request left to cancel.
-        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        self.sessions
+            .with_session(chan, &r.request_header, |_| Ok(()))?;
         Ok(CancelResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
             cancel_count: 0,
@@ -512,7 +483,8 @@ impl Engine {
         let nodes = r.nodes_to_register.as_deref().unwrap_or(&[]);
         let space = self.space.read();
         check_count(nodes.len(), space.limits().max_nodes_per_register)?;
-        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        self.sessions
+            .with_session(chan, &r.request_header, |_| Ok(()))?;
         Ok(RegisterNodesResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
             registered_node_ids: Some(space.register(nodes)),
@@ -528,7 +500,8 @@ impl Engine {
         let nodes = r.nodes_to_unregister.as_deref().unwrap_or(&[]);
         let space = self.space.read();
         check_count(nodes.len(), space.limits().max_nodes_per_register)?;
-        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        self.sessions
+            .with_session(chan, &r.request_header, |_| Ok(()))?;
         space.unregister(nodes);
         Ok(UnregisterNodesResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
