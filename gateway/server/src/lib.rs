@@ -22,6 +22,7 @@ mod routed;
 mod services;
 pub mod session;
 mod sessions;
+mod space;
 mod split;
 pub mod stats;
 pub mod subscriptions;
@@ -39,7 +40,7 @@ use std::time::Duration;
 use opcua_core::ResponseMessage;
 use opcua_crypto::{SecurityPolicy, X509};
 use opcua_types::{ApplicationDescription, ByteString, MessageSecurityMode, NodeId};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -130,7 +131,8 @@ pub struct Engine {
     identity: pki::Identity,
     application: ApplicationDescription,
     offered: Vec<endpoints::Offered>,
-    space: RwLock<LocalSpace>,
+    /// The local address space and the mounted field connections.
+    space: space::AddressSpace,
     /// Northbound sessions and their subscriptions.
     sessions: sessions::SessionTable,
     /// The administrator-requested state and the operator's ServiceLevel override.
@@ -152,8 +154,6 @@ pub struct Engine {
     applied: Mutex<Config>,
     /// The outcome of the last stored configuration change.
     reconfigure: Mutex<reconfigure::ReconfigureStatus>,
-    /// Mounted field connections (set once at start-up).
-    fields: std::sync::OnceLock<fields::Fields>,
 }
 
 /// How often the TLS certificate files are checked for a replacement.
@@ -219,7 +219,7 @@ pub struct Gateway {
 impl Gateway {
     /// Stops accepting, closes every connection and waits for the tasks.
     pub async fn shutdown(self) {
-        self.engine.close_fields().await;
+        self.engine.space.close_fields().await;
         self.cancel.cancel();
         for t in self.tasks {
             let _ = t.await;
@@ -287,7 +287,7 @@ impl Engine {
         let computed = self.level_provider.service_level();
         let control = self.control.lock().clone();
         let level = control.service_level(computed);
-        let mut space = self.space.write();
+        let mut space = self.space.local_mut();
         space.set_state(control.state());
         space.set_service_level(level);
         let r = &self.config.redundancy;
@@ -348,7 +348,7 @@ impl Engine {
         let id = id.parse::<opcua_types::NodeId>().ok()?;
         let (session, count) = self.sessions.remove_by_session_id(&id)?;
         tracing::info!(session = %session.id, "session closed by an operator");
-        self.publish_session_count(count);
+        self.space.publish_session_count(count);
         self.sessions.notify_changed();
         Some(session.name)
     }
@@ -452,13 +452,6 @@ impl Engine {
         (c.level_source(), c.override_reason.clone())
     }
 
-    /// Shows the session count in the address space. Lock order: the space
-    /// lock may be taken before the sessions lock (services do), so the
-    /// sessions lock is always released before this is called.
-    fn publish_session_count(&self, count: usize) {
-        self.space.write().set_current_session_count(count as u32);
-    }
-
     /// Forgets channel `channel_id` everywhere: its responder, its parked
     /// requests' charges and its unactivated sessions. Called by its
     /// connection driver when the connection ends.
@@ -468,10 +461,66 @@ impl Engine {
         self.sessions.channel_closed(channel_id);
     }
 
+    /// Recent events of the field connection `name` (console).
+    pub fn field_history(&self, name: &str) -> Option<Vec<uagate_field::HistoryEvent>> {
+        Some(self.space.field(name)?.history())
+    }
+
+    /// Connect attempts and recovery durations of a field connection.
+    pub fn field_reconnect_stats(&self, name: &str) -> Option<uagate_field::ReconnectStats> {
+        Some(self.space.field(name)?.reconnect_stats())
+    }
+
+    /// Asks a field connection to leave its active server (console). `None`
+    /// for an unknown (or not running) connection.
+    pub fn field_force_failover(
+        &self,
+        name: &str,
+        actor: &str,
+    ) -> Option<Result<(), &'static str>> {
+        Some(self.space.field(name)?.force_failover(actor))
+    }
+
+    /// Probes every URL of a field connection (console "test connection").
+    pub async fn field_probe(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> Option<Vec<uagate_field::Probe>> {
+        let conn = self.space.field(name)?;
+        Some(conn.probe(timeout).await)
+    }
+
+    /// The status of a running field connection, `None` for an unknown one.
+    pub fn field_status(&self, name: &str) -> Option<uagate_field::FieldStatus> {
+        let c = self.space.field(name)?;
+        let st = c.status().borrow().clone();
+        Some(st)
+    }
+
+    /// (Reads asked, southbound Reads sent) of the field connection `name`
+    /// since it started (concurrent Reads are merged); `None` for an
+    /// unknown connection.
+    pub fn field_read_stats(&self, name: &str) -> Option<(u64, u64)> {
+        Some(self.space.field(name)?.read_stats())
+    }
+
+    /// (Shared event items, events dropped as duplicates, events dropped
+    /// on overflow) of the field connection `name`; `None` for an unknown
+    /// connection.
+    pub fn field_event_stats(&self, name: &str) -> Option<(usize, u64, u64)> {
+        Some(self.space.field(name)?.event_stats())
+    }
+
+    /// Number of shared southbound items of the field connection `name`.
+    pub fn field_shared_items(&self, name: &str) -> Option<usize> {
+        Some(self.space.field(name)?.shared_item_count())
+    }
+
     /// Removes timed-out sessions; run every second by the housekeeping task.
     fn expire_sessions(&self) {
         let count = self.sessions.expire(std::time::Instant::now());
-        self.publish_session_count(count);
+        self.space.publish_session_count(count);
     }
 }
 
@@ -637,13 +686,12 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         tls_identity: Some(Arc::new(tls_identity)),
         applied: Mutex::new(config.clone()),
         reconfigure: Mutex::new(reconfigure::ReconfigureStatus::Unchanged),
-        fields: std::sync::OnceLock::new(),
         config,
         store,
         identity,
         application,
         offered,
-        space: RwLock::new(space),
+        space: space::AddressSpace::new(space),
         channels: channels::Channels::new(https_tx),
         control: Mutex::new(health::Control {
             requested: stored_state,
@@ -725,7 +773,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
                     _ = tick.tick() => {
                         n = n.wrapping_add(1);
                         let value = opcua_types::DataValue::new_now(n);
-                        if let Err(e) = engine.space.write().set_value(&node, value) {
+                        if let Err(e) = engine.space.local_mut().set_value(&node, value) {
                             tracing::warn!(error = %e, "demo counter update failed");
                             break;
                         }

@@ -98,7 +98,7 @@ impl Engine {
         let inputs = call.input_arguments.as_deref().unwrap_or(&[]);
         let signature = match self
             .space
-            .read()
+            .local()
             .method_signature(&call.object_id, &call.method_id)
         {
             Ok(s) => s,
@@ -128,7 +128,7 @@ impl Engine {
         let now = DateTime::now();
         match self
             .space
-            .write()
+            .local_mut()
             .call_local(now, &call.object_id, &call.method_id, inputs)
         {
             Some(Ok(out)) => call_result(StatusCode::Good, None, out),

@@ -108,7 +108,9 @@ impl Engine {
             }
             RequestMessage::RegisterNodes(r) => self.register_nodes(chan, &r),
             RequestMessage::UnregisterNodes(r) => self.unregister_nodes(chan, &r),
-            RequestMessage::Read(r) if self.fields().is_none() => self.read_unmounted(chan, &r),
+            RequestMessage::Read(r) if self.space.fields().is_none() => {
+                self.read_unmounted(chan, &r)
+            }
             RequestMessage::Read(r) => Box::pin(self.read(chan, &r)).await,
             RequestMessage::Write(r) => Box::pin(self.write(chan, &r)).await,
             RequestMessage::HistoryRead(r) => Box::pin(self.history_read(chan, &r)).await,
@@ -122,7 +124,7 @@ impl Engine {
                 self.sessions.transfer_subscriptions(chan, &r)
             }
             RequestMessage::CreateMonitoredItems(r) => {
-                Box::pin(self.prefetch_field_eu_ranges(&r)).await;
+                Box::pin(self.space.prefetch_field_eu_ranges(&r)).await;
                 self.create_monitored_items(chan, &r)
             }
             RequestMessage::ModifyMonitoredItems(r) => self.modify_monitored_items(chan, &r),
@@ -255,7 +257,7 @@ impl Engine {
         };
         let (id, token) = (session.id.clone(), session.auth_token.clone());
         let count = self.sessions.insert(session)?;
-        self.publish_session_count(count);
+        self.space.publish_session_count(count);
         tracing::info!(channel = chan.channel_id, session = %id, "session created");
         Ok(CreateSessionResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
@@ -456,7 +458,7 @@ impl Engine {
         let count = self
             .sessions
             .close(chan, &r.request_header.authentication_token)?;
-        self.publish_session_count(count);
+        self.space.publish_session_count(count);
         Ok(CloseSessionResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
         }
@@ -481,7 +483,7 @@ impl Engine {
         r: &RegisterNodesRequest,
     ) -> Result<ResponseMessage> {
         let nodes = r.nodes_to_register.as_deref().unwrap_or(&[]);
-        let space = self.space.read();
+        let space = self.space.local();
         check_count(nodes.len(), space.limits().max_nodes_per_register)?;
         self.sessions
             .with_session(chan, &r.request_header, |_| Ok(()))?;
@@ -498,7 +500,7 @@ impl Engine {
         r: &UnregisterNodesRequest,
     ) -> Result<ResponseMessage> {
         let nodes = r.nodes_to_unregister.as_deref().unwrap_or(&[]);
-        let space = self.space.read();
+        let space = self.space.local();
         check_count(nodes.len(), space.limits().max_nodes_per_register)?;
         self.sessions
             .with_session(chan, &r.request_header, |_| Ok(()))?;

@@ -288,8 +288,8 @@ impl Engine {
         header: &RequestHeader,
         f: impl FnOnce(&mut Session, &SpaceSource<'_>) -> Result<T>,
     ) -> Result<T> {
-        let space = self.space.read();
-        let source = SpaceSource(&space, self.fields());
+        let space = self.space.local();
+        let source = SpaceSource(&space, self.space.fields());
         let result = self.sessions.with_session(chan, header, |s| f(s, &source));
         drop(space);
         self.sessions.notify_changed();
@@ -429,7 +429,7 @@ impl Engine {
         ) -> std::result::Result<T, StatusCode>,
     ) -> Result<T> {
         ids_checked(count)?;
-        self.check_item_limit(count)?;
+        self.space.check_item_limit(count)?;
         self.with_subs(chan, header, |s, source| {
             f(
                 &mut s.subscriptions,
@@ -566,14 +566,6 @@ impl Engine {
         .into())
     }
 
-    fn check_item_limit(&self, n: usize) -> Result<()> {
-        let limit = self.space.read().limits().max_monitored_items_per_call;
-        if n > limit as usize {
-            return Err(ServiceError::TooManyOperations { got: n, limit });
-        }
-        Ok(())
-    }
-
     /// Advances every session's subscriptions whose deadline has come and
     /// sends the Publish responses. Returns the next deadline.
     pub(crate) fn tick_subscriptions(&self) -> Option<Instant> {
@@ -583,10 +575,14 @@ impl Engine {
         let mut next: Option<Instant> = None;
         // Events the field connections received go to their items first, so
         // they leave with this tick's messages.
-        let field_events = self.fields().map(|f| f.take_events()).unwrap_or_default();
+        let field_events = self
+            .space
+            .fields()
+            .map(|f| f.take_events())
+            .unwrap_or_default();
         {
-            let space = self.space.read();
-            let source = SpaceSource(&space, self.fields());
+            let space = self.space.local();
+            let source = SpaceSource(&space, self.space.fields());
             let mut sessions = self.sessions.lock();
             for s in sessions.iter_mut() {
                 for ev in &field_events {
@@ -614,7 +610,9 @@ impl Engine {
     /// Called after every item/subscription service and once a second (for
     /// subscriptions that expire and sessions that close).
     pub(crate) fn sync_field_demand(&self) {
-        let Some(fields) = self.fields() else { return };
+        let Some(fields) = self.space.fields() else {
+            return;
+        };
         let (items, events): (Vec<_>, Vec<_>) = {
             let sessions = self.sessions.lock();
             (
