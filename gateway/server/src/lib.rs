@@ -5,6 +5,7 @@
 
 pub mod admission;
 mod channels;
+mod control;
 pub mod dispatch;
 mod driver;
 pub mod endpoints;
@@ -40,7 +41,6 @@ use std::time::Duration;
 use opcua_core::ResponseMessage;
 use opcua_crypto::{SecurityPolicy, X509};
 use opcua_types::{ApplicationDescription, ByteString, MessageSecurityMode, NodeId};
-use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -135,10 +135,6 @@ pub struct Engine {
     space: space::AddressSpace,
     /// Northbound sessions and their subscriptions.
     sessions: sessions::SessionTable,
-    /// The administrator-requested state and the operator's ServiceLevel override.
-    control: Mutex<health::Control>,
-    /// Computes ServiceLevel while running normally.
-    level_provider: Box<dyn health::ServiceLevelProvider>,
     /// Admission, the request queue and scheduler, statistics.
     pipeline: dispatch::Pipeline,
     /// Open secure channels and reclaimable connections.
@@ -150,53 +146,12 @@ pub struct Engine {
     https: Option<Arc<tls::HttpsChannel>>,
     /// The TLS certificate of the opc.wss/opc.https listener (live reload).
     tls_identity: Option<Arc<tls_cert::TlsIdentity>>,
-    /// The configuration in force (start-up document plus live changes).
-    applied: Mutex<Config>,
-    /// The outcome of the last stored configuration change.
-    reconfigure: Mutex<reconfigure::ReconfigureStatus>,
+    /// Server state, ServiceLevel and the configuration in force.
+    control: control::ServerControl,
 }
 
 /// How often the TLS certificate files are checked for a replacement.
 const TLS_WATCH_PERIOD: Duration = Duration::from_secs(2);
-
-/// Settings key under which a requested server state is persisted (and
-/// audited); node-local, never replicated to the standby.
-pub(crate) const STATE_SETTING: &str = uagate_store::REQUESTED_STATE_SETTING;
-
-/// The persisted form of a requested state.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct StoredState {
-    state: i32,
-    estimated_return_ticks: i64,
-    seconds_till_shutdown: u32,
-    reason_locale: String,
-    reason_text: String,
-    #[serde(default)]
-    drain: bool,
-}
-
-pub(crate) fn encode_state(r: &health::RequestedState) -> String {
-    let stored = StoredState {
-        state: r.state as i32,
-        estimated_return_ticks: r.estimated_return_time.checked_ticks(),
-        seconds_till_shutdown: r.seconds_till_shutdown,
-        reason_locale: r.reason.locale.to_string(),
-        reason_text: r.reason.text.to_string(),
-        drain: r.drain,
-    };
-    serde_json::to_string(&stored).unwrap_or_default()
-}
-
-fn decode_state(text: &str) -> Option<health::RequestedState> {
-    let s: StoredState = serde_json::from_str(text).ok()?;
-    Some(health::RequestedState {
-        state: methods::server_state(s.state)?,
-        estimated_return_time: opcua_types::DateTime::from(s.estimated_return_ticks),
-        seconds_till_shutdown: s.seconds_till_shutdown,
-        reason: opcua_types::LocalizedText::new(&s.reason_locale, &s.reason_text),
-        drain: s.drain,
-    })
-}
 
 /// A running gateway; dropping it does not stop it, call [`Gateway::shutdown`].
 pub struct Gateway {
@@ -267,6 +222,15 @@ impl Engine {
         self.pipeline.admission().snapshot()
     }
 
+    /// How a peer address is classified now (ingress rules) and the
+    /// scheduling weight it gets: (class label, weight). For the console's
+    /// rule tester and for tests; never used as a metric label.
+    pub fn classify_peer(&self, ip: std::net::IpAddr) -> (&'static str, u32) {
+        let admission = self.pipeline.admission();
+        let caller = admission.classify(ip);
+        (caller.class.label(), admission.weight(&caller))
+    }
+
     /// The offered endpoints.
     pub fn endpoints(&self) -> &[endpoints::Offered] {
         &self.offered
@@ -284,34 +248,7 @@ impl Engine {
     /// Publishes the current state and ServiceLevel on the Server object.
     /// Called at start, after every state change and by housekeeping.
     pub fn refresh_server_state(&self) {
-        let computed = self.level_provider.service_level();
-        let control = self.control.lock().clone();
-        let level = control.service_level(computed);
-        let mut space = self.space.local_mut();
-        space.set_state(control.state());
-        space.set_service_level(level);
-        let r = &self.config.redundancy;
-        let own_uri = self.application.application_uri.to_string();
-        let current = r
-            .current_server_id
-            .clone()
-            .unwrap_or_else(|| own_uri.clone());
-        space.set_redundancy(
-            redundancy_support(r.support),
-            &r.server_uris,
-            &current,
-            &[(own_uri, level, control.state())],
-        );
-        match &control.requested {
-            Some(r) => {
-                space.set_shutdown(r.seconds_till_shutdown, r.reason.clone());
-                space.set_estimated_return_time(r.estimated_return_time);
-            }
-            None => {
-                space.set_shutdown(0, opcua_types::LocalizedText::null());
-                space.set_estimated_return_time(opcua_types::DateTime::null());
-            }
-        }
+        self.control.publish(&self.space);
     }
 
     /// The TLS server configuration of the appliance's certificate (the one
@@ -372,30 +309,23 @@ impl Engine {
     /// Whether new sessions are refused because a maintenance state was
     /// requested with drain.
     pub fn draining(&self) -> bool {
-        self.control.lock().draining()
+        self.control.draining()
     }
 
     /// The ServerStatus.State currently published (Running unless an
     /// operator requested another state).
     pub fn server_state(&self) -> opcua_types::ServerState {
-        self.control.lock().state()
+        self.control.state()
     }
 
     /// The ServiceLevel currently published.
     pub fn service_level(&self) -> u8 {
-        self.control
-            .lock()
-            .service_level(self.level_provider.service_level())
+        self.control.service_level()
     }
 
     /// Sets (or with `None` clears) the operator's fixed ServiceLevel.
     pub fn set_service_level_override(&self, level: Option<u8>) {
-        {
-            let mut c = self.control.lock();
-            c.override_level = level;
-            c.override_reason.clear();
-            c.override_generation += 1;
-        }
+        self.control.set_override(level, String::new());
         self.refresh_server_state();
     }
 
@@ -408,17 +338,7 @@ impl Engine {
         reason: String,
         expires: Option<Duration>,
     ) {
-        let generation = {
-            let mut c = self.control.lock();
-            c.override_level = level;
-            c.override_reason = if level.is_some() {
-                reason
-            } else {
-                String::new()
-            };
-            c.override_generation += 1;
-            c.override_generation
-        };
+        let generation = self.control.set_override(level, reason);
         self.refresh_server_state();
         if let (Some(_), Some(after)) = (level, expires) {
             let engine = Arc::downgrade(self);
@@ -427,17 +347,7 @@ impl Engine {
                 let Some(engine) = engine.upgrade() else {
                     return;
                 };
-                let expired = {
-                    let mut c = engine.control.lock();
-                    let current = c.override_generation == generation;
-                    if current {
-                        c.override_level = None;
-                        c.override_reason.clear();
-                        c.override_generation += 1;
-                    }
-                    current
-                };
-                if expired {
+                if engine.control.expire_override(generation) {
                     tracing::info!("operator ServiceLevel override expired");
                     engine.refresh_server_state();
                 }
@@ -448,17 +358,18 @@ impl Engine {
     /// Where the published ServiceLevel comes from (`requested_state`,
     /// `override` or `computed`) and the override's reason.
     pub fn service_level_source(&self) -> (&'static str, String) {
-        let c = self.control.lock();
-        (c.level_source(), c.override_reason.clone())
+        self.control.level_source()
     }
 
-    /// Forgets channel `channel_id` everywhere: its responder, its parked
-    /// requests' charges and its unactivated sessions. Called by its
-    /// connection driver when the connection ends.
-    pub(crate) fn channel_closed(&self, channel_id: u32) {
-        self.channels.close(channel_id);
-        self.pipeline.channel_closed(channel_id);
-        self.sessions.channel_closed(channel_id);
+    /// The configuration in force: the one the gateway started with plus
+    /// every change applied live since.
+    pub fn applied_config(&self) -> Config {
+        self.control.applied()
+    }
+
+    /// What happened to the last stored configuration change.
+    pub fn reconfigure_status(&self) -> crate::ReconfigureStatus {
+        self.control.reconfigure_status()
     }
 
     /// Recent events of the field connection `name` (console).
@@ -517,24 +428,19 @@ impl Engine {
         Some(self.space.field(name)?.shared_item_count())
     }
 
+    /// Forgets channel `channel_id` everywhere: its responder, its parked
+    /// requests' charges and its unactivated sessions. Called by its
+    /// connection driver when the connection ends.
+    pub(crate) fn channel_closed(&self, channel_id: u32) {
+        self.channels.close(channel_id);
+        self.pipeline.channel_closed(channel_id);
+        self.sessions.channel_closed(channel_id);
+    }
+
     /// Removes timed-out sessions; run every second by the housekeeping task.
     fn expire_sessions(&self) {
         let count = self.sessions.expire(std::time::Instant::now());
         self.space.publish_session_count(count);
-    }
-}
-
-/// The wire RedundancySupport for the configured mode.
-fn redundancy_support(mode: uagate_config::RedundancyMode) -> opcua_types::RedundancySupport {
-    use opcua_types::RedundancySupport as R;
-    use uagate_config::RedundancyMode as M;
-    match mode {
-        M::None => R::None,
-        M::Cold => R::Cold,
-        M::Warm => R::Warm,
-        M::Hot => R::Hot,
-        M::Transparent => R::Transparent,
-        M::HotAndMirrored => R::HotAndMirrored,
     }
 }
 
@@ -666,10 +572,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         build_date: opcua_types::DateTime::now(),
     };
     // A maintenance state requested before a restart stays in force.
-    let stored_state = match store.setting(STATE_SETTING).await {
-        Ok(Some(text)) => decode_state(&text),
-        _ => None,
-    };
+    let requested = control::stored_state(&store).await;
     let mut space = LocalSpace::new(
         &application_uri,
         build,
@@ -679,13 +582,12 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
     );
     space.set_hostname(&hostname);
     let engine = Arc::new(Engine {
+        control: control::ServerControl::new(&config, &application_uri, requested),
         pipeline: dispatch::Pipeline::new(plan, s.max_message_size),
         sessions: sessions::SessionTable::new(s.max_session_count as usize),
         discovery,
         https: Some(https_channel.clone()),
         tls_identity: Some(Arc::new(tls_identity)),
-        applied: Mutex::new(config.clone()),
-        reconfigure: Mutex::new(reconfigure::ReconfigureStatus::Unchanged),
         config,
         store,
         identity,
@@ -693,12 +595,6 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         offered,
         space: space::AddressSpace::new(space),
         channels: channels::Channels::new(https_tx),
-        control: Mutex::new(health::Control {
-            requested: stored_state,
-            override_level: None,
-            ..Default::default()
-        }),
-        level_provider: Box::new(health::ConstantLevel(health::HEALTHY_MAX)),
     });
     engine.refresh_server_state();
     let cancel = CancellationToken::new();

@@ -191,15 +191,15 @@ impl Engine {
         self.store
             .set_setting(
                 actor,
-                crate::STATE_SETTING,
-                &crate::encode_state(&requested),
+                crate::control::STATE_SETTING,
+                &crate::control::encode_state(&requested),
             )
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, "could not persist the requested server state");
                 StatusCode::BadInternalError
             })?;
-        self.control.lock().request(requested);
+        self.control.request(requested);
         self.refresh_server_state();
         tracing::info!(user = %actor, ?state, "server state changed");
         for event in GatewayEvent::state_change(state, actor) {

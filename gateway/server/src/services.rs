@@ -200,13 +200,10 @@ impl Engine {
             }
         }
         let limits = &self.config.server;
-        let refused = {
-            let control = self.control.lock();
-            control.draining()
-                || (limits.refuse_sessions_in_maintenance
-                    && control.in_maintenance(self.level_provider.service_level()))
-        };
-        if refused {
+        if self
+            .control
+            .refuses_sessions(limits.refuse_sessions_in_maintenance)
+        {
             return Err(ServiceError::Status(StatusCode::BadServerHalted));
         }
         let requested = Duration::from_secs_f64((r.requested_session_timeout.max(0.0)) / 1000.0);
