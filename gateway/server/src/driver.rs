@@ -139,7 +139,7 @@ impl<T: Transport> ConnectionDriver<T> {
         admitted: ConnectionAdmission,
     ) -> Self {
         let channel = SecureChannel::new(
-            engine.identity.store.clone(),
+            engine.endpoints.identity().store.clone(),
             Role::Server,
             Arc::new(RwLock::new(ContextOwned::default())),
         );

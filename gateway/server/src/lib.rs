@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use opcua_core::ResponseMessage;
 use opcua_crypto::{SecurityPolicy, X509};
-use opcua_types::{ApplicationDescription, ByteString, MessageSecurityMode, NodeId};
+use opcua_types::{ByteString, MessageSecurityMode, NodeId};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -128,9 +128,8 @@ pub struct SessionSummary {
 pub struct Engine {
     config: Config,
     store: Store,
-    identity: pki::Identity,
-    application: ApplicationDescription,
-    offered: Vec<endpoints::Offered>,
+    /// Certificates, application description and offered endpoints.
+    endpoints: endpoints::Endpoints,
     /// The local address space and the mounted field connections.
     space: space::AddressSpace,
     /// Northbound sessions and their subscriptions.
@@ -139,13 +138,6 @@ pub struct Engine {
     pipeline: dispatch::Pipeline,
     /// Open secure channels and reclaimable connections.
     channels: channels::Channels,
-    /// Every endpoint of every transport (opc.tcp, opc.wss, opc.https), as
-    /// GetEndpoints and CreateSession list them.
-    discovery: Vec<opcua_types::EndpointDescription>,
-    /// The logical secure channel shared by opc.https requests.
-    https: Option<Arc<tls::HttpsChannel>>,
-    /// The TLS certificate of the opc.wss/opc.https listener (live reload).
-    tls_identity: Option<Arc<tls_cert::TlsIdentity>>,
     /// Server state, ServiceLevel and the configuration in force.
     control: control::ServerControl,
 }
@@ -233,7 +225,7 @@ impl Engine {
 
     /// The offered endpoints.
     pub fn endpoints(&self) -> &[endpoints::Offered] {
-        &self.offered
+        self.endpoints.offered()
     }
 
     /// Sends a response to request `request_id` of channel `channel_id`
@@ -255,19 +247,19 @@ impl Engine {
     /// opc.wss / opc.https use; it follows `uagate tls set` while running).
     /// The console listener serves it too.
     pub fn tls_server_config(&self) -> Option<Arc<tokio_rustls::rustls::ServerConfig>> {
-        self.tls_identity.as_ref().map(|t| t.server_config())
+        self.endpoints.tls_server_config()
     }
 
     /// The application instance certificate (DER) the OPC UA endpoints
     /// present; shown on the console's certificates page.
     pub fn application_certificate(&self) -> Vec<u8> {
-        self.identity.cert.as_byte_string().as_ref().to_vec()
+        self.endpoints.application_certificate()
     }
 
     /// Subject, names, validity and fingerprint of the TLS certificate in
     /// service, when a TLS listener runs.
     pub fn tls_certificate(&self) -> Option<tls_cert::TlsInfo> {
-        self.tls_identity.as_ref().map(|t| t.info())
+        self.endpoints.tls_certificate()
     }
 
     /// The northbound sessions, for the console: id, client name, where
@@ -514,39 +506,19 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         &application_uri,
         &[endpoint_url.clone(), wss_url.clone(), https_url.clone()],
     );
-    let configured = config.effective_endpoints();
-    let certificate = identity.cert.as_byte_string();
-    let offered = endpoints::build(
-        &endpoint_url,
-        endpoints::TCP_PROFILE,
-        &application,
-        &certificate,
-        &configured,
+    let urls = endpoints::Urls {
+        tcp: endpoint_url.clone(),
+        wss: wss_url.clone(),
+        https: https_url.clone(),
+    };
+    let endpoints = endpoints::Endpoints::new(
+        identity,
+        tls_identity,
+        application,
+        &urls,
+        &config.effective_endpoints(),
     );
-    let https_tokens = endpoints::https_tokens(&configured);
-    let mut discovery: Vec<_> = offered.iter().map(|o| o.description.clone()).collect();
-    discovery.extend(
-        endpoints::build(
-            &wss_url,
-            ws::WSS_PROFILE,
-            &application,
-            &certificate,
-            &configured,
-        )
-        .into_iter()
-        .map(|o| o.description),
-    );
-    discovery.push(endpoints::https(
-        &https_url,
-        &application,
-        &certificate,
-        &https_tokens,
-    ));
     // The logical channel of opc.https; its responses are routed by request id.
-    let https_channel = Arc::new(tls::HttpsChannel::new(
-        channels::HTTPS_CHANNEL,
-        https_tokens,
-    ));
     let (https_tx, https_rx) = mpsc::channel(1024);
     let s = &config.server;
     let limits = SpaceLimits {
@@ -585,14 +557,9 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         control: control::ServerControl::new(&config, &application_uri, requested),
         pipeline: dispatch::Pipeline::new(plan, s.max_message_size),
         sessions: sessions::SessionTable::new(s.max_session_count as usize),
-        discovery,
-        https: Some(https_channel.clone()),
-        tls_identity: Some(Arc::new(tls_identity)),
         config,
         store,
-        identity,
-        application,
-        offered,
+        endpoints,
         space: space::AddressSpace::new(space),
         channels: channels::Channels::new(https_tx),
     });
@@ -605,10 +572,13 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
     let dispatcher = tokio::spawn(engine.clone().dispatch_loop(cancel.clone()));
     let seen = engine.config_seen().await;
     let config_watch = tokio::spawn(engine.clone().watch_config(seen, cancel.clone()));
-    let https_router = tokio::spawn(https_channel.route(https_rx));
+    let https_router = engine
+        .endpoints
+        .https()
+        .map(|https| tokio::spawn(https.clone().route(https_rx)));
     // A TLS certificate replaced on disk (`uagate tls set`) is picked up
     // without dropping any connection.
-    let tls_watch = match engine.tls_identity.clone() {
+    let tls_watch = match engine.endpoints.tls_identity().cloned() {
         Some(identity) => {
             let dir = data_dir.to_path_buf();
             let cancel = cancel.clone();
@@ -618,8 +588,8 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
     };
     let tls_accept = {
         let identity = engine
-            .tls_identity
-            .as_ref()
+            .endpoints
+            .tls_identity()
             .ok_or_else(|| StartError::Tls("no TLS identity".into()))?;
         let server_config = match engine.config.listen.tls_client_auth {
             uagate_config::TlsClientAuth::Off => identity.server_config(),

@@ -15,7 +15,8 @@ impl Engine {
     /// unknown certificate is recorded as rejected for the operator.
     pub(crate) async fn decide_open(&self, req: &OpenRequest) -> Result<ChannelInfo, StatusCode> {
         let offered = self
-            .offered
+            .endpoints
+            .offered()
             .iter()
             .find(|o| o.policy == req.policy && o.mode == req.mode)
             .ok_or(StatusCode::BadSecurityPolicyRejected)?;

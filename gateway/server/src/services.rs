@@ -10,10 +10,9 @@ use opcua_crypto::{
 use opcua_types::{
     ActivateSessionRequest, ActivateSessionResponse, AnonymousIdentityToken, ByteString,
     CancelRequest, CancelResponse, CloseSessionRequest, CloseSessionResponse, CreateSessionRequest,
-    CreateSessionResponse, FindServersRequest, FindServersResponse, GetEndpointsRequest,
-    GetEndpointsResponse, MessageSecurityMode, NodeId, RegisterNodesRequest, RegisterNodesResponse,
-    RequestHeader, ResponseHeader, ServiceFault, SignatureData, StatusCode, UnregisterNodesRequest,
-    UnregisterNodesResponse, UserNameIdentityToken, X509IdentityToken,
+    CreateSessionResponse, MessageSecurityMode, NodeId, RegisterNodesRequest,
+    RegisterNodesResponse, RequestHeader, ResponseHeader, ServiceFault, SignatureData, StatusCode,
+    UnregisterNodesRequest, UnregisterNodesResponse, UserNameIdentityToken, X509IdentityToken,
 };
 use uagate_config::UserToken;
 
@@ -92,8 +91,8 @@ impl Engine {
                 Ok(answer) => return answer,
                 Err(e) => Err(e),
             },
-            RequestMessage::GetEndpoints(r) => Ok(self.get_endpoints(&r)),
-            RequestMessage::FindServers(r) => Ok(self.find_servers(&r)),
+            RequestMessage::GetEndpoints(r) => Ok(self.endpoints.get_endpoints(&r)),
+            RequestMessage::FindServers(r) => Ok(self.endpoints.find_servers(&r)),
             RequestMessage::CreateSession(r) => self.create_session(chan, &r),
             RequestMessage::ActivateSession(r) => Box::pin(self.activate_session(chan, &r)).await,
             RequestMessage::CloseSession(r) => self.close_session(chan, &r),
@@ -139,46 +138,6 @@ impl Engine {
         }))
     }
 
-    fn get_endpoints(&self, r: &GetEndpointsRequest) -> ResponseMessage {
-        // Every transport's endpoints, whichever transport asked (a client
-        // may discover over opc.tcp and connect over opc.wss or opc.https).
-        let wanted = r.profile_uris.as_deref().unwrap_or(&[]);
-        let endpoints = self
-            .discovery
-            .iter()
-            .filter(|e| {
-                wanted.is_empty()
-                    || wanted
-                        .iter()
-                        .any(|p| p.as_ref() == e.transport_profile_uri.as_ref())
-            })
-            .cloned()
-            .collect();
-        GetEndpointsResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            endpoints: Some(endpoints),
-        }
-        .into()
-    }
-
-    fn find_servers(&self, r: &FindServersRequest) -> ResponseMessage {
-        let uris = r.server_uris.as_deref().unwrap_or(&[]);
-        let servers = if uris.is_empty()
-            || uris
-                .iter()
-                .any(|u| u.as_ref() == self.application.application_uri.as_ref())
-        {
-            vec![self.application.clone()]
-        } else {
-            Vec::new()
-        };
-        FindServersResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            servers: Some(servers),
-        }
-        .into()
-    }
-
     fn create_session(
         &self,
         chan: &ChannelInfo,
@@ -211,7 +170,7 @@ impl Engine {
         let server_nonce = random::byte_string(MIN_NONCE_LEN);
         let server_signature = if secure {
             opcua_crypto::create_signature_data(
-                &self.identity.key,
+                &self.endpoints.identity().key,
                 chan.policy,
                 &r.client_certificate,
                 &r.client_nonce,
@@ -262,8 +221,8 @@ impl Engine {
             authentication_token: token,
             revised_session_timeout: timeout.as_secs_f64() * 1000.0,
             server_nonce,
-            server_certificate: self.identity.cert.as_byte_string(),
-            server_endpoints: Some(self.discovery.clone()),
+            server_certificate: self.endpoints.identity().cert.as_byte_string(),
+            server_endpoints: Some(self.endpoints.discovery().to_vec()),
             server_software_certificates: None,
             server_signature,
             max_request_message_size: limits.max_message_size,
@@ -296,7 +255,7 @@ impl Engine {
                     &r.client_signature,
                     chan.policy,
                     client_cert,
-                    &self.identity.cert,
+                    &self.endpoints.identity().cert,
                     session.server_nonce.as_ref(),
                 )
                 .map_err(|_| ServiceError::ApplicationSignatureInvalid)?;
@@ -384,7 +343,7 @@ impl Engine {
                 }
                 t.password.clone()
             } else {
-                legacy_decrypt_secret(t, server_nonce.as_ref(), &self.identity.key)
+                legacy_decrypt_secret(t, server_nonce.as_ref(), &self.endpoints.identity().key)
                     .map_err(|_| ServiceError::IdentityTokenInvalid("password decryption failed"))?
             };
             let password = String::from_utf8(password.as_ref().to_vec())
@@ -421,7 +380,7 @@ impl Engine {
                 t,
                 &r.user_token_signature,
                 policy,
-                &self.identity.cert,
+                &self.endpoints.identity().cert,
                 server_nonce.as_ref(),
             )
             .map_err(|_| ServiceError::UserSignatureInvalid)?;

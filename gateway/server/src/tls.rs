@@ -497,7 +497,7 @@ fn websocket(conn: &Arc<Conn>, mut req: Request<Incoming>) -> Response<Full<Byte
 /// binary-encoded response out (`HTTP 200` also for a ServiceFault).
 async fn https(conn: &Arc<Conn>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let engine = &conn.engine;
-    let Some(channel) = engine.https.as_ref() else {
+    let Some(channel) = engine.endpoints.https() else {
         return text(HttpStatus::NOT_FOUND, "opc.https is not enabled");
     };
     let binary = req
