@@ -5,7 +5,8 @@
 //! session's channel. TransferSubscriptions touches the sessions alone and
 //! is the sessions part's (`sessions.rs`).
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use opcua_core::ResponseMessage;
 use opcua_types::{
@@ -20,6 +21,7 @@ use opcua_types::{
     SetPublishingModeResponse, SetTriggeringRequest, SetTriggeringResponse, SimpleAttributeOperand,
     StatusCode, TimestampsToReturn, Variant,
 };
+use tokio_util::sync::CancellationToken;
 use uagate_space::LocalSpace;
 use uagate_subs::{EventFields, ItemSource, ResponseOrFault};
 
@@ -628,5 +630,23 @@ impl Engine {
         };
         fields.set_demand(items.into_iter());
         fields.set_event_demand(events.into_iter());
+    }
+
+    /// Runs the subscription timer until `cancel`: advances subscriptions
+    /// at their deadlines, at least once a second, and whenever the
+    /// sessions part reports a change. Spawned once by [`crate::start`].
+    pub(crate) async fn subscription_timer(self: Arc<Self>, cancel: CancellationToken) {
+        loop {
+            let next = self.tick_subscriptions();
+            // Sleep until the next deadline, at most 1 s, or until woken.
+            let wake = next
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(1))
+                .min(Instant::now() + Duration::from_secs(1));
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = self.sessions.changed() => {},
+                _ = tokio::time::sleep_until(wake.into()) => {},
+            }
+        }
     }
 }
