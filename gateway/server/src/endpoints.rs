@@ -1,6 +1,6 @@
 //! The endpoint descriptions the server offers, built from the
 //! configuration's `[[endpoints]]` (or the default set) once at start, and
-//! the engine's endpoints part ([`Endpoints`]): what the server presents to
+//! the engine's endpoints part (`Endpoints`): what the server presents to
 //! clients (certificates, application description, endpoints) and the
 //! discovery services that list it.
 

@@ -1,5 +1,5 @@
 //! The opc.tcp transport adapter: accepts sockets and drives one
-//! connection per socket (see [`crate::driver`]). I/O only; all protocol
+//! connection per socket (see `driver.rs`). I/O only; all protocol
 //! decisions are in `uagate-proto` and the services.
 
 use std::sync::Arc;
