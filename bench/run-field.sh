@@ -49,6 +49,11 @@
 #        GW_ENV="VAR=value ..."  extra environment for the gateway only
 #        (e.g. UAGATE_EVENT_INTERVAL=61)
 #        SKIP_READ=1 / SKIP_FANOUT=1   OUT=<dir> (default: a new temp dir)
+#        FIELD=sim (default) the field server is `uagate sim` (async-opcua
+#                 0.19 with the Simulation variables of mixed types);
+#              ref  the bench's `opcua-ref-server --doubles 8` (async-opcua
+#                 0.19, eight Double variables Bench.D0..D7, node sets 8 and 1
+#                 read those; fan-out uses Bench.Counter, 100 ms)
 #        BIN_DIR=<dir>  use uagate and uagate-bench* from there, build nothing
 #        (e.g. another commit's worktree target/release)
 # This is a measurement, not a test: nothing here asserts on timings.
@@ -70,9 +75,19 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${OUT:-$(mktemp -d /tmp/uagate-field.XXXXXX)}"
 mkdir -p "$OUT"
 CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
-NSU="nsu=urn:uagate:sim"
-# `uagate sim` changes its values every 500 ms (SimConfig default).
-CHANGE_MS=500
+FIELD="${FIELD:-sim}"
+case "$FIELD" in
+sim)
+    NSU="nsu=urn:uagate:sim"
+    COUNTER="Simulation.Counter"
+    # `uagate sim` changes its values every 500 ms (SimConfig default).
+    CHANGE_MS=500 ;;
+ref)
+    NSU="nsu=urn:uagate:bench:ref-server"
+    COUNTER="Bench.Counter"
+    CHANGE_MS=100 ;;
+*) echo "unknown FIELD=$FIELD (sim, ref)" >&2; exit 2 ;;
+esac
 
 FIELD_PIN="" GW_PIN="" CLIENT_PIN=""
 if [ "$PIN" != none ] && command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
@@ -95,8 +110,13 @@ PKI="$OUT/client-pki"
 CLIENT_CERT="$("$BIN/uagate-bench" --pki "$PKI" --init-pki)"
 
 # The field server (taskset wraps exec, so $! is the server's own pid).
-RUST_LOG="${RUST_LOG:-warn}" start sim $FIELD_PIN "$BIN/uagate" sim --listen 127.0.0.1:0 \
-    --pki "$OUT/sim-pki"
+if [ "$FIELD" = ref ]; then
+    RUST_LOG="${RUST_LOG:-warn}" start sim $FIELD_PIN "$BIN/opcua-ref-server" --listen 127.0.0.1:0 \
+        --pki "$OUT/sim-pki" --doubles 8 --counter-ms "$CHANGE_MS"
+else
+    RUST_LOG="${RUST_LOG:-warn}" start sim $FIELD_PIN "$BIN/uagate" sim --listen 127.0.0.1:0 \
+        --pki "$OUT/sim-pki"
+fi
 SIM_PID=$STARTED_PID
 SIM_URL=$STARTED_URL
 SIM_PORT="$(echo "$SIM_URL" | sed -E 's#.*:([0-9]+)/?$#\1#')"
@@ -128,12 +148,14 @@ GW_URL=$STARTED_URL
 echo "field server $SIM_URL (pid $SIM_PID), gateway $GW_URL (pid $GW_PID), pinning: $PIN" >&2
 
 node_args() {
-    case "$1" in
-    8) for id in Counter Sine Random Toggle Text Timestamp Setpoint Random.EURange; do
+    case "$FIELD:$1" in
+    ref:8) for i in 0 1 2 3 4 5 6 7; do printf -- '--node %s;s=Bench.D%s ' "$NSU" "$i"; done ;;
+    ref:1) printf -- '--node %s;s=Bench.D0 ' "$NSU" ;;
+    *:8) for id in Counter Sine Random Toggle Text Timestamp Setpoint Random.EURange; do
            printf -- '--node %s;s=Simulation.%s ' "$NSU" "$id"
        done ;;
-    1) printf -- '--node %s;s=Simulation.Setpoint ' "$NSU" ;;
-    local) printf -- '--node i=2258 ' ;;
+    *:1) printf -- '--node %s;s=Simulation.Setpoint ' "$NSU" ;;
+    *:local) printf -- '--node i=2258 ' ;;
     *) echo "unknown read set $1" >&2; exit 2 ;;
     esac
 }
@@ -204,7 +226,7 @@ if [ "${SKIP_FANOUT:-0}" != 1 ]; then
             extra=(--field-pid "$SIM_PID" --field-port "$SIM_PORT")
             echo "fan-out run $rep: $target, $sessions sessions x $items items, ${FANOUT_SECS} s" >&2
             if ! $CLIENT_PIN "$BIN/uagate-bench-notify" --endpoint "$url" \
-                --node "$NSU;s=Simulation.Counter" --sessions "$sessions" --items "$items" \
+                --node "$NSU;s=$COUNTER" --sessions "$sessions" --items "$items" \
                 --sampling-ms "$SAMPLING_MS" --publishing-ms "$PUBLISHING_MS" \
                 --change-ms "$CHANGE_MS" --duration "$FANOUT_SECS" --warmup "$NOTIFY_WARMUP" \
                 --pki "$PKI" --server-pid "$pid" "${extra[@]}" --clk-tck "$CLK_TCK" \
@@ -227,22 +249,24 @@ reads = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 fan = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 f = lambda v, d=2: "n/a" if v is None else f"{v:.{d}f}"
 if reads:
-    print("| run | node set | path | sessions | req/s | ratio gw/direct | p50 ms | p99 ms | errors | gateway CPU s | field server CPU s | field CPU µs/req | client CPU s |")
-    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| run | node set | path | sessions | req/s | ratio gw/direct | p50 ms | p99 ms | errors | gateway CPU s | gateway CPU µs/req | field server CPU s | field CPU µs/req | client CPU s |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     direct = {(r["rep"], r["set"]): r for r in reads if r["label"] == "direct" and not r.get("failed")}
     for r in reads:
         if r.get("failed"):
-            print(f"| {r['rep']} | {r['set']} | {r['label']} | | FAILED | | | | | | | | |")
+            print(f"| {r['rep']} | {r['set']} | {r['label']} | | FAILED | | | | | | | | | |")
             continue
         d = direct.get((r["rep"], r["set"]))
         ratio = f"{r['req_per_s'] / d['req_per_s']:.2f}" if d and d["req_per_s"] else "n/a"
         if r["label"] == "direct":
-            gw_cpu, field_cpu, ratio = "-", r["server_cpu_s"], "1.00"
+            gw_cpu, gw_per_req, field_cpu, ratio = "-", "-", r["server_cpu_s"], "1.00"
         else:
             gw_cpu, field_cpu = f(r["server_cpu_s"]), r.get("field_cpu_s")
-        per_req = "n/a" if field_cpu is None or not r["requests"] else f"{field_cpu * 1e6 / r['requests']:.0f}"
+            gw_per_req = "n/a" if r["server_cpu_s"] is None or not r["requests"] else f"{r['server_cpu_s'] * 1e6 / r['requests']:.1f}"
+
+        per_req = "n/a" if field_cpu is None or not r["requests"] else f"{field_cpu * 1e6 / r['requests']:.1f}"
         print(f"| {r['rep']} | {r['set']} | {r['label']} | {r['sessions']} | {r['req_per_s']:.0f} | {ratio} | "
-              f"{r['p50_us']/1000:.2f} | {r['p99_us']/1000:.2f} | {r['errors']} | {gw_cpu} | {f(field_cpu)} | {per_req} | {f(r['client_cpu_s'])} |")
+              f"{r['p50_us']/1000:.2f} | {r['p99_us']/1000:.2f} | {r['errors']} | {gw_cpu} | {gw_per_req} | {f(field_cpu)} | {per_req} | {f(r['client_cpu_s'])} |")
     print()
 if fan:
     print("| run | path | sessions x items | notif/s | expected/s | missing % | min-max per s | skips / repeats | publish lat p50/p99 ms | source lat p50/p99 ms | errors | gateway CPU % | field CPU % | field sent / recv B/s (segs/s) | client CPU % |")

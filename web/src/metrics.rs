@@ -229,10 +229,20 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
         ),
         &["connection"],
     )?;
+    let gave_up = IntCounterVec::new(
+        Opts::new(
+            "field_gave_up_total",
+            "Reconnect cycles of a field connection's servers that ran out of retries or time (a new cycle starts after max_delay).",
+        ),
+        &["connection"],
+    )?;
     for f in &engine.applied_config().field_servers {
         let Some(st) = engine.field_status(&f.name) else {
             continue;
         };
+        gave_up
+            .with_label_values(&[f.name.as_str()])
+            .inc_by(st.gave_up_count);
         let current = conn_state(st.state);
         for s in CONN_STATES {
             field_state
@@ -249,6 +259,7 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     r.register(Box::new(field_state))?;
     r.register(Box::new(reconnects))?;
     r.register(Box::new(failovers))?;
+    r.register(Box::new(gave_up))?;
 
     let attempts = IntCounterVec::new(
         Opts::new(

@@ -211,6 +211,13 @@ fn operations() -> Vec<Op> {
             None,
         ),
         op(
+            "post",
+            "/api/v1/fields/{name}/reconnect",
+            "Start a new reconnect cycle now for every server that waits or gave up",
+            None,
+            None,
+        ),
+        op(
             "get",
             "/api/v1/certificates",
             "Own certificates; trusted, issuer and rejected lists",

@@ -182,6 +182,7 @@ pub(crate) const CONN_STATES: &[&str] = &[
     "reconnecting",
     "closing",
     "closed",
+    "gave_up",
 ];
 
 /// The label of a field-connection state.
@@ -194,6 +195,7 @@ pub(crate) fn conn_state(s: uagate_field::ConnState) -> &'static str {
         Reconnecting => "reconnecting",
         Closing => "closing",
         Closed => "closed",
+        GaveUp => "gave_up",
     }
 }
 
@@ -986,6 +988,26 @@ pub async fn force_failover(state: &WebState, who: &Authed, name: &str) -> Resul
     }
 }
 
+/// Asks a field connection to start a fresh reconnect cycle at once for
+/// every server that waits or gave up (Reconnect now); audited as
+/// `event.field_reconnect`.
+pub async fn reconnect_field(state: &WebState, who: &Authed, name: &str) -> Result<(), ApiError> {
+    if state.engine.field_reconnect_now(name, &who.user).is_none() {
+        return Err(ApiError::NotFound(format!(
+            "no running field connection {name:?}"
+        )));
+    }
+    state
+        .store
+        .record_event(
+            &who.user,
+            "event.field_reconnect",
+            &serde_json::json!({ "connection": name }),
+        )
+        .await?;
+    Ok(())
+}
+
 /// How long "test connection" waits for each URL.
 pub const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -1041,7 +1063,7 @@ pub struct HistoryView {
     /// 1-based server number in the set, when the event concerns one.
     pub server: Option<usize>,
     /// up, failed, lost, moved, failover, failover_requested,
-    /// failover_unavailable, closed.
+    /// failover_unavailable, gave_up, new_cycle, reconnect_requested.
     pub kind: String,
     /// URL, status code or who asked.
     pub detail: String,

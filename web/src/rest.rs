@@ -301,6 +301,16 @@ pub async fn field_failover(
     Ok(StatusCode::ACCEPTED)
 }
 
+/// `POST /api/v1/fields/{name}/reconnect`: start a new reconnect cycle now.
+pub async fn field_reconnect(
+    State(state): State<WebState>,
+    who: Authed,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    ops::reconnect_field(&state, &who, &name).await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
 /// `GET /api/v1/sessions`.
 pub async fn sessions(State(state): State<WebState>) -> Json<Vec<ops::SessionView>> {
     Json(ops::sessions(&state))

@@ -217,6 +217,12 @@ pub fn table() -> Vec<Route> {
             OPERATOR,
             rest::field_failover,
         ),
+        api(
+            POST,
+            "/api/v1/fields/{name}/reconnect",
+            OPERATOR,
+            rest::field_reconnect,
+        ),
         api(GET, "/api/v1/sessions", VIEWER, rest::sessions),
         api(
             DELETE,
@@ -269,6 +275,7 @@ pub fn table() -> Vec<Route> {
         page(POST, "/fields/remove", OPERATOR, fields::remove).shown_by(fields::refused),
         page(POST, "/fields/test", OPERATOR, fields::test).shown_by(fields::refused),
         page(POST, "/fields/failover", OPERATOR, fields::failover).shown_by(fields::refused),
+        page(POST, "/fields/reconnect", OPERATOR, fields::reconnect).shown_by(fields::refused),
         page(GET, "/sessions", VIEWER, sessions::show),
         page(POST, "/sessions/close", OPERATOR, sessions::close).shown_by(sessions::refused),
         page(GET, "/static/htmx.min.js", PUBLIC, assets::htmx),

@@ -534,10 +534,17 @@ name = "plc1"
 security_mode = "none"
 security_policy = "None"
 identity = { kind = "username", username = "op", password = "plc-secret-42" }
-reconnect = { initial_delay = "100ms", max_delay = "200ms" }
+reconnect = { initial_delay = "100ms", max_delay = "1h", max_retries = 2 }
 [[field_servers.endpoints]]
 url = "opc.tcp://127.0.0.1:1"
 "#;
+
+/// The recent events of field connection plc1, newest first.
+async fn plc1_history(f: &Fixture, token: &str) -> Value {
+    f.call(get("/api/v1/fields/plc1/history", Some(token)))
+        .await
+        .1
+}
 
 #[tokio::test]
 async fn field_connections_sessions_and_secrets() {
@@ -627,6 +634,95 @@ async fn field_connections_sessions_and_secrets() {
         .call(json_request(
             Method::POST,
             "/api/v1/fields/nope/failover",
+            Some(&op),
+            Value::Null,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    // Two failed attempts use up the cycle: the connection says it gave up,
+    // when it tries next (an hour later), and counts it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, st, _) = f.call(get("/api/v1/status", Some(&viewer))).await;
+        if st["fields"][0]["state"] == "gave_up" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not gave_up: {st}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let h = plc1_history(&f, &viewer).await;
+    let gave_up: Vec<&Value> = h
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "gave_up")
+        .collect();
+    assert_eq!(gave_up.len(), 1, "{h}");
+    assert!(
+        gave_up[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("next cycle in 1h"),
+        "{h}"
+    );
+    let (_, metrics, _) = f.call(get("/metrics", Some(&viewer))).await;
+    let metrics = metrics
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or(metrics.to_string());
+    assert!(
+        metrics.contains("uagate_field_gave_up_total{connection=\"plc1\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("uagate_field_connection_state{connection=\"plc1\",state=\"gave_up\"} 1")
+    );
+    let (_, page, _) = f.call(get("/partials/fields", Some(&viewer))).await;
+    let page = page.as_str().map(str::to_owned).unwrap_or(page.to_string());
+    assert!(
+        page.contains("gave up") && page.contains("next try"),
+        "{page}"
+    );
+    // Reconnect now: a viewer may not; an operator starts a new cycle at
+    // once (new attempts fail again, long before the hour is over).
+    for (who, expect) in [
+        (&viewer, StatusCode::FORBIDDEN),
+        (&op, StatusCode::ACCEPTED),
+    ] {
+        let (s, body, _) = f
+            .call(json_request(
+                Method::POST,
+                "/api/v1/fields/plc1/reconnect",
+                Some(who),
+                Value::Null,
+            ))
+            .await;
+        assert_eq!(s, expect, "{body}");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let h = plc1_history(&f, &viewer).await;
+        let kinds: Vec<&str> = h
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap())
+            .collect();
+        // Newest first: gave up again after the requested cycle.
+        if kinds.iter().position(|k| *k == "gave_up") < kinds.iter().position(|k| *k == "new_cycle")
+            && kinds.iter().filter(|k| **k == "gave_up").count() == 2
+        {
+            assert!(kinds.contains(&"reconnect_requested"), "{h}");
+            assert!(h.to_string().contains("reconnect now (operator)"), "{h}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no new cycle: {h}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (s, _, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/fields/nope/reconnect",
             Some(&op),
             Value::Null,
         ))
@@ -812,6 +908,7 @@ async fn every_page_needs_a_session() {
         "/fields/remove",
         "/fields/test",
         "/fields/failover",
+        "/fields/reconnect",
         "/sessions/close",
     ] {
         let (s, _, h) = f.call(form(uri, &[("x", "1")], None)).await;

@@ -53,6 +53,10 @@ struct Args {
     /// sampling interval equals the change period; this option removes that jitter.
     #[arg(long)]
     nominal_timestamps: bool,
+    /// Also add `Bench.D0` .. `Bench.D{N-1}`: N read-only Double variables
+    /// with fixed values, the field server of `bench/run-field.sh FIELD=ref`.
+    #[arg(long, default_value_t = 0)]
+    doubles: u32,
 }
 
 #[tokio::main]
@@ -110,7 +114,7 @@ async fn main() -> Result<()> {
     let (server, handle) = builder
         .build()
         .map_err(|e| anyhow::anyhow!("cannot build server: {e}"))?;
-    let counter = add_counter(&handle)?;
+    let counter = add_counter(&handle, args.doubles)?;
     let task = tokio::spawn(server.run_with(listener));
     tokio::spawn(drive_counter(
         handle.clone(),
@@ -133,9 +137,10 @@ async fn main() -> Result<()> {
     }
 }
 
-/// Adds `Objects/Bench` and `Bench/Counter` (UInt32, read-only) to the bench
+/// Adds `Objects/Bench`, `Bench/Counter` (UInt32, read-only) and `doubles`
+/// Double variables `Bench.D<i>` (read-only, value i + 0.5) to the bench
 /// namespace; returns the counter's node id. Called once before the server runs.
-fn add_counter(handle: &opcua_server::ServerHandle) -> Result<NodeId> {
+fn add_counter(handle: &opcua_server::ServerHandle, doubles: u32) -> Result<NodeId> {
     let manager = handle
         .node_managers()
         .get_of_type::<SimpleNodeManager>()
@@ -153,7 +158,16 @@ fn add_counter(handle: &opcua_server::ServerHandle) -> Result<NodeId> {
     let mut var = Variable::new(&counter, "Counter", "Counter", 0u32);
     var.set_access_level(AccessLevel::CURRENT_READ);
     var.set_user_access_level(AccessLevel::CURRENT_READ);
-    space.add_variables(vec![var], &folder);
+    let mut vars = vec![var];
+    for i in 0..doubles {
+        let name = format!("D{i}");
+        let id = NodeId::new(ns, format!("Bench.{name}"));
+        let mut var = Variable::new(&id, name.as_str(), name.as_str(), f64::from(i) + 0.5);
+        var.set_access_level(AccessLevel::CURRENT_READ);
+        var.set_user_access_level(AccessLevel::CURRENT_READ);
+        vars.push(var);
+    }
+    space.add_variables(vars, &folder);
     Ok(counter)
 }
 

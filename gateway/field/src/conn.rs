@@ -22,8 +22,10 @@
 //! States (reported in [`FieldStatus`]): `Disconnected` (not enabled, or not
 //! started), `Connecting` (never connected yet), `Connected` (an active
 //! server is serving), `Reconnecting` (the active server was lost and no
-//! other one is usable yet), `Closing` and `Closed` (shut down, or every
-//! reconnect cycle ran out of retries or budget).
+//! other one is usable yet), `GaveUp` (every server's reconnect cycle ran
+//! out of retries or budget; a new cycle starts after `max_delay`, or at
+//! once on [`FieldConnection::reconnect_now`]), `Closing` and `Closed`
+//! (shut down).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -179,6 +181,10 @@ pub struct FieldStatus {
     pub failed_attempts: u64,
     /// Changes of the active server.
     pub failover_count: u64,
+    /// Reconnect cycles that ran out of retries or budget (any server).
+    pub gave_up_count: u64,
+    /// While [`ConnState::GaveUp`]: when the next reconnect cycle starts.
+    pub next_cycle_at: Option<DateTime>,
     /// Last protocol-level error.
     pub last_error: Option<StatusCode>,
     /// Per-server view.
@@ -409,6 +415,9 @@ struct Inner {
     /// survives a wake-up lost to another select branch), the Notify wakes
     /// the task.
     force_requested: std::sync::atomic::AtomicBool,
+    /// An operator's Reconnect now, not yet handed to the machine (the
+    /// `force` wake-up also serves it).
+    reconnect_requested: std::sync::atomic::AtomicBool,
     force: Notify,
 }
 
@@ -542,6 +551,7 @@ impl FieldConnection {
             stats: Mutex::default(),
             read_stats: Arc::default(),
             force_requested: std::sync::atomic::AtomicBool::new(false),
+            reconnect_requested: std::sync::atomic::AtomicBool::new(false),
             force: Notify::new(),
         });
         let task = enabled.then(|| tokio::spawn(run(inner.clone())));
@@ -594,6 +604,19 @@ impl FieldConnection {
         Ok(())
     }
 
+    /// Starts a fresh reconnect cycle at once for every server of the set
+    /// that waits for its next attempt or whose cycle ran out (the
+    /// console's and REST's "Reconnect now"). Connected servers are not
+    /// touched. Recorded in the history with `actor`.
+    pub fn reconnect_now(&self, actor: &str) {
+        self.inner
+            .record(None, "reconnect_requested", format!("by {actor}"));
+        self.inner
+            .reconnect_requested
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.force.notify_one();
+    }
+
     /// Asks every configured URL for its endpoints (bounded by `timeout`
     /// each), and checks the server certificate against the trust list as
     /// a connect would: the console's "test connection". Does not touch
@@ -611,7 +634,8 @@ impl FieldConnection {
 
     /// The active session, waiting for one until `deadline`. While the
     /// connection is (re)connecting northbound calls wait here; past the
-    /// deadline, or once closed, they get `BadServerNotConnected`.
+    /// deadline, or at once while closed or given up, they get
+    /// `BadServerNotConnected`.
     pub async fn link(&self, deadline: Instant) -> Result<Arc<LinkSession>, StatusCode> {
         // The common case: connected. No timer, no receiver.
         if let Some(l) = self.inner.active.borrow().as_ref() {
@@ -629,7 +653,10 @@ impl FieldConnection {
                 }
                 if matches!(
                     self.inner.status.borrow().state,
-                    ConnState::Closed | ConnState::Closing | ConnState::Disconnected
+                    ConnState::Closed
+                        | ConnState::Closing
+                        | ConnState::Disconnected
+                        | ConnState::GaveUp
                 ) {
                     return Err(StatusCode::BadServerNotConnected);
                 }
@@ -757,11 +784,13 @@ impl Drop for FieldConnection {
     }
 }
 
+/// Returns once the connection is closing, closed or has given up (no
+/// session will come for a waiting call).
 async fn wait_closed(mut rx: watch::Receiver<FieldStatus>) {
     loop {
         if matches!(
             rx.borrow_and_update().state,
-            ConnState::Closed | ConnState::Closing
+            ConnState::Closed | ConnState::Closing | ConnState::GaveUp
         ) {
             return;
         }
@@ -803,8 +832,7 @@ fn connect_timeout(s: &FieldSettings) -> Duration {
 
 /// The driver task of one connection: turns what the sessions report into
 /// events for its [`Failover`] machine, carries out the actions it returns
-/// and publishes the status, until the connection is closed or the machine
-/// gives up.
+/// and publishes the status, until the connection is closed.
 async fn run(inner: Arc<Inner>) {
     let s = &inner.settings;
     let (tx, mut rx) = mpsc::unbounded_channel::<LinkEvent>();
@@ -831,6 +859,12 @@ async fn run(inner: Arc<Inner>) {
         {
             machine.handle(Event::ForceFailover, now);
         }
+        if inner
+            .reconnect_requested
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            machine.handle(Event::ReconnectNow, now);
+        }
         let rev = (
             inner.items.lock().revision(),
             inner.events.lock().revision(),
@@ -842,10 +876,7 @@ async fn run(inner: Arc<Inner>) {
         for action in machine.poll(now) {
             perform(&inner, action, &tx, &mut attempts, now);
         }
-        publish_status(&inner, &machine);
-        if machine.state() == ConnState::Closed {
-            return;
-        }
+        publish_status(&inner, &machine, now);
 
         // Wait for something to happen.
         let wake = machine.next_deadline();
@@ -1003,21 +1034,60 @@ fn record_note(inner: &Inner, note: Note<Arc<LinkSession>>) {
             "failover_unavailable",
             "no other server of the set is connected",
         ),
-        Note::Closed => {
-            tracing::warn!(field = %s.name, "reconnect policy exhausted; field connection closed");
-            inner.record(None, "closed", "reconnect policy exhausted");
+        Note::GaveUp {
+            link,
+            retry_in,
+            status,
+        } => {
+            inner.status.send_modify(|st| st.gave_up_count += 1);
+            let retry = humantime::format_duration(retry_in);
+            tracing::warn!(field = %s.name, server = link, %status, %retry, "reconnect cycle ran out of retries or time; a new cycle starts later");
+            inner.record(
+                Some(link),
+                "gave_up",
+                format!("reconnect cycle ran out (last error {status}); next cycle in {retry}"),
+            );
+        }
+        Note::NewCycle { link, requested } => {
+            tracing::info!(field = %s.name, server = link, requested, "new reconnect cycle");
+            inner.record(
+                Some(link),
+                "new_cycle",
+                if requested {
+                    "reconnect now (operator)"
+                } else {
+                    "after max_delay"
+                },
+            );
         }
     }
 }
 
 /// Publishes the machine's state, the active server and the per-server
 /// view on the status channel (after every turn of the driver).
-fn publish_status(inner: &Inner, machine: &Machine) {
+fn publish_status(inner: &Inner, machine: &Machine, now: Now) {
     let peers = machine.peers();
     let links = machine.links();
     let active = machine.active();
+    let next_cycle_at = (machine.state() == ConnState::GaveUp)
+        .then(|| {
+            links
+                .iter()
+                .filter_map(|l| match l.phase() {
+                    Phase::Exhausted(at) => Some(*at),
+                    _ => None,
+                })
+                .min()
+        })
+        .flatten()
+        .map(|at| {
+            let ms = at.saturating_duration_since(now.mono).as_millis();
+            let ticks = i64::try_from(ms).unwrap_or(i64::MAX / 20_000) * 10_000;
+            DateTime::from(now.wall.ticks().saturating_add(ticks))
+        });
     inner.status.send_modify(|st| {
         st.state = machine.state();
+        st.next_cycle_at = next_cycle_at;
         st.active_server = active;
         st.active_endpoint = active
             .and_then(|a| links.get(a)?.session())

@@ -34,8 +34,12 @@
 //!   nothing preferable a connected server keeps serving rather than none.
 //! - A lost link reconnects after the policy's initial delay at most, over
 //!   the path that worked last; a failed attempt waits the policy's delay
-//!   and tries the next path. When every link's reconnect cycle has run out
-//!   the connection is [`ConnState::Closed`].
+//!   and tries the next path. A link whose reconnect cycle runs out
+//!   (`max_retries`, `max_total_reconnect_time`) is noted
+//!   ([`Note::GaveUp`]) and starts a new cycle after the policy's
+//!   `max_delay`; while every link has run out the connection is
+//!   [`ConnState::GaveUp`]. Nothing stays closed until a restart; an
+//!   operator's [`Event::ReconnectNow`] starts the new cycle at once.
 //! - An operator's forced failover ([`Event::ForceFailover`]) moves to the
 //!   best other connected server; a cold-style set connects its next server
 //!   instead; with neither, the request is recorded as unavailable.
@@ -61,8 +65,12 @@ pub enum ConnState {
     Reconnecting,
     /// Close requested.
     Closing,
-    /// Closed, or the reconnect policy gave up.
+    /// Closed (the gateway stops or the connection was removed).
     Closed,
+    /// Every server's reconnect cycle ran out (`max_retries` or
+    /// `max_total_reconnect_time`); a new cycle starts after the policy's
+    /// `max_delay`, or at once when an operator asks (Reconnect now).
+    GaveUp,
 }
 
 impl ConnState {
@@ -75,6 +83,7 @@ impl ConnState {
             ConnState::Reconnecting => "Reconnecting",
             ConnState::Closing => "Closing",
             ConnState::Closed => "Closed",
+            ConnState::GaveUp => "GaveUp",
         }
     }
 }
@@ -246,6 +255,10 @@ pub enum Event<S> {
     /// An operator asked to leave the active server (decided at the next
     /// poll, together with whatever else happened).
     ForceFailover,
+    /// An operator asked to reconnect now: every link that is waiting for
+    /// its next attempt or has run out starts a fresh reconnect cycle at
+    /// once (decided at the next poll).
+    ReconnectNow,
 }
 
 /// Something for the driver to carry out, in the order returned.
@@ -353,8 +366,25 @@ pub enum Note<S> {
         /// The active server, which stays.
         active: Option<usize>,
     },
-    /// Every link's reconnect cycle ran out: the connection is closed.
-    Closed,
+    /// A link's reconnect cycle ran out; it starts a new one after
+    /// `retry_in` (the policy's `max_delay`).
+    GaveUp {
+        /// Index of the link.
+        link: usize,
+        /// When the new cycle starts, from now.
+        retry_in: Duration,
+        /// The failure of the last attempt.
+        status: StatusCode,
+    },
+    /// A link that had run out or was waiting starts a new reconnect cycle
+    /// (`requested`: an operator's Reconnect now; otherwise `max_delay`
+    /// after it gave up).
+    NewCycle {
+        /// Index of the link.
+        link: usize,
+        /// An operator asked for it.
+        requested: bool,
+    },
 }
 
 /// Where one link is.
@@ -368,8 +398,8 @@ pub enum Phase<S> {
     Waiting(Instant),
     /// Session up.
     Up(S),
-    /// The reconnect cycle ran out.
-    Exhausted,
+    /// The reconnect cycle ran out; a new one starts at this instant.
+    Exhausted(Instant),
 }
 
 /// One link: the sessions toward one server of the set over its paths (a
@@ -439,13 +469,13 @@ impl<S> Link<S> {
     /// second attempt only starts after that): the first selection of the
     /// set does not wait for this server.
     fn failed_once(&self) -> bool {
-        self.generation > 1 || matches!(self.phase, Phase::Waiting(_) | Phase::Exhausted)
+        self.generation > 1 || matches!(self.phase, Phase::Waiting(_) | Phase::Exhausted(_))
     }
 
     /// Makes a link that waits or ran out idle, with a fresh reconnect
     /// cycle, so it is connected at once: a cold-style set comes back to it.
     fn rewind(&mut self, now: Instant) {
-        if matches!(self.phase, Phase::Exhausted | Phase::Waiting(_)) {
+        if matches!(self.phase, Phase::Exhausted(_) | Phase::Waiting(_)) {
             self.phase = Phase::Idle;
             self.cycle = ReconnectCycle::start(now);
         }
@@ -487,6 +517,8 @@ pub struct Failover<S> {
     state: ConnState,
     /// An operator's forced failover, decided at the next poll.
     force_pending: bool,
+    /// An operator's Reconnect now, carried out at the next poll.
+    reconnect_pending: bool,
     /// The shared items changed; reconcile every link after the decisions.
     reconcile_all: bool,
     deadline: Option<Instant>,
@@ -530,6 +562,7 @@ impl<S: Clone> Failover<S> {
             was_connected: false,
             state: ConnState::Connecting,
             force_pending: false,
+            reconnect_pending: false,
             reconcile_all: false,
             deadline: None,
             out: Vec::new(),
@@ -569,13 +602,11 @@ impl<S: Clone> Failover<S> {
     /// for the next [`Failover::poll`], which also makes the decisions. The
     /// driver calls it for every event it has, then polls.
     pub fn handle(&mut self, event: Event<S>, now: Now) {
-        if self.state == ConnState::Closed {
-            return;
-        }
         match event {
             Event::Tick => {}
             Event::ItemsChanged => self.reconcile_all = true,
             Event::ForceFailover => self.force_pending = true,
+            Event::ReconnectNow => self.reconnect_pending = true,
             Event::Up {
                 link,
                 generation,
@@ -608,12 +639,9 @@ impl<S: Clone> Failover<S> {
     /// the consequences of the events handled since the last poll, then
     /// links started and stopped, the active server chosen, sessions moved.
     /// Called after [`Failover::handle`], and at
-    /// [`Failover::next_deadline`]. Once [`ConnState::Closed`] nothing more
-    /// happens.
+    /// [`Failover::next_deadline`].
     pub fn poll(&mut self, now: Now) -> Vec<Action<S>> {
-        if self.state != ConnState::Closed {
-            self.decide(now);
-        }
+        self.decide(now);
         std::mem::take(&mut self.out)
     }
 
@@ -666,15 +694,23 @@ impl<S: Clone> Failover<S> {
             return;
         };
         link.next_path = (link.next_path + 1) % link.paths.len().max(1);
-        link.phase = match link.cycle.next_delay(&policy, failure, now.mono, jitter) {
+        let delay = link.cycle.next_delay(&policy, failure, now.mono, jitter);
+        link.phase = match delay {
             Some(d) => Phase::Waiting(now.mono + d),
-            None => Phase::Exhausted,
+            None => Phase::Exhausted(now.mono + policy.max_delay),
         };
         self.out.push(Action::Note(Note::Failed {
             link: i,
             failure,
             detail,
         }));
+        if delay.is_none() {
+            self.note(Note::GaveUp {
+                link: i,
+                retry_in: policy.max_delay,
+                status: failure.status,
+            });
+        }
     }
 
     fn on_lost(
@@ -699,12 +735,20 @@ impl<S: Clone> Failover<S> {
             status,
             retry_after: None,
         };
-        link.phase = match link.cycle.next_delay(&policy, failure, now.mono, jitter) {
+        let delay = link.cycle.next_delay(&policy, failure, now.mono, jitter);
+        link.phase = match delay {
             Some(d) => Phase::Waiting(now.mono + d.min(policy.initial_delay)),
-            None => Phase::Exhausted,
+            None => Phase::Exhausted(now.mono + policy.max_delay),
         };
         self.peers[i] = PeerStatus::default();
         self.out.push(Action::Note(Note::Lost { link: i, status }));
+        if delay.is_none() {
+            self.note(Note::GaveUp {
+                link: i,
+                retry_in: policy.max_delay,
+                status,
+            });
+        }
         if self.active == Some(i) {
             self.out.push(Action::Activate(None));
         }
@@ -804,6 +848,9 @@ impl<S: Clone> Failover<S> {
     /// The decisions of one poll. A cold-style candidate change starts over
     /// (links to start and stop change with it).
     fn decide(&mut self, now: Now) {
+        if std::mem::take(&mut self.reconnect_pending) {
+            self.reconnect_now(now);
+        }
         loop {
             self.start_and_stop_links(now);
             let preferred = redundancy::select(&self.peers, self.active, now.wall);
@@ -842,7 +889,24 @@ impl<S: Clone> Failover<S> {
         self.settle(now);
     }
 
-    /// Starts the links that are wanted and due, closes those up but no
+    /// An operator's Reconnect now: every link that waits for its next
+    /// attempt or has run out starts a fresh cycle (connected at once when
+    /// it is wanted).
+    fn reconnect_now(&mut self, now: Now) {
+        for i in 0..self.links.len() {
+            let link = &mut self.links[i];
+            if matches!(link.phase, Phase::Waiting(_) | Phase::Exhausted(_)) {
+                link.rewind(now.mono);
+                self.note(Note::NewCycle {
+                    link: i,
+                    requested: true,
+                });
+            }
+        }
+    }
+
+    /// Starts the links that are wanted and due (a link that ran out starts
+    /// a new cycle `max_delay` after it gave up), closes those up but no
     /// longer wanted.
     fn start_and_stop_links(&mut self, now: Now) {
         for i in 0..self.links.len() {
@@ -851,6 +915,14 @@ impl<S: Clone> Failover<S> {
             match &link.phase {
                 Phase::Idle if wanted => self.out.push(start_connect(i, link)),
                 Phase::Waiting(at) if wanted && *at <= now.mono => {
+                    self.out.push(start_connect(i, link));
+                }
+                Phase::Exhausted(at) if wanted && *at <= now.mono => {
+                    link.rewind(now.mono);
+                    self.out.push(Action::Note(Note::NewCycle {
+                        link: i,
+                        requested: false,
+                    }));
                     self.out.push(start_connect(i, link));
                 }
                 Phase::Up(s) if !wanted => {
@@ -892,7 +964,7 @@ impl<S: Clone> Failover<S> {
                     && preferred.is_none()
                     && redundancy::should_failover(p, now.wall)
             }
-            Phase::Waiting(_) | Phase::Exhausted => true,
+            Phase::Waiting(_) | Phase::Exhausted(_) => true,
             Phase::Idle | Phase::Connecting => false,
         }
     }
@@ -917,7 +989,7 @@ impl<S: Clone> Failover<S> {
             self.note(Note::ForcedToNext { to });
         } else {
             match link.phase {
-                Phase::Exhausted => link.rewind(now.mono),
+                Phase::Exhausted(_) => link.rewind(now.mono),
                 Phase::Waiting(_) => link.phase = Phase::Idle,
                 _ => {}
             }
@@ -982,15 +1054,17 @@ impl<S: Clone> Failover<S> {
         }
     }
 
-    /// The connection state after the decisions; closes the connection
-    /// when every link ran out; computes the next deadline.
+    /// The connection state after the decisions (every link ran out: gave
+    /// up, and northbound calls are refused at once); computes the next
+    /// deadline.
     fn settle(&mut self, now: Now) {
         let all_exhausted = self
             .links
             .iter()
-            .all(|l| matches!(l.phase, Phase::Exhausted));
+            .all(|l| matches!(l.phase, Phase::Exhausted(_)));
+        let was = self.state;
         self.state = if all_exhausted {
-            ConnState::Closed
+            ConnState::GaveUp
         } else if self.active.is_some() {
             self.was_connected = true;
             ConnState::Connected
@@ -999,12 +1073,8 @@ impl<S: Clone> Failover<S> {
         } else {
             ConnState::Connecting
         };
-        if all_exhausted {
-            self.out.push(Action::Activate(None));
+        if all_exhausted && was != ConnState::GaveUp {
             self.out.push(Action::MarkItemsBad);
-            self.note(Note::Closed);
-            self.deadline = None;
-            return;
         }
         if std::mem::take(&mut self.reconcile_all) {
             self.reconcile_every_link();
@@ -1023,7 +1093,7 @@ impl<S: Clone> Failover<S> {
             .links
             .iter()
             .filter_map(|l| match l.phase {
-                Phase::Waiting(at) => Some(at),
+                Phase::Waiting(at) | Phase::Exhausted(at) => Some(at),
                 Phase::Up(_) => pacing.and_then(|p| p.wake_at(now.mono)),
                 _ => None,
             })

@@ -247,6 +247,14 @@ impl Engine {
         Some(self.space.field(name)?.force_failover(actor))
     }
 
+    /// Starts a new reconnect cycle now for every server of a field
+    /// connection that waits or gave up (console and REST "Reconnect
+    /// now"); `None` when no such connection runs.
+    pub fn field_reconnect_now(&self, name: &str, actor: &str) -> Option<()> {
+        self.space.field(name)?.reconnect_now(actor);
+        Some(())
+    }
+
     /// Probes every URL of a field connection (console "test connection").
     pub async fn field_probe(
         &self,

@@ -574,6 +574,53 @@ async def test_field_events_resume_after_the_field_server_restarts(target: Serve
             await fs.stop()
 
 
+# -- 2c. A connection that gave up starts over by itself -------------------------------------
+async def test_a_field_connection_that_gave_up_recovers_without_a_restart(target: ServerTarget) -> None:
+    """The field server stops; two failed attempts use up the reconnect cycle (max_retries =
+    2): the connection reports GaveUp and a Read of a mounted node is refused at once with
+    BadNoCommunication instead of waiting for its timeout. The server comes back on the
+    same port; max_delay (3 s) after giving up a new cycle finds it, with no gateway restart.
+    (A Read of a field node that cannot be served is BadNoCommunication, docs/field.md.)"""
+    first = FieldServer("line1", 20.0)
+    await first.start()
+    servers = [first]
+    try:
+        toml = field_toml("line1", [first.url]).replace(
+            'max_delay = "1s"\n', 'max_delay = "3s"\nmax_retries = 2\n'
+        )
+        url = await start_gateway(target, gateway_config(toml))
+        async with connected(url) as client:
+            await wait_connected(client, "line1", target)
+            ns = await field_ns(client)
+            temperature = ua.NodeId("Plant.Temperature", ns)
+            assert isinstance(await read(client, temperature), float)
+
+            await first.stop()
+
+            async def gave_up() -> bool:
+                return await read(client, status("line1", "State")) == "GaveUp"
+
+            await eventually("FieldStatus.line1.State == 'GaveUp'", gave_up, 10.0, period=0.05)
+            t0 = time.monotonic()
+            with pytest.raises(ua.UaStatusCodeError) as refused:
+                await read(client, temperature)
+            assert refused.value.code == ua.StatusCodes.BadNoCommunication, refused.value
+            assert time.monotonic() - t0 < 1.0, "the Read waited although the connection gave up"
+            gave_up_at = time.monotonic()
+
+            second = FieldServer("line1", 20.0, port=first.port)
+            await second.start()
+            servers.append(second)
+            await wait_connected(client, "line1", target)
+            # Not before max_delay after giving up (the new cycle), well within it plus a connect.
+            assert time.monotonic() - gave_up_at > 2.0
+            value = await read(client, temperature)
+            assert isinstance(value, float) and second.is_own_value(value), value
+    finally:
+        for fs in servers:
+            await fs.stop()
+
+
 # -- 3. Hot redundant pair: ServiceLevel handover, no flap back, failover on stop ----------------
 async def test_hot_pair_service_level_handover_and_failover(target: ServerTarget) -> None:
     async with field_servers(("a", 1000.0), ("b", 3000.0)) as servers:

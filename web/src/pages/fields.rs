@@ -1,7 +1,8 @@
 //! Field connections (`/fields`): live state, active endpoint, per-server
 //! ServiceLevel, counters, last error and recent events, with the live
 //! table (`/partials/fields`) refreshed by htmx; an operator tests a
-//! connection, forces a failover, and adds, edits or removes an entry.
+//! connection, forces a failover, asks for a reconnect now, and adds, edits
+//! or removes an entry.
 
 use askama::Template;
 use axum::extract::{Request, State};
@@ -28,6 +29,12 @@ pub struct FieldRow {
     failovers: u64,
     failed_attempts: u64,
     last_error: String,
+    /// While the connection gave up: when its next reconnect cycle starts
+    /// (UTC, `HH:MM:SS`).
+    next_cycle: Option<String>,
+    /// A server waits for its next attempt or gave up: "Reconnect now"
+    /// makes sense.
+    can_reconnect: bool,
     /// (url, session up, ServiceLevel) per server of the set.
     servers: Vec<(String, bool, Option<u8>)>,
 }
@@ -49,6 +56,15 @@ fn field_rows(state: &WebState) -> Vec<FieldRow> {
                 failovers: st.failover_count,
                 failed_attempts: st.failed_attempts,
                 last_error: st.last_error.map(|e| e.to_string()).unwrap_or_default(),
+                next_cycle: st
+                    .next_cycle_at
+                    .map(|t| t.as_chrono().format("%H:%M:%S UTC").to_string()),
+                can_reconnect: matches!(
+                    st.state,
+                    uagate_field::ConnState::GaveUp
+                        | uagate_field::ConnState::Reconnecting
+                        | uagate_field::ConnState::Connecting
+                ) || st.servers.iter().any(|v| !v.reachable),
                 servers: st
                     .servers
                     .iter()
@@ -214,6 +230,21 @@ pub async fn remove(
 pub async fn test(State(state): State<WebState>, who: Authed, Form(f): Form<NameForm>) -> Response {
     match ops::probe_field(&state, &f.name).await {
         Ok(p) => render_fields(&state, &who, None, Some((f.name, p)), None).await,
+        Err(e) => render_fields(&state, &who, None, None, Some(e)).await,
+    }
+}
+
+/// `POST /fields/reconnect`: Reconnect now.
+pub async fn reconnect(
+    State(state): State<WebState>,
+    who: Authed,
+    Form(f): Form<NameForm>,
+) -> Response {
+    match ops::reconnect_field(&state, &who, &f.name).await {
+        Ok(()) => done(
+            "/fields",
+            &format!("Reconnect of {} started; see its recent events.", f.name),
+        ),
         Err(e) => render_fields(&state, &who, None, None, Some(e)).await,
     }
 }

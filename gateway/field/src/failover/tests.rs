@@ -442,9 +442,10 @@ fn failed_attempts_wait_the_policy_delay_and_try_the_next_path() {
 }
 
 #[test]
-fn a_connection_whose_every_link_ran_out_is_closed() {
+fn a_connection_whose_every_link_ran_out_gives_up_and_starts_over_after_max_delay() {
     let policy = ReconnectPolicy {
         max_retries: 2,
+        max_delay: secs(30),
         ..ReconnectPolicy::default()
     };
     let mut sim = Sim::with_policy(Handling::None, &[&["opc.tcp://a"]], policy);
@@ -453,15 +454,128 @@ fn a_connection_whose_every_link_ran_out_is_closed() {
     sim.advance(secs(1));
     sim.tick();
     let acts = sim.fail(0, refused());
-    assert_eq!(sim.m.state(), ConnState::Closed);
-    assert_eq!(activations(&acts), vec![None]);
+    assert_eq!(sim.m.state(), ConnState::GaveUp);
     assert!(acts.contains(&Action::MarkItemsBad));
-    assert_eq!(notes(&acts).last(), Some(&Note::Closed));
-    assert_eq!(sim.m.next_deadline(), None);
-    // Nothing happens any more.
-    sim.advance(secs(60));
-    assert!(sim.tick().is_empty());
-    assert!(sim.up(0).is_empty());
+    assert!(
+        notes(&acts).contains(&Note::GaveUp {
+            link: 0,
+            retry_in: secs(30),
+            status: StatusCode::BadNotConnected,
+        }),
+        "{acts:?}"
+    );
+    assert_eq!(
+        sim.m.links()[0].phase(),
+        &Phase::Exhausted(sim.at(secs(31)))
+    );
+    assert_eq!(sim.m.next_deadline(), Some(sim.at(secs(31))));
+    // Nothing before max_delay; the items are marked once, not every poll.
+    sim.advance(secs(29));
+    let acts = sim.tick();
+    assert!(connects(&acts).is_empty(), "{acts:?}");
+    assert!(!acts.contains(&Action::MarkItemsBad), "{acts:?}");
+    // Then a new cycle, with a fresh retry count.
+    sim.advance(secs(1));
+    let acts = sim.tick();
+    assert_eq!(connects(&acts), vec![(0, 0, 3)]);
+    assert!(notes(&acts).contains(&Note::NewCycle {
+        link: 0,
+        requested: false
+    }));
+    assert_eq!(sim.m.state(), ConnState::Connecting);
+    let acts = sim.fail(0, refused());
+    assert!(
+        notes(&acts)
+            .iter()
+            .all(|n| !matches!(n, Note::GaveUp { .. })),
+        "{acts:?}"
+    );
+    assert!(matches!(sim.m.links()[0].phase(), Phase::Waiting(_)));
+    // The server is back: the connection serves again.
+    sim.advance(secs(2));
+    sim.tick();
+    let acts = sim.up_running(0, 200);
+    assert_eq!(sim.m.state(), ConnState::Connected);
+    assert_eq!(activations(&acts).last(), Some(&Some(0)));
+}
+
+#[test]
+fn a_lost_session_whose_budget_runs_out_gives_up_too() {
+    let policy = ReconnectPolicy {
+        max_retries: 1,
+        max_delay: secs(10),
+        ..ReconnectPolicy::default()
+    };
+    let mut sim = Sim::with_policy(Handling::None, &[&["opc.tcp://a"]], policy);
+    sim.tick();
+    sim.up_running(0, 200);
+    assert_eq!(sim.m.state(), ConnState::Connected);
+    let acts = sim.lose(0, 0);
+    assert_eq!(sim.m.state(), ConnState::GaveUp);
+    assert!(notes(&acts)
+        .iter()
+        .any(|n| matches!(n, Note::GaveUp { link: 0, .. })));
+    assert_eq!(sim.m.next_deadline(), Some(sim.at(secs(10))));
+}
+
+#[test]
+fn reconnect_now_starts_a_new_cycle_at_once() {
+    let policy = ReconnectPolicy {
+        max_retries: 1,
+        max_delay: secs(60),
+        ..ReconnectPolicy::default()
+    };
+    let mut sim = Sim::with_policy(Handling::None, &[&["opc.tcp://a", "opc.tcp://a2"]], policy);
+    sim.tick();
+    sim.fail(0, refused());
+    assert_eq!(sim.m.state(), ConnState::GaveUp);
+    sim.advance(secs(5));
+    let acts = sim.feed(Event::ReconnectNow);
+    // The next path, at once, as a new cycle.
+    assert_eq!(connects(&acts), vec![(0, 1, 2)]);
+    assert_eq!(
+        notes(&acts),
+        vec![Note::NewCycle {
+            link: 0,
+            requested: true
+        }]
+    );
+    assert_eq!(sim.m.state(), ConnState::Connecting);
+    // A link that only waits for its next attempt also goes at once; a
+    // connected one is left alone.
+    let policy = ReconnectPolicy {
+        initial_delay: secs(20),
+        ..ReconnectPolicy::default()
+    };
+    let mut sim = Sim::with_policy(Handling::Hot, &[&["opc.tcp://a"], &["opc.tcp://b"]], policy);
+    sim.tick();
+    sim.up_running(0, 200);
+    sim.fail(1, refused());
+    let acts = sim.feed(Event::ReconnectNow);
+    assert_eq!(connects(&acts), vec![(1, 0, 2)]);
+    assert_eq!(sim.m.links()[0].generation(), 1);
+}
+
+#[test]
+fn one_server_of_a_hot_set_that_ran_out_starts_over_while_the_other_serves() {
+    let policy = ReconnectPolicy {
+        max_retries: 1,
+        max_delay: secs(15),
+        ..ReconnectPolicy::default()
+    };
+    let mut sim = Sim::with_policy(Handling::Hot, &[&["opc.tcp://a"], &["opc.tcp://b"]], policy);
+    sim.tick();
+    sim.up_running(0, 200);
+    let acts = sim.fail(1, refused());
+    assert!(notes(&acts)
+        .iter()
+        .any(|n| matches!(n, Note::GaveUp { link: 1, .. })));
+    assert_eq!(sim.m.state(), ConnState::Connected);
+    assert_eq!(sim.m.next_deadline(), Some(sim.at(secs(15))));
+    sim.advance(secs(15));
+    let acts = sim.tick();
+    assert_eq!(connects(&acts), vec![(1, 0, 2)]);
+    assert_eq!(sim.m.state(), ConnState::Connected);
 }
 
 #[test]
@@ -741,11 +855,14 @@ fn a_cold_set_comes_back_to_a_server_that_ran_out() {
     );
     sim.tick();
     sim.fail(0, refused());
-    assert_eq!(sim.m.links()[0].phase(), &Phase::Exhausted);
+    assert_eq!(
+        sim.m.links()[0].phase(),
+        &Phase::Exhausted(sim.at(secs(30)))
+    );
     // B runs out too: A starts over with a fresh cycle, the set stays open.
     let acts = sim.fail(1, refused());
     assert_eq!(connects(&acts), vec![(0, 0, 2)]);
-    assert_ne!(sim.m.state(), ConnState::Closed);
+    assert_ne!(sim.m.state(), ConnState::GaveUp);
 }
 
 #[test]
