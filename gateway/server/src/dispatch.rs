@@ -1,8 +1,11 @@
-//! The request dispatcher: decoded requests are charged to RequestQueue
-//! and RequestQueueBytes (and ParkedRequest for Publish), queued per owner,
-//! and started by a weighted fair scheduler when a RequestExecution slot is
-//! free. A Publish that waits for notifications gives its execution slot
-//! back and keeps its parked slot and bytes until it is answered.
+//! The engine's request pipeline part: decoded requests are charged to
+//! RequestQueue and RequestQueueBytes (and ParkedRequest for Publish),
+//! queued per owner, and started by a weighted fair scheduler when a
+//! RequestExecution slot is free. A Publish that waits for notifications
+//! gives its execution slot back and keeps its parked slot and bytes until
+//! it is answered. The pipeline also holds the resource-isolation
+//! accounting every stage charges ([`Admission`]) and the request
+//! statistics.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,13 +16,14 @@ use opcua_types::{
     ServiceFault, StatusCode, Variant,
 };
 use parking_lot::Mutex;
-use uagate_config::Stage;
-use uagate_isolation::owner::{OwnerClass, OwnerKey};
+use uagate_config::{Config, Stage};
+use uagate_isolation::plan::Plan;
 use uagate_isolation::provider::Lease;
 use uagate_isolation::scheduler::{FairScheduler, SchedulingMode};
-use uagate_isolation::shares::{Claim, PipelineShares};
 
-use crate::admission::Caller;
+use crate::admission::{Admission, Caller};
+use crate::flows::{FlowClaim, Flows};
+use crate::stats::Stats;
 use crate::{ChannelInfo, Engine};
 
 /// A response on its way to the connection driver: (request id, response,
@@ -33,7 +37,7 @@ pub const RETRY_AFTER: Duration = Duration::from_millis(250);
 pub(crate) struct Job {
     /// Shared with the connection: a request holds a reference, not a copy
     /// (a copy made every job, and every spawned future, kilobytes larger).
-    chan: std::sync::Arc<ChannelInfo>,
+    chan: Arc<ChannelInfo>,
     request_id: u32,
     request: Box<RequestMessage>,
     caller: Caller,
@@ -48,124 +52,139 @@ pub(crate) struct Charges {
     _parked: Option<Lease>,
 }
 
-/// The queue of decoded requests and the parked ones' charges.
-pub(crate) struct Dispatcher {
+/// Admission, the queue of decoded requests, the parked ones' charges and
+/// the request statistics.
+pub(crate) struct Pipeline {
+    /// Resource-isolation accounting (every stage).
+    admission: Admission,
     queue: Mutex<FairScheduler<Job>>,
-    pub(crate) wake: tokio::sync::Notify,
+    /// Wakes the dispatch loop: a request was queued or a slot released.
+    wake: tokio::sync::Notify,
     /// Per-owner shares of the request pipeline, enforced where connections
     /// read (fair scheduling only).
-    pub(crate) flows: Option<Arc<Flows>>,
+    flows: Option<Arc<Flows>>,
     parked: Mutex<uagate_isolation::FastMap<(u32, u32), Charges>>,
+    /// Requests, latencies, connections and channels (metrics).
+    stats: Stats,
+    /// What a queued request is charged to RequestQueueBytes.
+    max_message_size: u32,
 }
 
-/// The pipeline shares with a wake-up handle per owner: connections of an
-/// owner at its share wait on it and are signalled one at a time.
-pub(crate) struct Flows {
-    table: Mutex<PipelineShares<Arc<tokio::sync::Notify>>>,
-}
-
-/// One request of an owner inside the server, from the read that decoded
-/// it until its response is encoded (or it is refused or parks). Dropping
-/// it releases the owner's pipeline slot and wakes a waiting connection.
-pub(crate) struct FlowClaim {
-    flows: Arc<Flows>,
-    owner: OwnerKey,
-}
-
-impl Drop for FlowClaim {
-    fn drop(&mut self) {
-        let wake = self.flows.table.lock().release(Instant::now(), &self.owner);
-        for w in wake {
-            w.notify_one();
-        }
-    }
-}
-
-/// A connection's wait for its owner to drop below its share.
-pub(crate) struct FlowWait {
-    flows: Arc<Flows>,
-    owner: OwnerKey,
-    notify: Arc<tokio::sync::Notify>,
-}
-
-impl FlowWait {
-    /// Resolves when the owner may have room again (re-check with a claim).
-    pub(crate) async fn woken(&self) {
-        self.notify.notified().await;
-    }
-}
-
-impl Drop for FlowWait {
-    fn drop(&mut self) {
-        let wake = self
-            .flows
-            .table
-            .lock()
-            .stop_waiting(Instant::now(), &self.owner);
-        for w in wake {
-            w.notify_one();
-        }
-    }
-}
-
-impl Flows {
-    /// Shares of `capacity` requests (the shared RequestExecution capacity).
-    pub(crate) fn new(capacity: u64) -> Arc<Flows> {
-        Arc::new(Flows {
-            table: Mutex::new(PipelineShares::new(capacity)),
-        })
-    }
-
-    /// Called when a connection of `owner` has bytes to read: a claim for
-    /// the request they will carry, or a wait when the owner is at its share.
-    pub(crate) fn try_claim(
-        self: &Arc<Self>,
-        owner: &OwnerKey,
-        weight: u32,
-        reserved: u64,
-    ) -> Result<FlowClaim, FlowWait> {
-        let claim = self
-            .table
-            .lock()
-            .try_claim(Instant::now(), owner, weight, reserved);
-        match claim {
-            Claim::Granted => Ok(FlowClaim {
-                flows: self.clone(),
-                owner: owner.clone(),
-            }),
-            Claim::Wait(notify) => Err(FlowWait {
-                flows: self.clone(),
-                owner: owner.clone(),
-                notify,
-            }),
-        }
-    }
-
-    /// A claim for a further request decoded from the same read.
-    pub(crate) fn add(self: &Arc<Self>, owner: &OwnerKey, weight: u32, reserved: u64) -> FlowClaim {
-        self.table.lock().add(owner, weight, reserved);
-        FlowClaim {
-            flows: self.clone(),
-            owner: owner.clone(),
-        }
-    }
-}
-
-impl Dispatcher {
-    /// A dispatcher queueing at most `capacity` requests; with fair
-    /// scheduling, owners share `pipeline` requests in the server.
-    pub(crate) fn new(fair: bool, capacity: usize, pipeline: u64) -> Dispatcher {
+impl Pipeline {
+    /// The pipeline of the isolation `plan`: with fair scheduling, owners
+    /// share the RequestExecution capacity; each queued request is charged
+    /// `max_message_size` bytes. Built once at start.
+    pub(crate) fn new(plan: Plan, max_message_size: u32) -> Pipeline {
+        let fair = plan.fair_scheduling() && plan.is_enforced();
+        let capacity = plan.stage(Stage::RequestQueue).total as usize;
+        let shared = plan.stage(Stage::RequestExecution).shared;
         let mode = if fair {
             SchedulingMode::Fair
         } else {
             SchedulingMode::Fifo
         };
-        Dispatcher {
+        Pipeline {
             queue: Mutex::new(FairScheduler::new(mode, capacity)),
             wake: tokio::sync::Notify::new(),
-            flows: fair.then(|| Flows::new(pipeline)),
+            flows: fair.then(|| Flows::new(shared)),
             parked: Mutex::new(Default::default()),
+            admission: Admission::new(plan, Instant::now()),
+            stats: Stats::default(),
+            max_message_size,
         }
+    }
+
+    /// The resource-isolation accounting: who a caller is and what each
+    /// stage has room for.
+    pub(crate) fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// The per-owner pipeline shares, with fair scheduling only.
+    pub(crate) fn flows(&self) -> Option<&Arc<Flows>> {
+        self.flows.as_ref()
+    }
+
+    /// The request and connection statistics.
+    pub(crate) fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Applies a changed configuration's isolation settings while running
+    /// when only trusted owners' weights, the default weight and ingress
+    /// rules changed. Anything else is refused, naming the settings that need
+    /// a restart; nothing is half-applied.
+    pub(crate) fn apply_isolation(&self, config: &Config) -> Result<(), String> {
+        let plan = Plan::build(config).map_err(|e| e.to_string())?;
+        self.admission
+            .apply(plan)
+            .map_err(|settings| format!("these settings need a restart: {}", settings.join(", ")))
+    }
+
+    /// Charges and queues a decoded request. Returns the immediate answer
+    /// when it cannot be queued (BadServerTooBusy with RetryAfterMs).
+    pub(crate) fn submit(
+        &self,
+        chan: &Arc<ChannelInfo>,
+        request_id: u32,
+        request: Box<RequestMessage>,
+        claim: Option<FlowClaim>,
+    ) -> Result<(), ResponseMessage> {
+        let handle = request.request_header().request_handle;
+        let caller = chan.request_caller();
+        let busy = |what: &str| {
+            tracing::debug!(stage = what, "request refused: server too busy");
+            too_busy(handle)
+        };
+        let admission = &self.admission;
+        let queue = admission
+            .acquire(Stage::RequestQueue, &caller, 1)
+            .map_err(|_| busy("request_queue"))?;
+        let bytes = admission
+            .acquire(
+                Stage::RequestQueueBytes,
+                &caller,
+                u64::from(self.max_message_size),
+            )
+            .map_err(|_| busy("request_queue_bytes"))?;
+        let parked = match *request {
+            RequestMessage::Publish(_) => Some(
+                admission
+                    .acquire(Stage::ParkedRequest, &caller, 1)
+                    .map_err(|_| busy("parked_request"))?,
+            ),
+            _ => None,
+        };
+        let weight = admission.weight(&caller);
+        let job = Job {
+            chan: Arc::clone(chan),
+            request_id,
+            request,
+            caller: caller.clone(),
+            claim,
+            charges: Charges {
+                _queue: Some(queue),
+                _bytes: bytes,
+                _parked: parked,
+            },
+        };
+        self.queue
+            .lock()
+            .push(Instant::now(), &caller.owner, weight, job)
+            .map_err(|_| busy("request_queue"))?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// The next queued request the scheduler picks that gets a
+    /// RequestExecution slot, with that slot.
+    fn next_ready(&self) -> Option<(Job, Lease)> {
+        let next = self.queue.lock().pop_with(Instant::now(), |_, job| {
+            self.admission
+                .acquire(Stage::RequestExecution, &job.caller, 1)
+                .ok()
+        });
+        next.map(|d| (d.item, d.admitted))
     }
 
     /// Releases the charges of a parked request once its response is sent.
@@ -197,82 +216,6 @@ pub fn too_busy(request_handle: u32) -> ResponseMessage {
 }
 
 impl Engine {
-    /// Who is charged for a request: trusted and protected callers keep
-    /// their class; an ordinary caller on a secured channel is grouped by its
-    /// verified application certificate, otherwise by its address.
-    pub(crate) fn request_caller(&self, chan: &ChannelInfo) -> Caller {
-        let base = chan.caller.clone().unwrap_or_else(|| Caller {
-            owner: OwnerKey::from_addr(std::net::Ipv4Addr::UNSPECIFIED.into()),
-            class: OwnerClass::Ordinary,
-        });
-        if base.class != OwnerClass::Ordinary {
-            return base;
-        }
-        match &chan.client_cert {
-            Some(cert) => match OwnerKey::from_application_thumbprint(cert.thumbprint().value()) {
-                Some(owner) => Caller { owner, ..base },
-                None => base,
-            },
-            None => base,
-        }
-    }
-
-    /// Charges and queues a decoded request. Returns the immediate answer
-    /// when it cannot be queued (BadServerTooBusy with RetryAfterMs).
-    pub(crate) fn submit(
-        &self,
-        chan: &std::sync::Arc<ChannelInfo>,
-        request_id: u32,
-        request: Box<RequestMessage>,
-        claim: Option<FlowClaim>,
-    ) -> Result<(), ResponseMessage> {
-        let handle = request.request_header().request_handle;
-        let caller = self.request_caller(chan);
-        let busy = |what: &str| {
-            tracing::debug!(stage = what, "request refused: server too busy");
-            too_busy(handle)
-        };
-        let admission = &self.admission;
-        let queue = admission
-            .acquire(Stage::RequestQueue, &caller, 1)
-            .map_err(|_| busy("request_queue"))?;
-        let bytes = admission
-            .acquire(
-                Stage::RequestQueueBytes,
-                &caller,
-                u64::from(self.config.server.max_message_size),
-            )
-            .map_err(|_| busy("request_queue_bytes"))?;
-        let parked = match *request {
-            RequestMessage::Publish(_) => Some(
-                admission
-                    .acquire(Stage::ParkedRequest, &caller, 1)
-                    .map_err(|_| busy("parked_request"))?,
-            ),
-            _ => None,
-        };
-        let weight = admission.weight(&caller);
-        let job = Job {
-            chan: std::sync::Arc::clone(chan),
-            request_id,
-            request,
-            caller: caller.clone(),
-            claim,
-            charges: Charges {
-                _queue: Some(queue),
-                _bytes: bytes,
-                _parked: parked,
-            },
-        };
-        self.dispatcher
-            .queue
-            .lock()
-            .push(Instant::now(), &caller.owner, weight, job)
-            .map_err(|_| busy("request_queue"))?;
-        self.dispatcher.wake.notify_one();
-        Ok(())
-    }
-
     /// Starts queued requests while execution slots are free; runs for the
     /// life of the server.
     pub(crate) async fn dispatch_loop(
@@ -287,23 +230,13 @@ impl Engine {
         let fallback = tokio::time::sleep(Duration::from_millis(50));
         tokio::pin!(fallback);
         loop {
-            loop {
-                let next = self
-                    .dispatcher
-                    .queue
-                    .lock()
-                    .pop_with(Instant::now(), |_, job| {
-                        self.admission
-                            .acquire(Stage::RequestExecution, &job.caller, 1)
-                            .ok()
-                    });
-                let Some(d) = next else { break };
+            while let Some((job, execution)) = self.pipeline.next_ready() {
                 let engine = self.clone();
-                tokio::spawn(async move { engine.execute(d.item, d.admitted).await });
+                tokio::spawn(async move { engine.execute(job, execution).await });
             }
             tokio::select! {
                 _ = &mut cancelled => break,
-                _ = self.dispatcher.wake.notified() => {},
+                _ = self.pipeline.wake.notified() => {},
                 // A lease released elsewhere (e.g. an owner limit) is picked
                 // up within 50 ms.
                 _ = &mut fallback => {
@@ -324,7 +257,7 @@ impl Engine {
         // is queued there, so its charges are parked before it runs.
         let is_publish = matches!(*job.request, RequestMessage::Publish(_));
         let charges = if is_publish {
-            self.dispatcher.parked.lock().insert(key, job.charges);
+            self.pipeline.parked.lock().insert(key, job.charges);
             None
         } else {
             Some(job.charges)
@@ -341,13 +274,13 @@ impl Engine {
         // until the response is written let one slow reader (a client not
         // draining its socket) pin execution slots and stall every session.
         drop(execution);
-        self.dispatcher.wake.notify_one();
+        self.pipeline.wake.notify_one();
         if let Some(response) = response {
-            let tx = self.responders.lock().get(&channel_id).cloned();
+            let tx = self.channels.responder(channel_id);
             if let Some(tx) = tx {
                 let _ = tx.send((job.request_id, response, claim.take())).await;
             }
-            self.dispatcher.unpark(channel_id, job.request_id);
+            self.pipeline.unpark(channel_id, job.request_id);
         }
         drop(charges);
     }

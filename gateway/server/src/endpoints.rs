@@ -1,12 +1,23 @@
 //! The endpoint descriptions the server offers, built from the
-//! configuration's `[[endpoints]]` (or the default set) once at start.
+//! configuration's `[[endpoints]]` (or the default set) once at start, and
+//! the engine's endpoints part (`Endpoints`): what the server presents to
+//! clients (certificates, application description, endpoints) and the
+//! discovery services that list it.
 
+use std::sync::Arc;
+
+use opcua_core::ResponseMessage;
 use opcua_crypto::SecurityPolicy;
 use opcua_types::{
-    ApplicationDescription, ApplicationType, ByteString, EndpointDescription, LocalizedText,
-    MessageSecurityMode, UAString, UserTokenPolicy, UserTokenType,
+    ApplicationDescription, ApplicationType, ByteString, EndpointDescription, FindServersRequest,
+    FindServersResponse, GetEndpointsRequest, GetEndpointsResponse, LocalizedText,
+    MessageSecurityMode, ResponseHeader, UAString, UserTokenPolicy, UserTokenType,
 };
 use uagate_config::{Endpoint, SecurityMode, UserToken};
+
+use crate::pki::Identity;
+use crate::tls::HttpsChannel;
+use crate::tls_cert::{TlsIdentity, TlsInfo};
 
 /// Transport profile of opc.tcp with UA Binary.
 pub const TCP_PROFILE: &str = "http://opcfoundation.org/UA-Profile/Transport/uatcp-uasc-uabinary";
@@ -185,5 +196,162 @@ pub fn application(name: &str, uri: &str, urls: &[String]) -> ApplicationDescrip
         gateway_server_uri: UAString::null(),
         discovery_profile_uri: UAString::null(),
         discovery_urls: Some(urls.iter().map(|u| u.as_str().into()).collect()),
+    }
+}
+
+/// The endpoint URLs the server advertises, one per transport.
+pub(crate) struct Urls {
+    /// opc.tcp.
+    pub(crate) tcp: String,
+    /// opc.wss.
+    pub(crate) wss: String,
+    /// opc.https.
+    pub(crate) https: String,
+}
+
+/// What the server presents to clients: its instance certificate and TLS
+/// certificate, its application description and the endpoints of every
+/// transport.
+pub(crate) struct Endpoints {
+    identity: Identity,
+    application: ApplicationDescription,
+    /// The opc.tcp endpoints (a channel opens on one of them).
+    offered: Vec<Offered>,
+    /// Every endpoint of every transport (opc.tcp, opc.wss, opc.https), as
+    /// GetEndpoints and CreateSession list them.
+    discovery: Vec<EndpointDescription>,
+    /// The logical secure channel shared by opc.https requests.
+    https: Option<Arc<HttpsChannel>>,
+    /// The TLS certificate of the opc.wss/opc.https listener (live reload).
+    tls_identity: Option<Arc<TlsIdentity>>,
+}
+
+impl Endpoints {
+    /// The endpoints of `configured` at `urls`, for `application`, with the
+    /// instance certificate `identity` and the TLS certificate `tls`, and
+    /// the opc.https logical channel. Built once at start.
+    pub(crate) fn new(
+        identity: Identity,
+        tls: TlsIdentity,
+        application: ApplicationDescription,
+        urls: &Urls,
+        configured: &[Endpoint],
+    ) -> Endpoints {
+        let certificate = identity.cert.as_byte_string();
+        let offered = build(
+            &urls.tcp,
+            TCP_PROFILE,
+            &application,
+            &certificate,
+            configured,
+        );
+        let tokens = https_tokens(configured);
+        let mut discovery: Vec<_> = offered.iter().map(|o| o.description.clone()).collect();
+        discovery.extend(
+            build(
+                &urls.wss,
+                crate::ws::WSS_PROFILE,
+                &application,
+                &certificate,
+                configured,
+            )
+            .into_iter()
+            .map(|o| o.description),
+        );
+        discovery.push(https(&urls.https, &application, &certificate, &tokens));
+        Endpoints {
+            identity,
+            application,
+            offered,
+            discovery,
+            https: Some(Arc::new(HttpsChannel::new(
+                crate::channels::HTTPS_CHANNEL,
+                tokens,
+            ))),
+            tls_identity: Some(Arc::new(tls)),
+        }
+    }
+
+    /// The instance certificate, its key and store (channel and session
+    /// signatures, password decryption).
+    pub(crate) fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// The opc.tcp (and opc.wss) endpoints.
+    pub(crate) fn offered(&self) -> &[Offered] {
+        &self.offered
+    }
+
+    /// Every endpoint of every transport.
+    pub(crate) fn discovery(&self) -> &[EndpointDescription] {
+        &self.discovery
+    }
+
+    /// The logical secure channel of opc.https, when it is served.
+    pub(crate) fn https(&self) -> Option<&Arc<HttpsChannel>> {
+        self.https.as_ref()
+    }
+
+    /// The TLS certificate of the opc.wss/opc.https listener.
+    pub(crate) fn tls_identity(&self) -> Option<&Arc<TlsIdentity>> {
+        self.tls_identity.as_ref()
+    }
+
+    /// The TLS server configuration of the appliance's certificate.
+    pub(crate) fn tls_server_config(&self) -> Option<Arc<tokio_rustls::rustls::ServerConfig>> {
+        self.tls_identity.as_ref().map(|t| t.server_config())
+    }
+
+    /// Subject, names, validity and fingerprint of the TLS certificate.
+    pub(crate) fn tls_certificate(&self) -> Option<TlsInfo> {
+        self.tls_identity.as_ref().map(|t| t.info())
+    }
+
+    /// The application instance certificate (DER).
+    pub(crate) fn application_certificate(&self) -> Vec<u8> {
+        self.identity.cert.as_byte_string().as_ref().to_vec()
+    }
+
+    /// GetEndpoints: every transport's endpoints, whichever transport asked.
+    pub(crate) fn get_endpoints(&self, r: &GetEndpointsRequest) -> ResponseMessage {
+        // Every transport's endpoints, whichever transport asked (a client
+        // may discover over opc.tcp and connect over opc.wss or opc.https).
+        let wanted = r.profile_uris.as_deref().unwrap_or(&[]);
+        let endpoints = self
+            .discovery
+            .iter()
+            .filter(|e| {
+                wanted.is_empty()
+                    || wanted
+                        .iter()
+                        .any(|p| p.as_ref() == e.transport_profile_uri.as_ref())
+            })
+            .cloned()
+            .collect();
+        GetEndpointsResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            endpoints: Some(endpoints),
+        }
+        .into()
+    }
+
+    /// FindServers: this server, when asked for it or for every server.
+    pub(crate) fn find_servers(&self, r: &FindServersRequest) -> ResponseMessage {
+        let uris = r.server_uris.as_deref().unwrap_or(&[]);
+        let servers = if uris.is_empty()
+            || uris
+                .iter()
+                .any(|u| u.as_ref() == self.application.application_uri.as_ref())
+        {
+            vec![self.application.clone()]
+        } else {
+            Vec::new()
+        };
+        FindServersResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            servers: Some(servers),
+        }
+        .into()
     }
 }

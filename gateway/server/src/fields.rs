@@ -23,6 +23,7 @@ use opcua_types::{
     SimpleAttributeOperand, StatusCode, Variant,
 };
 use parking_lot::Mutex;
+use uagate_field::proxy::Ctx;
 use uagate_field::remap::NamespaceTable;
 use uagate_field::{EventKey, FieldConnection, ItemKey};
 use uagate_space::LocalSpace;
@@ -166,6 +167,15 @@ pub fn deadline(header: &RequestHeader) -> Instant {
     Instant::now() + hint
 }
 
+/// The southbound context of a request: its deadline and the diagnostics
+/// it asked for.
+pub(crate) fn ctx_of(header: &RequestHeader) -> Ctx {
+    Ctx {
+        deadline: deadline(header),
+        diagnostics: header.return_diagnostics,
+    }
+}
+
 /// A DataValue carrying only a status.
 pub fn bad_value(st: StatusCode) -> DataValue {
     DataValue {
@@ -298,7 +308,7 @@ impl crate::Engine {
         let table = NamespaceTable::from_entries(FIRST_FIELD_NS, entries)
             .unwrap_or_else(|_| NamespaceTable::new(FIRST_FIELD_NS));
         {
-            let mut space = self.space.write();
+            let mut space = self.space.local_mut();
             sync_namespaces(&mut space, &table);
             for fs in &configured {
                 if let Err(e) = space.add_mount(&fs.name, opcua_types::DateTime::now()) {
@@ -331,7 +341,7 @@ impl crate::Engine {
         let weak = Arc::downgrade(self);
         let hook: uagate_field::NamespaceHook = Arc::new(move |t: &NamespaceTable| {
             let Some(engine) = weak.upgrade() else { return };
-            sync_namespaces(&mut engine.space.write(), t);
+            sync_namespaces(&mut engine.space.local_mut(), t);
             let json = serde_json::to_string(t.entries()).unwrap_or_default();
             let store = engine.store.clone();
             tokio::spawn(async move {
@@ -361,7 +371,7 @@ impl crate::Engine {
             );
             conns.push(conn);
         }
-        let _ = self.fields.set(Fields { conns, table });
+        self.space.mount(Fields { conns, table });
         tasks
     }
 
@@ -385,7 +395,7 @@ impl crate::Engine {
                     last_error: st.last_error.unwrap_or(StatusCode::Good),
                     enabled,
                 };
-                if let Err(e) = self.space.write().set_field_status(
+                if let Err(e) = self.space.local_mut().set_field_status(
                     conn.name(),
                     &values,
                     opcua_types::DateTime::now(),
@@ -399,14 +409,5 @@ impl crate::Engine {
                 }
             }
         })
-    }
-
-    /// Closes every field connection (bounded), at shutdown.
-    pub(crate) async fn close_fields(&self) {
-        if let Some(f) = self.fields.get() {
-            for c in &f.conns {
-                let _ = c.close(Duration::from_secs(2)).await;
-            }
-        }
     }
 }

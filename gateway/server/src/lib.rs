@@ -4,18 +4,27 @@
 //! the local address space.
 
 pub mod admission;
+mod channels;
+mod control;
 pub mod dispatch;
+mod driver;
 pub mod endpoints;
+mod engine;
 pub mod error;
 pub mod fields;
+mod flows;
 pub mod health;
+mod leases;
 mod methods;
+mod open;
 pub mod pki;
 pub mod reclaim;
 pub mod reconfigure;
 mod routed;
 mod services;
 pub mod session;
+mod sessions;
+mod space;
 mod split;
 pub mod stats;
 pub mod subscriptions;
@@ -27,21 +36,28 @@ pub mod ws;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use opcua_core::ResponseMessage;
 use opcua_crypto::{SecurityPolicy, X509};
-use opcua_types::{ApplicationDescription, ByteString, MessageSecurityMode, NodeId};
-use parking_lot::{Mutex, RwLock};
+use opcua_types::{ByteString, MessageSecurityMode, NodeId};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uagate_config::{Config, UserToken};
+use uagate_isolation::owner::{OwnerClass, OwnerKey};
 use uagate_space::{BuildInfo, LocalSpace, SpaceLimits};
 use uagate_store::Store;
 
+use crate::channels::Channels;
+use crate::control::ServerControl;
+use crate::dispatch::Pipeline;
+use crate::endpoints::{Endpoints, Urls};
+use crate::sessions::SessionTable;
+use crate::space::AddressSpace;
+
+pub use engine::Engine;
 pub use error::{ServiceError, StartError};
 pub use reconfigure::{classify_change, ChangeReport, ReconfigureStatus, CONFIG_KEY};
 
@@ -71,6 +87,29 @@ pub struct ChannelInfo {
     pub transport: &'static str,
 }
 
+impl ChannelInfo {
+    /// Who is charged for a request on this channel: trusted and protected
+    /// callers keep their class; an ordinary caller on a secured channel is
+    /// grouped by its verified application certificate, otherwise by its
+    /// address.
+    pub(crate) fn request_caller(&self) -> admission::Caller {
+        let base = self.caller.clone().unwrap_or_else(|| admission::Caller {
+            owner: OwnerKey::from_addr(std::net::Ipv4Addr::UNSPECIFIED.into()),
+            class: OwnerClass::Ordinary,
+        });
+        if base.class != OwnerClass::Ordinary {
+            return base;
+        }
+        match &self.client_cert {
+            Some(cert) => match OwnerKey::from_application_thumbprint(cert.thumbprint().value()) {
+                Some(owner) => admission::Caller { owner, ..base },
+                None => base,
+            },
+            None => base,
+        }
+    }
+}
+
 /// One northbound session as the console lists it.
 #[derive(Debug, Clone)]
 pub struct SessionSummary {
@@ -94,95 +133,6 @@ pub struct SessionSummary {
     pub subscriptions: usize,
 }
 
-/// Shared state of the running server.
-pub struct Engine {
-    config: Config,
-    store: Store,
-    identity: pki::Identity,
-    application: ApplicationDescription,
-    offered: Vec<endpoints::Offered>,
-    space: RwLock<LocalSpace>,
-    sessions: Mutex<session::Sessions>,
-    throttle: throttle::Throttle,
-    next_channel_id: AtomicU32,
-    /// Where to send responses produced outside the request/response flow
-    /// (Publish answered by the subscription timer), by channel id.
-    responders: Mutex<uagate_isolation::FastMap<u32, mpsc::Sender<dispatch::Reply>>>,
-    /// The administrator-requested state and the operator's ServiceLevel override.
-    control: Mutex<health::Control>,
-    /// Computes ServiceLevel while running normally.
-    level_provider: Box<dyn health::ServiceLevelProvider>,
-    /// Wakes the subscription timer when subscriptions or Publish queues change.
-    subs_changed: tokio::sync::Notify,
-    /// Resource-isolation accounting (Connection, Handshake, SessionEstablishment).
-    admission: admission::Admission,
-    /// Queue and fair scheduler of decoded requests.
-    dispatcher: dispatch::Dispatcher,
-    /// Live connections and which of them could be reclaimed at capacity.
-    reclaimer: reclaim::Reclaimer,
-    /// Every endpoint of every transport (opc.tcp, opc.wss, opc.https), as
-    /// GetEndpoints and CreateSession list them.
-    discovery: Vec<opcua_types::EndpointDescription>,
-    /// The logical secure channel shared by opc.https requests.
-    https: Option<Arc<tls::HttpsChannel>>,
-    /// The TLS certificate of the opc.wss/opc.https listener (live reload).
-    tls_identity: Option<Arc<tls_cert::TlsIdentity>>,
-    /// The configuration in force (start-up document plus live changes).
-    applied: Mutex<Config>,
-    /// The outcome of the last stored configuration change.
-    reconfigure: Mutex<reconfigure::ReconfigureStatus>,
-    /// Mounted field connections (set once at start-up).
-    fields: std::sync::OnceLock<fields::Fields>,
-    /// Requests, latencies, connections and channels (metrics).
-    pub(crate) stats: stats::Stats,
-}
-
-/// How often the TLS certificate files are checked for a replacement.
-const TLS_WATCH_PERIOD: Duration = Duration::from_secs(2);
-
-/// The channel id of the opc.https logical channel; UACP channels are
-/// numbered after it.
-const NEXT_CHANNEL_START: u32 = 1;
-
-/// Settings key under which a requested server state is persisted (and
-/// audited); node-local, never replicated to the standby.
-pub(crate) const STATE_SETTING: &str = uagate_store::REQUESTED_STATE_SETTING;
-
-/// The persisted form of a requested state.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct StoredState {
-    state: i32,
-    estimated_return_ticks: i64,
-    seconds_till_shutdown: u32,
-    reason_locale: String,
-    reason_text: String,
-    #[serde(default)]
-    drain: bool,
-}
-
-pub(crate) fn encode_state(r: &health::RequestedState) -> String {
-    let stored = StoredState {
-        state: r.state as i32,
-        estimated_return_ticks: r.estimated_return_time.checked_ticks(),
-        seconds_till_shutdown: r.seconds_till_shutdown,
-        reason_locale: r.reason.locale.to_string(),
-        reason_text: r.reason.text.to_string(),
-        drain: r.drain,
-    };
-    serde_json::to_string(&stored).unwrap_or_default()
-}
-
-fn decode_state(text: &str) -> Option<health::RequestedState> {
-    let s: StoredState = serde_json::from_str(text).ok()?;
-    Some(health::RequestedState {
-        state: methods::server_state(s.state)?,
-        estimated_return_time: opcua_types::DateTime::from(s.estimated_return_ticks),
-        seconds_till_shutdown: s.seconds_till_shutdown,
-        reason: opcua_types::LocalizedText::new(&s.reason_locale, &s.reason_text),
-        drain: s.drain,
-    })
-}
-
 /// A running gateway; dropping it does not stop it, call [`Gateway::shutdown`].
 pub struct Gateway {
     /// Where opc.tcp actually listens (the port is resolved when 0 was configured).
@@ -204,7 +154,7 @@ pub struct Gateway {
 impl Gateway {
     /// Stops accepting, closes every connection and waits for the tasks.
     pub async fn shutdown(self) {
-        self.engine.close_fields().await;
+        self.engine.space.close_fields().await;
         self.cancel.cancel();
         for t in self.tasks {
             let _ = t.await;
@@ -217,427 +167,44 @@ impl Gateway {
     }
 }
 
-impl Engine {
-    /// The store the engine reads users and the trust list from.
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
-    /// Number of sessions (created and active).
-    pub fn session_count(&self) -> usize {
-        self.sessions.lock().len()
-    }
-
-    /// Sessions never activated that CreateSession evicted from a full
-    /// session table since start (metrics).
-    pub fn sessions_evicted(&self) -> u64 {
-        self.sessions.lock().evicted()
-    }
-
-    /// Applies a changed configuration's isolation settings while running
-    /// when only trusted owners' weights, the default weight and ingress
-    /// rules changed. Anything else is refused, naming the settings that need
-    /// a restart; nothing is half-applied.
-    pub fn apply_isolation(&self, config: &Config) -> Result<(), String> {
-        let plan = uagate_isolation::plan::Plan::build(config).map_err(|e| e.to_string())?;
-        self.admission
-            .apply(plan)
-            .map_err(|settings| format!("these settings need a restart: {}", settings.join(", ")))
-    }
-
-    /// Connections refused by the connection rate limiter (no owner keys).
-    pub fn isolation_rate_rejections(&self) -> u64 {
-        self.admission.rate_rejections()
-    }
-
-    /// Resource-isolation usage and rejections per stage (no owner keys).
-    pub fn isolation_snapshot(&self) -> uagate_isolation::provider::LimiterSnapshot {
-        self.admission.snapshot()
-    }
-
-    /// The offered endpoints.
-    pub fn endpoints(&self) -> &[endpoints::Offered] {
-        &self.offered
-    }
-
-    /// Sends a response to request `request_id` of channel `channel_id`
-    /// from outside that channel's request flow. Dropped when the channel is
-    /// gone or its queue is full (the client's request then times out).
-    pub fn respond(&self, channel_id: u32, request_id: u32, response: ResponseMessage) {
-        if let Some(tx) = self.responders.lock().get(&channel_id) {
-            if tx.try_send((request_id, response, None)).is_err() {
-                tracing::warn!(
-                    channel = channel_id,
-                    "response dropped: channel gone or busy"
-                );
-            }
-        }
-        // A parked request (Publish) answered here releases its charges.
-        self.dispatcher.unpark(channel_id, request_id);
-    }
-
-    /// Publishes the current state and ServiceLevel on the Server object.
-    /// Called at start, after every state change and by housekeeping.
-    pub fn refresh_server_state(&self) {
-        let computed = self.level_provider.service_level();
-        let control = self.control.lock().clone();
-        let level = control.service_level(computed);
-        let mut space = self.space.write();
-        space.set_state(control.state());
-        space.set_service_level(level);
-        let r = &self.config.redundancy;
-        let own_uri = self.application.application_uri.to_string();
-        let current = r
-            .current_server_id
-            .clone()
-            .unwrap_or_else(|| own_uri.clone());
-        space.set_redundancy(
-            redundancy_support(r.support),
-            &r.server_uris,
-            &current,
-            &[(own_uri, level, control.state())],
-        );
-        match &control.requested {
-            Some(r) => {
-                space.set_shutdown(r.seconds_till_shutdown, r.reason.clone());
-                space.set_estimated_return_time(r.estimated_return_time);
-            }
-            None => {
-                space.set_shutdown(0, opcua_types::LocalizedText::null());
-                space.set_estimated_return_time(opcua_types::DateTime::null());
-            }
-        }
-    }
-
-    /// The TLS server configuration of the appliance's certificate (the one
-    /// opc.wss / opc.https use; it follows `uagate tls set` while running).
-    /// The console listener serves it too.
-    pub fn tls_server_config(&self) -> Option<Arc<tokio_rustls::rustls::ServerConfig>> {
-        self.tls_identity.as_ref().map(|t| t.server_config())
-    }
-
-    /// The application instance certificate (DER) the OPC UA endpoints
-    /// present; shown on the console's certificates page.
-    pub fn application_certificate(&self) -> Vec<u8> {
-        self.identity.cert.as_byte_string().as_ref().to_vec()
-    }
-
-    /// Subject, names, validity and fingerprint of the TLS certificate in
-    /// service, when a TLS listener runs.
-    pub fn tls_certificate(&self) -> Option<tls_cert::TlsInfo> {
-        self.tls_identity.as_ref().map(|t| t.info())
-    }
-
-    /// The northbound sessions, for the console: id, client name, where
-    /// they came from, the user, and their subscriptions. Sorted by
-    /// creation time.
-    pub fn session_list(&self) -> Vec<SessionSummary> {
-        let mut out: Vec<SessionSummary> = self
-            .sessions
-            .lock()
-            .iter()
-            .map(|s| SessionSummary {
-                id: s.id.to_string(),
-                name: s.name.clone(),
-                transport: s.origin.transport,
-                security_policy: s
-                    .origin
-                    .security_policy
-                    .rsplit('#')
-                    .next()
-                    .unwrap_or_default()
-                    .to_string(),
-                security_mode: s.origin.security_mode,
-                owner: s.origin.owner.clone(),
-                user: match s.identity() {
-                    None => "(not activated)".to_string(),
-                    Some(session::UserIdentity::Anonymous) => "anonymous".to_string(),
-                    Some(session::UserIdentity::User { name, .. }) => name.clone(),
-                    Some(session::UserIdentity::Certificate { thumbprint }) => {
-                        format!("certificate {thumbprint}")
-                    }
-                },
-                created: s.origin.created,
-                subscriptions: s.subscriptions.subscription_ids().len(),
-            })
-            .collect();
-        out.sort_by_key(|s| s.created);
-        out
-    }
-
-    /// Closes the session with this SessionId (as printed by
-    /// [`Engine::session_list`]); its subscriptions go with it and its next
-    /// request gets BadSessionIdInvalid. Returns the closed session's client
-    /// name, `None` when there is no such session.
-    pub fn close_session_by_id(&self, id: &str) -> Option<String> {
-        let id = id.parse::<opcua_types::NodeId>().ok()?;
-        let (closed, count) = {
-            let mut sessions = self.sessions.lock();
-            let closed = sessions.remove_by_session_id(&id);
-            (closed, sessions.len())
-        };
-        let session = closed?;
-        tracing::info!(session = %session.id, "session closed by an operator");
-        self.publish_session_count(count);
-        self.subs_changed.notify_one();
-        Some(session.name)
-    }
-
-    /// Requests per service and status, their latencies, and open
-    /// connections and channels per transport (the metrics endpoint).
-    pub fn request_stats(&self) -> Vec<stats::ServiceStats> {
-        self.stats.services()
-    }
-
-    /// Open (connections, secure channels) per transport.
-    pub fn transport_stats(&self) -> Vec<(&'static str, i64, i64)> {
-        self.stats.transports()
-    }
-
-    /// Subscriptions and monitored items of all sessions.
-    pub fn subscription_counts(&self) -> (usize, usize) {
-        let sessions = self.sessions.lock();
-        sessions.iter().fold((0, 0), |(s, m), session| {
-            (
-                s + session.subscriptions.subscription_ids().len(),
-                m + session.subscriptions.data_items().len(),
-            )
-        })
-    }
-
-    /// Whether new sessions are refused because a maintenance state was
-    /// requested with drain.
-    pub fn draining(&self) -> bool {
-        self.control.lock().draining()
-    }
-
-    /// The ServerStatus.State currently published (Running unless an
-    /// operator requested another state).
-    pub fn server_state(&self) -> opcua_types::ServerState {
-        self.control.lock().state()
-    }
-
-    /// The ServiceLevel currently published.
-    pub fn service_level(&self) -> u8 {
-        self.control
-            .lock()
-            .service_level(self.level_provider.service_level())
-    }
-
-    /// Sets (or with `None` clears) the operator's fixed ServiceLevel.
-    pub fn set_service_level_override(&self, level: Option<u8>) {
-        {
-            let mut c = self.control.lock();
-            c.override_level = level;
-            c.override_reason.clear();
-            c.override_generation += 1;
-        }
-        self.refresh_server_state();
-    }
-
-    /// Sets the operator's fixed ServiceLevel with a reason, for `expires`
-    /// (then the computed value returns), or clears it with `None`. Called
-    /// by the console; a later call replaces an earlier one and its expiry.
-    pub fn override_service_level(
-        self: &Arc<Self>,
-        level: Option<u8>,
-        reason: String,
-        expires: Option<Duration>,
-    ) {
-        let generation = {
-            let mut c = self.control.lock();
-            c.override_level = level;
-            c.override_reason = if level.is_some() {
-                reason
-            } else {
-                String::new()
-            };
-            c.override_generation += 1;
-            c.override_generation
-        };
-        self.refresh_server_state();
-        if let (Some(_), Some(after)) = (level, expires) {
-            let engine = Arc::downgrade(self);
-            tokio::spawn(async move {
-                tokio::time::sleep(after).await;
-                let Some(engine) = engine.upgrade() else {
-                    return;
-                };
-                let expired = {
-                    let mut c = engine.control.lock();
-                    let current = c.override_generation == generation;
-                    if current {
-                        c.override_level = None;
-                        c.override_reason.clear();
-                        c.override_generation += 1;
-                    }
-                    current
-                };
-                if expired {
-                    tracing::info!("operator ServiceLevel override expired");
-                    engine.refresh_server_state();
-                }
-            });
-        }
-    }
-
-    /// Where the published ServiceLevel comes from (`requested_state`,
-    /// `override` or `computed`) and the override's reason.
-    pub fn service_level_source(&self) -> (&'static str, String) {
-        let c = self.control.lock();
-        (c.level_source(), c.override_reason.clone())
-    }
-
-    /// Shows the session count in the address space. Lock order: the space
-    /// lock may be taken before the sessions lock (services do), so the
-    /// sessions lock is always released before this is called.
-    fn publish_session_count(&self, count: usize) {
-        self.space.write().set_current_session_count(count as u32);
-    }
-
-    /// Subscription limits for a new session, from `[server]`.
-    pub(crate) fn subscription_limits(&self) -> uagate_subs::Limits {
-        let s = &self.config.server;
-        uagate_subs::Limits {
-            min_publishing_interval: s.min_publishing_interval,
-            max_subscriptions_per_session: s.max_subscriptions_per_session,
-            max_monitored_items_per_subscription: s.max_monitored_items_per_subscription,
-            max_queue_size: s.max_queue_size,
-            min_sampling_interval: s.min_sampling_interval,
-            max_retransmission_queue: s.max_retransmission_queue,
-            max_publish_requests: s.max_publish_requests_per_session,
-            ..uagate_subs::Limits::default()
-        }
-    }
-
-    /// Removes timed-out sessions; run every second by the housekeeping task.
-    fn expire_sessions(&self) {
-        let count = {
-            let mut sessions = self.sessions.lock();
-            for id in sessions.expire(std::time::Instant::now()) {
-                tracing::info!(session = %id, "session timed out");
-            }
-            sessions.len()
-        };
-        self.publish_session_count(count);
-    }
-}
-
-/// The wire RedundancySupport for the configured mode.
-fn redundancy_support(mode: uagate_config::RedundancyMode) -> opcua_types::RedundancySupport {
-    use opcua_types::RedundancySupport as R;
-    use uagate_config::RedundancyMode as M;
-    match mode {
-        M::None => R::None,
-        M::Cold => R::Cold,
-        M::Warm => R::Warm,
-        M::Hot => R::Hot,
-        M::Transparent => R::Transparent,
-        M::HotAndMirrored => R::HotAndMirrored,
-    }
-}
+/// How often the TLS certificate files are checked for a replacement.
+const TLS_WATCH_PERIOD: Duration = Duration::from_secs(2);
 
 fn host_name() -> String {
     opcua_crypto::hostname().unwrap_or_else(|_| "localhost".into())
 }
 
-/// Starts the gateway: binds the listeners, loads or creates the instance
-/// certificate in `data_dir`, and spawns the accept loop and housekeeping.
-pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gateway, StartError> {
-    let plan = uagate_isolation::plan::Plan::build(&config)
-        .map_err(|e| StartError::Plan(e.to_string()))?;
-    let listener = tokio::net::TcpListener::bind(config.listen.opc_tcp)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: config.listen.opc_tcp,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| StartError::Bind {
-        addr: config.listen.opc_tcp,
-        source,
-    })?;
-    let hostname = host_name();
-    let host = match &config.listen.public_host {
-        Some(h) => h.clone(),
-        None if addr.ip().is_unspecified() => hostname.clone(),
-        None => addr.ip().to_string(),
-    };
-    let endpoint_url = format!("opc.tcp://{host}:{}/", addr.port());
-    let tls_bind = config.listen.tls_addr();
-    let tls_listener = tokio::net::TcpListener::bind(tls_bind)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: tls_bind,
-            source,
-        })?;
-    let tls_addr = tls_listener
-        .local_addr()
-        .map_err(|source| StartError::Bind {
-            addr: tls_bind,
-            source,
-        })?;
-    let wss_url = format!("opc.wss://{host}:{}/", tls_addr.port());
-    let https_url = format!("opc.https://{host}:{}/", tls_addr.port());
-    let application_uri = config
-        .server
-        .application_uri
-        .clone()
-        .unwrap_or_else(|| format!("urn:uagate:{hostname}"));
+/// Binds a listener on `addr`; returns it with the address it actually
+/// listens on (the port is resolved when 0 was configured).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let failed = |source| StartError::Bind { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(failed)?;
+    let local = listener.local_addr().map_err(failed)?;
+    Ok((listener, local))
+}
+
+/// The host names and addresses the instance and TLS certificates name:
+/// the host name, localhost, the listen address when specific, and the
+/// advertised `host`.
+fn certificate_hosts(hostname: &str, host: &str, addr: SocketAddr) -> Vec<String> {
     let mut hosts = vec![
-        hostname.clone(),
+        hostname.to_string(),
         "localhost".to_string(),
         "127.0.0.1".to_string(),
     ];
     if !addr.ip().is_unspecified() && !hosts.contains(&addr.ip().to_string()) {
         hosts.push(addr.ip().to_string());
     }
-    if !hosts.contains(&host) {
-        hosts.push(host.clone());
+    if !hosts.iter().any(|h| h == host) {
+        hosts.push(host.to_string());
     }
-    let identity = pki::load_or_create(
-        data_dir,
-        &config.server.application_name,
-        &application_uri,
-        &hosts,
-    )?;
-    let tls_identity = tls_cert::TlsIdentity::load_or_create(data_dir, &hosts)
-        .map_err(|e| StartError::Tls(e.to_string()))?;
-    let application = endpoints::application(
-        &config.server.application_name,
-        &application_uri,
-        &[endpoint_url.clone(), wss_url.clone(), https_url.clone()],
-    );
-    let configured = config.effective_endpoints();
-    let certificate = identity.cert.as_byte_string();
-    let offered = endpoints::build(
-        &endpoint_url,
-        endpoints::TCP_PROFILE,
-        &application,
-        &certificate,
-        &configured,
-    );
-    let https_tokens = endpoints::https_tokens(&configured);
-    let mut discovery: Vec<_> = offered.iter().map(|o| o.description.clone()).collect();
-    discovery.extend(
-        endpoints::build(
-            &wss_url,
-            ws::WSS_PROFILE,
-            &application,
-            &certificate,
-            &configured,
-        )
-        .into_iter()
-        .map(|o| o.description),
-    );
-    discovery.push(endpoints::https(
-        &https_url,
-        &application,
-        &certificate,
-        &https_tokens,
-    ));
-    // The logical channel of opc.https; its responses are routed by request id.
-    let https_channel = Arc::new(tls::HttpsChannel::new(NEXT_CHANNEL_START, https_tokens));
-    let (https_tx, https_rx) = mpsc::channel(1024);
+    hosts
+}
+
+/// The local address space at start: the Server object with the limits
+/// of `[server]` and this build, the gateway namespace, and the demo nodes
+/// when configured.
+fn local_space(config: &Config, application_uri: &str, hostname: &str) -> LocalSpace {
     let s = &config.server;
     let limits = SpaceLimits {
         max_nodes_per_read: s.max_nodes_per_read,
@@ -661,51 +228,75 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         build_number: env!("CARGO_PKG_VERSION").into(),
         build_date: opcua_types::DateTime::now(),
     };
-    // A maintenance state requested before a restart stays in force.
-    let stored_state = match store.setting(STATE_SETTING).await {
-        Ok(Some(text)) => decode_state(&text),
-        _ => None,
-    };
     let mut space = LocalSpace::new(
-        &application_uri,
+        application_uri,
         build,
         &limits,
         opcua_types::DateTime::now(),
-        config.server.demo_nodes,
+        s.demo_nodes,
     );
-    space.set_hostname(&hostname);
+    space.set_hostname(hostname);
+    space
+}
+
+/// Starts the gateway: binds the listeners, loads or creates the instance
+/// certificate in `data_dir`, and spawns the accept loop and housekeeping.
+pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gateway, StartError> {
+    let plan = uagate_isolation::plan::Plan::build(&config)
+        .map_err(|e| StartError::Plan(e.to_string()))?;
+    let (listener, addr) = bind(config.listen.opc_tcp).await?;
+    let hostname = host_name();
+    let host = match &config.listen.public_host {
+        Some(h) => h.clone(),
+        None if addr.ip().is_unspecified() => hostname.clone(),
+        None => addr.ip().to_string(),
+    };
+    let (tls_listener, tls_addr) = bind(config.listen.tls_addr()).await?;
+    let urls = Urls {
+        tcp: format!("opc.tcp://{host}:{}/", addr.port()),
+        wss: format!("opc.wss://{host}:{}/", tls_addr.port()),
+        https: format!("opc.https://{host}:{}/", tls_addr.port()),
+    };
+    let application_uri = config
+        .server
+        .application_uri
+        .clone()
+        .unwrap_or_else(|| format!("urn:uagate:{hostname}"));
+    let hosts = certificate_hosts(&hostname, &host, addr);
+    let identity = pki::load_or_create(
+        data_dir,
+        &config.server.application_name,
+        &application_uri,
+        &hosts,
+    )?;
+    let tls_identity = tls_cert::TlsIdentity::load_or_create(data_dir, &hosts)
+        .map_err(|e| StartError::Tls(e.to_string()))?;
+    let application = endpoints::application(
+        &config.server.application_name,
+        &application_uri,
+        &[urls.tcp.clone(), urls.wss.clone(), urls.https.clone()],
+    );
+    let endpoints = Endpoints::new(
+        identity,
+        tls_identity,
+        application,
+        &urls,
+        &config.effective_endpoints(),
+    );
+    // The logical channel of opc.https; its responses are routed by request id.
+    let (https_tx, https_rx) = mpsc::channel(1024);
+    // A maintenance state requested before a restart stays in force.
+    let requested = control::stored_state(&store).await;
+    let space = local_space(&config, &application_uri, &hostname);
     let engine = Arc::new(Engine {
-        sessions: Mutex::new(session::Sessions::new(s.max_session_count as usize)),
-        discovery,
-        https: Some(https_channel.clone()),
-        tls_identity: Some(Arc::new(tls_identity)),
-        applied: Mutex::new(config.clone()),
-        reconfigure: Mutex::new(reconfigure::ReconfigureStatus::Unchanged),
-        fields: std::sync::OnceLock::new(),
-        stats: stats::Stats::default(),
+        endpoints,
+        channels: Channels::new(https_tx),
+        sessions: SessionTable::new(config.server.max_session_count as usize),
+        pipeline: Pipeline::new(plan, config.server.max_message_size),
+        control: ServerControl::new(&config, &application_uri, requested),
+        space: AddressSpace::new(space),
         config,
         store,
-        identity,
-        application,
-        offered,
-        space: RwLock::new(space),
-        throttle: throttle::Throttle::default(),
-        next_channel_id: AtomicU32::new(NEXT_CHANNEL_START + 1),
-        responders: Mutex::new([(NEXT_CHANNEL_START, https_tx)].into_iter().collect()),
-        control: Mutex::new(health::Control {
-            requested: stored_state,
-            override_level: None,
-            ..Default::default()
-        }),
-        level_provider: Box::new(health::ConstantLevel(health::HEALTHY_MAX)),
-        subs_changed: tokio::sync::Notify::new(),
-        dispatcher: dispatch::Dispatcher::new(
-            plan.fair_scheduling() && plan.is_enforced(),
-            plan.stage(uagate_config::Stage::RequestQueue).total as usize,
-            plan.stage(uagate_config::Stage::RequestExecution).shared,
-        ),
-        admission: admission::Admission::new(plan, std::time::Instant::now()),
-        reclaimer: reclaim::Reclaimer::default(),
     });
     engine.refresh_server_state();
     let cancel = CancellationToken::new();
@@ -716,107 +307,31 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
     let dispatcher = tokio::spawn(engine.clone().dispatch_loop(cancel.clone()));
     let seen = engine.config_seen().await;
     let config_watch = tokio::spawn(engine.clone().watch_config(seen, cancel.clone()));
-    let https_router = tokio::spawn(https_channel.route(https_rx));
-    // A TLS certificate replaced on disk (`uagate tls set`) is picked up
-    // without dropping any connection.
-    let tls_watch = match engine.tls_identity.clone() {
-        Some(identity) => {
-            let dir = data_dir.to_path_buf();
-            let cancel = cancel.clone();
-            tokio::spawn(async move { identity.watch(&dir, TLS_WATCH_PERIOD, cancel).await })
-        }
-        None => tokio::spawn(async {}),
-    };
-    let tls_accept = {
-        let identity = engine
-            .tls_identity
-            .as_ref()
-            .ok_or_else(|| StartError::Tls("no TLS identity".into()))?;
-        let server_config = match engine.config.listen.tls_client_auth {
-            uagate_config::TlsClientAuth::Off => identity.server_config(),
-            uagate_config::TlsClientAuth::Optional => identity
-                .server_config_with_client_auth(false)
-                .map_err(|e| StartError::Tls(e.to_string()))?,
-            uagate_config::TlsClientAuth::Required => identity
-                .server_config_with_client_auth(true)
-                .map_err(|e| StartError::Tls(e.to_string()))?,
-        };
-        let acceptor = tokio_rustls::TlsAcceptor::from(server_config);
-        tokio::spawn(tls::accept_loop(
-            engine.clone(),
-            tls_listener,
-            acceptor,
-            cancel.clone(),
-        ))
-    };
-    let housekeeping = {
-        let engine = engine.clone();
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => break,
-                    _ = tick.tick() => {
-                        engine.expire_sessions();
-                        engine.sync_field_demand();
-                    }
-                }
-            }
-        })
-    };
+    let https_router = engine
+        .endpoints
+        .https()
+        .map(|https| tokio::spawn(https.clone().route(https_rx)));
+    let tls_watch = spawn_tls_watch(&engine, data_dir, &cancel);
+    let tls_accept = spawn_tls_accept(&engine, tls_listener, &cancel)?;
+    let housekeeping = tokio::spawn(housekeeping(engine.clone(), cancel.clone()));
     // The demo counter gives newcomers (and the notification benchmark) a
     // value that changes every 100 ms; only with the demo nodes.
-    let demo_counter = engine.config.server.demo_nodes.then(|| {
-        let engine = engine.clone();
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            let node = NodeId::new(2, uagate_space::DEMO_COUNTER);
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
-            let mut n: u32 = 0;
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => break,
-                    _ = tick.tick() => {
-                        n = n.wrapping_add(1);
-                        let value = opcua_types::DataValue::new_now(n);
-                        if let Err(e) = engine.space.write().set_value(&node, value) {
-                            tracing::warn!(error = %e, "demo counter update failed");
-                            break;
-                        }
-                    }
-                }
-            }
-        })
-    });
-    let subscription_timer = {
-        let engine = engine.clone();
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            loop {
-                let next = engine.tick_subscriptions();
-                // Sleep until the next deadline, at most 1 s, or until woken.
-                let wake = next
-                    .unwrap_or_else(|| std::time::Instant::now() + Duration::from_secs(1))
-                    .min(std::time::Instant::now() + Duration::from_secs(1));
-                tokio::select! {
-                    _ = cancel.cancelled() => break,
-                    _ = engine.subs_changed.notified() => {},
-                    _ = tokio::time::sleep_until(wake.into()) => {},
-                }
-            }
-        })
-    };
-    tracing::info!(%endpoint_url, "opc.tcp listening");
-    tracing::info!(%wss_url, %https_url, "opc.wss and opc.https listening");
+    let demo_counter = engine
+        .config
+        .server
+        .demo_nodes
+        .then(|| tokio::spawn(demo_counter(engine.clone(), cancel.clone())));
+    let subscription_timer = tokio::spawn(engine.clone().subscription_timer(cancel.clone()));
+    tracing::info!(endpoint_url = %urls.tcp, "opc.tcp listening");
+    tracing::info!(wss_url = %urls.wss, https_url = %urls.https, "opc.wss and opc.https listening");
     // The router ends with the engine's responder; it is not waited for.
     drop(https_router);
     Ok(Gateway {
         opc_tcp_addr: addr,
-        endpoint_url,
+        endpoint_url: urls.tcp,
         tls_addr,
-        wss_url,
-        https_url,
+        wss_url: urls.wss,
+        https_url: urls.https,
         engine,
         cancel,
         tasks: [
@@ -833,4 +348,81 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         .chain(field_tasks)
         .collect(),
     })
+}
+
+/// Spawns the watch of the TLS certificate files: a certificate replaced
+/// on disk (`uagate tls set`) is picked up without dropping any connection.
+fn spawn_tls_watch(engine: &Engine, data_dir: &Path, cancel: &CancellationToken) -> JoinHandle<()> {
+    match engine.endpoints.tls_identity().cloned() {
+        Some(identity) => {
+            let dir = data_dir.to_path_buf();
+            let cancel = cancel.clone();
+            tokio::spawn(async move { identity.watch(&dir, TLS_WATCH_PERIOD, cancel).await })
+        }
+        None => tokio::spawn(async {}),
+    }
+}
+
+/// Spawns the accept loop of the TLS listener (opc.wss and opc.https),
+/// with client certificates as `[listen] tls_client_auth` asks.
+fn spawn_tls_accept(
+    engine: &Arc<Engine>,
+    listener: TcpListener,
+    cancel: &CancellationToken,
+) -> Result<JoinHandle<()>, StartError> {
+    let identity = engine
+        .endpoints
+        .tls_identity()
+        .ok_or_else(|| StartError::Tls("no TLS identity".into()))?;
+    let server_config = match engine.config.listen.tls_client_auth {
+        uagate_config::TlsClientAuth::Off => identity.server_config(),
+        uagate_config::TlsClientAuth::Optional => identity
+            .server_config_with_client_auth(false)
+            .map_err(|e| StartError::Tls(e.to_string()))?,
+        uagate_config::TlsClientAuth::Required => identity
+            .server_config_with_client_auth(true)
+            .map_err(|e| StartError::Tls(e.to_string()))?,
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(server_config);
+    Ok(tokio::spawn(tls::accept_loop(
+        engine.clone(),
+        listener,
+        acceptor,
+        cancel.clone(),
+    )))
+}
+
+/// Once a second until `cancel`: expires idle sessions and hands the
+/// field connections the items the sessions need.
+async fn housekeeping(engine: Arc<Engine>, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tick.tick() => {
+                engine.expire_sessions();
+                engine.sync_field_demand();
+            }
+        }
+    }
+}
+
+/// Every 100 ms until `cancel`: counts the demo counter node up.
+async fn demo_counter(engine: Arc<Engine>, cancel: CancellationToken) {
+    let node = NodeId::new(2, uagate_space::DEMO_COUNTER);
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut n: u32 = 0;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tick.tick() => {
+                n = n.wrapping_add(1);
+                let value = opcua_types::DataValue::new_now(n);
+                if let Err(e) = engine.space.local_mut().set_value(&node, value) {
+                    tracing::warn!(error = %e, "demo counter update failed");
+                    break;
+                }
+            }
+        }
+    }
 }

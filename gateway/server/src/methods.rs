@@ -10,10 +10,11 @@ use opcua_types::{
 use uagate_space::{arguments_status, LocalSpace};
 use uagate_store::Role;
 
-use crate::error::ServiceError;
 use crate::health::RequestedState;
 use crate::session::UserIdentity;
-use crate::{ChannelInfo, Engine};
+use crate::sessions::SessionTable;
+use crate::subscriptions::GatewayEvent;
+use crate::Engine;
 
 /// Server.GetMonitoredItems on the Server object and on ServerType.
 const GET_MONITORED_ITEMS: [u32; 2] = [11492, 11489];
@@ -88,29 +89,6 @@ fn call_result(
 }
 
 impl Engine {
-    /// The caller of a request: identity of its active session and channel mode.
-    pub(crate) fn caller(
-        &self,
-        chan: &ChannelInfo,
-        token: &NodeId,
-    ) -> Result<Caller, ServiceError> {
-        let mut sessions = self.sessions.lock();
-        let s = sessions.get_mut(token)?;
-        if s.channel_id != chan.channel_id {
-            return Err(ServiceError::WrongChannel);
-        }
-        s.last_activity = std::time::Instant::now();
-        let identity = s
-            .identity()
-            .cloned()
-            .ok_or(ServiceError::SessionNotActivated)?;
-        Ok(Caller {
-            identity,
-            mode: chan.mode,
-            session: s.id.clone(),
-        })
-    }
-
     /// One method call on the local space (the gateway's own methods).
     pub(crate) async fn call_one(
         &self,
@@ -120,7 +98,7 @@ impl Engine {
         let inputs = call.input_arguments.as_deref().unwrap_or(&[]);
         let signature = match self
             .space
-            .read()
+            .local()
             .method_signature(&call.object_id, &call.method_id)
         {
             Ok(s) => s,
@@ -142,7 +120,7 @@ impl Engine {
             };
         }
         if on_server && is_ns0(&call.method_id, &GET_MONITORED_ITEMS) {
-            return match self.get_monitored_items(caller, inputs) {
+            return match get_monitored_items(&self.sessions, caller, inputs) {
                 Ok(out) => call_result(StatusCode::Good, None, out),
                 Err(status) => call_result(status, None, Vec::new()),
             };
@@ -150,7 +128,7 @@ impl Engine {
         let now = DateTime::now();
         match self
             .space
-            .write()
+            .local_mut()
             .call_local(now, &call.object_id, &call.method_id, inputs)
         {
             Some(Ok(out)) => call_result(StatusCode::Good, None, out),
@@ -213,37 +191,39 @@ impl Engine {
         self.store
             .set_setting(
                 actor,
-                crate::STATE_SETTING,
-                &crate::encode_state(&requested),
+                crate::control::STATE_SETTING,
+                &crate::control::encode_state(&requested),
             )
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, "could not persist the requested server state");
                 StatusCode::BadInternalError
             })?;
-        self.control.lock().request(requested);
+        self.control.request(requested);
         self.refresh_server_state();
         tracing::info!(user = %actor, ?state, "server state changed");
-        self.emit_state_change_event(state, actor);
+        for event in GatewayEvent::state_change(state, actor) {
+            self.sessions.emit_event(&event);
+        }
         Ok(())
     }
+}
 
-    /// Server.GetMonitoredItems: the server and client handles of one of
-    /// the caller's subscriptions.
-    fn get_monitored_items(
-        &self,
-        caller: &Caller,
-        inputs: &[Variant],
-    ) -> Result<Vec<Variant>, StatusCode> {
-        let id = match inputs.first() {
-            Some(Variant::UInt32(id)) => *id,
-            _ => return Err(StatusCode::BadInvalidArgument),
-        };
-        let (server, client) = self
-            .monitored_item_handles(&caller.session, id)
-            .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
-        Ok(vec![Variant::from(server), Variant::from(client)])
-    }
+/// Server.GetMonitoredItems: the server and client handles of one of the
+/// caller's subscriptions.
+fn get_monitored_items(
+    sessions: &SessionTable,
+    caller: &Caller,
+    inputs: &[Variant],
+) -> Result<Vec<Variant>, StatusCode> {
+    let id = match inputs.first() {
+        Some(Variant::UInt32(id)) => *id,
+        _ => return Err(StatusCode::BadInvalidArgument),
+    };
+    let (server, client) = sessions
+        .monitored_item_handles(&caller.session, id)
+        .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+    Ok(vec![Variant::from(server), Variant::from(client)])
 }
 
 /// The ServerState enumeration from its wire value.

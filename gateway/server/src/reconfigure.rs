@@ -134,39 +134,20 @@ pub enum ReconfigureStatus {
 }
 
 impl Engine {
-    /// The configuration in force: the one the gateway started with plus
-    /// every change applied live since.
-    pub fn applied_config(&self) -> Config {
-        self.applied.lock().clone()
-    }
-
-    /// How a peer address is classified now (ingress rules) and the
-    /// scheduling weight it gets: (class label, weight). For the console's
-    /// rule tester and for tests; never used as a metric label.
-    pub fn classify_peer(&self, ip: std::net::IpAddr) -> (&'static str, u32) {
-        let caller = self.admission.classify(ip);
-        (caller.class.label(), self.admission.weight(&caller))
-    }
-
-    /// What happened to the last stored configuration change.
-    pub fn reconfigure_status(&self) -> ReconfigureStatus {
-        self.reconfigure.lock().clone()
-    }
-
     /// Applies a new document as a unit (see the module docs) and records
     /// the outcome. Called by the store watcher; the console will call it
     /// directly.
     pub fn reconfigure(&self, new: &Config) -> ReconfigureStatus {
-        let current = self.applied_config();
+        let current = self.control.applied();
         let status = match classify_change(&current, new) {
             Err(e) => ReconfigureStatus::Refused(e.to_string()),
             Ok(report) if report.is_empty() => ReconfigureStatus::Unchanged,
             Ok(report) if !report.restart.is_empty() => {
                 ReconfigureStatus::RestartRequired(report.restart)
             }
-            Ok(report) => match self.apply_isolation(new) {
+            Ok(report) => match self.pipeline.apply_isolation(new) {
                 Ok(()) => {
-                    *self.applied.lock() = new.clone();
+                    self.control.set_applied(new.clone());
                     ReconfigureStatus::Applied(report.live)
                 }
                 Err(e) => ReconfigureStatus::Refused(e),
@@ -186,7 +167,7 @@ impl Engine {
             }
         }
         if status != ReconfigureStatus::Unchanged {
-            *self.reconfigure.lock() = status.clone();
+            self.control.set_reconfigure_status(status.clone());
         }
         status
     }
@@ -245,7 +226,8 @@ impl Engine {
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "stored configuration is invalid; nothing applied");
-                    *self.reconfigure.lock() = ReconfigureStatus::Refused(e.to_string());
+                    self.control
+                        .set_reconfigure_status(ReconfigureStatus::Refused(e.to_string()));
                 }
             }
         }

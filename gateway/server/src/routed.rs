@@ -30,7 +30,7 @@ use uagate_field::proxy::{self, Answer, Ctx};
 use uagate_field::LinkSession;
 
 use crate::error::ServiceError;
-use crate::fields::{bad_browse, bad_value, deadline, Fields};
+use crate::fields::{bad_browse, bad_value, ctx_of, Fields};
 use crate::split::{OpResult, Route, Split};
 use crate::{ChannelInfo, Engine};
 
@@ -46,15 +46,6 @@ pub(crate) fn check_count(n: usize, limit: u32) -> Result<()> {
         return Err(ServiceError::TooManyOperations { got: n, limit });
     }
     Ok(())
-}
-
-/// The southbound context of a request: its deadline and the diagnostics
-/// it asked for.
-fn ctx_of(header: &RequestHeader) -> Ctx {
-    Ctx {
-        deadline: deadline(header),
-        diagnostics: header.return_diagnostics,
-    }
 }
 
 /// A good response header carrying the string table of `d`.
@@ -172,16 +163,11 @@ impl OpResult for HistoryReadResult {
 }
 
 impl Engine {
-    /// The mounted field connections, when any are configured.
-    pub(crate) fn fields(&self) -> Option<&Fields> {
-        self.fields.get().filter(|f| !f.conns.is_empty())
-    }
-
     /// Stage one of Read: operation count, MaxAge, TimestampsToReturn and
     /// the session. Called before any node is read.
     pub(crate) fn check_read(&self, chan: &ChannelInfo, r: &ReadRequest) -> Result<()> {
         let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
-        check_count(nodes.len(), self.space.read().limits().max_nodes_per_read)?;
+        check_count(nodes.len(), self.space.local().limits().max_nodes_per_read)?;
         if r.max_age < 0.0 || r.max_age.is_nan() {
             return Err(ServiceError::Status(StatusCode::BadMaxAgeInvalid));
         }
@@ -190,20 +176,8 @@ impl Engine {
                 StatusCode::BadTimestampsToReturnInvalid,
             ));
         }
-        self.with_session(chan, &r.request_header, |_| Ok(()))
-    }
-
-    /// The local space's answer to the Read operations `idx` (all of them
-    /// when `None`), after [`Engine::check_read`].
-    fn read_local(&self, r: &ReadRequest, idx: Option<&[usize]>) -> Vec<DataValue> {
-        let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
-        let space = self.space.read();
-        let now = opcua_types::DateTime::now();
-        let read = |n| space.read(now, n, r.timestamps_to_return, r.max_age);
-        match idx {
-            None => nodes.iter().map(read).collect(),
-            Some(idx) => idx.iter().filter_map(|i| nodes.get(*i)).map(read).collect(),
-        }
+        self.sessions
+            .with_session(chan, &r.request_header, |_| Ok(()))
     }
 
     /// Read of a gateway without field connections: both stages, no
@@ -216,7 +190,7 @@ impl Engine {
         self.check_read(chan, r)?;
         Ok(ReadResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(self.read_local(r, None)),
+            results: Some(self.space.read_local(r, None)),
             diagnostic_infos: None,
         }
         .into())
@@ -231,14 +205,14 @@ impl Engine {
     ) -> Result<ResponseMessage> {
         self.check_read(chan, r)?;
         let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
-        let fields = self.fields();
+        let fields = self.space.fields();
         let split = Split::new(nodes.len(), |i| route_node(fields, &nodes[i].node_id, true));
         let ctx = ctx_of(&r.request_header);
         let (ts, max_age) = (r.timestamps_to_return, r.max_age);
         let out = split
             .run(
                 ctx.deadline,
-                async { Ok::<_, ServiceError>(self.read_local(r, Some(split.local()))) },
+                async { Ok::<_, ServiceError>(self.space.read_local(r, Some(split.local()))) },
                 |m, idx| {
                     let ops = pick(nodes, idx);
                     on_mount(fields, m, ctx, move |link, _| async move {
@@ -263,10 +237,12 @@ impl Engine {
         r: &WriteRequest,
     ) -> Result<ResponseMessage> {
         let items = r.nodes_to_write.as_deref().unwrap_or(&[]);
-        check_count(items.len(), self.space.read().limits().max_nodes_per_write)?;
-        let caller = self.caller(chan, &r.request_header.authentication_token)?;
+        check_count(items.len(), self.space.local().limits().max_nodes_per_write)?;
+        let caller = self
+            .sessions
+            .caller(chan, &r.request_header.authentication_token)?;
         let can_write = caller.can_write(self.config.server.allow_anonymous_write);
-        let fields = self.fields();
+        let fields = self.space.fields();
         let split = Split::new(items.len(), |i| {
             match route_node(fields, &items[i].node_id, true) {
                 Route::Mount(_) if !can_write => Route::Answered(StatusCode::BadUserAccessDenied),
@@ -276,7 +252,7 @@ impl Engine {
         let ctx = ctx_of(&r.request_header);
         let local = async {
             let now = opcua_types::DateTime::now();
-            let mut space = self.space.write();
+            let mut space = self.space.local_mut();
             Ok::<_, ServiceError>(
                 split
                     .local()
@@ -315,7 +291,7 @@ impl Engine {
     ) -> Result<ResponseMessage> {
         let nodes = r.nodes_to_browse.as_deref().unwrap_or(&[]);
         let max = {
-            let space = self.space.read();
+            let space = self.space.local();
             check_count(nodes.len(), space.limits().max_nodes_per_browse)?;
             space.check_view(&r.view).map_err(ServiceError::Status)?;
             match r.requested_max_references_per_node {
@@ -323,8 +299,9 @@ impl Engine {
                 n => n.min(self.config.server.max_references_per_node),
             }
         };
-        self.with_session(chan, &r.request_header, |_| Ok(()))?;
-        let fields = self.fields();
+        self.sessions
+            .with_session(chan, &r.request_header, |_| Ok(()))?;
+        let fields = self.space.fields();
         let split = Split::new(nodes.len(), |i| {
             match route_node(fields, &nodes[i].node_id, false) {
                 Route::Mount(m)
@@ -337,9 +314,9 @@ impl Engine {
         });
         let ctx = ctx_of(&r.request_header);
         let local = async {
-            let space = self.space.read();
+            let space = self.space.local();
             let ops = pick(nodes, split.local());
-            self.with_session(chan, &r.request_header, |s| {
+            self.sessions.with_session(chan, &r.request_header, |s| {
                 Ok(space.browse(&r.view, max, &ops, &mut s.continuation_points))
             })
         };
@@ -369,9 +346,10 @@ impl Engine {
         r: &BrowseNextRequest,
     ) -> Result<ResponseMessage> {
         let cps = r.continuation_points.as_deref().unwrap_or(&[]);
-        check_count(cps.len(), self.space.read().limits().max_nodes_per_browse)?;
-        self.with_session(chan, &r.request_header, |_| Ok(()))?;
-        let fields = self.fields();
+        check_count(cps.len(), self.space.local().limits().max_nodes_per_browse)?;
+        self.sessions
+            .with_session(chan, &r.request_header, |_| Ok(()))?;
+        let fields = self.space.fields();
         let mounts = fields.map_or(0, |f| f.conns.len());
         let split = Split::new(cps.len(), |i| match proxy::unwrap_cp(&cps[i]) {
             Some((m, _)) if usize::from(m) < mounts => Route::Mount(usize::from(m)),
@@ -380,9 +358,9 @@ impl Engine {
         });
         let ctx = ctx_of(&r.request_header);
         let local = async {
-            let space = self.space.read();
+            let space = self.space.local();
             let ops = pick(cps, split.local());
-            self.with_session(chan, &r.request_header, |s| {
+            self.sessions.with_session(chan, &r.request_header, |s| {
                 Ok(space.browse_next(
                     r.release_continuation_points,
                     &ops,
@@ -421,17 +399,18 @@ impl Engine {
     ) -> Result<ResponseMessage> {
         let paths = r.browse_paths.as_deref().unwrap_or(&[]);
         let (mut local, remote) = {
-            let space = self.space.read();
+            let space = self.space.local();
             check_count(paths.len(), space.limits().max_nodes_per_translate)?;
-            self.with_session(chan, &r.request_header, |_| Ok(()))?;
+            self.sessions
+                .with_session(chan, &r.request_header, |_| Ok(()))?;
             let local = space.translate(paths);
-            let remote = match self.fields() {
+            let remote = match self.space.fields() {
                 Some(fields) => remote_paths(fields, &space, paths, &local),
                 None => HashMap::new(),
             };
             (local, remote)
         };
-        let fields = self.fields();
+        let fields = self.space.fields();
         let split = Split::new(paths.len(), |i| match remote.get(&i) {
             Some((m, _)) => Route::Mount(*m),
             None => Route::Local,
@@ -474,10 +453,12 @@ impl Engine {
         let calls = r.methods_to_call.as_deref().unwrap_or(&[]);
         check_count(
             calls.len(),
-            self.space.read().limits().max_nodes_per_method_call,
+            self.space.local().limits().max_nodes_per_method_call,
         )?;
-        let caller = self.caller(chan, &r.request_header.authentication_token)?;
-        let fields = self.fields();
+        let caller = self
+            .sessions
+            .caller(chan, &r.request_header.authentication_token)?;
+        let fields = self.space.fields();
         let split = Split::new(calls.len(), |i| {
             route_node(fields, &calls[i].object_id, false)
         });
@@ -514,14 +495,15 @@ impl Engine {
         r: &HistoryReadRequest,
     ) -> Result<ResponseMessage> {
         let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
-        check_count(nodes.len(), self.space.read().limits().max_nodes_per_read)?;
+        check_count(nodes.len(), self.space.local().limits().max_nodes_per_read)?;
         if r.timestamps_to_return == TimestampsToReturn::Invalid {
             return Err(ServiceError::Status(
                 StatusCode::BadTimestampsToReturnInvalid,
             ));
         }
-        self.with_session(chan, &r.request_header, |_| Ok(()))?;
-        let fields = self.fields();
+        self.sessions
+            .with_session(chan, &r.request_header, |_| Ok(()))?;
+        let fields = self.space.fields();
         let split = Split::new(nodes.len(), |i| {
             match route_node(fields, &nodes[i].node_id, false) {
                 Route::Local => Route::Answered(StatusCode::BadHistoryOperationUnsupported),
@@ -605,156 +587,4 @@ fn remote_paths(
         }
     }
     remote
-}
-
-impl Engine {
-    /// Recent events of the field connection `name` (console).
-    pub fn field_history(&self, name: &str) -> Option<Vec<uagate_field::HistoryEvent>> {
-        let f = self.fields()?;
-        Some(f.conns.get(f.index_of(name)?)?.history())
-    }
-
-    /// Connect attempts and recovery durations of a field connection.
-    pub fn field_reconnect_stats(&self, name: &str) -> Option<uagate_field::ReconnectStats> {
-        let f = self.fields()?;
-        Some(f.conns.get(f.index_of(name)?)?.reconnect_stats())
-    }
-
-    /// Asks a field connection to leave its active server (console). `None`
-    /// for an unknown (or not running) connection.
-    pub fn field_force_failover(
-        &self,
-        name: &str,
-        actor: &str,
-    ) -> Option<std::result::Result<(), &'static str>> {
-        let f = self.fields()?;
-        Some(f.conns.get(f.index_of(name)?)?.force_failover(actor))
-    }
-
-    /// Starts a new reconnect cycle now for every server of a field
-    /// connection that waits or gave up (console and REST "Reconnect
-    /// now"); `None` when no such connection runs.
-    pub fn field_reconnect_now(&self, name: &str, actor: &str) -> Option<()> {
-        let f = self.fields()?;
-        f.conns.get(f.index_of(name)?)?.reconnect_now(actor);
-        Some(())
-    }
-
-    /// Probes every URL of a field connection (console "test connection").
-    pub async fn field_probe(
-        &self,
-        name: &str,
-        timeout: std::time::Duration,
-    ) -> Option<Vec<uagate_field::Probe>> {
-        let f = self.fields()?;
-        let conn = f.conns.get(f.index_of(name)?)?;
-        Some(conn.probe(timeout).await)
-    }
-
-    /// The status of a running field connection, `None` for an unknown one.
-    pub fn field_status(&self, name: &str) -> Option<uagate_field::FieldStatus> {
-        let f = self.fields()?;
-        let c = f.conns.get(f.index_of(name)?)?;
-        let st = c.status().borrow().clone();
-        Some(st)
-    }
-
-    /// (Reads asked, southbound Reads sent) of the field connection `name`
-    /// since it started (concurrent Reads are merged); `None` for an
-    /// unknown connection.
-    pub fn field_read_stats(&self, name: &str) -> Option<(u64, u64)> {
-        let f = self.fields()?;
-        Some(f.conns.get(f.index_of(name)?)?.read_stats())
-    }
-
-    /// (Shared event items, events dropped as duplicates, events dropped
-    /// on overflow) of the field connection `name`; `None` for an unknown
-    /// connection.
-    pub fn field_event_stats(&self, name: &str) -> Option<(usize, u64, u64)> {
-        let f = self.fields()?;
-        Some(f.conns.get(f.index_of(name)?)?.event_stats())
-    }
-
-    /// Number of shared southbound items of the field connection `name`.
-    pub fn field_shared_items(&self, name: &str) -> Option<usize> {
-        let f = self.fields()?;
-        Some(f.conns.get(f.index_of(name)?)?.shared_item_count())
-    }
-}
-
-impl Engine {
-    /// Before CreateMonitoredItems: fetches the EURange of every mounted node
-    /// that gets a percent deadband, so the (synchronous) item creation can
-    /// resolve it like for a local node. Failures leave the range unknown
-    /// (the item then gets `BadFilterNotAllowed`).
-    pub(crate) async fn prefetch_field_eu_ranges(
-        &self,
-        r: &opcua_types::CreateMonitoredItemsRequest,
-    ) {
-        let Some(fields) = self.fields() else { return };
-        let mut per_mount: HashMap<usize, Vec<NodeId>> = HashMap::new();
-        for item in r.items_to_create.as_deref().unwrap_or(&[]) {
-            let percent = item
-                .requested_parameters
-                .filter
-                .inner_as::<opcua_types::DataChangeFilter>()
-                .is_some_and(|f| f.deadband_type == opcua_types::DeadbandType::Percent as u32);
-            let node = &item.item_to_monitor.node_id;
-            if !percent {
-                continue;
-            }
-            if let Some(m) = fields.route(node) {
-                if !fields.is_mount_folder(m, node) && fields.conns[m].eu_range(node).is_none() {
-                    per_mount.entry(m).or_default().push(node.clone());
-                }
-            }
-        }
-        let ctx = ctx_of(&r.request_header);
-        for (m, nodes) in per_mount {
-            let conn = &fields.conns[m];
-            let Ok(link) = conn.link(ctx.deadline).await else {
-                continue;
-            };
-            let paths: Vec<BrowsePath> = nodes
-                .iter()
-                .map(|n| BrowsePath {
-                    starting_node: n.clone(),
-                    relative_path: RelativePath {
-                        elements: Some(vec![opcua_types::RelativePathElement {
-                            reference_type_id: opcua_types::ReferenceTypeId::HasProperty.into(),
-                            is_inverse: false,
-                            include_subtypes: true,
-                            target_name: opcua_types::QualifiedName::new(0, "EURange"),
-                        }]),
-                    },
-                })
-                .collect();
-            let Ok(found) = proxy::translate(&link, &paths, ctx).await else {
-                continue;
-            };
-            let (owners, props): (Vec<NodeId>, Vec<opcua_types::ReadValueId>) = nodes
-                .into_iter()
-                .zip(found.results)
-                .filter_map(|(n, res)| {
-                    let t = res.targets?.into_iter().next()?;
-                    Some((n, opcua_types::ReadValueId::from(t.target_id.node_id)))
-                })
-                .unzip();
-            if props.is_empty() {
-                continue;
-            }
-            let Ok(values) =
-                proxy::read(&link, &props, TimestampsToReturn::Neither, 0.0, ctx).await
-            else {
-                continue;
-            };
-            for (n, dv) in owners.into_iter().zip(values.results) {
-                if let Some(opcua_types::Variant::ExtensionObject(eo)) = dv.value {
-                    if let Some(range) = eo.inner_as::<opcua_types::Range>() {
-                        conn.set_eu_range(n, (range.low, range.high));
-                    }
-                }
-            }
-        }
-    }
 }

@@ -10,10 +10,9 @@ use opcua_crypto::{
 use opcua_types::{
     ActivateSessionRequest, ActivateSessionResponse, AnonymousIdentityToken, ByteString,
     CancelRequest, CancelResponse, CloseSessionRequest, CloseSessionResponse, CreateSessionRequest,
-    CreateSessionResponse, FindServersRequest, FindServersResponse, GetEndpointsRequest,
-    GetEndpointsResponse, MessageSecurityMode, NodeId, RegisterNodesRequest, RegisterNodesResponse,
-    RequestHeader, ResponseHeader, ServiceFault, SignatureData, StatusCode, UnregisterNodesRequest,
-    UnregisterNodesResponse, UserNameIdentityToken, X509IdentityToken,
+    CreateSessionResponse, MessageSecurityMode, NodeId, RegisterNodesRequest,
+    RegisterNodesResponse, RequestHeader, ResponseHeader, ServiceFault, SignatureData, StatusCode,
+    UnregisterNodesRequest, UnregisterNodesResponse, UserNameIdentityToken, X509IdentityToken,
 };
 use uagate_config::UserToken;
 
@@ -21,6 +20,7 @@ use crate::endpoints::policy_id;
 use crate::error::ServiceError;
 use crate::routed::check_count;
 use crate::session::{Active, Created, Phase, Session, UserIdentity};
+use crate::sessions::subscription_limits;
 use crate::{ChannelInfo, Engine};
 
 /// Nonce length required of clients on secured channels (Part 4).
@@ -51,7 +51,7 @@ impl Engine {
         let started = Instant::now();
         let answer = self.answer_request(chan, request_id, request).await;
         if let Some(a) = &answer {
-            self.stats.observe(
+            self.pipeline.stats().observe(
                 service,
                 a.response_header().service_result,
                 started.elapsed(),
@@ -74,7 +74,7 @@ impl Engine {
             (
                 RequestMessage::CreateSession(_) | RequestMessage::ActivateSession(_),
                 Some(caller),
-            ) => match self.admission.session_establishment(caller) {
+            ) => match self.pipeline.admission().session_establishment(caller) {
                 Ok(lease) => Some(lease),
                 Err(rejection) => {
                     tracing::debug!(%rejection, "session establishment refused");
@@ -91,8 +91,8 @@ impl Engine {
                 Ok(answer) => return answer,
                 Err(e) => Err(e),
             },
-            RequestMessage::GetEndpoints(r) => Ok(self.get_endpoints(&r)),
-            RequestMessage::FindServers(r) => Ok(self.find_servers(&r)),
+            RequestMessage::GetEndpoints(r) => Ok(self.endpoints.get_endpoints(&r)),
+            RequestMessage::FindServers(r) => Ok(self.endpoints.find_servers(&r)),
             RequestMessage::CreateSession(r) => self.create_session(chan, &r),
             RequestMessage::ActivateSession(r) => Box::pin(self.activate_session(chan, &r)).await,
             RequestMessage::CloseSession(r) => self.close_session(chan, &r),
@@ -107,7 +107,9 @@ impl Engine {
             }
             RequestMessage::RegisterNodes(r) => self.register_nodes(chan, &r),
             RequestMessage::UnregisterNodes(r) => self.unregister_nodes(chan, &r),
-            RequestMessage::Read(r) if self.fields().is_none() => self.read_unmounted(chan, &r),
+            RequestMessage::Read(r) if self.space.fields().is_none() => {
+                self.read_unmounted(chan, &r)
+            }
             RequestMessage::Read(r) => Box::pin(self.read(chan, &r)).await,
             RequestMessage::Write(r) => Box::pin(self.write(chan, &r)).await,
             RequestMessage::HistoryRead(r) => Box::pin(self.history_read(chan, &r)).await,
@@ -117,9 +119,11 @@ impl Engine {
             RequestMessage::SetPublishingMode(r) => self.set_publishing_mode(chan, &r),
             RequestMessage::DeleteSubscriptions(r) => self.delete_subscriptions(chan, &r),
             RequestMessage::Republish(r) => self.republish(chan, &r),
-            RequestMessage::TransferSubscriptions(r) => self.transfer_subscriptions(chan, &r),
+            RequestMessage::TransferSubscriptions(r) => {
+                self.sessions.transfer_subscriptions(chan, &r)
+            }
             RequestMessage::CreateMonitoredItems(r) => {
-                Box::pin(self.prefetch_field_eu_ranges(&r)).await;
+                Box::pin(self.space.prefetch_field_eu_ranges(&r)).await;
                 self.create_monitored_items(chan, &r)
             }
             RequestMessage::ModifyMonitoredItems(r) => self.modify_monitored_items(chan, &r),
@@ -132,65 +136,6 @@ impl Engine {
             tracing::debug!(error = %e, "service fault");
             fault(&header, &e)
         }))
-    }
-
-    /// Runs `f` on the active session of this request, refreshing its activity time.
-    pub(crate) fn with_session<T>(
-        &self,
-        chan: &ChannelInfo,
-        header: &RequestHeader,
-        f: impl FnOnce(&mut Session) -> Result<T>,
-    ) -> Result<T> {
-        let mut sessions = self.sessions.lock();
-        let session = sessions.get_mut(&header.authentication_token)?;
-        if session.channel_id != chan.channel_id {
-            return Err(ServiceError::WrongChannel);
-        }
-        if !session.is_active() {
-            return Err(ServiceError::SessionNotActivated);
-        }
-        session.last_activity = Instant::now();
-        f(session)
-    }
-
-    fn get_endpoints(&self, r: &GetEndpointsRequest) -> ResponseMessage {
-        // Every transport's endpoints, whichever transport asked (a client
-        // may discover over opc.tcp and connect over opc.wss or opc.https).
-        let wanted = r.profile_uris.as_deref().unwrap_or(&[]);
-        let endpoints = self
-            .discovery
-            .iter()
-            .filter(|e| {
-                wanted.is_empty()
-                    || wanted
-                        .iter()
-                        .any(|p| p.as_ref() == e.transport_profile_uri.as_ref())
-            })
-            .cloned()
-            .collect();
-        GetEndpointsResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            endpoints: Some(endpoints),
-        }
-        .into()
-    }
-
-    fn find_servers(&self, r: &FindServersRequest) -> ResponseMessage {
-        let uris = r.server_uris.as_deref().unwrap_or(&[]);
-        let servers = if uris.is_empty()
-            || uris
-                .iter()
-                .any(|u| u.as_ref() == self.application.application_uri.as_ref())
-        {
-            vec![self.application.clone()]
-        } else {
-            Vec::new()
-        };
-        FindServersResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            servers: Some(servers),
-        }
-        .into()
     }
 
     fn create_session(
@@ -214,13 +159,10 @@ impl Engine {
             }
         }
         let limits = &self.config.server;
-        let refused = {
-            let control = self.control.lock();
-            control.draining()
-                || (limits.refuse_sessions_in_maintenance
-                    && control.in_maintenance(self.level_provider.service_level()))
-        };
-        if refused {
+        if self
+            .control
+            .refuses_sessions(limits.refuse_sessions_in_maintenance)
+        {
             return Err(ServiceError::Status(StatusCode::BadServerHalted));
         }
         let requested = Duration::from_secs_f64((r.requested_session_timeout.max(0.0)) / 1000.0);
@@ -228,7 +170,7 @@ impl Engine {
         let server_nonce = random::byte_string(MIN_NONCE_LEN);
         let server_signature = if secure {
             opcua_crypto::create_signature_data(
-                &self.identity.key,
+                &self.endpoints.identity().key,
                 chan.policy,
                 &r.client_certificate,
                 &r.client_nonce,
@@ -254,7 +196,9 @@ impl Engine {
             continuation_points: uagate_space::ContinuationPoints::new(
                 limits.max_browse_continuation_points,
             ),
-            subscriptions: uagate_subs::SessionSubscriptions::new(self.subscription_limits()),
+            subscriptions: uagate_subs::SessionSubscriptions::new(subscription_limits(
+                &self.config.server,
+            )),
             origin: crate::session::Origin {
                 transport: chan.transport,
                 security_policy: chan.policy.to_uri().to_string(),
@@ -268,15 +212,8 @@ impl Engine {
             },
         };
         let (id, token) = (session.id.clone(), session.auth_token.clone());
-        let (count, evicted) = {
-            let mut sessions = self.sessions.lock();
-            let evicted = sessions.insert(session)?;
-            (sessions.len(), evicted)
-        };
-        if let Some(e) = evicted {
-            tracing::warn!(session = %e.id, channel = e.channel_id, "session table full: evicted the oldest session never activated");
-        }
-        self.publish_session_count(count);
+        let count = self.sessions.insert(session)?;
+        self.space.publish_session_count(count);
         tracing::info!(channel = chan.channel_id, session = %id, "session created");
         Ok(CreateSessionResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
@@ -284,8 +221,8 @@ impl Engine {
             authentication_token: token,
             revised_session_timeout: timeout.as_secs_f64() * 1000.0,
             server_nonce,
-            server_certificate: self.identity.cert.as_byte_string(),
-            server_endpoints: Some(self.discovery.clone()),
+            server_certificate: self.endpoints.identity().cert.as_byte_string(),
+            server_endpoints: Some(self.endpoints.discovery().to_vec()),
             server_software_certificates: None,
             server_signature,
             max_request_message_size: limits.max_message_size,
@@ -318,7 +255,7 @@ impl Engine {
                     &r.client_signature,
                     chan.policy,
                     client_cert,
-                    &self.identity.cert,
+                    &self.endpoints.identity().cert,
                     session.server_nonce.as_ref(),
                 )
                 .map_err(|_| ServiceError::ApplicationSignatureInvalid)?;
@@ -406,12 +343,13 @@ impl Engine {
                 }
                 t.password.clone()
             } else {
-                legacy_decrypt_secret(t, server_nonce.as_ref(), &self.identity.key)
+                legacy_decrypt_secret(t, server_nonce.as_ref(), &self.endpoints.identity().key)
                     .map_err(|_| ServiceError::IdentityTokenInvalid("password decryption failed"))?
             };
             let password = String::from_utf8(password.as_ref().to_vec())
                 .map_err(|_| ServiceError::UserAccessDenied)?;
-            self.throttle.wait(&name).await;
+            let throttle = self.sessions.throttle();
+            throttle.wait(&name).await;
             let verdict = self
                 .store
                 .verify_user(&name, &password)
@@ -419,11 +357,11 @@ impl Engine {
                 .map_err(|e| ServiceError::Internal(e.to_string()))?;
             return match verdict {
                 Some(role) => {
-                    self.throttle.success(&name);
+                    throttle.success(&name);
                     Ok(UserIdentity::User { name, role })
                 }
                 None => {
-                    self.throttle.failure(&name);
+                    throttle.failure(&name);
                     tracing::warn!(user = %name, "user authentication failed");
                     Err(ServiceError::UserAccessDenied)
                 }
@@ -442,7 +380,7 @@ impl Engine {
                 t,
                 &r.user_token_signature,
                 policy,
-                &self.identity.cert,
+                &self.endpoints.identity().cert,
                 server_nonce.as_ref(),
             )
             .map_err(|_| ServiceError::UserSignatureInvalid)?;
@@ -473,20 +411,10 @@ impl Engine {
         chan: &ChannelInfo,
         r: &CloseSessionRequest,
     ) -> Result<ResponseMessage> {
-        let count = {
-            let mut sessions = self.sessions.lock();
-            let session = sessions.get_mut(&r.request_header.authentication_token)?;
-            if session.channel_id != chan.channel_id {
-                return Err(ServiceError::WrongChannel);
-            }
-            // Subscriptions arrive with a later issue; there is nothing to delete yet
-            // whatever `delete_subscriptions` says.
-            if let Some(s) = sessions.remove(&r.request_header.authentication_token) {
-                tracing::info!(session = %s.id, "session closed");
-            }
-            sessions.len()
-        };
-        self.publish_session_count(count);
+        let count = self
+            .sessions
+            .close(chan, &r.request_header.authentication_token)?;
+        self.space.publish_session_count(count);
         Ok(CloseSessionResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
         }
@@ -496,7 +424,8 @@ impl Engine {
     fn cancel(&self, chan: &ChannelInfo, r: &CancelRequest) -> Result<ResponseMessage> {
         // Requests of a channel run to completion in arrival order, so when
         // Cancel is processed there is no earlier request left to cancel.
-        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        self.sessions
+            .with_session(chan, &r.request_header, |_| Ok(()))?;
         Ok(CancelResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
             cancel_count: 0,
@@ -510,9 +439,10 @@ impl Engine {
         r: &RegisterNodesRequest,
     ) -> Result<ResponseMessage> {
         let nodes = r.nodes_to_register.as_deref().unwrap_or(&[]);
-        let space = self.space.read();
+        let space = self.space.local();
         check_count(nodes.len(), space.limits().max_nodes_per_register)?;
-        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        self.sessions
+            .with_session(chan, &r.request_header, |_| Ok(()))?;
         Ok(RegisterNodesResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
             registered_node_ids: Some(space.register(nodes)),
@@ -526,9 +456,10 @@ impl Engine {
         r: &UnregisterNodesRequest,
     ) -> Result<ResponseMessage> {
         let nodes = r.nodes_to_unregister.as_deref().unwrap_or(&[]);
-        let space = self.space.read();
+        let space = self.space.local();
         check_count(nodes.len(), space.limits().max_nodes_per_register)?;
-        self.with_session(chan, &r.request_header, |_| Ok(()))?;
+        self.sessions
+            .with_session(chan, &r.request_header, |_| Ok(()))?;
         space.unregister(nodes);
         Ok(UnregisterNodesResponse {
             response_header: ResponseHeader::new_good(&r.request_header),

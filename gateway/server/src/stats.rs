@@ -260,9 +260,9 @@ impl OpenCount {
         channel: bool,
     ) -> OpenCount {
         if channel {
-            engine.stats.channel(transport, 1);
+            engine.pipeline.stats().channel(transport, 1);
         } else {
-            engine.stats.connection(transport, 1);
+            engine.pipeline.stats().connection(transport, 1);
         }
         OpenCount {
             engine,
@@ -275,9 +275,9 @@ impl OpenCount {
 impl Drop for OpenCount {
     fn drop(&mut self) {
         if self.channel {
-            self.engine.stats.channel(self.transport, -1);
+            self.engine.pipeline.stats().channel(self.transport, -1);
         } else {
-            self.engine.stats.connection(self.transport, -1);
+            self.engine.pipeline.stats().connection(self.transport, -1);
         }
     }
 }

@@ -2,9 +2,11 @@
 //! sans-IO engine in `uagate-subs`. Each session owns a
 //! `SessionSubscriptions`; the subscription timer task calls
 //! [`Engine::tick_subscriptions`] and routes Publish responses to the
-//! session's channel.
+//! session's channel. TransferSubscriptions touches the sessions alone and
+//! is the sessions part's (`sessions.rs`).
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use opcua_core::ResponseMessage;
 use opcua_types::{
@@ -17,14 +19,14 @@ use opcua_types::{
     RepublishRequest, RepublishResponse, RequestHeader, ResponseHeader, ServerState, ServiceFault,
     SetMonitoringModeRequest, SetMonitoringModeResponse, SetPublishingModeRequest,
     SetPublishingModeResponse, SetTriggeringRequest, SetTriggeringResponse, SimpleAttributeOperand,
-    StatusCode, TimestampsToReturn, TransferResult, TransferSubscriptionsRequest,
-    TransferSubscriptionsResponse, Variant,
+    StatusCode, TimestampsToReturn, Variant,
 };
+use tokio_util::sync::CancellationToken;
 use uagate_space::LocalSpace;
 use uagate_subs::{EventFields, ItemSource, ResponseOrFault};
 
 use crate::error::ServiceError;
-use crate::session::{Session, UserIdentity};
+use crate::session::Session;
 use crate::{ChannelInfo, Engine};
 
 type Result<T> = std::result::Result<T, ServiceError>;
@@ -205,6 +207,35 @@ impl GatewayEvent {
     }
 }
 
+impl GatewayEvent {
+    /// The SystemStatusChangeEvent and the audit event of a state change
+    /// requested by `actor`.
+    pub(crate) fn state_change(state: ServerState, actor: &str) -> [GatewayEvent; 2] {
+        let mut status = GatewayEvent::new(
+            SYSTEM_STATUS_CHANGE_EVENT,
+            &format!("server state changed to {state:?}"),
+            500,
+        );
+        status
+            .extra
+            .push(("SystemState", Variant::from(state as i32)));
+        let mut audit = GatewayEvent::new(
+            AUDIT_UPDATE_METHOD_EVENT,
+            "RequestServerStateChange called",
+            500,
+        );
+        audit.extra.push(("Status", Variant::from(true)));
+        audit.extra.push(("ClientUserId", Variant::from(actor)));
+        audit
+            .extra
+            .push(("ActionTimeStamp", Variant::from(audit.time)));
+        audit
+            .extra
+            .push(("MethodId", Variant::from(NodeId::new(0, 12886u32))));
+        [status, audit]
+    }
+}
+
 impl EventFields for GatewayEvent {
     fn field(&self, operand: &SimpleAttributeOperand) -> Variant {
         let name = operand
@@ -244,24 +275,6 @@ fn publish_answer(r: ResponseOrFault) -> ResponseMessage {
     }
 }
 
-/// Part 4 5.13.7: an anonymous subscription moves only between sessions of
-/// the same client application (ApplicationUri of the certificates) on
-/// signed channels; anonymous users are otherwise indistinguishable.
-fn same_secure_client(owner_certificate: &ByteString, chan: &ChannelInfo) -> bool {
-    if chan.mode == opcua_types::MessageSecurityMode::None || owner_certificate.is_null() {
-        return false;
-    }
-    let uri = |c: &ByteString| {
-        uagate_store::certificate_application_uri(c.as_ref())
-            .ok()
-            .flatten()
-    };
-    match (uri(owner_certificate), uri(&chan.client_certificate)) {
-        (Some(a), Some(b)) => a == b,
-        _ => false,
-    }
-}
-
 fn check_timestamps(ts: TimestampsToReturn) -> Result<()> {
     if ts == TimestampsToReturn::Invalid {
         return Err(ServiceError::Status(
@@ -271,7 +284,8 @@ fn check_timestamps(ts: TimestampsToReturn) -> Result<()> {
     Ok(())
 }
 
-fn ids_checked(n: usize) -> Result<()> {
+/// BadNothingToDo for a request naming no subscription or item.
+pub(crate) fn ids_checked(n: usize) -> Result<()> {
     if n == 0 {
         Err(ServiceError::NothingToDo)
     } else {
@@ -289,11 +303,11 @@ impl Engine {
         header: &RequestHeader,
         f: impl FnOnce(&mut Session, &SpaceSource<'_>) -> Result<T>,
     ) -> Result<T> {
-        let space = self.space.read();
-        let source = SpaceSource(&space, self.fields());
-        let result = self.with_session(chan, header, |s| f(s, &source));
+        let space = self.space.local();
+        let source = SpaceSource(&space, self.space.fields());
+        let result = self.sessions.with_session(chan, header, |s| f(s, &source));
         drop(space);
-        self.subs_changed.notify_one();
+        self.sessions.notify_changed();
         self.sync_field_demand();
         result
     }
@@ -430,7 +444,7 @@ impl Engine {
         ) -> std::result::Result<T, StatusCode>,
     ) -> Result<T> {
         ids_checked(count)?;
-        self.check_item_limit(count)?;
+        self.space.check_item_limit(count)?;
         self.with_subs(chan, header, |s, source| {
             f(
                 &mut s.subscriptions,
@@ -567,88 +581,6 @@ impl Engine {
         .into())
     }
 
-    /// TransferSubscriptions: moves subscriptions of another session of the
-    /// same user to the caller's session.
-    pub(crate) fn transfer_subscriptions(
-        &self,
-        chan: &ChannelInfo,
-        r: &TransferSubscriptionsRequest,
-    ) -> Result<ResponseMessage> {
-        let ids = r.subscription_ids.as_deref().unwrap_or(&[]);
-        ids_checked(ids.len())?;
-        let token = &r.request_header.authentication_token;
-        let caller = self.caller(chan, token)?;
-        let now = Instant::now();
-        let now_dt = DateTime::now();
-        let mut results = Vec::with_capacity(ids.len());
-        {
-            let mut sessions = self.sessions.lock();
-            for id in ids {
-                let owner = sessions.find_subscription_owner(*id);
-                let status = match owner {
-                    None => StatusCode::BadSubscriptionIdInvalid,
-                    Some(owner_token) => {
-                        let same_user = &owner_token == token
-                            || sessions
-                                .get_mut(&owner_token)
-                                .map(|s| {
-                                    s.identity() == Some(&caller.identity)
-                                        && (!matches!(caller.identity, UserIdentity::Anonymous)
-                                            || same_secure_client(&s.client_certificate, chan))
-                                })
-                                .unwrap_or(false);
-                        if !same_user {
-                            StatusCode::BadUserAccessDenied
-                        } else if &owner_token == token {
-                            // Already ours: just resend if asked.
-                            StatusCode::Good
-                        } else {
-                            match sessions
-                                .get_mut(&owner_token)
-                                .ok()
-                                .and_then(|s| s.subscriptions.take(*id, now_dt))
-                            {
-                                Some(sub) => match sessions.get_mut(token) {
-                                    Ok(target) => target
-                                        .subscriptions
-                                        .insert(sub, r.send_initial_values, now)
-                                        .err()
-                                        .unwrap_or(StatusCode::Good),
-                                    Err(_) => StatusCode::BadSessionIdInvalid,
-                                },
-                                None => StatusCode::BadSubscriptionIdInvalid,
-                            }
-                        }
-                    }
-                };
-                let available = sessions
-                    .get_mut(token)
-                    .ok()
-                    .and_then(|s| s.subscriptions.subscription(*id))
-                    .map(|s| s.available_sequence_numbers());
-                results.push(TransferResult {
-                    status_code: status,
-                    available_sequence_numbers: if status.is_good() { available } else { None },
-                });
-            }
-        }
-        self.subs_changed.notify_one();
-        Ok(TransferSubscriptionsResponse {
-            response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(results),
-            diagnostic_infos: None,
-        }
-        .into())
-    }
-
-    fn check_item_limit(&self, n: usize) -> Result<()> {
-        let limit = self.space.read().limits().max_monitored_items_per_call;
-        if n > limit as usize {
-            return Err(ServiceError::TooManyOperations { got: n, limit });
-        }
-        Ok(())
-    }
-
     /// Advances every session's subscriptions whose deadline has come and
     /// sends the Publish responses. Returns the next deadline.
     pub(crate) fn tick_subscriptions(&self) -> Option<Instant> {
@@ -658,10 +590,14 @@ impl Engine {
         let mut next: Option<Instant> = None;
         // Events the field connections received go to their items first, so
         // they leave with this tick's messages.
-        let field_events = self.fields().map(|f| f.take_events()).unwrap_or_default();
+        let field_events = self
+            .space
+            .fields()
+            .map(|f| f.take_events())
+            .unwrap_or_default();
         {
-            let space = self.space.read();
-            let source = SpaceSource(&space, self.fields());
+            let space = self.space.local();
+            let source = SpaceSource(&space, self.space.fields());
             let mut sessions = self.sessions.lock();
             for s in sessions.iter_mut() {
                 for ev in &field_events {
@@ -689,7 +625,9 @@ impl Engine {
     /// Called after every item/subscription service and once a second (for
     /// subscriptions that expire and sessions that close).
     pub(crate) fn sync_field_demand(&self) {
-        let Some(fields) = self.fields() else { return };
+        let Some(fields) = self.space.fields() else {
+            return;
+        };
         let (items, events): (Vec<_>, Vec<_>) = {
             let sessions = self.sessions.lock();
             (
@@ -707,54 +645,21 @@ impl Engine {
         fields.set_event_demand(events.into_iter());
     }
 
-    /// The handles of subscription `id` if it belongs to session `session`.
-    pub(crate) fn monitored_item_handles(
-        &self,
-        session: &NodeId,
-        id: u32,
-    ) -> Option<(Vec<u32>, Vec<u32>)> {
-        let sessions = self.sessions.lock();
-        sessions
-            .by_session_id(session)
-            .and_then(|s| s.subscriptions.monitored_item_handles(id))
-    }
-
-    /// Raises SystemStatusChangeEvent and the audit event for a state change.
-    pub(crate) fn emit_state_change_event(&self, state: ServerState, actor: &str) {
-        let mut status = GatewayEvent::new(
-            SYSTEM_STATUS_CHANGE_EVENT,
-            &format!("server state changed to {state:?}"),
-            500,
-        );
-        status
-            .extra
-            .push(("SystemState", Variant::from(state as i32)));
-        let mut audit = GatewayEvent::new(
-            AUDIT_UPDATE_METHOD_EVENT,
-            "RequestServerStateChange called",
-            500,
-        );
-        audit.extra.push(("Status", Variant::from(true)));
-        audit.extra.push(("ClientUserId", Variant::from(actor)));
-        audit
-            .extra
-            .push(("ActionTimeStamp", Variant::from(audit.time)));
-        audit
-            .extra
-            .push(("MethodId", Variant::from(NodeId::new(0, 12886u32))));
-        self.emit_event(&status);
-        self.emit_event(&audit);
-    }
-
-    /// Delivers an event to every session's event monitored items.
-    pub(crate) fn emit_event(&self, event: &GatewayEvent) {
-        let now = Instant::now();
-        {
-            let mut sessions = self.sessions.lock();
-            for s in sessions.iter_mut() {
-                s.subscriptions.push_event(event, now);
+    /// Runs the subscription timer until `cancel`: advances subscriptions
+    /// at their deadlines, at least once a second, and whenever the
+    /// sessions part reports a change. Spawned once by [`crate::start`].
+    pub(crate) async fn subscription_timer(self: Arc<Self>, cancel: CancellationToken) {
+        loop {
+            let next = self.tick_subscriptions();
+            // Sleep until the next deadline, at most 1 s, or until woken.
+            let wake = next
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(1))
+                .min(Instant::now() + Duration::from_secs(1));
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = self.sessions.changed() => {},
+                _ = tokio::time::sleep_until(wake.into()) => {},
             }
         }
-        self.subs_changed.notify_one();
     }
 }

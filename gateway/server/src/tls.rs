@@ -136,7 +136,11 @@ pub(crate) async fn accept_loop(
             }
         };
         // Admission comes before any TLS state exists.
-        match engine.admission.admit_connection(peer.ip(), Instant::now()) {
+        match engine
+            .pipeline
+            .admission()
+            .admit_connection(peer.ip(), Instant::now())
+        {
             Ok(admitted) => {
                 let _ = stream.set_nodelay(true);
                 let engine = engine.clone();
@@ -433,7 +437,11 @@ fn websocket(conn: &Arc<Conn>, mut req: Request<Incoming>) -> Response<Full<Byte
     }
     let engine = &conn.engine;
     // The UACP handshake ahead is charged like an opc.tcp connection's.
-    let handshake = match engine.admission.acquire(Stage::Handshake, &conn.caller, 1) {
+    let handshake = match engine
+        .pipeline
+        .admission()
+        .acquire(Stage::Handshake, &conn.caller, 1)
+    {
         Ok(lease) => lease,
         Err(rejection) => {
             tracing::debug!(%rejection, "WebSocket upgrade refused");
@@ -467,7 +475,7 @@ fn websocket(conn: &Arc<Conn>, mut req: Request<Incoming>) -> Response<Full<Byte
         let ws =
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                 .await;
-        crate::tcp::drive_transport(engine, crate::ws::WsTransport::new(ws), cancel, admitted)
+        crate::driver::drive_transport(engine, crate::ws::WsTransport::new(ws), cancel, admitted)
             .await;
     });
     let mut r = Response::new(Full::new(Bytes::new()));
@@ -489,7 +497,7 @@ fn websocket(conn: &Arc<Conn>, mut req: Request<Incoming>) -> Response<Full<Byte
 /// binary-encoded response out (`HTTP 200` also for a ServiceFault).
 async fn https(conn: &Arc<Conn>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let engine = &conn.engine;
-    let Some(channel) = engine.https.as_ref() else {
+    let Some(channel) = engine.endpoints.https() else {
         return text(HttpStatus::NOT_FOUND, "opc.https is not enabled");
     };
     let binary = req
@@ -525,16 +533,18 @@ async fn https(conn: &Arc<Conn>, req: Request<Incoming>) -> Response<Full<Bytes>
     // The body is charged before it is read: its length when declared,
     // else the largest message it could be.
     let charge = declared.unwrap_or(max) as u64;
-    let retained = match engine
-        .admission
-        .acquire(Stage::ReassemblyBytes, &conn.caller, charge)
-    {
-        Ok(lease) => lease,
-        Err(rejection) => {
-            tracing::debug!(%rejection, "opc.https body refused");
-            return unavailable("no room for the request body; try again later");
-        }
-    };
+    let retained =
+        match engine
+            .pipeline
+            .admission()
+            .acquire(Stage::ReassemblyBytes, &conn.caller, charge)
+        {
+            Ok(lease) => lease,
+            Err(rejection) => {
+                tracing::debug!(%rejection, "opc.https body refused");
+                return unavailable("no room for the request body; try again later");
+            }
+        };
     // The body must arrive within the handshake deadline: a stalled body
     // would otherwise keep its ReassemblyBytes charge forever.
     let deadline = engine.config.isolation.handshake_timeout;
@@ -589,7 +599,10 @@ async fn https(conn: &Arc<Conn>, req: Request<Incoming>) -> Response<Full<Bytes>
     channel.waiting.lock().insert(request_id, tx);
     let _waiting = Waiting(channel, request_id);
     let chan = Arc::new(chan);
-    let response = match engine.submit(&chan, request_id, Box::new(request), None) {
+    let response = match engine
+        .pipeline
+        .submit(&chan, request_id, Box::new(request), None)
+    {
         Err(refusal) => refusal,
         Ok(()) => match tokio::time::timeout(MAX_REQUEST_WAIT, rx).await {
             Ok(Ok(r)) => r,

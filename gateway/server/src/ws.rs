@@ -26,7 +26,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
-use crate::tcp::Transport;
+use crate::driver::Transport;
 
 /// The subprotocol of UACP over WebSocket.
 pub const SUBPROTOCOL: &str = "opcua+uacp";

@@ -1,0 +1,83 @@
+//! The engine's secure channels part: the ids handed out to new channels,
+//! where each open channel takes responses produced outside its request
+//! flow, and the registry of connections that could be reclaimed at
+//! capacity.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use opcua_core::ResponseMessage;
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use uagate_isolation::FastMap;
+
+use crate::dispatch::Reply;
+use crate::reclaim::Reclaimer;
+
+/// The channel id of the opc.https logical channel; UACP channels are
+/// numbered after it.
+pub(crate) const HTTPS_CHANNEL: u32 = 1;
+
+/// The open secure channels of the engine (every transport).
+pub(crate) struct Channels {
+    /// The id the next opened channel gets.
+    next_id: AtomicU32,
+    /// Where to send responses produced outside the request/response flow
+    /// (Publish answered by the subscription timer), by channel id.
+    responders: Mutex<FastMap<u32, mpsc::Sender<Reply>>>,
+    /// Live connections and which of them could be reclaimed at capacity.
+    reclaimer: Reclaimer,
+}
+
+impl Channels {
+    /// The channels at start: only the opc.https logical channel
+    /// ([`HTTPS_CHANNEL`]), answered through `https`. Called once by
+    /// [`crate::start`].
+    pub(crate) fn new(https: mpsc::Sender<Reply>) -> Channels {
+        Channels {
+            next_id: AtomicU32::new(HTTPS_CHANNEL + 1),
+            responders: Mutex::new([(HTTPS_CHANNEL, https)].into_iter().collect()),
+            reclaimer: Reclaimer::default(),
+        }
+    }
+
+    /// A fresh channel id; called for every OpenSecureChannel (Issue).
+    pub(crate) fn allocate_id(&self) -> u32 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Records where channel `channel_id` takes its later responses; called
+    /// by its connection driver when the channel opens.
+    pub(crate) fn open(&self, channel_id: u32, responder: mpsc::Sender<Reply>) {
+        self.responders.lock().insert(channel_id, responder);
+    }
+
+    /// Forgets channel `channel_id`; called when its connection ends.
+    pub(crate) fn close(&self, channel_id: u32) {
+        self.responders.lock().remove(&channel_id);
+    }
+
+    /// Where channel `channel_id` takes its responses, while it is open;
+    /// called by the dispatcher for every answered request.
+    pub(crate) fn responder(&self, channel_id: u32) -> Option<mpsc::Sender<Reply>> {
+        self.responders.lock().get(&channel_id).cloned()
+    }
+
+    /// Queues a response to request `request_id` of channel `channel_id`
+    /// without waiting; dropped (with a warning) when the channel is gone
+    /// or its queue is full.
+    pub(crate) fn send_later(&self, channel_id: u32, request_id: u32, response: ResponseMessage) {
+        if let Some(tx) = self.responders.lock().get(&channel_id) {
+            if tx.try_send((request_id, response, None)).is_err() {
+                tracing::warn!(
+                    channel = channel_id,
+                    "response dropped: channel gone or busy"
+                );
+            }
+        }
+    }
+
+    /// The live connections and their quiet state (reclaiming at capacity).
+    pub(crate) fn reclaimer(&self) -> &Reclaimer {
+        &self.reclaimer
+    }
+}

@@ -1,0 +1,235 @@
+//! The engine's control part: the server state an administrator requested
+//! and the operator's ServiceLevel override ([`health::Control`]), the
+//! computed ServiceLevel, what the Server object publishes of them, and the
+//! configuration in force with the outcome of the last change.
+
+use opcua_types::{DateTime, LocalizedText, ServerState};
+use parking_lot::Mutex;
+use uagate_config::{Config, Redundancy};
+use uagate_store::Store;
+
+use crate::health::{self, RequestedState, ServiceLevelProvider};
+use crate::reconfigure::ReconfigureStatus;
+use crate::space::AddressSpace;
+
+/// Settings key under which a requested server state is persisted (and
+/// audited); node-local, never replicated to the standby.
+pub(crate) const STATE_SETTING: &str = uagate_store::REQUESTED_STATE_SETTING;
+
+/// The externally controlled state of the server and its configuration.
+pub(crate) struct ServerControl {
+    /// The administrator-requested state and the operator's ServiceLevel override.
+    control: Mutex<health::Control>,
+    /// Computes ServiceLevel while running normally.
+    level_provider: Box<dyn ServiceLevelProvider>,
+    /// `[redundancy]` of the start-up configuration (ServerRedundancy).
+    redundancy: Redundancy,
+    /// This server's application URI (its entry in the redundant set).
+    application_uri: String,
+    /// The configuration in force (start-up document plus live changes).
+    applied: Mutex<Config>,
+    /// The outcome of the last stored configuration change.
+    reconfigure: Mutex<ReconfigureStatus>,
+}
+
+impl ServerControl {
+    /// The control state at start: `config` in force, `requested` the
+    /// state persisted before a restart. Called once by [`crate::start`].
+    pub(crate) fn new(
+        config: &Config,
+        application_uri: &str,
+        requested: Option<RequestedState>,
+    ) -> ServerControl {
+        ServerControl {
+            control: Mutex::new(health::Control {
+                requested,
+                override_level: None,
+                ..Default::default()
+            }),
+            level_provider: Box::new(health::ConstantLevel(health::HEALTHY_MAX)),
+            redundancy: config.redundancy.clone(),
+            application_uri: application_uri.to_string(),
+            applied: Mutex::new(config.clone()),
+            reconfigure: Mutex::new(ReconfigureStatus::Unchanged),
+        }
+    }
+
+    /// Publishes the current state and ServiceLevel on the Server object of
+    /// `space`. Called at start, after every state change and by housekeeping.
+    pub(crate) fn publish(&self, space: &AddressSpace) {
+        let computed = self.level_provider.service_level();
+        let control = self.control.lock().clone();
+        let level = control.service_level(computed);
+        let mut space = space.local_mut();
+        space.set_state(control.state());
+        space.set_service_level(level);
+        let r = &self.redundancy;
+        let own_uri = self.application_uri.clone();
+        let current = r
+            .current_server_id
+            .clone()
+            .unwrap_or_else(|| own_uri.clone());
+        space.set_redundancy(
+            redundancy_support(r.support),
+            &r.server_uris,
+            &current,
+            &[(own_uri, level, control.state())],
+        );
+        match &control.requested {
+            Some(r) => {
+                space.set_shutdown(r.seconds_till_shutdown, r.reason.clone());
+                space.set_estimated_return_time(r.estimated_return_time);
+            }
+            None => {
+                space.set_shutdown(0, LocalizedText::null());
+                space.set_estimated_return_time(DateTime::null());
+            }
+        }
+    }
+
+    /// Whether new sessions are refused because a maintenance state was
+    /// requested with drain.
+    pub(crate) fn draining(&self) -> bool {
+        self.control.lock().draining()
+    }
+
+    /// Whether CreateSession is refused now: draining, or (with
+    /// `in_maintenance`, the `refuse_sessions_in_maintenance` setting) in
+    /// the Maintenance subrange.
+    pub(crate) fn refuses_sessions(&self, in_maintenance: bool) -> bool {
+        let control = self.control.lock();
+        control.draining()
+            || (in_maintenance && control.in_maintenance(self.level_provider.service_level()))
+    }
+
+    /// The ServerStatus.State currently published.
+    pub(crate) fn state(&self) -> ServerState {
+        self.control.lock().state()
+    }
+
+    /// The ServiceLevel currently published.
+    pub(crate) fn service_level(&self) -> u8 {
+        self.control
+            .lock()
+            .service_level(self.level_provider.service_level())
+    }
+
+    /// Where the published ServiceLevel comes from and the override's reason.
+    pub(crate) fn level_source(&self) -> (&'static str, String) {
+        let c = self.control.lock();
+        (c.level_source(), c.override_reason.clone())
+    }
+
+    /// Sets (or with `None` clears) the operator's fixed ServiceLevel and
+    /// its reason (kept only with a level). Returns the override's
+    /// generation, which [`ServerControl::expire_override`] takes.
+    pub(crate) fn set_override(&self, level: Option<u8>, reason: String) -> u64 {
+        let mut c = self.control.lock();
+        c.override_level = level;
+        c.override_reason = if level.is_some() {
+            reason
+        } else {
+            String::new()
+        };
+        c.override_generation += 1;
+        c.override_generation
+    }
+
+    /// Clears the override of `generation` when no later change replaced
+    /// it; true when it was cleared (called when its expiry is due).
+    pub(crate) fn expire_override(&self, generation: u64) -> bool {
+        let mut c = self.control.lock();
+        let current = c.override_generation == generation;
+        if current {
+            c.override_level = None;
+            c.override_reason.clear();
+            c.override_generation += 1;
+        }
+        current
+    }
+
+    /// Applies a requested state (Running clears the request).
+    pub(crate) fn request(&self, requested: RequestedState) {
+        self.control.lock().request(requested);
+    }
+
+    /// The configuration in force: the one the gateway started with plus
+    /// every change applied live since.
+    pub(crate) fn applied(&self) -> Config {
+        self.applied.lock().clone()
+    }
+
+    /// Records `config` as the configuration in force (applied live).
+    pub(crate) fn set_applied(&self, config: Config) {
+        *self.applied.lock() = config;
+    }
+
+    /// What happened to the last stored configuration change.
+    pub(crate) fn reconfigure_status(&self) -> ReconfigureStatus {
+        self.reconfigure.lock().clone()
+    }
+
+    /// Records what happened to the last stored configuration change.
+    pub(crate) fn set_reconfigure_status(&self, status: ReconfigureStatus) {
+        *self.reconfigure.lock() = status;
+    }
+}
+
+/// The wire RedundancySupport for the configured mode.
+fn redundancy_support(mode: uagate_config::RedundancyMode) -> opcua_types::RedundancySupport {
+    use opcua_types::RedundancySupport as R;
+    use uagate_config::RedundancyMode as M;
+    match mode {
+        M::None => R::None,
+        M::Cold => R::Cold,
+        M::Warm => R::Warm,
+        M::Hot => R::Hot,
+        M::Transparent => R::Transparent,
+        M::HotAndMirrored => R::HotAndMirrored,
+    }
+}
+
+/// The persisted form of a requested state.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredState {
+    state: i32,
+    estimated_return_ticks: i64,
+    seconds_till_shutdown: u32,
+    reason_locale: String,
+    reason_text: String,
+    #[serde(default)]
+    drain: bool,
+}
+
+/// The text a requested state is persisted as (setting [`STATE_SETTING`]).
+pub(crate) fn encode_state(r: &RequestedState) -> String {
+    let stored = StoredState {
+        state: r.state as i32,
+        estimated_return_ticks: r.estimated_return_time.checked_ticks(),
+        seconds_till_shutdown: r.seconds_till_shutdown,
+        reason_locale: r.reason.locale.to_string(),
+        reason_text: r.reason.text.to_string(),
+        drain: r.drain,
+    };
+    serde_json::to_string(&stored).unwrap_or_default()
+}
+
+fn decode_state(text: &str) -> Option<RequestedState> {
+    let s: StoredState = serde_json::from_str(text).ok()?;
+    Some(RequestedState {
+        state: crate::methods::server_state(s.state)?,
+        estimated_return_time: DateTime::from(s.estimated_return_ticks),
+        seconds_till_shutdown: s.seconds_till_shutdown,
+        reason: LocalizedText::new(&s.reason_locale, &s.reason_text),
+        drain: s.drain,
+    })
+}
+
+/// The state requested before a restart, which stays in force; read once
+/// at start.
+pub(crate) async fn stored_state(store: &Store) -> Option<RequestedState> {
+    match store.setting(STATE_SETTING).await {
+        Ok(Some(text)) => decode_state(&text),
+        _ => None,
+    }
+}

@@ -1,0 +1,366 @@
+//! The engine's sessions part: the session table ([`Sessions`], pure data)
+//! behind its lock, the login throttle, and the wake-up of the
+//! subscription timer. Lock order: the address space lock may be taken
+//! before the sessions lock (services do), never the other way round.
+
+use std::time::Instant;
+
+use opcua_core::ResponseMessage;
+use opcua_types::{
+    ByteString, DateTime, NodeId, RequestHeader, ResponseHeader, StatusCode, TransferResult,
+    TransferSubscriptionsRequest, TransferSubscriptionsResponse,
+};
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::error::ServiceError;
+use crate::methods::Caller;
+use crate::session::{Session, Sessions, UserIdentity};
+use crate::subscriptions::GatewayEvent;
+use crate::throttle::Throttle;
+use crate::{ChannelInfo, SessionSummary};
+
+type Result<T> = std::result::Result<T, ServiceError>;
+
+/// The northbound sessions of the engine.
+pub(crate) struct SessionTable {
+    table: Mutex<Sessions>,
+    /// Slows down repeated failed logins per user name.
+    throttle: Throttle,
+    /// Wakes the subscription timer when subscriptions or Publish queues change.
+    changed: tokio::sync::Notify,
+}
+
+/// Subscription limits for a new session, from `[server]`; called by
+/// CreateSession.
+pub(crate) fn subscription_limits(s: &uagate_config::Server) -> uagate_subs::Limits {
+    uagate_subs::Limits {
+        min_publishing_interval: s.min_publishing_interval,
+        max_subscriptions_per_session: s.max_subscriptions_per_session,
+        max_monitored_items_per_subscription: s.max_monitored_items_per_subscription,
+        max_queue_size: s.max_queue_size,
+        min_sampling_interval: s.min_sampling_interval,
+        max_retransmission_queue: s.max_retransmission_queue,
+        max_publish_requests: s.max_publish_requests_per_session,
+        ..uagate_subs::Limits::default()
+    }
+}
+
+impl SessionTable {
+    /// An empty table admitting at most `max` sessions; built at start.
+    pub(crate) fn new(max: usize) -> SessionTable {
+        SessionTable {
+            table: Mutex::new(Sessions::new(max)),
+            throttle: Throttle::default(),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The table itself, for services that change several sessions or
+    /// sessions and other state in steps (ActivateSession, the
+    /// subscription timer).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Sessions> {
+        self.table.lock()
+    }
+
+    /// The login throttle (UserName identity tokens).
+    pub(crate) fn throttle(&self) -> &Throttle {
+        &self.throttle
+    }
+
+    /// Wakes the subscription timer: subscriptions, their items or a
+    /// Publish queue changed.
+    pub(crate) fn notify_changed(&self) {
+        self.changed.notify_one();
+    }
+
+    /// Resolves at the next [`SessionTable::notify_changed`]; awaited by
+    /// the subscription timer between deadlines.
+    pub(crate) async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// Number of sessions (created and active).
+    pub(crate) fn count(&self) -> usize {
+        self.table.lock().len()
+    }
+
+    /// Sessions never activated that CreateSession evicted from a full
+    /// session table since start (metrics).
+    pub(crate) fn evicted(&self) -> u64 {
+        self.table.lock().evicted()
+    }
+
+    /// Adds a session made by CreateSession, evicting the oldest session
+    /// never activated when the table is full. Returns the session count.
+    pub(crate) fn insert(&self, session: Session) -> Result<usize> {
+        let (count, evicted) = {
+            let mut sessions = self.table.lock();
+            let evicted = sessions.insert(session)?;
+            (sessions.len(), evicted)
+        };
+        if let Some(e) = evicted {
+            tracing::warn!(session = %e.id, channel = e.channel_id, "session table full: evicted the oldest session never activated");
+        }
+        Ok(count)
+    }
+
+    /// Removes the session of a CloseSession on `chan`. Returns the
+    /// session count.
+    pub(crate) fn close(&self, chan: &ChannelInfo, token: &NodeId) -> Result<usize> {
+        let mut sessions = self.table.lock();
+        on_channel(&mut sessions, chan, token)?;
+        // Subscriptions arrive with a later issue; there is nothing to delete yet
+        // whatever `delete_subscriptions` says.
+        if let Some(s) = sessions.remove(token) {
+            tracing::info!(session = %s.id, "session closed");
+        }
+        Ok(sessions.len())
+    }
+
+    /// Removes the session with public SessionId `id` (an operator closing
+    /// it). Returns it and the session count left.
+    pub(crate) fn remove_by_session_id(&self, id: &NodeId) -> Option<(Session, usize)> {
+        let mut sessions = self.table.lock();
+        let closed = sessions.remove_by_session_id(id);
+        let count = sessions.len();
+        drop(sessions);
+        Some((closed?, count))
+    }
+
+    /// Removes timed-out sessions, logging each. Returns the session count.
+    pub(crate) fn expire(&self, now: Instant) -> usize {
+        let mut sessions = self.table.lock();
+        for id in sessions.expire(now) {
+            tracing::info!(session = %id, "session timed out");
+        }
+        sessions.len()
+    }
+
+    /// Whether a session is bound to channel `channel_id`; asked by its
+    /// connection on every turn of its loop.
+    pub(crate) fn has_channel(&self, channel_id: u32) -> bool {
+        self.table.lock().has_channel(channel_id)
+    }
+
+    /// Whether channel `channel_id` carries an activated session; asked
+    /// when an intermediate chunk starts a message (reassembly charges).
+    pub(crate) fn has_active_session(&self, channel_id: u32) -> bool {
+        self.table
+            .lock()
+            .iter()
+            .any(|s| s.channel_id == channel_id && s.is_active())
+    }
+
+    /// Drops the unactivated sessions of a channel whose connection ended.
+    pub(crate) fn channel_closed(&self, channel_id: u32) {
+        self.table.lock().channel_closed(channel_id);
+    }
+
+    /// The sessions for the console, sorted by creation time.
+    pub(crate) fn list(&self) -> Vec<SessionSummary> {
+        let mut out: Vec<SessionSummary> = self.table.lock().iter().map(summary).collect();
+        out.sort_by_key(|s| s.created);
+        out
+    }
+
+    /// Subscriptions and monitored items of all sessions.
+    pub(crate) fn subscription_counts(&self) -> (usize, usize) {
+        let sessions = self.table.lock();
+        sessions.iter().fold((0, 0), |(s, m), session| {
+            (
+                s + session.subscriptions.subscription_ids().len(),
+                m + session.subscriptions.data_items().len(),
+            )
+        })
+    }
+
+    /// Runs `f` on the active session of this request, refreshing its activity time.
+    pub(crate) fn with_session<T>(
+        &self,
+        chan: &ChannelInfo,
+        header: &RequestHeader,
+        f: impl FnOnce(&mut Session) -> Result<T>,
+    ) -> Result<T> {
+        let mut sessions = self.table.lock();
+        let session = on_channel(&mut sessions, chan, &header.authentication_token)?;
+        if !session.is_active() {
+            return Err(ServiceError::SessionNotActivated);
+        }
+        session.last_activity = Instant::now();
+        f(session)
+    }
+
+    /// The caller of a request: identity of its active session and channel mode.
+    pub(crate) fn caller(&self, chan: &ChannelInfo, token: &NodeId) -> Result<Caller> {
+        let mut sessions = self.table.lock();
+        let s = on_channel(&mut sessions, chan, token)?;
+        s.last_activity = std::time::Instant::now();
+        let identity = s
+            .identity()
+            .cloned()
+            .ok_or(ServiceError::SessionNotActivated)?;
+        Ok(Caller {
+            identity,
+            mode: chan.mode,
+            session: s.id.clone(),
+        })
+    }
+
+    /// The handles of subscription `id` if it belongs to session `session`.
+    pub(crate) fn monitored_item_handles(
+        &self,
+        session: &NodeId,
+        id: u32,
+    ) -> Option<(Vec<u32>, Vec<u32>)> {
+        let sessions = self.table.lock();
+        sessions
+            .by_session_id(session)
+            .and_then(|s| s.subscriptions.monitored_item_handles(id))
+    }
+
+    /// Delivers an event to every session's event monitored items.
+    pub(crate) fn emit_event(&self, event: &GatewayEvent) {
+        let now = Instant::now();
+        {
+            let mut sessions = self.table.lock();
+            for s in sessions.iter_mut() {
+                s.subscriptions.push_event(event, now);
+            }
+        }
+        self.changed.notify_one();
+    }
+
+    /// TransferSubscriptions: moves subscriptions of another session of the
+    /// same user to the caller's session.
+    pub(crate) fn transfer_subscriptions(
+        &self,
+        chan: &ChannelInfo,
+        r: &TransferSubscriptionsRequest,
+    ) -> Result<ResponseMessage> {
+        let ids = r.subscription_ids.as_deref().unwrap_or(&[]);
+        crate::subscriptions::ids_checked(ids.len())?;
+        let token = &r.request_header.authentication_token;
+        let caller = self.caller(chan, token)?;
+        let now = Instant::now();
+        let now_dt = DateTime::now();
+        let mut results = Vec::with_capacity(ids.len());
+        {
+            let mut sessions = self.table.lock();
+            for id in ids {
+                let owner = sessions.find_subscription_owner(*id);
+                let status = match owner {
+                    None => StatusCode::BadSubscriptionIdInvalid,
+                    Some(owner_token) => {
+                        let same_user = &owner_token == token
+                            || sessions
+                                .get_mut(&owner_token)
+                                .map(|s| {
+                                    s.identity() == Some(&caller.identity)
+                                        && (!matches!(caller.identity, UserIdentity::Anonymous)
+                                            || same_secure_client(&s.client_certificate, chan))
+                                })
+                                .unwrap_or(false);
+                        if !same_user {
+                            StatusCode::BadUserAccessDenied
+                        } else if &owner_token == token {
+                            // Already ours: just resend if asked.
+                            StatusCode::Good
+                        } else {
+                            match sessions
+                                .get_mut(&owner_token)
+                                .ok()
+                                .and_then(|s| s.subscriptions.take(*id, now_dt))
+                            {
+                                Some(sub) => match sessions.get_mut(token) {
+                                    Ok(target) => target
+                                        .subscriptions
+                                        .insert(sub, r.send_initial_values, now)
+                                        .err()
+                                        .unwrap_or(StatusCode::Good),
+                                    Err(_) => StatusCode::BadSessionIdInvalid,
+                                },
+                                None => StatusCode::BadSubscriptionIdInvalid,
+                            }
+                        }
+                    }
+                };
+                let available = sessions
+                    .get_mut(token)
+                    .ok()
+                    .and_then(|s| s.subscriptions.subscription(*id))
+                    .map(|s| s.available_sequence_numbers());
+                results.push(TransferResult {
+                    status_code: status,
+                    available_sequence_numbers: if status.is_good() { available } else { None },
+                });
+            }
+        }
+        self.changed.notify_one();
+        Ok(TransferSubscriptionsResponse {
+            response_header: ResponseHeader::new_good(&r.request_header),
+            results: Some(results),
+            diagnostic_infos: None,
+        }
+        .into())
+    }
+}
+
+/// The session of `token` when it is bound to `chan`: BadSessionIdInvalid
+/// for an unknown token, BadSecureChannelIdInvalid for another channel's.
+fn on_channel<'a>(
+    sessions: &'a mut Sessions,
+    chan: &ChannelInfo,
+    token: &NodeId,
+) -> Result<&'a mut Session> {
+    let session = sessions.get_mut(token)?;
+    if session.channel_id != chan.channel_id {
+        return Err(ServiceError::WrongChannel);
+    }
+    Ok(session)
+}
+
+/// How the console shows one session.
+fn summary(s: &Session) -> SessionSummary {
+    SessionSummary {
+        id: s.id.to_string(),
+        name: s.name.clone(),
+        transport: s.origin.transport,
+        security_policy: s
+            .origin
+            .security_policy
+            .rsplit('#')
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+        security_mode: s.origin.security_mode,
+        owner: s.origin.owner.clone(),
+        user: match s.identity() {
+            None => "(not activated)".to_string(),
+            Some(UserIdentity::Anonymous) => "anonymous".to_string(),
+            Some(UserIdentity::User { name, .. }) => name.clone(),
+            Some(UserIdentity::Certificate { thumbprint }) => {
+                format!("certificate {thumbprint}")
+            }
+        },
+        created: s.origin.created,
+        subscriptions: s.subscriptions.subscription_ids().len(),
+    }
+}
+
+/// Part 4 5.13.7: an anonymous subscription moves only between sessions of
+/// the same client application (ApplicationUri of the certificates) on
+/// signed channels; anonymous users are otherwise indistinguishable.
+fn same_secure_client(owner_certificate: &ByteString, chan: &ChannelInfo) -> bool {
+    if chan.mode == opcua_types::MessageSecurityMode::None || owner_certificate.is_null() {
+        return false;
+    }
+    let uri = |c: &ByteString| {
+        uagate_store::certificate_application_uri(c.as_ref())
+            .ok()
+            .flatten()
+    };
+    match (uri(owner_certificate), uri(&chan.client_certificate)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
