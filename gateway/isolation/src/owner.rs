@@ -9,8 +9,14 @@
 use std::fmt;
 use std::net::IpAddr;
 
-/// Longest accepted owner key, in bytes (including the kind prefix).
-pub const MAX_OWNER_KEY_LEN: usize = 128;
+/// Longest accepted owner key text, in bytes (without the kind prefix): the
+/// largest `isolation.max_owner_key_length` the configuration accepts. The
+/// configured limit itself is enforced where keys enter: trusted owner keys
+/// when the configuration is validated (`uagate plan` names the key), so
+/// every key that passes is one admission can use. Derived keys (an
+/// address, a 20-byte certificate thumbprint in hex, a session id) are far
+/// shorter.
+pub const MAX_OWNER_KEY_LEN: usize = 4096;
 
 /// What kind of evidence an [`OwnerKey`] was built from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -36,8 +42,8 @@ impl OwnerKind {
     }
 }
 
-/// The key of one accounting group. Cheap to clone, totally ordered, and at
-/// most [`MAX_OWNER_KEY_LEN`] bytes long. Two keys are equal when they are of
+/// The key of one accounting group. Cheap to clone, totally ordered, and its
+/// text at most [`MAX_OWNER_KEY_LEN`] bytes long. Two keys are equal when they are of
 /// the same kind and have the same text; IPv4 and IPv4-mapped IPv6 addresses
 /// produce the same key.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -67,7 +73,7 @@ impl OwnerKey {
             return None;
         }
         let mut text = String::from(OwnerKind::Application.prefix());
-        if text.len() + 2 * thumbprint.len() > MAX_OWNER_KEY_LEN {
+        if 2 * thumbprint.len() > MAX_OWNER_KEY_LEN {
             return None;
         }
         for b in thumbprint {
@@ -95,10 +101,7 @@ impl OwnerKey {
 
     fn checked(kind: OwnerKind, text: &str) -> Option<OwnerKey> {
         let prefix = kind.prefix();
-        if text.is_empty()
-            || prefix.len() + text.len() > MAX_OWNER_KEY_LEN
-            || text.chars().any(char::is_control)
-        {
+        if text.is_empty() || text.len() > MAX_OWNER_KEY_LEN || text.chars().any(char::is_control) {
             return None;
         }
         Some(OwnerKey {
@@ -123,7 +126,7 @@ impl OwnerKey {
         self.text.get(self.kind.prefix().len()..).unwrap_or("")
     }
 
-    /// Length of the key in bytes (always <= [`MAX_OWNER_KEY_LEN`]).
+    /// Length of the key in bytes, kind prefix included.
     pub fn len(&self) -> usize {
         self.text.len()
     }
@@ -222,12 +225,20 @@ mod tests {
         assert_eq!(t.kind(), OwnerKind::Trusted);
         assert!(OwnerKey::trusted("").is_none());
         assert!(OwnerKey::trusted("bad\nname").is_none());
-        let max = "x".repeat(MAX_OWNER_KEY_LEN - "trusted:".len());
-        assert_eq!(OwnerKey::trusted(&max).unwrap().len(), MAX_OWNER_KEY_LEN);
+        let max = "x".repeat(MAX_OWNER_KEY_LEN);
+        assert_eq!(
+            OwnerKey::trusted(&max).unwrap().len(),
+            MAX_OWNER_KEY_LEN + "trusted:".len()
+        );
         assert!(OwnerKey::trusted(&format!("{max}x")).is_none());
+        // Issue 17: a key the configuration accepts (default limit 256) is
+        // one admission can use.
+        let key = "k".repeat(200);
+        assert_eq!(OwnerKey::trusted(&key).unwrap().name(), key);
         let app = OwnerKey::from_application_thumbprint(&[0xab; 20]).unwrap();
         assert_eq!(app.as_str(), format!("app:{}", "ab".repeat(20)));
         assert!(OwnerKey::from_application_thumbprint(&[]).is_none());
-        assert!(OwnerKey::from_application_thumbprint(&[1; 64]).is_none());
+        assert!(OwnerKey::from_application_thumbprint(&[1; 64]).is_some());
+        assert!(OwnerKey::from_application_thumbprint(&[1; 2049]).is_none());
     }
 }

@@ -267,3 +267,40 @@ impl Admission {
             .try_acquire(Stage::SessionEstablishment, &caller.owner, &caller.class, 1)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 17: a trusted owner whose key is 200 bytes long (within the
+    /// default `isolation.max_owner_key_length` of 256) is classified and
+    /// gets its reservation; it used to pass `uagate plan` and then be
+    /// ignored by admission (keys above 120 bytes were dropped).
+    #[test]
+    fn a_200_byte_trusted_owner_key_gets_its_reservation() {
+        let key = "k".repeat(200);
+        let doc = format!(
+            "[server]\nmax_channel_count = 104\n[isolation]\nmode = \"trusted_reservations\"\n[[isolation.trusted_owners]]\nkey = \"{key}\"\nweight = 4\nreservations = [{{ stage = \"request_execution\", reserved = 2, hard_limit = 8 }}]\n[[isolation.ingress]]\ncidr = \"127.0.0.9/32\"\nowner = \"{key}\"\n"
+        );
+        let config = uagate_config::Config::from_toml(&doc).expect("valid configuration");
+        let plan = Plan::build(&config).expect("plan");
+        let admission = Admission::new(plan, Instant::now());
+        let caller = admission.classify("127.0.0.9".parse().unwrap());
+        assert!(
+            matches!(&caller.class, OwnerClass::Trusted(o) if o.name() == key),
+            "{:?}",
+            caller.class
+        );
+        // Its reserved execution slots are there for it: with the shared
+        // slots taken by ordinary callers, it still gets two.
+        let ordinary = admission.classify("127.0.0.10".parse().unwrap());
+        let mut held = Vec::new();
+        while let Ok(l) = admission.acquire(Stage::RequestExecution, &ordinary, 1) {
+            held.push(l);
+            assert!(held.len() <= 200, "no limit on shared execution slots");
+        }
+        let a = admission.acquire(Stage::RequestExecution, &caller, 1);
+        let b = admission.acquire(Stage::RequestExecution, &caller, 1);
+        assert!(a.is_ok() && b.is_ok(), "the trusted owner's reservation");
+    }
+}

@@ -33,6 +33,25 @@ pub(crate) type Reply = (u32, ResponseMessage, Option<FlowClaim>);
 /// How long a refused client is told to wait before retrying.
 pub const RETRY_AFTER: Duration = Duration::from_millis(250);
 
+/// Bounds of the RetryAfterMs hint.
+pub const RETRY_AFTER_MIN: Duration = Duration::from_millis(50);
+/// See [`RETRY_AFTER_MIN`].
+pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(10);
+
+/// How long a refused caller should wait before retrying: the time the
+/// requests already queued take to drain through the execution slots at the
+/// recent mean service time, plus one service time, within
+/// [`RETRY_AFTER_MIN`]..[`RETRY_AFTER_MAX`] ([`RETRY_AFTER`] when no request
+/// was timed yet). Called for every BadServerTooBusy answer.
+pub fn retry_after_hint(queued: usize, slots: u64, mean: Duration) -> Duration {
+    if mean.is_zero() {
+        return RETRY_AFTER;
+    }
+    let rounds = u32::try_from(queued as u64 / slots.max(1) + 1).unwrap_or(u32::MAX);
+    mean.saturating_mul(rounds)
+        .clamp(RETRY_AFTER_MIN, RETRY_AFTER_MAX)
+}
+
 /// A queued request and the charges it holds until it is answered.
 pub(crate) struct Job {
     /// Shared with the connection: a request holds a reference, not a copy
@@ -121,6 +140,13 @@ impl Pipeline {
             .map_err(|settings| format!("these settings need a restart: {}", settings.join(", ")))
     }
 
+    /// The RetryAfterMs hint for a refusal now (see [`retry_after_hint`]).
+    pub(crate) fn retry_after(&self) -> Duration {
+        let queued = self.queue.lock().len();
+        let slots = self.admission.plan().stage(Stage::RequestExecution).total;
+        retry_after_hint(queued, slots, self.stats.recent_latency())
+    }
+
     /// Charges and queues a decoded request. Returns the immediate answer
     /// when it cannot be queued (BadServerTooBusy with RetryAfterMs).
     pub(crate) fn submit(
@@ -134,7 +160,7 @@ impl Pipeline {
         let caller = chan.request_caller();
         let busy = |what: &str| {
             tracing::debug!(stage = what, "request refused: server too busy");
-            too_busy(handle)
+            too_busy(handle, self.retry_after())
         };
         let admission = &self.admission;
         let queue = admission
@@ -198,15 +224,16 @@ impl Pipeline {
     }
 }
 
-/// A ServiceFault BadServerTooBusy carrying a RetryAfterMs hint in the
-/// response header's additionalHeader (AdditionalParametersType).
-pub fn too_busy(request_handle: u32) -> ResponseMessage {
+/// A ServiceFault BadServerTooBusy carrying a RetryAfterMs hint (Int64,
+/// milliseconds) in the response header's additionalHeader
+/// (AdditionalParametersType).
+pub fn too_busy(request_handle: u32, retry_after: Duration) -> ResponseMessage {
     let mut header =
         ResponseHeader::new_service_result(request_handle, StatusCode::BadServerTooBusy);
     header.additional_header = ExtensionObject::from_message(AdditionalParametersType {
         parameters: Some(vec![KeyValuePair {
             key: QualifiedName::new(0, "RetryAfterMs"),
-            value: Variant::from(RETRY_AFTER.as_millis() as u32),
+            value: Variant::Int64(i64::try_from(retry_after.as_millis()).unwrap_or(i64::MAX)),
         }]),
     });
     ServiceFault {
@@ -283,5 +310,47 @@ impl Engine {
             self.pipeline.unpark(channel_id, job.request_id);
         }
         drop(charges);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_retry_hint_follows_the_queue_it_would_wait_behind() {
+        let ms = Duration::from_millis;
+        // Nothing timed yet: the fixed default.
+        assert_eq!(retry_after_hint(10, 4, Duration::ZERO), RETRY_AFTER);
+        // An empty queue: one service time, at least the minimum.
+        assert_eq!(retry_after_hint(0, 4, ms(200)), ms(200));
+        assert_eq!(retry_after_hint(0, 4, ms(1)), RETRY_AFTER_MIN);
+        // 100 queued behind 4 slots at 20 ms: 26 rounds.
+        assert_eq!(retry_after_hint(100, 4, ms(20)), ms(520));
+        // A longer queue asks for a longer wait, up to the maximum.
+        assert!(retry_after_hint(400, 4, ms(20)) > retry_after_hint(100, 4, ms(20)));
+        assert_eq!(retry_after_hint(100_000, 1, ms(20)), RETRY_AFTER_MAX);
+        // Zero slots count as one.
+        assert_eq!(retry_after_hint(3, 0, ms(100)), ms(400));
+    }
+
+    #[test]
+    fn the_too_busy_fault_carries_the_hint_as_int64_milliseconds() {
+        let f = too_busy(9, Duration::from_millis(1500));
+        let ResponseMessage::ServiceFault(f) = f else {
+            panic!("not a ServiceFault")
+        };
+        assert_eq!(
+            f.response_header.service_result,
+            StatusCode::BadServerTooBusy
+        );
+        let params = f
+            .response_header
+            .additional_header
+            .inner_as::<AdditionalParametersType>()
+            .expect("additional parameters");
+        let p = &params.parameters.as_ref().expect("parameters")[0];
+        assert_eq!(p.key.name.as_ref(), "RetryAfterMs");
+        assert_eq!(p.value, Variant::Int64(1500));
     }
 }

@@ -28,11 +28,13 @@ const MIN_NONCE_LEN: usize = 32;
 
 type Result<T> = std::result::Result<T, ServiceError>;
 
-/// A BadServerTooBusy fault always carries the RetryAfterMs hint, whichever
-/// stage refused the request.
-fn fault(header: &RequestHeader, err: &ServiceError) -> ResponseMessage {
+/// A BadServerTooBusy fault always carries the RetryAfterMs hint
+/// (`retry_after`), whichever stage refused the request.
+fn fault(header: &RequestHeader, err: &ServiceError, retry_after: Duration) -> ResponseMessage {
     match err.status() {
-        StatusCode::BadServerTooBusy => crate::dispatch::too_busy(header.request_handle),
+        StatusCode::BadServerTooBusy => {
+            crate::dispatch::too_busy(header.request_handle, retry_after)
+        }
         status => ServiceFault::new(header, status).into(),
     }
 }
@@ -81,6 +83,7 @@ impl Engine {
                     return Some(fault(
                         &header,
                         &ServiceError::Status(StatusCode::BadServerTooBusy),
+                        self.pipeline.retry_after(),
                     ));
                 }
             },
@@ -134,7 +137,7 @@ impl Engine {
         };
         Some(result.unwrap_or_else(|e| {
             tracing::debug!(error = %e, "service fault");
-            fault(&header, &e)
+            fault(&header, &e, self.pipeline.retry_after())
         }))
     }
 
@@ -473,7 +476,7 @@ mod tests {
     use super::*;
     use opcua_types::{AdditionalParametersType, Variant};
 
-    fn retry_after_ms(response: &ResponseMessage) -> Option<u32> {
+    fn retry_after_ms(response: &ResponseMessage) -> Option<i64> {
         let ResponseMessage::ServiceFault(f) = response else {
             return None;
         };
@@ -486,7 +489,7 @@ mod tests {
             .as_ref()?
             .iter()
             .find_map(|p| match (p.key.name.as_ref(), &p.value) {
-                ("RetryAfterMs", Variant::UInt32(ms)) => Some(*ms),
+                ("RetryAfterMs", Variant::Int64(ms)) => Some(*ms),
                 _ => None,
             })
     }
@@ -498,18 +501,22 @@ mod tests {
             ..Default::default()
         };
         // A SessionEstablishment refusal goes through here.
-        let busy = fault(&header, &ServiceError::Status(StatusCode::BadServerTooBusy));
+        let busy = fault(
+            &header,
+            &ServiceError::Status(StatusCode::BadServerTooBusy),
+            Duration::from_millis(1234),
+        );
         assert_eq!(
             busy.response_header().service_result,
             StatusCode::BadServerTooBusy
         );
         assert_eq!(busy.response_header().request_handle, 7);
-        let expected = u32::try_from(crate::dispatch::RETRY_AFTER.as_millis()).ok();
-        assert_eq!(retry_after_ms(&busy), expected);
+        assert_eq!(retry_after_ms(&busy), Some(1234));
         // Other faults carry no hint.
         let other = fault(
             &header,
             &ServiceError::Status(StatusCode::BadSessionIdInvalid),
+            Duration::from_millis(1234),
         );
         assert_eq!(retry_after_ms(&other), None);
     }

@@ -136,6 +136,9 @@ pub struct Stats {
     not_good: Mutex<HashMap<(usize, u32), u64>>,
     connections: [AtomicI64; TRANSPORTS.len()],
     channels: [AtomicI64; TRANSPORTS.len()],
+    /// Recent mean latency of an answer in ns (moving average over about
+    /// the last 16 answers): the BadServerTooBusy retry hint's unit of work.
+    recent_ns: AtomicU64,
 }
 
 /// A snapshot of one service's answers.
@@ -167,10 +170,16 @@ impl Stats {
             .unwrap_or(LATENCY_BUCKETS.len());
         l.buckets[i].fetch_add(1, Ordering::Relaxed);
         l.count.fetch_add(1, Ordering::Relaxed);
-        l.sum_ns.fetch_add(
-            u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        l.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        // A racy update loses at most one sample of a moving average.
+        let old = self.recent_ns.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            ns
+        } else {
+            old - old / 16 + ns / 16
+        };
+        self.recent_ns.store(new, Ordering::Relaxed);
         if !status.is_good() {
             *self
                 .not_good
@@ -178,6 +187,11 @@ impl Stats {
                 .entry((service, status.bits() & 0xFFFF_0000))
                 .or_insert(0) += 1;
         }
+    }
+
+    /// The recent mean time to answer a request (zero before the first).
+    pub fn recent_latency(&self) -> Duration {
+        Duration::from_nanos(self.recent_ns.load(Ordering::Relaxed))
     }
 
     /// A connection of `transport` opened (`+1`) or closed (`-1`).
