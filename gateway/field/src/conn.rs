@@ -241,6 +241,9 @@ struct ReactivationWindow {
     initial_delay: Duration,
     /// Largest delay between TCP connects.
     max_delay: Duration,
+    /// Most TCP connects (the policy's `max_retries`; 0: no limit but the
+    /// window).
+    max_attempts: u32,
 }
 
 impl PathSwitch {
@@ -279,7 +282,9 @@ async fn connect_within(
     opcua_types::Error,
 > {
     let mut delay = None;
+    let mut attempts = 0u32;
     loop {
+        attempts += 1;
         let err = match crate::tcp::connect(url.clone(), decoding.clone()).await {
             Ok(c) => return Ok(c),
             Err(e) => e,
@@ -287,6 +292,9 @@ async fn connect_within(
         let Some(w) = *window.lock() else {
             return Err(err);
         };
+        if w.max_attempts > 0 && attempts >= w.max_attempts {
+            return Err(err);
+        }
         let d = delay.map_or(w.initial_delay, |d: Duration| (d * 2).min(w.max_delay));
         if Instant::now() + d >= w.until {
             return Err(err);
@@ -1061,10 +1069,21 @@ fn perform(
             inner.active.send_replace(ls);
         }
         Action::MarkItemsBad => {
-            inner
-                .items
-                .lock()
-                .mark_all(StatusCode::BadNoCommunication, now.wall);
+            let shared = {
+                let mut items = inner.items.lock();
+                items.mark_all(StatusCode::BadNoCommunication, now.wall);
+                items.len()
+            };
+            if shared > 0 {
+                // No server delivers: what changes until one does is lost
+                // (a new session starts from current values). Said once.
+                inner.status.send_modify(|st| st.notification_gaps += 1);
+                inner.record(
+                    None,
+                    "gap",
+                    format!("no server delivers; {shared} shared item(s) show BadNoCommunication until one does"),
+                );
+            }
         }
         Action::Reconcile { session, active } => spawn_reconcile(inner, session, active),
         Action::MovePath(ls) => {
@@ -1414,6 +1433,7 @@ async fn connect(
             until: Instant::now(),
             initial_delay: s.reconnect.initial_delay.min(Duration::from_secs(1)),
             max_delay: s.reconnect.max_delay.min(Duration::from_secs(5)),
+            max_attempts: s.reconnect.max_retries,
         };
         let reactivate_for = s.session_timeout.min(s.reconnect.max_total_reconnect_time);
         let mut failed_keep_alives = 0u32;

@@ -82,3 +82,71 @@ fn verdict_status(verdict: TrustVerdict) -> StatusCode {
         _ => StatusCode::BadCertificateInvalid,
     }
 }
+
+/// The first certificate (the leaf) of a DER certificate or of a chain of
+/// DER certificates sent back to back (Part 6 §6.2.3: a SenderCertificate or
+/// ClientCertificate may carry the issuer chain after the leaf). `None` when
+/// `der` does not start with a complete DER SEQUENCE.
+pub(crate) fn leaf_certificate(der: &[u8]) -> Option<&[u8]> {
+    let (&tag, rest) = der.split_first()?;
+    if tag != 0x30 {
+        return None;
+    }
+    let (&first, rest) = rest.split_first()?;
+    let (len, header) = if first < 0x80 {
+        (usize::from(first), 2)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+        (len, 2 + n)
+    };
+    der.get(..header.checked_add(len)?)
+}
+
+/// Whether two certificate fields name the same leaf certificate, whether or
+/// not either carries its issuer chain: the CreateSession and ActivateSession
+/// checks against the channel's certificate (Sessions.md: "supplying the
+/// same leaf with an issuer chain is allowed").
+pub(crate) fn same_leaf(a: &[u8], b: &[u8]) -> bool {
+    match (leaf_certificate(a), leaf_certificate(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cert(name: &str) -> Vec<u8> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn the_leaf_is_the_same_with_or_without_its_issuer_chain() {
+        let leaf = cert("client");
+        let issuer = cert("issuer-ca");
+        let chain = [leaf.clone(), issuer.clone()].concat();
+        assert_eq!(leaf_certificate(&chain), Some(leaf.as_slice()));
+        assert_eq!(leaf_certificate(&leaf), Some(leaf.as_slice()));
+        assert!(same_leaf(&leaf, &chain));
+        assert!(same_leaf(&chain, &leaf));
+        assert!(same_leaf(&chain, &chain));
+        // Another leaf, even followed by the right chain, is not the same.
+        let other = cert("other");
+        assert!(!same_leaf(&leaf, &[other.clone(), issuer].concat()));
+        assert!(!same_leaf(&leaf, &other));
+        // Not a certificate: never the same (also not two empty fields).
+        assert!(!same_leaf(b"", b""));
+        assert!(!same_leaf(&leaf[..10], &leaf));
+        assert_eq!(leaf_certificate(&[0x30, 0x85, 1, 2, 3, 4, 5]), None);
+        assert_eq!(leaf_certificate(&[0x30, 0x03, 1, 2]), None);
+    }
+}

@@ -151,8 +151,12 @@ impl Engine {
             if r.client_nonce.as_ref().len() < MIN_NONCE_LEN {
                 return Err(ServiceError::NonceInvalid);
             }
-            // Over UA-TCP the session certificate must be the channel's.
-            if r.client_certificate.as_ref() != chan.client_certificate.as_ref() {
+            // Over UA-TCP the session certificate must be the channel's
+            // (the same leaf; either may carry the issuer chain).
+            if !crate::open::same_leaf(
+                r.client_certificate.as_ref(),
+                chan.client_certificate.as_ref(),
+            ) {
                 return Err(ServiceError::CertificateInvalid);
             }
             let uri = uagate_store::certificate_application_uri(chan.client_certificate.as_ref())
@@ -245,7 +249,12 @@ impl Engine {
             if session.channel_id != chan.channel_id {
                 // Transfer to a new channel: only an activated session, and only
                 // from the same client certificate.
-                if !session.is_active() || session.client_certificate != chan.client_certificate {
+                let same_client = session.client_certificate == chan.client_certificate
+                    || crate::open::same_leaf(
+                        session.client_certificate.as_ref(),
+                        chan.client_certificate.as_ref(),
+                    );
+                if !session.is_active() || !same_client {
                     return Err(ServiceError::WrongChannel);
                 }
             }

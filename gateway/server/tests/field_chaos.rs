@@ -1014,3 +1014,79 @@ async fn ten_network_blips_lose_no_value_and_keep_the_session() {
     gw.stop().await;
     sim.cancel();
 }
+
+/// Issue 17: a field server that restarts loses its sessions, so what
+/// changed meanwhile cannot be asked back. The gap is visible exactly once:
+/// one BadNoCommunication value (with the last good value), then good
+/// values from the restarted server, and the connection counts and lists
+/// the gap.
+#[tokio::test]
+async fn a_field_server_restart_leaves_exactly_one_gap_marker() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = |listen: std::net::SocketAddr| uagate_sim::SimConfig {
+        listen,
+        pki_dir: tmp.path().join("sim-restart"),
+        application_uri: "urn:uagate:sim:restart".into(),
+        security: false,
+        update_interval: Duration::from_millis(200),
+        max_nodes_per_read: 0,
+    };
+    let sim = uagate_sim::start(config("127.0.0.1:0".parse().unwrap()))
+        .await
+        .expect("simulator starts");
+    let addr = sim.local_addr;
+    let gw = TestGateway::start(&field_toml(&sim.endpoint_url)).await;
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Connected,
+        Duration::from_secs(10),
+    )
+    .await;
+    let (session, event_loop) = connect(&gw, "restart").await;
+    let ns = ns_of(&session, uagate_sim::NAMESPACE_URI).await;
+    let mut rx = subscribe(&session, NodeId::new(ns, "Simulation.Counter"), 100).await;
+    wait_for(true, &mut rx).await;
+
+    sim.cancel();
+    sim.stopped().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sim = uagate_sim::start(config(addr))
+        .await
+        .expect("simulator restarts on the same port");
+    // Good values from the restarted server (its counter starts over).
+    let t0 = Instant::now();
+    let mut statuses = Vec::new();
+    let mut good_after_bad = 0;
+    while good_after_bad < 5 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "no good values after the restart: {statuses:?}"
+        );
+        let Ok(Some(dv)) = tokio::time::timeout(Duration::from_secs(15), rx.recv()).await else {
+            panic!("subscription ended: {statuses:?}");
+        };
+        let st = status_of(&dv);
+        statuses.push(st);
+        if st.is_good() && statuses.iter().any(|s| !s.is_good()) {
+            good_after_bad += 1;
+        }
+    }
+    let bad: Vec<&StatusCode> = statuses.iter().filter(|s| !s.is_good()).collect();
+    assert_eq!(
+        bad,
+        vec![&StatusCode::BadNoCommunication],
+        "exactly one gap marker: {statuses:?}"
+    );
+    let st = gw.engine().field_status("line1").unwrap();
+    assert_eq!(st.notification_gaps, 1, "{st:?}");
+    let history = gw.engine().field_history("line1").unwrap_or_default();
+    assert_eq!(
+        history.iter().filter(|h| h.kind == "gap").count(),
+        1,
+        "{history:?}"
+    );
+    let _ = session.disconnect().await;
+    let _ = event_loop.await;
+    gw.stop().await;
+    sim.cancel();
+}
