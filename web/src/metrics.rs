@@ -280,6 +280,29 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     }
     r.register(Box::new(attempts))?;
 
+    let parked = IntCounterVec::new(
+        Opts::new(
+            "field_requests_parked_total",
+            "Northbound requests that waited for a field connection that was not available, without holding an execution slot.",
+        ),
+        &["connection"],
+    )?;
+    let retried = IntCounterVec::new(
+        Opts::new(
+            "field_requests_retried_total",
+            "Idempotent northbound requests (Read, Browse, BrowseNext, TranslateBrowsePaths, HistoryRead) cut off by a lost field connection and retried once after the reconnect.",
+        ),
+        &["connection"],
+    )?;
+    for f in &engine.applied_config().field_servers {
+        if let Some((p, t)) = engine.field_request_stats(&f.name) {
+            parked.with_label_values(&[f.name.as_str()]).inc_by(p);
+            retried.with_label_values(&[f.name.as_str()]).inc_by(t);
+        }
+    }
+    r.register(Box::new(parked))?;
+    r.register(Box::new(retried))?;
+
     let merged = IntCounterVec::new(
         Opts::new(
             "field_merged_reads_total",

@@ -420,6 +420,9 @@ pub struct LinkSession {
     /// The connection is lost and the session is being re-activated:
     /// northbound calls wait (see [`FieldConnection::link`]).
     interrupted: Arc<std::sync::atomic::AtomicBool>,
+    /// Connection losses the session has seen (a retried call waits for the
+    /// re-activation that follows a loss it saw).
+    losses: Arc<std::sync::atomic::AtomicU64>,
     lost: CancellationToken,
     generation: u64,
     /// Merges concurrent northbound Reads into southbound ones.
@@ -467,6 +470,13 @@ impl LinkSession {
         self.lost.is_cancelled()
     }
 
+    /// Connection losses this session has seen so far; read before a call
+    /// that may be retried after a reconnect (see
+    /// [`FieldConnection::link_after`]).
+    pub fn losses(&self) -> u64 {
+        self.losses.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// True while calls cannot go through it: lost, or its connection is
     /// down and the session is being re-activated.
     fn unavailable(&self) -> bool {
@@ -495,6 +505,11 @@ struct Inner {
     stats: Mutex<ReconnectStats>,
     /// Reads merged and southbound Reads sent, over every session.
     read_stats: Arc<crate::coalesce::ReadStats>,
+    /// Northbound requests that waited for the connection without an
+    /// execution slot.
+    requests_parked: std::sync::atomic::AtomicU64,
+    /// Idempotent northbound requests retried once after a reconnect.
+    requests_retried: std::sync::atomic::AtomicU64,
     /// An operator asked to leave the active server: the flag says so (it
     /// survives a wake-up lost to another select branch), the Notify wakes
     /// the task.
@@ -659,6 +674,8 @@ impl FieldConnection {
             history: Mutex::default(),
             stats: Mutex::default(),
             read_stats: Arc::default(),
+            requests_parked: Default::default(),
+            requests_retried: Default::default(),
             force_requested: std::sync::atomic::AtomicBool::new(false),
             reconnect_requested: std::sync::atomic::AtomicBool::new(false),
             force: Notify::new(),
@@ -741,22 +758,56 @@ impl FieldConnection {
         out
     }
 
+    /// The active session when calls can go through it now, without
+    /// waiting (the proxied services' fast path).
+    pub fn link_now(&self) -> Option<Arc<LinkSession>> {
+        self.inner
+            .active
+            .borrow()
+            .as_ref()
+            .filter(|l| !l.unavailable())
+            .cloned()
+    }
+
     /// The active session, waiting for one until `deadline`. While the
     /// connection is (re)connecting northbound calls wait here; past the
     /// deadline, or at once while closed or given up, they get
     /// `BadServerNotConnected`.
     pub async fn link(&self, deadline: Instant) -> Result<Arc<LinkSession>, StatusCode> {
         // The common case: connected. No timer, no receiver.
-        if let Some(l) = self.inner.active.borrow().as_ref() {
-            if !l.unavailable() {
-                return Ok(l.clone());
-            }
+        if let Some(l) = self.link_now() {
+            return Ok(l);
         }
+        self.link_where(deadline, |_| true).await
+    }
+
+    /// A session to retry a call on that failed on `failed` because its
+    /// connection was lost (`losses` is what [`LinkSession::losses`] said
+    /// before the call): the same session once it has been re-activated on
+    /// a new channel, or the link's next session; waits until `deadline`
+    /// like [`FieldConnection::link`]. Called by the proxied services that
+    /// retry an idempotent request once after a reconnect.
+    pub async fn link_after(
+        &self,
+        failed: &Arc<LinkSession>,
+        losses: u64,
+        deadline: Instant,
+    ) -> Result<Arc<LinkSession>, StatusCode> {
+        self.link_where(deadline, |l| !Arc::ptr_eq(l, failed) || l.losses() > losses)
+            .await
+    }
+
+    /// Waits until `deadline` for an available session that `accept` takes.
+    async fn link_where(
+        &self,
+        deadline: Instant,
+        accept: impl Fn(&Arc<LinkSession>) -> bool,
+    ) -> Result<Arc<LinkSession>, StatusCode> {
         let mut rx = self.inner.active.subscribe();
         let wait = async {
             loop {
                 if let Some(l) = rx.borrow_and_update().clone() {
-                    if !l.unavailable() {
+                    if !l.unavailable() && accept(&l) {
                         return Ok(l);
                     }
                 }
@@ -780,6 +831,28 @@ impl FieldConnection {
             Ok(r) => r,
             Err(_) => Err(StatusCode::BadServerNotConnected),
         }
+    }
+
+    /// Counts a northbound request that gave its execution slot back to
+    /// wait for this connection (`retried`: one retried after a reconnect
+    /// instead); the metrics' source, see [`FieldConnection::request_stats`].
+    pub fn count_request(&self, retried: bool) {
+        let c = if retried {
+            &self.inner.requests_retried
+        } else {
+            &self.inner.requests_parked
+        };
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// (Northbound requests that waited for this connection without an
+    /// execution slot, requests retried once after a reconnect) since start.
+    pub fn request_stats(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.inner.requests_parked.load(Relaxed),
+            self.inner.requests_retried.load(Relaxed),
+        )
     }
 
     /// Replaces the demand for shared items (key → number of northbound
@@ -1402,6 +1475,7 @@ async fn connect(
     let deliveries: Deliveries = Arc::default();
     let (repair_tx, repair_rx) = mpsc::unbounded_channel();
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let losses = Arc::new(std::sync::atomic::AtomicU64::new(0));
     tokio::spawn(repair_gaps(
         session.clone(),
         deliveries.clone(),
@@ -1442,6 +1516,7 @@ async fn connect(
         // and never answers); past it the link is lost.
         let mut reactivating_until: Option<tokio::time::Instant> = None;
         let interrupted = interrupted.clone();
+        let losses = losses.clone();
         tokio::spawn(async move {
             let status = loop {
                 let give_up = async {
@@ -1469,6 +1544,7 @@ async fn connect(
                                 d.lock().hold();
                             }
                             let _ = tx.send(Event::Interrupted { link: i, generation });
+                            losses.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                             interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
                             if let Some(inner) = weak.upgrade() {
                                 inner.status.send_modify(|s| s.last_error = Some(st));
@@ -1646,6 +1722,7 @@ async fn connect(
         deliveries: deliveries.clone(),
         repair: repair_tx,
         interrupted: interrupted.clone(),
+        losses,
         lost: lost.clone(),
         generation,
         reads: crate::coalesce::ReadCoalescer::start(

@@ -23,6 +23,7 @@ use uagate_isolation::scheduler::{FairScheduler, SchedulingMode};
 
 use crate::admission::{Admission, Caller};
 use crate::flows::{FlowClaim, Flows};
+use crate::park::ParkSink;
 use crate::stats::Stats;
 use crate::{ChannelInfo, Engine};
 
@@ -117,6 +118,11 @@ impl Pipeline {
     /// stage has room for.
     pub(crate) fn admission(&self) -> &Admission {
         &self.admission
+    }
+
+    /// Wakes the dispatch loop: an execution slot was given back.
+    pub(crate) fn wake(&self) {
+        self.wake.notify_one();
     }
 
     /// The per-owner pipeline shares, with fair scheduling only.
@@ -274,7 +280,9 @@ impl Engine {
     }
 
     /// Runs one request with its execution slot; the slot is released as
-    /// soon as the handler returns (a parked Publish returns at once).
+    /// soon as the handler returns (a parked Publish returns at once), or
+    /// earlier when the request parks to wait for a field server (see
+    /// [`crate::park`]).
     async fn execute(self: Arc<Self>, mut job: Job, execution: Lease) {
         // The request has left the queue: its queue slot is free again.
         job.charges._queue = None;
@@ -289,10 +297,11 @@ impl Engine {
         } else {
             Some(job.charges)
         };
-        let mut claim = job.claim.take();
-        let response = self
-            .handle_request(&job.chan, job.request_id, *job.request)
+        let sink = ParkSink::new(self.clone(), job.caller, execution, job.claim.take());
+        let response = sink
+            .scope(self.handle_request(&job.chan, job.request_id, *job.request))
             .await;
+        let mut claim = sink.take_claim();
         if is_publish {
             // A held Publish waits for notifications, not for the server.
             claim = None;
@@ -300,8 +309,7 @@ impl Engine {
         // The slot is released as soon as the handler is done. Holding it
         // until the response is written let one slow reader (a client not
         // draining its socket) pin execution slots and stall every session.
-        drop(execution);
-        self.pipeline.wake.notify_one();
+        sink.release_execution();
         if let Some(response) = response {
             let tx = self.channels.responder(channel_id);
             if let Some(tx) = tx {
@@ -309,6 +317,9 @@ impl Engine {
             }
             self.pipeline.unpark(channel_id, job.request_id);
         }
+        // A parked request's slot, like its other charges, is held until
+        // the response is sent.
+        drop(sink);
         drop(charges);
     }
 }

@@ -279,6 +279,13 @@ impl Engine {
         Some(self.space.field(name)?.read_stats())
     }
 
+    /// (Northbound requests that waited for the field connection `name`
+    /// without an execution slot, idempotent requests retried once after
+    /// one of its reconnects); `None` for an unknown connection.
+    pub fn field_request_stats(&self, name: &str) -> Option<(u64, u64)> {
+        Some(self.space.field(name)?.request_stats())
+    }
+
     /// (Shared event items, events dropped as duplicates, events dropped
     /// on overflow) of the field connection `name`; `None` for an unknown
     /// connection.

@@ -17,6 +17,7 @@ pub mod health;
 mod leases;
 mod methods;
 mod open;
+mod park;
 pub mod pki;
 pub mod reclaim;
 pub mod reconfigure;

@@ -71,13 +71,30 @@ fn pick<T: Clone>(ops: &[T], idx: &[usize]) -> Vec<T> {
     idx.iter().filter_map(|i| ops.get(*i).cloned()).collect()
 }
 
-/// Runs `call` on mount `m`'s active session, waiting for it until the
-/// request's deadline (the mount future of every routed service).
+/// What a proxied request does when its southbound call is cut off by a
+/// lost connection (see docs/field.md, "Requests during a reconnect").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnLoss {
+    /// Idempotent (Read, Browse, BrowseNext, TranslateBrowsePaths,
+    /// HistoryRead): retried once on the re-activated or next session,
+    /// within the request's deadline.
+    RetryOnce,
+    /// Not idempotent (Write, Call): not retried; the operations get the
+    /// status of the cut-off call.
+    Fail,
+}
+
+/// Runs `call` on mount `m`'s active session. When the field connection is
+/// not available the request parks (gives its execution slot back, see
+/// [`crate::park`]) and waits for it until the request's deadline; an
+/// idempotent call cut off by a lost connection is retried once after the
+/// reconnect ([`OnLoss`]). The mount future of every routed service.
 async fn on_mount<R, Fut>(
     fields: Option<&Fields>,
     m: usize,
     ctx: Ctx,
-    call: impl FnOnce(Arc<LinkSession>, u16) -> Fut,
+    on_loss: OnLoss,
+    call: impl Fn(Arc<LinkSession>, u16) -> Fut,
 ) -> std::result::Result<Answer<R>, StatusCode>
 where
     Fut: std::future::Future<Output = std::result::Result<Answer<R>, StatusCode>>,
@@ -85,8 +102,17 @@ where
     let conn = fields
         .and_then(|f| f.conns.get(m))
         .ok_or(StatusCode::BadServerNotConnected)?;
-    let link = conn.link(ctx.deadline).await?;
-    call(link, u16::try_from(m).unwrap_or(u16::MAX)).await
+    let mount = u16::try_from(m).unwrap_or(u16::MAX);
+    let link = crate::park::field_link(conn, ctx.deadline).await?;
+    let losses = link.losses();
+    match call(link.clone(), mount).await {
+        Err(st) if on_loss == OnLoss::RetryOnce && crate::park::is_link_loss(st) => {
+            tracing::debug!(mount = m, %st, "southbound call cut off; retrying once after the reconnect");
+            let again = crate::park::field_link_after(conn, &link, losses, ctx.deadline).await?;
+            call(again, mount).await
+        }
+        other => other,
+    }
 }
 
 impl OpResult for DataValue {
@@ -214,9 +240,10 @@ impl Engine {
                 ctx.deadline,
                 async { Ok::<_, ServiceError>(self.space.read_local(r, Some(split.local()))) },
                 |m, idx| {
-                    let ops = pick(nodes, idx);
-                    on_mount(fields, m, ctx, move |link, _| async move {
-                        proxy::read(&link, &ops, ts, max_age, ctx).await
+                    let ops = Arc::new(pick(nodes, idx));
+                    on_mount(fields, m, ctx, OnLoss::RetryOnce, move |link, _| {
+                        let ops = ops.clone();
+                        async move { proxy::read(&link, &ops, ts, max_age, ctx).await }
                     })
                 },
             )
@@ -263,9 +290,10 @@ impl Engine {
         };
         let out = split
             .run(ctx.deadline, local, |m, idx| {
-                let ops = pick(items, idx);
-                on_mount(fields, m, ctx, move |link, _| async move {
-                    proxy::write(&link, &ops, ctx).await
+                let ops = Arc::new(pick(items, idx));
+                on_mount(fields, m, ctx, OnLoss::Fail, move |link, _| {
+                    let ops = ops.clone();
+                    async move { proxy::write(&link, &ops, ctx).await }
                 })
             })
             .await?;
@@ -322,11 +350,12 @@ impl Engine {
         };
         let out = split
             .run(ctx.deadline, local, |m, idx| {
-                let ops = pick(nodes, idx);
+                let ops = Arc::new(pick(nodes, idx));
                 let view = &r.view;
                 let max = r.requested_max_references_per_node;
-                on_mount(fields, m, ctx, move |link, mount| async move {
-                    proxy::browse(&link, mount, view, max, &ops, ctx).await
+                on_mount(fields, m, ctx, OnLoss::RetryOnce, move |link, mount| {
+                    let ops = ops.clone();
+                    async move { proxy::browse(&link, mount, view, max, &ops, ctx).await }
                 })
             })
             .await?;
@@ -371,12 +400,14 @@ impl Engine {
         let release = r.release_continuation_points;
         let out = split
             .run(ctx.deadline, local, |m, idx| {
-                let field_cps: Vec<ByteString> = idx
-                    .iter()
-                    .filter_map(|i| proxy::unwrap_cp(&cps[*i]).map(|(_, cp)| cp))
-                    .collect();
-                on_mount(fields, m, ctx, move |link, mount| async move {
-                    proxy::browse_next(&link, mount, release, &field_cps, ctx).await
+                let field_cps: Arc<Vec<ByteString>> = Arc::new(
+                    idx.iter()
+                        .filter_map(|i| proxy::unwrap_cp(&cps[*i]).map(|(_, cp)| cp))
+                        .collect(),
+                );
+                on_mount(fields, m, ctx, OnLoss::RetryOnce, move |link, mount| {
+                    let field_cps = field_cps.clone();
+                    async move { proxy::browse_next(&link, mount, release, &field_cps, ctx).await }
                 })
             })
             .await?;
@@ -427,12 +458,14 @@ impl Engine {
         };
         let out = split
             .run(ctx.deadline, local, |m, idx| {
-                let ops: Vec<BrowsePath> = idx
-                    .iter()
-                    .filter_map(|i| remote.get(i).map(|(_, p)| p.clone()))
-                    .collect();
-                on_mount(fields, m, ctx, move |link, _| async move {
-                    proxy::translate(&link, &ops, ctx).await
+                let ops: Arc<Vec<BrowsePath>> = Arc::new(
+                    idx.iter()
+                        .filter_map(|i| remote.get(i).map(|(_, p)| p.clone()))
+                        .collect(),
+                );
+                on_mount(fields, m, ctx, OnLoss::RetryOnce, move |link, _| {
+                    let ops = ops.clone();
+                    async move { proxy::translate(&link, &ops, ctx).await }
                 })
             })
             .await?;
@@ -472,9 +505,10 @@ impl Engine {
         };
         let out = split
             .run(ctx.deadline, local, |m, idx| {
-                let ops = pick(calls, idx);
-                on_mount(fields, m, ctx, move |link, _| async move {
-                    proxy::call(&link, &ops, ctx).await
+                let ops = Arc::new(pick(calls, idx));
+                on_mount(fields, m, ctx, OnLoss::Fail, move |link, _| {
+                    let ops = ops.clone();
+                    async move { proxy::call(&link, &ops, ctx).await }
                 })
             })
             .await?;
@@ -521,9 +555,12 @@ impl Engine {
                 ctx.deadline,
                 async { Ok::<_, ServiceError>(Vec::new()) },
                 |m, idx| {
-                    let ops = pick(nodes, idx);
-                    on_mount(fields, m, ctx, move |link, mount| async move {
-                        proxy::history_read(&link, mount, details, ts, release, &ops, ctx).await
+                    let ops = Arc::new(pick(nodes, idx));
+                    on_mount(fields, m, ctx, OnLoss::RetryOnce, move |link, mount| {
+                        let ops = ops.clone();
+                        async move {
+                            proxy::history_read(&link, mount, details, ts, release, &ops, ctx).await
+                        }
                     })
                 },
             )

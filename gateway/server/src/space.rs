@@ -127,7 +127,7 @@ impl AddressSpace {
         let ctx = ctx_of(&r.request_header);
         for (m, nodes) in per_mount {
             let conn = &fields.conns[m];
-            let Ok(link) = conn.link(ctx.deadline).await else {
+            let Ok(link) = crate::park::field_link(conn, ctx.deadline).await else {
                 continue;
             };
             let paths: Vec<BrowsePath> = nodes

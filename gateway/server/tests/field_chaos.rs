@@ -1090,3 +1090,241 @@ async fn a_field_server_restart_leaves_exactly_one_gap_marker() {
     gw.stop().await;
     sim.cancel();
 }
+
+/// A field connection named `name` to `url` (the chaos tests' settings).
+fn field_toml_named(name: &str, url: &str) -> String {
+    field_toml(url).replacen("name = \"line1\"", &format!("name = \"{name}\""), 1)
+}
+
+/// Issue 17 item 3: Reads waiting for a field server that is reconnecting
+/// give their execution slot back. With 4 execution slots, 50 Reads of a
+/// dead PLC all wait at once (parked) and Reads of a healthy PLC and of a
+/// local node are answered Good meanwhile; without parking the 50 would
+/// hold the 4 slots in turn for their whole timeout and the healthy Reads
+/// would time out behind them. The dead Reads end with BadNoCommunication.
+#[tokio::test]
+async fn fifty_reads_waiting_for_a_dead_plc_block_nobody() {
+    let tmp = tempfile::tempdir().unwrap();
+    let healthy = start_sim(tmp.path(), "healthy").await;
+    let dead = start_sim(tmp.path(), "dead").await;
+    let proxy = Proxy::start(dead.local_addr).await;
+    let toml = format!(
+        "[server]\nmax_request_thread_count = 4\nmax_session_count = 20\n\n{}{}",
+        field_toml_named("line1", &healthy.endpoint_url),
+        field_toml_named("line2", &proxy.url())
+    );
+    let gw = TestGateway::start(&toml).await;
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Connected,
+        Duration::from_secs(10),
+    )
+    .await;
+    let t0 = Instant::now();
+    while gw.engine().field_status("line2").unwrap().state != uagate_field::ConnState::Connected {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "line2 not connected"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut sessions = Vec::new();
+    for k in 0..10 {
+        sessions.push(connect(&gw, &format!("poller{k}")).await);
+    }
+    let (s, _h) = connect(&gw, "healthy-reader").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    // Each mount publishes the simulator's namespace under its own index:
+    // look both up through the mount folders.
+    let healthy_ns = fieldkit::sim_ns_of_mount(&s, "line1").await;
+    let dead_ns = fieldkit::sim_ns_of_mount(&s, "line2").await;
+    assert!(
+        ns == healthy_ns || ns == dead_ns,
+        "{ns} {healthy_ns} {dead_ns}"
+    );
+    let healthy_node = NodeId::new(healthy_ns, "Simulation.Counter");
+    let dead_node = NodeId::new(dead_ns, "Simulation.Counter");
+    let local_node = common::current_time();
+    let (dv, _) = timed_read(&s, &dead_node, Duration::from_secs(5)).await;
+    assert!(dv.status.is_none_or(|st| st.is_good()), "{dv:?}");
+
+    // The PLC dies: its connection is cut and nothing answers any more.
+    proxy.set(BLACKHOLE);
+    proxy.drop_all().await;
+    let t0 = Instant::now();
+    while gw.engine().field_status("line2").unwrap().reconnect_count == 0
+        && gw
+            .engine()
+            .field_status("line2")
+            .unwrap()
+            .last_error
+            .is_none()
+    {
+        assert!(t0.elapsed() < Duration::from_secs(5), "loss not seen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (parked_before, _) = gw.engine().field_request_stats("line2").unwrap();
+    let mut polls = Vec::new();
+    for k in 0..50 {
+        let session = sessions[k % sessions.len()].0.clone();
+        let node = dead_node.clone();
+        polls.push(tokio::spawn(async move {
+            let (dv, took) = timed_read(&session, &node, Duration::from_secs(4)).await;
+            (dv.status.unwrap_or(StatusCode::Good), took)
+        }));
+    }
+    // All fifty wait at once although only four may execute.
+    let t0 = Instant::now();
+    loop {
+        let (parked, _) = gw.engine().field_request_stats("line2").unwrap();
+        if parked - parked_before >= 50 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "only {} of 50 Reads of the dead PLC are waiting",
+            parked - parked_before
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Meanwhile the healthy PLC and local nodes answer.
+    for _ in 0..10 {
+        for node in [&healthy_node, &local_node] {
+            let (dv, _) = timed_read(&s, node, Duration::from_secs(1)).await;
+            assert!(
+                dv.status.is_none_or(|st| st.is_good()),
+                "{node} while the dead PLC is polled: {dv:?}"
+            );
+        }
+    }
+    assert!(
+        polls.iter().all(|p| !p.is_finished()),
+        "the dead PLC's Reads wait for their timeout"
+    );
+    for p in polls {
+        let (status, took) = p.await.unwrap();
+        assert_eq!(status, StatusCode::BadNoCommunication);
+        assert!(
+            took < Duration::from_secs(4),
+            "answered within its timeout: {took:?}"
+        );
+    }
+    // The PLC comes back: Reads of it work again.
+    proxy.set(FORWARD);
+    let t0 = Instant::now();
+    loop {
+        let (dv, _) = timed_read(&s, &dead_node, Duration::from_secs(2)).await;
+        if dv.status.is_none_or(|st| st.is_good()) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "line2 not back: {dv:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (session, h) in sessions {
+        let _ = session.disconnect().await;
+        h.abort();
+    }
+    gw.stop().await;
+}
+
+/// Issue 17 item 4: a Read cut off by a lost connection is retried once on
+/// the re-activated session and answered Good within its timeout; a Write
+/// cut off the same way is not retried and gets BadServerNotConnected.
+#[tokio::test]
+async fn a_read_cut_off_by_a_lost_link_is_retried_once_and_a_write_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "cut").await;
+    let proxy = Proxy::start(sim.local_addr).await;
+    let gw = TestGateway::start(&format!(
+        "[server]\nallow_anonymous_write = true\n\n{}",
+        field_toml(&proxy.url())
+    ))
+    .await;
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Connected,
+        Duration::from_secs(10),
+    )
+    .await;
+    let (s, _h) = connect(&gw, "cut").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let counter = NodeId::new(ns, "Simulation.Counter");
+    let setpoint = NodeId::new(ns, "Simulation.Setpoint");
+    let (dv, _) = timed_read(&s, &counter, Duration::from_secs(5)).await;
+    assert!(dv.status.is_none_or(|st| st.is_good()), "{dv:?}");
+    let session_before = sim_summary(
+        &sim,
+        VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CurrentSessionCount,
+    );
+
+    // Read: in flight when the connection stalls, then is cut.
+    let (_, retried_before) = gw.engine().field_request_stats("line1").unwrap();
+    proxy.set(STALL);
+    let read = {
+        let s = s.clone();
+        let counter = counter.clone();
+        tokio::spawn(async move { timed_read(&s, &counter, Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !read.is_finished(),
+        "the Read waits for the stalled field server"
+    );
+    proxy.set(FORWARD);
+    proxy.drop_all().await;
+    let (dv, took) = read.await.unwrap();
+    assert!(
+        dv.status.is_none_or(|st| st.is_good()),
+        "the cut-off Read is retried and answered: {dv:?}"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let (_, retried) = gw.engine().field_request_stats("line1").unwrap();
+    assert_eq!(retried - retried_before, 1, "retried exactly once");
+
+    // Write: not retried.
+    proxy.set(STALL);
+    let write = {
+        let s = s.clone();
+        let setpoint = setpoint.clone();
+        tokio::spawn(async move {
+            opcua_client::services::Write::new(&s)
+                .nodes_to_write(vec![opcua_types::WriteValue {
+                    node_id: setpoint,
+                    attribute_id: 13,
+                    index_range: Default::default(),
+                    value: opcua_types::DataValue::new_now(7.5f64),
+                }])
+                .timeout(Duration::from_secs(5))
+                .send(s.channel())
+                .await
+                .expect("write answered")
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !write.is_finished(),
+        "the Write waits for the stalled field server"
+    );
+    proxy.set(FORWARD);
+    proxy.drop_all().await;
+    let w = write.await.unwrap();
+    assert_eq!(
+        w.results.unwrap(),
+        vec![StatusCode::BadServerNotConnected],
+        "a cut-off Write is not retried"
+    );
+    let (_, retried_after) = gw.engine().field_request_stats("line1").unwrap();
+    assert_eq!(retried_after, retried, "the Write was not retried");
+    // The session survived both cuts (re-activated, not re-created).
+    assert_eq!(
+        sim_summary(
+            &sim,
+            VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CurrentSessionCount
+        ),
+        session_before
+    );
+    gw.stop().await;
+}
