@@ -1063,7 +1063,8 @@ pub struct HistoryView {
     /// 1-based server number in the set, when the event concerns one.
     pub server: Option<usize>,
     /// up, failed, lost, moved, failover, failover_requested,
-    /// failover_unavailable, gave_up, new_cycle, reconnect_requested.
+    /// failover_unavailable, gave_up, new_cycle, reconnect_requested,
+    /// connection_lost, gap, items_spread.
     pub kind: String,
     /// URL, status code or who asked.
     pub detail: String,

@@ -372,6 +372,9 @@ pub struct OperationLimitOverrides {
     pub max_monitored_items_per_call: u32,
     /// Longest array in a value.
     pub max_array_length: u32,
+    /// Most monitored items in one subscription (the gateway spreads its
+    /// items over more subscriptions beyond it).
+    pub max_monitored_items_per_subscription: u32,
 }
 
 /// The parts of an `opc.tcp://host:port[/path]` URL that make two URLs the

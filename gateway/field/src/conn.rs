@@ -27,7 +27,7 @@
 //! once on [`FieldConnection::reconnect_now`]), `Closing` and `Closed`
 //! (shut down).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -199,9 +199,14 @@ pub struct FieldStatus {
 /// Southbound subscriptions and items of one link.
 #[derive(Debug, Default)]
 struct LinkSubs {
-    /// Sampling class (ms) → subscription id.
-    by_class: HashMap<u32, u32>,
-    /// Our item id → (class, server monitored item id).
+    /// Sampling class (ms) → its subscriptions in creation order (more than
+    /// one when the field server caps items per subscription).
+    by_class: HashMap<u32, Vec<u32>>,
+    /// Data subscription → how many of our items it holds.
+    counts: HashMap<u32, u32>,
+    /// How items are spread over a class's subscriptions.
+    spread: crate::spread::Spread,
+    /// Our item id → (subscription id, server monitored item id).
     items: HashMap<u32, (u32, u32)>,
     /// Monitoring mode the items currently have.
     mode: Option<MonitoringMode>,
@@ -574,7 +579,8 @@ pub struct HistoryEvent {
     /// Which server of the set (index into the configured servers).
     pub server: Option<usize>,
     /// `up`, `failed`, `lost`, `moved`, `failover`, `failover_requested`,
-    /// `failover_unavailable` or `closed`.
+    /// `failover_unavailable`, `closed`, `gave_up`, `new_cycle`,
+    /// `reconnect_requested`, `connection_lost`, `gap` or `items_spread`.
     pub kind: &'static str,
     /// The URL, the status code, or who asked.
     pub detail: String,
@@ -1718,7 +1724,13 @@ async fn connect(
         redundancy_support,
         server_uris,
         request_timeout: s.request_timeout,
-        subs: tokio::sync::Mutex::new(LinkSubs::default()),
+        subs: tokio::sync::Mutex::new(LinkSubs {
+            spread: crate::spread::Spread::new(
+                limits.max_monitored_items_per_subscription,
+                limits.max_monitored_items_per_call,
+            ),
+            ..LinkSubs::default()
+        }),
         deliveries: deliveries.clone(),
         repair: repair_tx,
         interrupted: interrupted.clone(),
@@ -1971,18 +1983,19 @@ async fn reconcile(
 
     // Delete items nobody needs.
     let mut gone: HashMap<u32, Vec<(u32, u32)>> = HashMap::new();
-    for (id, (class, mi)) in subs.items.iter() {
+    for (id, (sub, mi)) in subs.items.iter() {
         if !wanted.contains_key(id) {
-            if let Some(sub) = subs.by_class.get(class) {
-                gone.entry(*sub).or_default().push((*id, *mi));
-            }
+            gone.entry(*sub).or_default().push((*id, *mi));
         }
     }
     for (sub, list) in gone {
         let mis: Vec<u32> = list.iter().map(|(_, mi)| *mi).collect();
         delete_items(ls, sub, &mis).await?;
-        for (id, _) in list {
-            subs.items.remove(&id);
+        for (id, _) in &list {
+            subs.items.remove(id);
+        }
+        if let Some(c) = subs.counts.get_mut(&sub) {
+            *c = c.saturating_sub(u32::try_from(list.len()).unwrap_or(u32::MAX));
         }
     }
 
@@ -1997,33 +2010,7 @@ async fn reconcile(
         }
     }
     for (class, list) in missing {
-        let sub = match subs.by_class.get(&class) {
-            Some(sub) => *sub,
-            None => {
-                let gate = NotificationGate::new(inner, ls, merge);
-                let delivery = Arc::new(Mutex::new(Delivery::new(
-                    gate,
-                    ls.map.clone(),
-                    merge,
-                    Some(ls.repair.clone()),
-                )));
-                let cb = Sequenced(delivery.clone());
-                let interval = Duration::from_millis(u64::from(class));
-                let keep_alive = u32::try_from(10_000 / u64::from(class).max(1))
-                    .unwrap_or(10)
-                    .clamp(3, 100);
-                let sub = session
-                    .create_subscription(interval, keep_alive * 3, keep_alive, 0, 0, publishing, cb)
-                    .await
-                    .map_err(|e| e.status())?;
-                subs.by_class.insert(class, sub);
-                delivery.lock().sub = sub;
-                ls.deliveries.lock().insert(sub, delivery);
-                sub
-            }
-        };
-        let mut reqs = Vec::with_capacity(list.len());
-        let mut ids = Vec::with_capacity(list.len());
+        let mut pending = VecDeque::with_capacity(list.len());
         for (id, key) in &list {
             let rvi = ReadValueId {
                 node_id: key.node.clone(),
@@ -2032,35 +2019,23 @@ async fn reconcile(
                 ..Default::default()
             };
             match ls.map.read_value_id_to_field(&rvi) {
-                Ok(item_to_monitor) => {
-                    reqs.push(MonitoredItemCreateRequest {
-                        item_to_monitor,
-                        monitoring_mode: subs.mode.unwrap_or(mode),
-                        requested_parameters: MonitoringParameters {
-                            client_handle: *id,
-                            sampling_interval: f64::from(class),
-                            filter: filter_of(key),
-                            queue_size: blip_queue_size(class),
-                            discard_oldest: true,
-                        },
-                    });
-                    ids.push(*id);
-                }
+                Ok(item_to_monitor) => pending.push_back(MonitoredItemCreateRequest {
+                    item_to_monitor,
+                    monitoring_mode: subs.mode.unwrap_or(mode),
+                    requested_parameters: MonitoringParameters {
+                        client_handle: *id,
+                        sampling_interval: f64::from(class),
+                        filter: filter_of(key),
+                        queue_size: blip_queue_size(class),
+                        discard_oldest: true,
+                    },
+                }),
                 Err(st) => {
                     inner.items.lock().offer(*id, status_value(st), false);
                 }
             }
         }
-        for (id, created) in create_items(ls, sub, reqs, &ids).await? {
-            match created {
-                Ok(mi) => {
-                    subs.items.insert(id, (class, mi));
-                }
-                Err(st) => {
-                    inner.items.lock().offer(id, status_value(st), false);
-                }
-            }
-        }
+        place_items(inner, ls, &mut subs, class, pending, publishing, merge).await?;
     }
 
     reconcile_events(inner, ls, &mut subs, mode, publishing, merge).await?;
@@ -2068,10 +2043,8 @@ async fn reconcile(
     // Role changes: monitoring mode and publishing.
     if subs.mode != Some(mode) {
         let mut per_sub: HashMap<u32, Vec<u32>> = HashMap::new();
-        for (class, mi) in subs.items.values() {
-            if let Some(sub) = subs.by_class.get(class) {
-                per_sub.entry(*sub).or_default().push(*mi);
-            }
+        for (sub, mi) in subs.items.values() {
+            per_sub.entry(*sub).or_default().push(*mi);
         }
         if let Some(sub) = subs.events_sub {
             per_sub
@@ -2090,6 +2063,7 @@ async fn reconcile(
         let sub_ids: Vec<u32> = subs
             .by_class
             .values()
+            .flatten()
             .copied()
             .chain(subs.events_sub)
             .collect();
@@ -2103,6 +2077,186 @@ async fn reconcile(
         subs.mode = Some(mode);
     }
     Ok(())
+}
+
+/// Most CreateMonitoredItems calls one class's placement makes in one
+/// reconcile (a bound on probing a field server's cap).
+const MAX_PLACEMENT_CALLS: usize = 256;
+
+/// Creates the `pending` items of sampling class `class` on the class's
+/// subscriptions, opening more when the field server caps items per
+/// subscription (announced, or learned from BadTooManyMonitoredItems; see
+/// [`crate::spread`]). Items the server refuses for another reason get
+/// that status northbound. Called by [`reconcile`] for each class with
+/// missing items.
+async fn place_items(
+    inner: &Arc<Inner>,
+    ls: &Arc<LinkSession>,
+    subs: &mut LinkSubs,
+    class: u32,
+    mut pending: VecDeque<MonitoredItemCreateRequest>,
+    publishing: bool,
+    merge: bool,
+) -> Result<(), StatusCode> {
+    use crate::spread::Refused;
+    let mut next = 0usize;
+    let mut calls = 0usize;
+    let cap_before = subs.spread.cap();
+    while !pending.is_empty() {
+        if calls == MAX_PLACEMENT_CALLS {
+            // Left for the next reconcile.
+            break;
+        }
+        let existing = subs.by_class.get(&class).and_then(|v| v.get(next)).copied();
+        let sub = match existing {
+            Some(sub) => sub,
+            None => match open_data_subscription(inner, ls, subs, class, publishing, merge).await {
+                Ok(sub) => sub,
+                Err(st) => {
+                    let mut items = inner.items.lock();
+                    for r in pending.drain(..) {
+                        items.offer(
+                            r.requested_parameters.client_handle,
+                            status_value(st),
+                            false,
+                        );
+                    }
+                    return Err(st);
+                }
+            },
+        };
+        let count = subs.counts.get(&sub).copied().unwrap_or(0);
+        let take = subs.spread.take(count, pending.len());
+        if take == 0 {
+            next += 1;
+            continue;
+        }
+        calls += 1;
+        let chunk: Vec<MonitoredItemCreateRequest> = pending.drain(..take).collect();
+        let refusal = match create_batch(ls, sub, chunk.clone()).await {
+            Err(StatusCode::BadTooManyMonitoredItems) => {
+                for r in chunk.into_iter().rev() {
+                    pending.push_front(r);
+                }
+                Some(subs.spread.refused(count, take))
+            }
+            Err(st) => return Err(st),
+            Ok(results) => {
+                let mut held = count;
+                let mut again = Vec::new();
+                for (r, res) in chunk.into_iter().zip(results) {
+                    let id = r.requested_parameters.client_handle;
+                    match res {
+                        Ok(mi) => {
+                            subs.items.insert(id, (sub, mi));
+                            held += 1;
+                        }
+                        Err(StatusCode::BadTooManyMonitoredItems) => again.push(r),
+                        Err(st) => {
+                            inner.items.lock().offer(id, status_value(st), false);
+                        }
+                    }
+                }
+                subs.counts.insert(sub, held);
+                if again.is_empty() {
+                    None
+                } else {
+                    for r in again.into_iter().rev() {
+                        pending.push_front(r);
+                    }
+                    Some(subs.spread.item_refused(held))
+                }
+            }
+        };
+        match refusal {
+            None | Some(Refused::Smaller) => {}
+            Some(Refused::Full) => next += 1,
+            Some(Refused::Hopeless) => {
+                let mut items = inner.items.lock();
+                for r in pending.drain(..) {
+                    items.offer(
+                        r.requested_parameters.client_handle,
+                        status_value(StatusCode::BadTooManyMonitoredItems),
+                        false,
+                    );
+                }
+            }
+        }
+    }
+    let cap = subs.spread.cap();
+    if cap != cap_before && cap != 0 {
+        let n = subs.by_class.get(&class).map_or(0, Vec::len);
+        inner.record(
+            Some(ls.server),
+            "items_spread",
+            format!("the field server takes at most {cap} monitored items per subscription; class {class} ms uses {n} subscriptions"),
+        );
+    }
+    Ok(())
+}
+
+/// Opens one more data subscription of sampling class `class` on `ls`
+/// (publishing interval = the class, its notifications delivered in order
+/// through a [`Delivery`]) and records it in `subs`.
+async fn open_data_subscription(
+    inner: &Arc<Inner>,
+    ls: &Arc<LinkSession>,
+    subs: &mut LinkSubs,
+    class: u32,
+    publishing: bool,
+    merge: bool,
+) -> Result<u32, StatusCode> {
+    let gate = NotificationGate::new(inner, ls, merge);
+    let delivery = Arc::new(Mutex::new(Delivery::new(
+        gate,
+        ls.map.clone(),
+        merge,
+        Some(ls.repair.clone()),
+    )));
+    let cb = Sequenced(delivery.clone());
+    let interval = Duration::from_millis(u64::from(class));
+    let keep_alive = u32::try_from(10_000 / u64::from(class).max(1))
+        .unwrap_or(10)
+        .clamp(3, 100);
+    let sub = ls
+        .session()
+        .create_subscription(interval, keep_alive * 3, keep_alive, 0, 0, publishing, cb)
+        .await
+        .map_err(|e| e.status())?;
+    subs.by_class.entry(class).or_default().push(sub);
+    subs.counts.insert(sub, 0);
+    delivery.lock().sub = sub;
+    ls.deliveries.lock().insert(sub, delivery);
+    Ok(sub)
+}
+
+/// One CreateMonitoredItems call of `reqs` on subscription `sub`: per
+/// item, the server's monitored item id or the status it refused it with.
+async fn create_batch(
+    ls: &LinkSession,
+    sub: u32,
+    reqs: Vec<MonitoredItemCreateRequest>,
+) -> Result<Vec<Result<u32, StatusCode>>, StatusCode> {
+    let n = reqs.len();
+    let created = ls
+        .session()
+        .create_monitored_items(sub, TimestampsToReturn::Both, reqs)
+        .await
+        .map_err(|e| e.status())?;
+    if created.len() != n {
+        return Err(StatusCode::BadUnexpectedError);
+    }
+    Ok(created
+        .iter()
+        .map(|c| {
+            let st = c.result.status_code;
+            if st.is_good() {
+                Ok(c.result.monitored_item_id)
+            } else {
+                Err(st)
+            }
+        })
+        .collect())
 }
 
 /// Decides, in a southbound subscription's callback, whether a notification

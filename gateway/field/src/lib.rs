@@ -21,6 +21,7 @@ pub mod proxy;
 pub mod redundancy;
 pub mod remap;
 pub mod sequence;
+pub mod spread;
 pub mod tcp;
 
 pub use conn::{

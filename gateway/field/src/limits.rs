@@ -44,6 +44,10 @@ pub struct OperationLimits {
     pub max_monitored_items_per_call: u32,
     /// Longest array the server accepts in a request.
     pub max_array_length: u32,
+    /// Monitored items per subscription (Server/ServerCapabilities/
+    /// MaxMonitoredItemsPerSubscription): the link spreads its items over
+    /// more subscriptions beyond it (see [`crate::spread`]).
+    pub max_monitored_items_per_subscription: u32,
 }
 
 /// The smaller of two limits where 0 means "no limit".
@@ -69,7 +73,7 @@ impl OperationLimits {
     /// Node ids to Read (attribute Value) to learn the limits, in the order
     /// [`OperationLimits::from_values`] expects. Called once per activated
     /// session (limits may differ between the servers of a redundant set).
-    pub fn node_ids() -> [NodeId; 8] {
+    pub fn node_ids() -> [NodeId; 9] {
         [
             VariableId::Server_ServerCapabilities_OperationLimits_MaxNodesPerRead.into(),
             VariableId::Server_ServerCapabilities_OperationLimits_MaxNodesPerWrite.into(),
@@ -79,6 +83,7 @@ impl OperationLimits {
             VariableId::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadData.into(),
             VariableId::Server_ServerCapabilities_OperationLimits_MaxMonitoredItemsPerCall.into(),
             VariableId::Server_ServerCapabilities_MaxArrayLength.into(),
+            VariableId::Server_ServerCapabilities_MaxMonitoredItemsPerSubscription.into(),
         ]
     }
 
@@ -96,6 +101,7 @@ impl OperationLimits {
             max_nodes_per_history_read_data: v(5),
             max_monitored_items_per_call: v(6),
             max_array_length: v(7),
+            max_monitored_items_per_subscription: v(8),
         }
     }
 
@@ -147,6 +153,11 @@ impl OperationLimits {
                 overrides.max_monitored_items_per_call,
             ),
             max_array_length,
+            // Not an array length: only the operator's override tightens it.
+            max_monitored_items_per_subscription: min_nonzero(
+                server.max_monitored_items_per_subscription,
+                overrides.max_monitored_items_per_subscription,
+            ),
         }
     }
 }
@@ -180,6 +191,8 @@ mod tests {
             max_nodes_per_history_read_data: v,
             max_monitored_items_per_call: v,
             max_array_length: v,
+            // Not an operation limit: no array-length cap applies to it.
+            max_monitored_items_per_subscription: 0,
         }
     }
 
@@ -196,7 +209,9 @@ mod tests {
 
     #[test]
     fn node_ids_match_the_standard_numeric_ids() {
-        let want = [11705u32, 11707, 11710, 11709, 11712, 12165, 11714, 11702];
+        let want = [
+            11705u32, 11707, 11710, 11709, 11712, 12165, 11714, 11702, 24104,
+        ];
         let got = OperationLimits::node_ids();
         for (id, n) in got.iter().zip(want) {
             assert_eq!(*id, NodeId::new(0, n));
@@ -205,7 +220,7 @@ mod tests {
 
     #[test]
     fn from_values_reads_uint32_in_order() {
-        let values: Vec<DataValue> = (1..=8u32).map(|v| DataValue::new_now(v * 10)).collect();
+        let values: Vec<DataValue> = (1..=9u32).map(|v| DataValue::new_now(v * 10)).collect();
         let l = OperationLimits::from_values(&values);
         assert_eq!(
             l,
@@ -218,6 +233,7 @@ mod tests {
                 max_nodes_per_history_read_data: 60,
                 max_monitored_items_per_call: 70,
                 max_array_length: 80,
+                max_monitored_items_per_subscription: 90,
             }
         );
     }
@@ -365,6 +381,25 @@ mod tests {
             OperationLimits::effective(&ops(0, 1000), 0, &loose),
             all(1000)
         );
+    }
+
+    #[test]
+    fn items_per_subscription_is_not_capped_by_array_length_only_by_the_override() {
+        let server = OperationLimits {
+            max_monitored_items_per_subscription: 5000,
+            ..ops(0, 1000)
+        };
+        let e = OperationLimits::effective(&server, 100, &none());
+        assert_eq!(e.max_monitored_items_per_subscription, 5000);
+        let overrides = OperationLimits {
+            max_monitored_items_per_subscription: 250,
+            ..none()
+        };
+        let e = OperationLimits::effective(&server, 0, &overrides);
+        assert_eq!(e.max_monitored_items_per_subscription, 250);
+        // A PLC that does not announce it: the override alone.
+        let e = OperationLimits::effective(&none(), 0, &overrides);
+        assert_eq!(e.max_monitored_items_per_subscription, 250);
     }
 
     #[test]

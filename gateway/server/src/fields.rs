@@ -276,6 +276,7 @@ pub fn settings(fs: &uagate_config::FieldServer) -> uagate_field::FieldSettings 
             max_nodes_per_history_read_data: o.max_nodes_per_history_read_data,
             max_monitored_items_per_call: o.max_monitored_items_per_call,
             max_array_length: o.max_array_length,
+            max_monitored_items_per_subscription: o.max_monitored_items_per_subscription,
         },
         request_timeout: fs.request_timeout,
         session_timeout: fs.session_timeout,

@@ -545,6 +545,7 @@ async fn unknown_field_certificate_is_rejected_listed_and_trusted_by_the_operato
         security: true,
         update_interval: Duration::from_millis(50),
         max_nodes_per_read: 0,
+        max_monitored_items_per_subscription: 0,
     })
     .await
     .unwrap();
@@ -655,6 +656,7 @@ async fn large_reads_are_split_within_the_field_servers_operation_limits() {
         security: false,
         update_interval: Duration::from_millis(50),
         max_nodes_per_read: 2,
+        max_monitored_items_per_subscription: 0,
     })
     .await
     .unwrap();
@@ -1332,4 +1334,106 @@ async fn a_read_over_four_mounts_waits_for_the_slowest_not_the_sum() {
     for sim in sims {
         sim.cancel();
     }
+}
+
+/// Issue 17 item 6: a PLC that takes at most 3 monitored items per
+/// subscription (it refuses a CreateMonitoredItems call that would exceed
+/// that with BadTooManyMonitoredItems, and does not announce the cap): the
+/// gateway spreads 7 shared items over 3 southbound subscriptions and every
+/// northbound item gets Good values.
+#[tokio::test]
+async fn items_are_spread_over_subscriptions_when_the_plc_caps_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = uagate_sim::start(SimConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        pki_dir: tmp.path().join("sim-capped"),
+        application_uri: "urn:uagate:sim:capped".into(),
+        security: false,
+        update_interval: Duration::from_millis(50),
+        max_nodes_per_read: 0,
+        max_monitored_items_per_subscription: 3,
+    })
+    .await
+    .unwrap();
+    let gw = TestGateway::start(&field_toml("capped", "none", &[&sim.endpoint_url])).await;
+    wait_connected(&gw, "capped").await;
+    let (s, h) = connect(&gw, "spread").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let names = [
+        "Simulation.Counter",
+        "Simulation.Sine",
+        "Simulation.Random",
+        "Simulation.Toggle",
+        "Simulation.Text",
+        "Simulation.Timestamp",
+        "Simulation.Setpoint",
+    ];
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let sub = s
+        .create_subscription(
+            Duration::from_millis(100),
+            60,
+            10,
+            0,
+            0,
+            true,
+            DataChangeCallback::new(move |dv: DataValue, item: &opcua_client::MonitoredItem| {
+                let _ = tx.send((item.client_handle(), dv));
+            }),
+        )
+        .await
+        .unwrap();
+    let reqs: Vec<MonitoredItemCreateRequest> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| MonitoredItemCreateRequest {
+            item_to_monitor: ReadValueId::from(NodeId::new(ns, *n)),
+            monitoring_mode: opcua_types::MonitoringMode::Reporting,
+            requested_parameters: opcua_types::MonitoringParameters {
+                client_handle: i as u32 + 1,
+                sampling_interval: 100.0,
+                queue_size: 10,
+                discard_oldest: true,
+                ..Default::default()
+            },
+        })
+        .collect();
+    let created = s
+        .create_monitored_items(sub, TimestampsToReturn::Both, reqs)
+        .await
+        .unwrap();
+    assert!(
+        created.iter().all(|c| c.result.status_code.is_good()),
+        "{created:?}"
+    );
+    // Every item delivers a Good value.
+    let mut good = std::collections::BTreeSet::new();
+    let t0 = Instant::now();
+    while good.len() < names.len() {
+        let left = Duration::from_secs(10).saturating_sub(t0.elapsed());
+        let Ok(Some((handle, dv))) = tokio::time::timeout(left, rx.recv()).await else {
+            panic!("only items {good:?} of 1..=7 delivered Good values");
+        };
+        if dv.status.is_none_or(|st| st.is_good()) && dv.value.is_some() {
+            good.insert(handle);
+        }
+    }
+    // The simulator holds the gateway's status subscription and three for
+    // the seven items.
+    let subs = fieldkit::sim_summary(
+        &sim,
+        opcua_types::VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CurrentSubscriptionCount,
+    );
+    assert_eq!(subs, 4, "status subscription + 3 data subscriptions");
+    let history = gw.engine().field_history("capped").unwrap();
+    assert!(
+        history
+            .iter()
+            .any(|e| e.kind == "items_spread" && e.detail.contains("at most 3")),
+        "{history:?}"
+    );
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    sim.cancel();
 }

@@ -914,6 +914,7 @@ async fn ten_network_blips_lose_no_value_and_keep_the_session() {
         security: false,
         update_interval: Duration::from_millis(200),
         max_nodes_per_read: 0,
+        max_monitored_items_per_subscription: 0,
     })
     .await
     .expect("simulator starts");
@@ -1030,6 +1031,7 @@ async fn a_field_server_restart_leaves_exactly_one_gap_marker() {
         security: false,
         update_interval: Duration::from_millis(200),
         max_nodes_per_read: 0,
+        max_monitored_items_per_subscription: 0,
     };
     let sim = uagate_sim::start(config("127.0.0.1:0".parse().unwrap()))
         .await

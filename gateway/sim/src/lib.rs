@@ -122,6 +122,10 @@ pub struct SimConfig {
     /// Server/ServerCapabilities/OperationLimits/MaxNodesPerRead to announce
     /// and enforce (a small PLC); 0 keeps the library default.
     pub max_nodes_per_read: u32,
+    /// Most monitored items per subscription to enforce (a PLC that caps
+    /// them; CreateMonitoredItems beyond it is refused with
+    /// BadTooManyMonitoredItems); 0 keeps the library default.
+    pub max_monitored_items_per_subscription: u32,
 }
 
 impl Default for SimConfig {
@@ -133,6 +137,7 @@ impl Default for SimConfig {
             security: true,
             update_interval: Duration::from_millis(500),
             max_nodes_per_read: 0,
+            max_monitored_items_per_subscription: 0,
         }
     }
 }
@@ -380,6 +385,12 @@ fn server_builder(config: &SimConfig, host: &str, port: u16, endpoint_url: &str)
         .default_endpoint("none");
     if config.max_nodes_per_read > 0 {
         builder.limits_mut().operational.max_nodes_per_read = config.max_nodes_per_read as usize;
+    }
+    if config.max_monitored_items_per_subscription > 0 {
+        builder
+            .limits_mut()
+            .subscriptions
+            .max_monitored_items_per_sub = config.max_monitored_items_per_subscription as usize;
     }
     if config.security {
         builder = builder

@@ -30,6 +30,7 @@ async fn start_sim(pki: &Path, security: bool, application_uri: &str) -> SimHand
         security,
         update_interval: Duration::from_millis(50),
         max_nodes_per_read: 0,
+        max_monitored_items_per_subscription: 0,
     };
     let sim = bounded("sim start", uagate_sim::start(config))
         .await

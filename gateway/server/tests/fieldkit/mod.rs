@@ -26,6 +26,7 @@ pub async fn start_sim(dir: &std::path::Path, name: &str) -> SimHandle {
         security: false,
         update_interval: Duration::from_millis(50),
         max_nodes_per_read: 0,
+        max_monitored_items_per_subscription: 0,
     })
     .await
     .expect("simulator starts")
