@@ -17,6 +17,7 @@ use opcua_types::{
 };
 use parking_lot::Mutex;
 use uagate_config::{Config, Stage};
+use uagate_isolation::owner::OwnerClass;
 use uagate_isolation::plan::Plan;
 use uagate_isolation::provider::Lease;
 use uagate_isolation::scheduler::{FairScheduler, SchedulingMode};
@@ -153,17 +154,18 @@ impl Pipeline {
         retry_after_hint(queued, slots, self.stats.recent_latency())
     }
 
-    /// Charges and queues a decoded request. Returns the immediate answer
-    /// when it cannot be queued (BadServerTooBusy with RetryAfterMs).
-    pub(crate) fn submit(
+    /// Charges and queues a decoded request for `caller`. Returns the
+    /// immediate answer when it cannot be queued (BadServerTooBusy with
+    /// RetryAfterMs). Called through [`Engine::submit`].
+    fn submit(
         &self,
         chan: &Arc<ChannelInfo>,
+        caller: Caller,
         request_id: u32,
         request: Box<RequestMessage>,
         claim: Option<FlowClaim>,
     ) -> Result<(), ResponseMessage> {
         let handle = request.request_header().request_handle;
-        let caller = chan.request_caller();
         let busy = |what: &str| {
             tracing::debug!(stage = what, "request refused: server too busy");
             too_busy(handle, self.retry_after())
@@ -249,6 +251,33 @@ pub fn too_busy(request_handle: u32, retry_after: Duration) -> ResponseMessage {
 }
 
 impl Engine {
+    /// Charges and queues a decoded request (every transport calls this).
+    /// The caller is the channel's, except that recovery and control work
+    /// of a verified live session may use the reconnect and control reserves
+    /// at the decoded-request stages (see
+    /// [`crate::sessions::SessionTable::work_class`]; a trusted owner keeps
+    /// its own reservation). Returns the immediate answer when the request
+    /// cannot be queued (BadServerTooBusy with RetryAfterMs).
+    pub(crate) fn submit(
+        &self,
+        chan: &Arc<ChannelInfo>,
+        request_id: u32,
+        request: Box<RequestMessage>,
+        claim: Option<FlowClaim>,
+    ) -> Result<(), ResponseMessage> {
+        let mut caller = chan.request_caller();
+        if matches!(
+            caller.class,
+            OwnerClass::Ordinary | OwnerClass::SessionBound
+        ) {
+            if let Some(class) = self.sessions.work_class(chan, &request) {
+                caller.class = class;
+            }
+        }
+        self.pipeline
+            .submit(chan, caller, request_id, request, claim)
+    }
+
     /// Starts queued requests while execution slots are free; runs for the
     /// life of the server.
     pub(crate) async fn dispatch_loop(

@@ -281,11 +281,7 @@ impl<T: Transport> ConnectionDriver<T> {
         // The read's claim goes with its first request; a further request
         // from the same read is counted too.
         let claim = self.read_claim.take().or_else(|| self.further_claim());
-        match self
-            .engine
-            .pipeline
-            .submit(chan, request_id, request, claim)
-        {
+        match self.engine.submit(chan, request_id, request, claim) {
             Ok(()) => self.in_flight += 1,
             Err(refusal) => self.conn.send_response(request_id, refusal),
         }

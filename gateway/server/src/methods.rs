@@ -23,6 +23,17 @@ const REQUEST_SERVER_STATE_CHANGE: [u32; 2] = [12886, 12883];
 /// The Server object.
 const SERVER_OBJECT: u32 = 2253;
 
+/// ConditionType.ConditionRefresh and ConditionType.ConditionRefresh2.
+const CONDITION_REFRESH: [u32; 2] = [3875, 12912];
+
+/// True for the methods whose Call is maintenance or recovery work
+/// (RequestServerStateChange, ConditionRefresh, ConditionRefresh2): such a
+/// Call from an activated session may use the control reserve (see
+/// [`crate::sessions::SessionTable::work_class`]).
+pub(crate) fn is_control_method(id: &NodeId) -> bool {
+    is_ns0(id, &REQUEST_SERVER_STATE_CHANGE) || is_ns0(id, &CONDITION_REFRESH)
+}
+
 fn is_ns0(id: &NodeId, candidates: &[u32]) -> bool {
     id.namespace == 0 && candidates.iter().any(|c| *id == NodeId::new(0, *c))
 }

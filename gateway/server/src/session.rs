@@ -223,6 +223,12 @@ impl Sessions {
         }
     }
 
+    /// The session for a request's authentication token, read-only (the
+    /// request classification of [`crate::sessions::SessionTable::work_class`]).
+    pub fn get(&self, token: &NodeId) -> Option<&Session> {
+        self.by_token.get(token)
+    }
+
     /// The session for a request's authentication token.
     pub fn get_mut(&mut self, token: &NodeId) -> Result<&mut Session, ServiceError> {
         self.by_token

@@ -5,12 +5,13 @@
 
 use std::time::Instant;
 
-use opcua_core::ResponseMessage;
+use opcua_core::{RequestMessage, ResponseMessage};
 use opcua_types::{
     ByteString, DateTime, NodeId, RequestHeader, ResponseHeader, StatusCode, TransferResult,
     TransferSubscriptionsRequest, TransferSubscriptionsResponse,
 };
 use parking_lot::{Mutex, MutexGuard};
+use uagate_isolation::owner::OwnerClass;
 
 use crate::error::ServiceError;
 use crate::methods::Caller;
@@ -188,6 +189,61 @@ impl SessionTable {
         }
         session.last_activity = Instant::now();
         f(session)
+    }
+
+    /// The isolation class a decoded request may use beyond the shared
+    /// capacity, from the live session it names (ResourceIsolation.md:
+    /// classified by a verified session, not by the service name alone;
+    /// issue 17 item 7). `Reconnect` for recovery work: ActivateSession
+    /// moving an activated session to this channel from the same client
+    /// certificate, and TransferSubscriptions and Republish of an activated
+    /// session on this channel. `Control` for maintenance of an activated
+    /// session on this channel: CloseSession, and a Call of only
+    /// RequestServerStateChange, ConditionRefresh or ConditionRefresh2.
+    /// `None` for everything else (the caller's own class applies). Called
+    /// for every decoded request before it is queued; other services cost
+    /// one match.
+    pub(crate) fn work_class(
+        &self,
+        chan: &ChannelInfo,
+        request: &RequestMessage,
+    ) -> Option<OwnerClass> {
+        use RequestMessage as M;
+        enum Work {
+            Move,
+            Recovery,
+            Control,
+        }
+        let (token, work) = match request {
+            M::ActivateSession(r) => (&r.request_header.authentication_token, Work::Move),
+            M::TransferSubscriptions(r) => (&r.request_header.authentication_token, Work::Recovery),
+            M::Republish(r) => (&r.request_header.authentication_token, Work::Recovery),
+            M::CloseSession(r) => (&r.request_header.authentication_token, Work::Control),
+            M::Call(r)
+                if r.methods_to_call.as_ref().is_some_and(|m| {
+                    !m.is_empty()
+                        && m.iter()
+                            .all(|c| crate::methods::is_control_method(&c.method_id))
+                }) =>
+            {
+                (&r.request_header.authentication_token, Work::Control)
+            }
+            _ => return None,
+        };
+        let table = self.table.lock();
+        let session = table.get(token).filter(|s| s.is_active())?;
+        let on_this_channel = session.channel_id == chan.channel_id;
+        match work {
+            Work::Move => (!on_this_channel
+                && (session.client_certificate == chan.client_certificate
+                    || crate::open::same_leaf(
+                        session.client_certificate.as_ref(),
+                        chan.client_certificate.as_ref(),
+                    )))
+            .then_some(OwnerClass::Reconnect),
+            Work::Recovery => on_this_channel.then_some(OwnerClass::Reconnect),
+            Work::Control => on_this_channel.then_some(OwnerClass::Control),
+        }
     }
 
     /// The caller of a request: identity of its active session and channel mode.

@@ -599,10 +599,7 @@ async fn https(conn: &Arc<Conn>, req: Request<Incoming>) -> Response<Full<Bytes>
     channel.waiting.lock().insert(request_id, tx);
     let _waiting = Waiting(channel, request_id);
     let chan = Arc::new(chan);
-    let response = match engine
-        .pipeline
-        .submit(&chan, request_id, Box::new(request), None)
-    {
+    let response = match engine.submit(&chan, request_id, Box::new(request), None) {
         Err(refusal) => refusal,
         Ok(()) => match tokio::time::timeout(MAX_REQUEST_WAIT, rx).await {
             Ok(Ok(r)) => r,

@@ -11,6 +11,7 @@
 
 mod common;
 mod fieldkit;
+mod hand;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -1327,6 +1328,151 @@ async fn a_read_cut_off_by_a_lost_link_is_retried_once_and_a_write_is_not() {
             VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CurrentSessionCount
         ),
         session_before
+    );
+    gw.stop().await;
+}
+
+/// Issue 17 item 7: the one shared execution slot (4 minus the bootstrap,
+/// reconnect and control reserves of `balanced`) is held by a Read waiting
+/// for a stalled PLC and the shared request queue (2) is full. An ordinary Read
+/// gets BadServerTooBusy; a Republish of the caller's activated session
+/// (recovery work) is queued in the reconnect reserve, a second one finds
+/// it taken; a Call of RequestServerStateChange (maintenance, control work)
+/// is queued in the control reserve. Both are answered once the slot is
+/// free, with their own service's status rather than BadServerTooBusy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_and_control_work_use_their_reserves_when_the_queue_is_full() {
+    use opcua_core::{RequestMessage, ResponseMessage};
+    use opcua_types::{
+        CallMethodRequest, CallRequest, CreateSessionRequest, ReadRequest, RepublishRequest,
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "reserve").await;
+    let proxy = Proxy::start(sim.local_addr).await;
+    let gw = TestGateway::start(&format!(
+        "[server]\nmax_request_thread_count = 4\nmax_queued_request_count = 2\n[isolation]\nfair_scheduling = false\n\n{}",
+        field_toml(&proxy.url())
+    ))
+    .await;
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Connected,
+        Duration::from_secs(10),
+    )
+    .await;
+    let (s, _h) = connect(&gw, "ns-lookup").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let _ = s.disconnect().await;
+
+    let mut c =
+        hand::HandClient::open(hand::connect_from([127, 0, 0, 2], gw.addr).await, &gw.url).await;
+    let created = c
+        .call(
+            CreateSessionRequest {
+                request_header: c.header(),
+                session_name: "reserves".into(),
+                requested_session_timeout: 60_000.0,
+                ..Default::default()
+            }
+            .into(),
+        )
+        .await;
+    c.activate_anonymous(created).await;
+
+    proxy.set(STALL);
+    let mut header = c.header();
+    header.timeout_hint = 3000;
+    let slow = c
+        .send(
+            ReadRequest {
+                request_header: header,
+                max_age: 0.0,
+                timestamps_to_return: TimestampsToReturn::Both,
+                nodes_to_read: Some(vec![ReadValueId::from(NodeId::new(
+                    ns,
+                    "Simulation.Counter",
+                ))]),
+            }
+            .into(),
+        )
+        .await;
+    // The stalled Read holds the slot (its field server is connected, it
+    // just does not answer).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let queued = [
+        c.send(c.read_request()).await,
+        c.send(c.read_request()).await,
+    ];
+    let busy_read = c.send(c.read_request()).await;
+    let republish = |c: &hand::HandClient| -> RequestMessage {
+        RepublishRequest {
+            request_header: c.header(),
+            subscription_id: 77,
+            retransmit_sequence_number: 1,
+        }
+        .into()
+    };
+    let recovery = c.send(republish(&c)).await;
+    let busy_recovery = c.send(republish(&c)).await;
+    let control = c
+        .send(
+            CallRequest {
+                request_header: c.header(),
+                methods_to_call: Some(vec![CallMethodRequest {
+                    object_id: NodeId::new(0, 2253u32),
+                    method_id: NodeId::new(0, 12886u32),
+                    input_arguments: Some(vec![
+                        Variant::Int32(3),
+                        Variant::Byte(0),
+                        Variant::UInt32(0),
+                        Variant::Boolean(false),
+                    ]),
+                }]),
+            }
+            .into(),
+        )
+        .await;
+    let mut answers = std::collections::HashMap::new();
+    for _ in 0..7 {
+        let (id, r) = common::bounded("answers", c.recv_with_id()).await;
+        answers.insert(id, r);
+    }
+    proxy.set(FORWARD);
+    let too_busy = |r: &ResponseMessage| {
+        matches!(r, ResponseMessage::ServiceFault(f)
+            if f.response_header.service_result == StatusCode::BadServerTooBusy)
+    };
+    assert!(
+        too_busy(&answers[&busy_read]),
+        "shared queue full: {:?}",
+        answers[&busy_read]
+    );
+    assert!(
+        too_busy(&answers[&busy_recovery]),
+        "the reconnect reserve holds one: {:?}",
+        answers[&busy_recovery]
+    );
+    for id in queued {
+        assert!(
+            matches!(answers[&id], ResponseMessage::Read(_)),
+            "{:?}",
+            answers[&id]
+        );
+    }
+    assert!(
+        matches!(answers[&slow], ResponseMessage::Read(_)),
+        "{:?}",
+        answers[&slow]
+    );
+    assert!(
+        !too_busy(&answers[&recovery]),
+        "recovery work uses the reconnect reserve: {:?}",
+        answers[&recovery]
+    );
+    assert!(
+        matches!(answers[&control], ResponseMessage::Call(_)),
+        "control work uses the control reserve: {:?}",
+        answers[&control]
     );
     gw.stop().await;
 }
