@@ -14,10 +14,12 @@
 //! [`Action`]s the machine returns (connect, close, activate, reconcile
 //! items, move a session) and publishes the [`FieldStatus`].
 //!
-//! The protocol client is async-opcua-client, used with its own reconnect
-//! disabled (`session_retry_limit(0)`): when its event loop reports a lost
-//! connection the link is dropped and the machine decides what happens
-//! next.
+//! The protocol client is async-opcua-client. After a lost connection its
+//! event loop re-activates the session, retrying failed attempts (a refused
+//! connect, a channel closed during its handshake) within the link's
+//! re-activation window; past the window, or when the session is gone, the
+//! link is dropped and the machine decides what happens next. A first
+//! connect is one attempt: its failure goes to the machine at once.
 //!
 //! States (reported in [`FieldStatus`]): `Disconnected` (not enabled, or not
 //! started), `Connecting` (never connected yet), `Connected` (an active
@@ -226,13 +228,16 @@ struct LinkSubs {
 /// ActivateSession): the client library reports such a refusal by its
 /// status only, and the reconnect policy needs the hint as the lower bound
 /// of its next delay.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct PathSwitch {
     url: Arc<Mutex<String>>,
     busy_hint: Arc<Mutex<Option<Duration>>>,
     /// While the link re-activates its session after a lost connection:
     /// how long the TCP connect keeps retrying (see [`ReactivationWindow`]).
     window: Arc<Mutex<Option<ReactivationWindow>>>,
+    /// How long a connect may wait for the server's Acknowledge (the
+    /// link's request timeout).
+    handshake: Duration,
 }
 
 /// How the TCP connect of a session re-activation retries: a network blip
@@ -252,6 +257,17 @@ struct ReactivationWindow {
 }
 
 impl PathSwitch {
+    /// A switch whose connects wait at most `handshake` for the server's
+    /// Acknowledge.
+    fn new(handshake: Duration) -> PathSwitch {
+        PathSwitch {
+            url: Arc::default(),
+            busy_hint: Arc::default(),
+            window: Arc::default(),
+            handshake,
+        }
+    }
+
     fn get(&self) -> String {
         self.url.lock().clone()
     }
@@ -322,6 +338,7 @@ impl opcua_client::transport::Connector for PathSwitch {
         let url = self.get();
         let hint = self.busy_hint.clone();
         let window = self.window.clone();
+        let handshake = self.handshake;
         async move {
             if !opcua_core::comms::url::is_opc_ua_binary_url(&url) {
                 return Err(opcua_types::Error::new(
@@ -331,11 +348,20 @@ impl opcua_client::transport::Connector for PathSwitch {
             }
             let connector = opcua_client::transport::StreamConnector::new(
                 move |url, decoding| connect_within(url, decoding, window.clone()),
-                url,
+                url.clone(),
             );
             let (tx, rx) = mpsc::channel(RELAY_DEPTH);
             tokio::spawn(relay_outgoing(outgoing_recv, tx, hint));
-            connector.connect(channel, rx, config).await
+            // A path that accepts and never answers the Hello (a stalled
+            // network, a hung server) fails the attempt instead of holding
+            // it: the next one goes when the path works again.
+            match tokio::time::timeout(handshake, connector.connect(channel, rx, config)).await {
+                Ok(r) => r,
+                Err(_) => Err(opcua_types::Error::new(
+                    StatusCode::BadTimeout,
+                    format!("no answer to Hello from {url} within {handshake:?}"),
+                )),
+            }
         }
     }
 
@@ -548,6 +574,30 @@ impl Inner {
             Some(server),
             "gap",
             format!("{missing} notification message(s) lost ({seen}); the items show UncertainNoCommunicationLastUsableValue once"),
+        );
+    }
+
+    /// The field server dropped values of the items `handles` from their
+    /// full queues (it set the Overflow bit), e.g. during a blip longer than
+    /// its queues cover: the items get a gap marker
+    /// (UncertainNoCommunicationLastUsableValue with their last value)
+    /// before the value that carries the bit; counted and recorded like a
+    /// lost message.
+    fn queue_overflow(&self, server: usize, handles: &[u32]) {
+        self.items.lock().mark(
+            handles.iter().copied(),
+            StatusCode::UncertainNoCommunicationLastUsableValue,
+            DateTime::now(),
+        );
+        self.status.send_modify(|st| st.notification_gaps += 1);
+        tracing::warn!(field = %self.settings.name, server, items = handles.len(), "field server queue overflow");
+        self.record(
+            Some(server),
+            "gap",
+            format!(
+                "the field server's queue overflowed for {} item(s): values were dropped there (its queues are shorter than the outage); the items show UncertainNoCommunicationLastUsableValue once",
+                handles.len()
+            ),
         );
     }
 
@@ -1401,18 +1451,31 @@ async fn connect(
     let url = paths.get(first).map(String::as_str).unwrap_or_default();
     let s = &inner.settings;
     let su = &inner.setup;
-    let client = base_client(su)
-        .recreate_subscriptions(false)
-        .request_timeout(s.request_timeout)
-        .session_timeout(u32::try_from(s.session_timeout.as_millis()).unwrap_or(u32::MAX))
-        .keep_alive_interval(s.keep_alive_interval)
-        // The link counts failed keep-alives itself and then drops the
-        // channel, keeping the session (the library would close it).
-        .max_failed_keep_alive_count(0)
-        .session_name(format!("uagate:{}", s.name))
-        .client()
-        .map_err(|e| fail(StatusCode::BadConfigurationError, e.join("; ")))?;
-    let endpoints = client
+    // `retry`: how often the library retries a failed connect by itself
+    // (-1: until stopped).
+    let client_with = |retry: i32| {
+        base_client(su)
+            .recreate_subscriptions(false)
+            .request_timeout(s.request_timeout)
+            .session_timeout(u32::try_from(s.session_timeout.as_millis()).unwrap_or(u32::MAX))
+            .keep_alive_interval(s.keep_alive_interval)
+            // The link counts failed keep-alives itself and then drops the
+            // channel, keeping the session (the library would close it).
+            .max_failed_keep_alive_count(0)
+            .session_retry_limit(retry)
+            .session_retry_initial(s.reconnect.initial_delay.min(Duration::from_secs(1)))
+            .session_retry_max(s.reconnect.max_delay.min(Duration::from_secs(5)))
+            .session_name(format!("uagate:{}", s.name))
+            .client()
+            .map_err(|e| fail(StatusCode::BadConfigurationError, e.join("; ")))
+    };
+    // Endpoint discovery is one attempt; the session's event loop retries
+    // a re-activation after a lost connection until the link's window
+    // (the session timeout, at most the reconnect budget) ends, while a
+    // first connect's failure is reported and ends the attempt.
+    let discovery = client_with(0)?;
+    let client = client_with(-1)?;
+    let endpoints = discovery
         .get_server_endpoints_from_url(url)
         .await
         .map_err(client_error)?;
@@ -1451,7 +1514,7 @@ async fn connect(
         Identity::Certificate { cert, key } => IdentityToken::new_x509_path(cert, key)
             .map_err(|e| fail(StatusCode::BadIdentityTokenInvalid, e.to_string()))?,
     };
-    let path = PathSwitch::default();
+    let path = PathSwitch::new(s.request_timeout);
     path.set(url);
     let (session, event_loop) = client
         .session_builder()
@@ -1614,6 +1677,13 @@ async fn connect(
                             })
                             .await;
                             break StatusCode::BadSessionIdInvalid;
+                        }
+                        Some(Ok(SessionPollResult::ReconnectFailed(st))) => {
+                            // Within the window the library tries again.
+                            tracing::debug!(server = i, %st, "re-activation attempt failed");
+                            if reactivating_until.is_none() {
+                                break st;
+                            }
                         }
                         Some(Err(st)) => break st,
                         None => break StatusCode::BadConnectionClosed,
@@ -2436,6 +2506,18 @@ impl Delivery {
                 &seen,
                 self.handles.iter().copied(),
             );
+        }
+        // Values the field server dropped from a full item queue (its
+        // Overflow bit on the value that follows): lost for good, said
+        // like a lost message, before the value itself goes north (which
+        // keeps the bit).
+        let overflowed: Vec<u32> = changes
+            .iter()
+            .filter(|n| n.value.status.is_some_and(|st| st.overflow()))
+            .map(|n| n.client_handle)
+            .collect();
+        if !overflowed.is_empty() {
+            inner.queue_overflow(self.gate.server, &overflowed);
         }
         let mut items = inner.items.lock();
         for n in changes {

@@ -1476,3 +1476,123 @@ async fn recovery_and_control_work_use_their_reserves_when_the_queue_is_full() {
     );
     gw.stop().await;
 }
+
+/// Issue 17: an outage longer than the field server's item queues cover.
+/// While the path is a black hole (connects accepted, never answered) the
+/// link's re-activation attempts fail and are retried within its window,
+/// so the session survives a 2.5 s outage; the simulator keeps 10 values
+/// per item (1 s at 100 ms) and drops the rest, which it flags with the
+/// Overflow bit. The subscriber sees exactly one gap marker
+/// (UncertainNoCommunicationLastUsableValue) before the value that carries
+/// the bit, and the connection counts and lists the gap: never silent.
+#[tokio::test]
+async fn an_outage_longer_than_the_field_queues_is_one_visible_gap_not_a_new_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = uagate_sim::start(uagate_sim::SimConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        pki_dir: tmp.path().join("sim-overflow"),
+        application_uri: "urn:uagate:sim:overflow".into(),
+        security: false,
+        update_interval: Duration::from_millis(100),
+        max_nodes_per_read: 0,
+        max_monitored_items_per_subscription: 0,
+    })
+    .await
+    .expect("simulator starts");
+    let proxy = Proxy::start(sim.local_addr).await;
+    let gw = TestGateway::start(
+        &field_toml(&proxy.url()).replace("session_timeout = \"2s\"", "session_timeout = \"10s\""),
+    )
+    .await;
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Connected,
+        Duration::from_secs(10),
+    )
+    .await;
+    let (session, _event_loop) = connect(&gw, "overflow").await;
+    let ns = ns_of(&session, uagate_sim::NAMESPACE_URI).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let sub = session
+        .create_subscription(
+            Duration::from_millis(100),
+            600,
+            20,
+            0,
+            0,
+            true,
+            opcua_client::DataChangeCallback::new(
+                move |dv: opcua_types::DataValue, _: &opcua_client::MonitoredItem| {
+                    let _ = tx.send(dv);
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let created = session
+        .create_monitored_items(
+            sub,
+            TimestampsToReturn::Both,
+            vec![opcua_types::MonitoredItemCreateRequest {
+                item_to_monitor: ReadValueId::from(NodeId::new(ns, "Simulation.Counter")),
+                monitoring_mode: opcua_types::MonitoringMode::Reporting,
+                requested_parameters: opcua_types::MonitoringParameters {
+                    client_handle: 1,
+                    sampling_interval: 100.0,
+                    queue_size: 100,
+                    discard_oldest: true,
+                    ..Default::default()
+                },
+            }],
+        )
+        .await
+        .unwrap();
+    assert!(created[0].result.status_code.is_good(), "{created:?}");
+    wait_for(true, &mut rx).await;
+    let before = created_on(&sim);
+    let gaps_before = gw.engine().field_status("line1").unwrap().notification_gaps;
+
+    proxy.set(BLACKHOLE);
+    proxy.drop_all().await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    proxy.set(FORWARD);
+    // Recovered: good values flow again.
+    let t0 = Instant::now();
+    while gw.engine().field_status("line1").unwrap().reconnect_count == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "not recovered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let mut markers = 0;
+    let mut values = Vec::new();
+    while let Ok(dv) = rx.try_recv() {
+        let st = status_of(&dv);
+        if st == StatusCode::UncertainNoCommunicationLastUsableValue {
+            markers += 1;
+        } else {
+            assert!(st.is_good(), "{dv:?}");
+            if let Some(Variant::UInt32(v)) = dv.value {
+                values.push(v);
+            }
+        }
+    }
+    let history = gw.engine().field_history("line1").unwrap_or_default();
+    assert_eq!(markers, 1, "one gap marker; history {history:?}");
+    assert!(
+        values.windows(2).any(|w| w[1] > w[0] + 1),
+        "values were dropped by the field server: {values:?}"
+    );
+    assert_eq!(created_on(&sim), before, "the session was kept");
+    let st = gw.engine().field_status("line1").unwrap();
+    assert_eq!(st.notification_gaps, gaps_before + 1, "{st:?}");
+    assert!(
+        history
+            .iter()
+            .any(|e| e.kind == "gap" && e.detail.contains("queue overflowed")),
+        "{history:?}"
+    );
+    let _ = session.disconnect().await;
+    gw.stop().await;
+    sim.cancel();
+}
