@@ -158,7 +158,8 @@ impl Fields {
     /// hierarchy), the node's mount for a mount folder or mounted node,
     /// none for a local node.
     pub fn event_mounts(&self, node: &NodeId) -> Vec<usize> {
-        if *node == NodeId::from(opcua_types::ObjectId::Server) {
+        let server = NodeId::from(opcua_types::ObjectId::Server);
+        if *node == server {
             return (0..self.conns.len()).collect();
         }
         self.route(node).into_iter().collect()
