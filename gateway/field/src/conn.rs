@@ -2592,7 +2592,7 @@ async fn auto_refresh(inner: Arc<Inner>, ls: Arc<LinkSession>) {
 /// One condition refresh of the shared event item of `key` on `ls` for
 /// `to`, within `deadline` (see [`FieldConnection::refresh`]). A request's
 /// refresh always ends with a RefreshEnd marker; the connection's own
-/// (`Everyone`) only when it could call the field server.
+/// (`Everyone`) is framed by markers only when the field server took it.
 async fn refresh_key(
     inner: &Arc<Inner>,
     ls: Option<&Arc<LinkSession>>,
@@ -2600,11 +2600,9 @@ async fn refresh_key(
     to: Audience,
     deadline: Instant,
 ) {
-    let end = || inner.events.lock().end_refresh(key, to);
+    let end = |refreshed| inner.events.lock().end_refresh(key, to, refreshed);
     let Ok(_one) = tokio::time::timeout_at(deadline.into(), inner.refreshing.lock()).await else {
-        if to != Audience::Everyone {
-            end();
-        }
+        end(false);
         return;
     };
     let target = match ls {
@@ -2612,19 +2610,21 @@ async fn refresh_key(
         None => None,
     };
     let (Some(ls), Some((sub, mi))) = (ls, target) else {
-        if to != Audience::Everyone {
-            end();
-        }
+        end(false);
         return;
     };
     inner.events.lock().begin_refresh(key, to);
-    match call_condition_refresh(ls, sub, mi, deadline).await {
-        Ok(()) => wait_refresh_end(inner, key, deadline).await,
+    let refreshed = match call_condition_refresh(ls, sub, mi, deadline).await {
+        Ok(()) => {
+            wait_refresh_end(inner, key, deadline).await;
+            true
+        }
         Err(st) => {
             tracing::debug!(field = %inner.settings.name, node = %key.node, %st, "condition refresh refused by the field server");
+            false
         }
-    }
-    end();
+    };
+    end(refreshed);
 }
 
 /// The (subscription, monitored item) of the southbound item of `key` on

@@ -160,13 +160,16 @@ pub enum Taken {
 }
 
 /// An open refresh window of one key.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Window {
     to: Audience,
     /// The field server's RefreshStart reached the item.
     start_seen: bool,
     /// Its RefreshEnd reached the item (after the start).
     end_seen: bool,
+    /// The window's events, held until it closes so that they go out
+    /// together, between the markers (at most [`OUTBOX_MAX`]).
+    held: Vec<(Vec<Variant>, Audience)>,
 }
 
 /// What the field server's refresh events of a window showed so far
@@ -317,6 +320,7 @@ impl EventTable {
         } else {
             None
         };
+        let in_window = e.window.is_some();
         match event_type {
             Some(Variant::NodeId(t)) if *t == NodeId::new(0, REFRESH_START_EVENT_TYPE) => {
                 if let Some(w) = e.window.as_mut() {
@@ -336,10 +340,10 @@ impl EventTable {
             Some(Variant::ByteString(b)) if !b.is_null_or_empty() => Some(b.clone()),
             _ => None,
         });
-        let mut to = e.window.map_or(Audience::Everyone, |w| w.to);
+        let mut to = e.window.as_ref().map_or(Audience::Everyone, |w| w.to);
         if let Some(event_id) = event_id {
             let known = !e.seen.insert(event_id.clone());
-            if known && e.window.is_none() {
+            if known && !in_window {
                 self.duplicates_suppressed += 1;
                 return false;
             }
@@ -353,7 +357,11 @@ impl EventTable {
                 }
             }
         }
-        self.push(Out::Event(id, fields, to));
+        match e.window.as_mut() {
+            Some(w) if w.held.len() < OUTBOX_MAX => w.held.push((fields, to)),
+            Some(_) => self.dropped += 1,
+            None => self.push(Out::Event(id, fields, to)),
+        }
         true
     }
 
@@ -366,22 +374,19 @@ impl EventTable {
         self.outbox.push_back(out);
     }
 
-    /// Opens the refresh window of `key` for `to` (the connection is about
-    /// to call ConditionRefresh2 southbound on its item) and queues
-    /// [`Taken::RefreshStart`]. A window already open is replaced (the
-    /// connection runs one refresh at a time).
+    /// Opens the refresh window of `key` for `to`: the connection is about
+    /// to call ConditionRefresh2 southbound on its item. The window's events
+    /// are held until [`EventTable::end_refresh`]. A window already open is
+    /// replaced (the connection runs one refresh at a time).
     pub fn begin_refresh(&mut self, key: &EventKey, to: Audience) {
         if let Some(e) = self.ids.get(key).and_then(|id| self.entries.get_mut(id)) {
             e.window = Some(Window {
                 to,
                 start_seen: false,
                 end_seen: false,
+                held: Vec::new(),
             });
         }
-        self.push(Out::Marker(Taken::RefreshStart {
-            key: key.clone(),
-            to,
-        }));
     }
 
     /// What the field server's RefreshStart and RefreshEnd of the open
@@ -390,7 +395,7 @@ impl EventTable {
         self.ids
             .get(key)
             .and_then(|id| self.entries.get(id))
-            .and_then(|e| e.window)
+            .and_then(|e| e.window.as_ref())
             .map(|w| RefreshProgress {
                 start_seen: w.start_seen,
                 end_seen: w.end_seen,
@@ -398,17 +403,43 @@ impl EventTable {
             .unwrap_or_default()
     }
 
-    /// Closes the refresh window of `key` (if open) and queues
-    /// [`Taken::RefreshEnd`] for `to`, also for a key that is gone: every
-    /// refresh the gateway asked for ends.
-    pub fn end_refresh(&mut self, key: &EventKey, to: Audience) {
-        if let Some(e) = self.ids.get(key).and_then(|id| self.entries.get_mut(id)) {
-            e.window = None;
+    /// Closes the refresh window of `key` (if open) and queues what it
+    /// held. `refreshed`: the field server took the refresh; then the held
+    /// events are framed by [`Taken::RefreshStart`] and
+    /// [`Taken::RefreshEnd`]. Otherwise they are ordinary events and a
+    /// connection's own refresh (`Everyone`) leaves no trace. A client's
+    /// request always gets its RefreshEnd, also for a key that is gone:
+    /// every refresh the gateway asked for ends.
+    pub fn end_refresh(&mut self, key: &EventKey, to: Audience, refreshed: bool) {
+        let id = self.ids.get(key).copied();
+        let held = id
+            .and_then(|id| self.entries.get_mut(&id))
+            .and_then(|e| e.window.take())
+            .map(|w| w.held)
+            .unwrap_or_default();
+        let framed = refreshed || to != Audience::Everyone;
+        if framed {
+            self.push(Out::Marker(Taken::RefreshStart {
+                key: key.clone(),
+                to,
+            }));
         }
-        self.push(Out::Marker(Taken::RefreshEnd {
-            key: key.clone(),
-            to,
-        }));
+        for (fields, audience) in held {
+            let audience = if refreshed {
+                audience
+            } else {
+                Audience::Everyone
+            };
+            if let Some(id) = id {
+                self.push(Out::Event(id, fields, audience));
+            }
+        }
+        if framed {
+            self.push(Out::Marker(Taken::RefreshEnd {
+                key: key.clone(),
+                to,
+            }));
+        }
     }
 
     /// What was received since the last call, oldest first: events with the
@@ -547,7 +578,7 @@ mod tests {
         assert!(t.offer(ia, sb(b"c2", "other", ALARM)));
         assert!(!t.offer(ia, sb(b"r3", "end", REFRESH_END_EVENT_TYPE)));
         assert!(t.refresh_progress(&a).end_seen);
-        t.end_refresh(&a, to);
+        t.end_refresh(&a, to, true);
         // After the window: duplicates are suppressed again.
         assert!(!t.offer(ia, sb(b"c2", "other", ALARM)));
         assert!(t.offer(ia, sb(b"c3", "new", ALARM)));
@@ -566,6 +597,29 @@ mod tests {
     }
 
     #[test]
+    fn a_refresh_the_field_server_refused_leaves_ordinary_events_only() {
+        let mut t = EventTable::default();
+        let a = key("Pump", &["EventId", "Message"]);
+        t.set_demand([a.clone()]);
+        let ia = id_of(&t, &a);
+        t.begin_refresh(&a, Audience::Everyone);
+        assert!(t.offer(ia, sb(b"c1", "alarm", ALARM)));
+        t.end_refresh(&a, Audience::Everyone, false);
+        let to = Audience::Request(3);
+        t.begin_refresh(&a, to);
+        t.end_refresh(&a, to, false);
+        // The connection's own refresh: no trace; a client's: it ends.
+        assert_eq!(
+            script(&mut t),
+            vec![
+                ("alarm".into(), Audience::Everyone),
+                ("S".into(), to),
+                ("E".into(), to),
+            ]
+        );
+    }
+
+    #[test]
     fn a_refresh_of_a_key_that_went_away_still_ends() {
         let mut t = EventTable::default();
         let a = key("Pump", &["EventId", "Message"]);
@@ -574,7 +628,7 @@ mod tests {
         t.begin_refresh(&a, Audience::Everyone);
         assert!(t.offer(ia, sb(b"c1", "alarm", ALARM)));
         t.set_demand([]);
-        t.end_refresh(&a, Audience::Everyone);
+        t.end_refresh(&a, Audience::Everyone, true);
         // The event went with its key; both markers stay.
         assert_eq!(
             script(&mut t),
