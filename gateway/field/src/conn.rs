@@ -36,16 +36,16 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
-use opcua_client::services::{Read, SetPublishingMode};
+use opcua_client::services::{Call, Read, SetPublishingMode};
 use opcua_client::{
     ClientBuilder, DataChangeCallback, EventCallback, IdentityToken, MonitoredItem, Session,
     SessionPollResult, UARequest,
 };
 use opcua_types::{
-    AttributeId, DataChangeFilter, DataValue, DateTime, DeadbandType, EndpointDescription,
-    ExtensionObject, MessageSecurityMode, MonitoredItemCreateRequest, MonitoringMode,
-    MonitoringParameters, NodeId, ReadValueId, ServerState, StatusCode, TimestampsToReturn,
-    VariableId, Variant,
+    AttributeId, CallMethodRequest, DataChangeFilter, DataValue, DateTime, DeadbandType,
+    EndpointDescription, ExtensionObject, MessageSecurityMode, MonitoredItemCreateRequest,
+    MonitoringMode, MonitoringParameters, NodeId, ReadValueId, ServerState, StatusCode,
+    TimestampsToReturn, VariableId, Variant,
 };
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch, Notify};
@@ -53,7 +53,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::failover::{ConnState, Handling};
 
-use crate::events::{EventKey, EventTable};
+use crate::events::{southbound_filter, Audience, EventKey, EventTable, Taken};
 use crate::failover::{self, Action, Event, Failover, Note, Now, Phase, StatusReport};
 use crate::items::{ItemKey, ItemTable};
 use crate::limits::{batches, OperationLimits};
@@ -526,6 +526,12 @@ struct Inner {
     items: Mutex<ItemTable>,
     /// Shared event items and the events on their way north.
     events: Mutex<EventTable>,
+    /// Held by the condition refresh in progress: one at a time per
+    /// connection (field servers refuse overlapping ones).
+    refreshing: tokio::sync::Mutex<()>,
+    /// (server, generation) of the last session the connection refreshed
+    /// the conditions on by itself (see [`auto_refresh`]).
+    refreshed_link: Mutex<Option<(usize, u64)>>,
     items_changed: Notify,
     cancel: CancellationToken,
     /// EURanges of field nodes, for percent deadband items.
@@ -724,6 +730,8 @@ impl FieldConnection {
             active: watch::Sender::new(None),
             items: Mutex::new(ItemTable::default()),
             events: Mutex::new(EventTable::default()),
+            refreshing: tokio::sync::Mutex::new(()),
+            refreshed_link: Mutex::new(None),
             items_changed: Notify::new(),
             cancel: CancellationToken::new(),
             eu_ranges: Mutex::new(HashMap::new()),
@@ -931,9 +939,27 @@ impl FieldConnection {
     }
 
     /// The events received since the last call, for the northbound items of
-    /// their key. Called by the gateway before its subscriptions publish.
-    pub fn take_events(&self) -> Vec<(EventKey, Vec<Variant>)> {
+    /// their key, and the refresh markers among them. Called by the gateway
+    /// before its subscriptions publish.
+    pub fn take_events(&self) -> Vec<Taken> {
         self.inner.events.lock().take()
+    }
+
+    /// Refreshes the conditions of the shared event item of `key` for the
+    /// gateway's refresh request `token` (a client's ConditionRefresh or
+    /// ConditionRefresh2): calls ConditionRefresh2 southbound on the item
+    /// (ConditionRefresh on its subscription when the field server lacks
+    /// it) and tags the condition events that come back with the request.
+    /// Waits for the active session and for the item to exist (a client
+    /// may refresh right after creating its item), within the connection's
+    /// connect timeout. Ends with [`Taken::RefreshEnd`] in every case,
+    /// which the gateway counts. Refreshes of one connection run one at a
+    /// time.
+    pub async fn refresh(&self, key: &EventKey, token: u64) {
+        let deadline = Instant::now() + connect_timeout(&self.inner.settings);
+        let to = Audience::Request(token);
+        let link = self.link(deadline).await.ok();
+        refresh_key(&self.inner, link.as_ref(), key, to, deadline).await;
     }
 
     /// (Shared event items wanted, events dropped as duplicates, events
@@ -1195,7 +1221,15 @@ fn perform(
             tokio::spawn(async move { close_link(&ls).await });
         }
         Action::Activate(ls) => {
+            let fresh = ls.clone().filter(|l| {
+                let mut last = inner.refreshed_link.lock();
+                let new = Some((l.server, l.generation));
+                std::mem::replace(&mut *last, new) != new
+            });
             inner.active.send_replace(ls);
+            if let Some(ls) = fresh {
+                tokio::spawn(auto_refresh(inner.clone(), ls));
+            }
         }
         Action::MarkItemsBad => {
             let shared = {
@@ -2704,7 +2738,10 @@ async fn reconcile_events(
                 continue;
             }
         };
-        let filter = match ls.map.event_filter_to_field(&key.filter) {
+        let filter = match ls
+            .map
+            .event_filter_to_field(&southbound_filter(&key.filter))
+        {
             Ok(f) => f,
             Err(st) => {
                 tracing::debug!(field = %inner.settings.name, node = %key.node, %st, "event filter not remapped");
@@ -2739,6 +2776,189 @@ async fn reconcile_events(
         }
     }
     Ok(())
+}
+
+/// ConditionType (Part 9 §5.5.2): the object of ConditionRefresh(2) calls.
+pub const CONDITION_TYPE: u32 = 2782;
+/// ConditionType.ConditionRefresh (Part 9 §5.5.7), input SubscriptionId.
+pub const CONDITION_REFRESH: u32 = 3875;
+/// ConditionType.ConditionRefresh2 (Part 9 §5.5.8), inputs SubscriptionId,
+/// MonitoredItemId.
+pub const CONDITION_REFRESH2: u32 = 12912;
+
+/// How long a refresh window stays open after the southbound call returned
+/// when the field server's RefreshStart did not reach the item (a where
+/// clause filtered it out, or the server raises it on its Server object
+/// only): the condition events come with the next publish of the event
+/// subscription ([`EVENT_PUBLISHING_INTERVAL`]).
+const REFRESH_SETTLE: Duration = Duration::from_secs(1);
+
+/// How often a refresh looks whether its RefreshEnd came, or its item was
+/// created.
+const REFRESH_POLL: Duration = Duration::from_millis(20);
+
+/// After a new session became the active one (first connect, reconnect
+/// with a new session, failover): refreshes every shared event item on it
+/// for all its northbound items, so that they get the current alarm states
+/// framed by RefreshStart/RefreshEnd. A session re-activated after a blip
+/// stays the same session and is not refreshed: Republish recovered what
+/// it missed.
+async fn auto_refresh(inner: Arc<Inner>, ls: Arc<LinkSession>) {
+    let keys = inner.events.lock().keys();
+    if keys.is_empty() {
+        return;
+    }
+    inner.record(
+        Some(ls.server),
+        "refresh",
+        format!(
+            "ConditionRefresh of {} shared event item(s) on the new session",
+            keys.len()
+        ),
+    );
+    let deadline = Instant::now() + connect_timeout(&inner.settings);
+    for (_, key) in keys {
+        if ls.is_lost() {
+            return;
+        }
+        refresh_key(&inner, Some(&ls), &key, Audience::Everyone, deadline).await;
+    }
+}
+
+/// One condition refresh of the shared event item of `key` on `ls` for
+/// `to`, within `deadline` (see [`FieldConnection::refresh`]). A request's
+/// refresh always ends with a RefreshEnd marker; the connection's own
+/// (`Everyone`) is framed by markers only when the field server took it.
+async fn refresh_key(
+    inner: &Arc<Inner>,
+    ls: Option<&Arc<LinkSession>>,
+    key: &EventKey,
+    to: Audience,
+    deadline: Instant,
+) {
+    let end = |refreshed| inner.events.lock().end_refresh(key, to, refreshed);
+    let Ok(_one) = tokio::time::timeout_at(deadline.into(), inner.refreshing.lock()).await else {
+        end(false);
+        return;
+    };
+    let target = match ls {
+        Some(ls) => southbound_item(inner, ls, key, deadline).await,
+        None => None,
+    };
+    let (Some(ls), Some((sub, mi))) = (ls, target) else {
+        end(false);
+        return;
+    };
+    inner.events.lock().begin_refresh(key, to);
+    let refreshed = match call_condition_refresh(ls, sub, mi, deadline).await {
+        Ok(()) => {
+            wait_refresh_end(inner, key, deadline).await;
+            true
+        }
+        Err(st) => {
+            tracing::debug!(field = %inner.settings.name, node = %key.node, %st, "condition refresh refused by the field server");
+            false
+        }
+    };
+    end(refreshed);
+}
+
+/// The (subscription, monitored item) of the southbound item of `key` on
+/// `ls`, waiting until `deadline` for the item to be created; None when the
+/// key is no longer wanted, the item was refused or the session is lost.
+async fn southbound_item(
+    inner: &Inner,
+    ls: &LinkSession,
+    key: &EventKey,
+    deadline: Instant,
+) -> Option<(u32, u32)> {
+    loop {
+        let id = inner.events.lock().id_of(key)?;
+        // A reconcile in progress holds the lock: its result is awaited.
+        let subs = tokio::time::timeout_at(deadline.into(), ls.subs.lock())
+            .await
+            .ok()?;
+        if let (Some(sub), Some(mi)) = (subs.events_sub, subs.events.get(&id)) {
+            return Some((sub, *mi));
+        }
+        drop(subs);
+        if ls.is_lost() || Instant::now() + REFRESH_POLL * 5 >= deadline {
+            return None;
+        }
+        tokio::time::sleep(REFRESH_POLL * 5).await;
+    }
+}
+
+/// Calls ConditionRefresh2 for item `mi` of subscription `sub` on `ls`;
+/// when the field server lacks it (BadMethodInvalid, BadNotImplemented,
+/// BadNotSupported), ConditionRefresh for the subscription.
+async fn call_condition_refresh(
+    ls: &LinkSession,
+    sub: u32,
+    mi: u32,
+    deadline: Instant,
+) -> Result<(), StatusCode> {
+    let r2 = call_method(
+        ls,
+        CONDITION_REFRESH2,
+        vec![Variant::from(sub), Variant::from(mi)],
+        deadline,
+    )
+    .await?;
+    match r2 {
+        StatusCode::BadMethodInvalid
+        | StatusCode::BadNotImplemented
+        | StatusCode::BadNotSupported => {
+            let r = call_method(ls, CONDITION_REFRESH, vec![Variant::from(sub)], deadline).await?;
+            if r.is_good() {
+                Ok(())
+            } else {
+                Err(r)
+            }
+        }
+        st if st.is_good() => Ok(()),
+        st => Err(st),
+    }
+}
+
+/// Calls method `method` of ConditionType on `ls` with `args`; the
+/// method's status.
+async fn call_method(
+    ls: &LinkSession,
+    method: u32,
+    args: Vec<Variant>,
+    deadline: Instant,
+) -> Result<StatusCode, StatusCode> {
+    let call = CallMethodRequest {
+        object_id: NodeId::new(0, CONDITION_TYPE),
+        method_id: NodeId::new(0, method),
+        input_arguments: Some(args),
+    };
+    let resp = Call::new(ls.session())
+        .methods_to_call(vec![call])
+        .timeout(ls.timeout_until(deadline))
+        .send(ls.session().channel())
+        .await
+        .map_err(|e| e.status())?;
+    Ok(resp
+        .results
+        .and_then(|r| r.into_iter().next())
+        .map_or(StatusCode::BadUnexpectedError, |r| r.status_code))
+}
+
+/// Waits until the refresh window of `key` can close: the field server's
+/// RefreshEnd reached the item, or, when its RefreshStart did not within
+/// [`REFRESH_SETTLE`], then; at the latest at `deadline`.
+async fn wait_refresh_end(inner: &Inner, key: &EventKey, deadline: Instant) {
+    let settle = Instant::now() + REFRESH_SETTLE;
+    loop {
+        let p = inner.events.lock().refresh_progress(key);
+        let now = Instant::now();
+        if p.end_seen || now >= deadline || (!p.start_seen && now >= settle) {
+            return;
+        }
+        tokio::time::sleep(REFRESH_POLL).await;
+    }
 }
 
 /// Deletes the monitored items `mis` of subscription `sub` of `ls` in

@@ -29,5 +29,5 @@ pub use conn::{
     Identity, LinkSession, NamespaceHook, Probe, ReconnectStats, ServerView, TrustCheck,
     RECONNECT_BUCKETS,
 };
-pub use events::{EventKey, EventTable};
+pub use events::{Audience, EventKey, EventTable, Taken};
 pub use items::{ItemKey, ItemTable};

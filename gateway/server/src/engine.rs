@@ -40,6 +40,8 @@ pub struct Engine {
     pub(crate) control: ServerControl,
     /// The local address space and the mounted field connections.
     pub(crate) space: AddressSpace,
+    /// Clients' condition refreshes in progress (see `alarms.rs`).
+    pub(crate) refreshes: parking_lot::Mutex<crate::alarms::Refreshes>,
 }
 
 impl Engine {

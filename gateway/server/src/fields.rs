@@ -25,7 +25,7 @@ use opcua_types::{
 use parking_lot::Mutex;
 use uagate_field::proxy::Ctx;
 use uagate_field::remap::NamespaceTable;
-use uagate_field::{EventKey, FieldConnection, ItemKey};
+use uagate_field::{EventKey, FieldConnection, ItemKey, Taken};
 use uagate_space::LocalSpace;
 use uagate_subs::EventFields;
 
@@ -111,6 +111,14 @@ pub struct FieldEvent {
     fields: Vec<Variant>,
 }
 
+impl FieldEvent {
+    /// An event of the shared item of `key` (fields in the order of its
+    /// select clauses).
+    pub fn new(key: EventKey, fields: Vec<Variant>) -> FieldEvent {
+        FieldEvent { key, fields }
+    }
+}
+
 impl EventFields for FieldEvent {
     /// The field of the southbound select clause equal to `operand` (the
     /// northbound items of this key have the same select clauses).
@@ -133,14 +141,11 @@ impl Fields {
     /// field server; a mount folder's want those of its field server.
     pub fn set_event_demand(&self, items: impl Iterator<Item = (NodeId, EventFilter)>) {
         let mut per_mount: Vec<Vec<EventKey>> = vec![Vec::new(); self.conns.len()];
-        let server = NodeId::from(opcua_types::ObjectId::Server);
         for (node, filter) in items {
-            if node == server {
-                for keys in per_mount.iter_mut() {
+            for m in self.event_mounts(&node) {
+                if let Some(keys) = per_mount.get_mut(m) {
                     keys.push(EventKey::new(node.clone(), filter.clone()));
                 }
-            } else if let Some(m) = self.route(&node) {
-                per_mount[m].push(EventKey::new(node, filter));
             }
         }
         for (conn, keys) in self.conns.iter().zip(per_mount) {
@@ -148,13 +153,22 @@ impl Fields {
         }
     }
 
-    /// The events every field connection received since the last call.
-    pub fn take_events(&self) -> Vec<FieldEvent> {
-        self.conns
-            .iter()
-            .flat_map(|c| c.take_events())
-            .map(|(key, fields)| FieldEvent { key, fields })
-            .collect()
+    /// The mounts whose events an event item on `node` receives: every
+    /// mount for the gateway's Server object (the root of the notifier
+    /// hierarchy), the node's mount for a mount folder or mounted node,
+    /// none for a local node.
+    pub fn event_mounts(&self, node: &NodeId) -> Vec<usize> {
+        let server = NodeId::from(opcua_types::ObjectId::Server);
+        if *node == server {
+            return (0..self.conns.len()).collect();
+        }
+        self.route(node).into_iter().collect()
+    }
+
+    /// The events and refresh markers every field connection received
+    /// since the last call.
+    pub fn take_events(&self) -> Vec<Taken> {
+        self.conns.iter().flat_map(|c| c.take_events()).collect()
     }
 }
 

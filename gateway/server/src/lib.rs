@@ -4,6 +4,7 @@
 //! the local address space.
 
 pub mod admission;
+mod alarms;
 mod channels;
 mod control;
 pub mod dispatch;
@@ -296,6 +297,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         pipeline: Pipeline::new(plan, config.server.max_message_size),
         control: ServerControl::new(&config, &application_uri, requested),
         space: AddressSpace::new(space),
+        refreshes: Default::default(),
         config,
         store,
     });

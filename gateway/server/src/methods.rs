@@ -82,7 +82,8 @@ impl Caller {
     }
 }
 
-fn call_result(
+/// A method's result: outputs only when good.
+pub(crate) fn call_result(
     status: StatusCode,
     inputs: Option<Vec<StatusCode>>,
     outputs: Vec<Variant>,
@@ -106,6 +107,9 @@ impl Engine {
         caller: &Caller,
         call: &CallMethodRequest,
     ) -> CallMethodResult {
+        if crate::alarms::is_condition_refresh(&call.method_id) {
+            return self.condition_refresh(caller, call);
+        }
         let inputs = call.input_arguments.as_deref().unwrap_or(&[]);
         let signature = match self
             .space

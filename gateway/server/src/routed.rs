@@ -492,8 +492,13 @@ impl Engine {
             .sessions
             .caller(chan, &r.request_header.authentication_token)?;
         let fields = self.space.fields();
+        // ConditionRefresh(2) name a northbound subscription: always ours.
         let split = Split::new(calls.len(), |i| {
-            route_node(fields, &calls[i].object_id, false)
+            if crate::alarms::is_condition_refresh(&calls[i].method_id) {
+                Route::Local
+            } else {
+                route_node(fields, &calls[i].object_id, false)
+            }
         });
         let ctx = ctx_of(&r.request_header);
         let local = async {

@@ -208,6 +208,18 @@ impl GatewayEvent {
 }
 
 impl GatewayEvent {
+    /// The RefreshStartEvent (`start`) or RefreshEndEvent that frames a
+    /// condition refresh (Part 9 §5.11); one event, the same EventId, for
+    /// every item it is queued to.
+    pub(crate) fn refresh(start: bool) -> GatewayEvent {
+        use uagate_field::events::{REFRESH_END_EVENT_TYPE, REFRESH_START_EVENT_TYPE};
+        if start {
+            GatewayEvent::new(REFRESH_START_EVENT_TYPE, "condition refresh started", 100)
+        } else {
+            GatewayEvent::new(REFRESH_END_EVENT_TYPE, "condition refresh ended", 100)
+        }
+    }
+
     /// The SystemStatusChangeEvent and the audit event of a state change
     /// requested by `actor`.
     pub(crate) fn state_change(state: ServerState, actor: &str) -> [GatewayEvent; 2] {
@@ -599,11 +611,8 @@ impl Engine {
             let space = self.space.local();
             let source = SpaceSource(&space, self.space.fields());
             let mut sessions = self.sessions.lock();
+            self.deliver_field_events(&mut sessions, field_events);
             for s in sessions.iter_mut() {
-                for ev in &field_events {
-                    s.subscriptions
-                        .push_event_for(ev, &ev.key.node, &ev.key.filter);
-                }
                 let mut answers = s.subscriptions.take_ready();
                 if s.subscriptions.next_deadline().is_some_and(|d| d <= now) {
                     answers.extend(s.subscriptions.tick(now, now_dt, &source));

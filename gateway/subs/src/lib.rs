@@ -1040,6 +1040,39 @@ impl SessionSubscriptions {
         }
     }
 
+    /// The event monitored items of subscription `sub` as (monitored item
+    /// id, notifier node, filter), whatever their monitoring mode: what a
+    /// ConditionRefresh of the subscription covers.
+    /// BadSubscriptionIdInvalid for a subscription this session does not have.
+    pub fn event_items_of(&self, sub: u32) -> Result<Vec<(u32, NodeId, EventFilter)>, StatusCode> {
+        let s = self
+            .subs
+            .get(&sub)
+            .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        Ok(s.items
+            .values()
+            .filter_map(|mi| match &mi.kind {
+                ItemKind::Event { filter, .. } => {
+                    Some((mi.id, mi.rvi.node_id.clone(), filter.clone()))
+                }
+                ItemKind::Data { .. } => None,
+            })
+            .collect())
+    }
+
+    /// Delivers an event to the one event item `item` of subscription `sub`
+    /// (a condition refresh's events go only to the items refreshed).
+    /// False when the subscription or item is gone or is no event item.
+    pub fn push_event_to(&mut self, sub: u32, item: u32, event: &dyn EventFields) -> bool {
+        match self.subs.get_mut(&sub).and_then(|s| s.items.get_mut(&item)) {
+            Some(mi) if matches!(mi.kind, ItemKind::Event { .. }) => {
+                mi.push_event(event);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// ResendData (Part 5 method): re-queues the last value of every data item.
     pub fn resend_data(&mut self, sub: u32) -> Result<(), StatusCode> {
         self.sub_mut(sub)?.requeue_last_values();
