@@ -1614,6 +1614,8 @@ async fn connect(
         };
         let reactivate_for = s.session_timeout.min(s.reconnect.max_total_reconnect_time);
         let mut failed_keep_alives = 0u32;
+        // Failed re-activation attempts since the connection was lost.
+        let mut failed_reactivations = 0u32;
         // Until when the re-activation after a lost connection may take
         // (also bounds an attempt that hangs, e.g. a server that accepts
         // and never answers); past it the link is lost.
@@ -1643,6 +1645,7 @@ async fn connect(
                                 ..window
                             }));
                             reactivating_until = Some(tokio::time::Instant::now() + reactivate_for + timeout);
+                            failed_reactivations = 0;
                             for d in deliveries.lock().values() {
                                 d.lock().hold();
                             }
@@ -1713,9 +1716,13 @@ async fn connect(
                             break StatusCode::BadSessionIdInvalid;
                         }
                         Some(Ok(SessionPollResult::ReconnectFailed(st))) => {
-                            // Within the window the library tries again.
-                            tracing::debug!(server = i, %st, "re-activation attempt failed");
-                            if reactivating_until.is_none() {
+                            // Within the window the library tries again, at
+                            // most the policy's max_retries times.
+                            failed_reactivations += 1;
+                            tracing::debug!(server = i, %st, attempt = failed_reactivations, "re-activation attempt failed");
+                            if reactivating_until.is_none()
+                                || (window.max_attempts > 0 && failed_reactivations >= window.max_attempts)
+                            {
                                 break st;
                             }
                         }
