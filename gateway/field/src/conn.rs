@@ -2552,11 +2552,13 @@ impl Delivery {
         // Overflow bit on the value that follows): lost for good, said
         // like a lost message, before the value itself goes north (which
         // keeps the bit).
-        let overflowed: Vec<u32> = changes
+        let mut overflowed: Vec<u32> = changes
             .iter()
             .filter(|n| n.value.status.is_some_and(|st| st.overflow()))
             .map(|n| n.client_handle)
             .collect();
+        overflowed.sort_unstable();
+        overflowed.dedup();
         if !overflowed.is_empty() {
             inner.queue_overflow(self.gate.server, &overflowed);
         }
@@ -2736,7 +2738,6 @@ async fn reconcile_events(
         }
     };
     let mut reqs = Vec::with_capacity(missing.len());
-    let mut ids = Vec::with_capacity(missing.len());
     for (id, key) in &missing {
         let node_id = match ls.map.notifier_to_field(&key.node) {
             Ok(node) => node,
@@ -2770,9 +2771,8 @@ async fn reconcile_events(
                 discard_oldest: true,
             },
         });
-        ids.push(*id);
     }
-    for (id, created) in create_items(ls, sub, reqs, &ids).await? {
+    for (id, created) in create_items(ls, sub, reqs).await? {
         match created {
             Ok(mi) => {
                 subs.events.insert(id, mi);
@@ -2981,35 +2981,22 @@ async fn delete_items(ls: &LinkSession, sub: u32, mis: &[u32]) -> Result<(), Sta
 }
 
 /// Creates `reqs` on subscription `sub` of `ls` in batches within the field
-/// server's limit; per item (our id from `ids`), the server's monitored
+/// server's limit; per item (our id, its client handle), the server's monitored
 /// item id or the status it refused the item with.
 async fn create_items(
     ls: &LinkSession,
     sub: u32,
     reqs: Vec<MonitoredItemCreateRequest>,
-    ids: &[u32],
 ) -> Result<Vec<(u32, Result<u32, StatusCode>)>, StatusCode> {
     let mut out = Vec::with_capacity(reqs.len());
     for chunk in batches(reqs.len(), ls.limits.max_monitored_items_per_call) {
-        let created = ls
-            .session()
-            .create_monitored_items(sub, TimestampsToReturn::Both, reqs[chunk.clone()].to_vec())
-            .await
-            .map_err(|e| e.status())?;
-        for (k, c) in created.iter().enumerate() {
-            let Some(id) = ids.get(chunk.start + k) else {
-                continue;
-            };
-            let st = c.result.status_code;
-            out.push((
-                *id,
-                if st.is_good() {
-                    Ok(c.result.monitored_item_id)
-                } else {
-                    Err(st)
-                },
-            ));
-        }
+        let batch = reqs[chunk].to_vec();
+        let ids: Vec<u32> = batch
+            .iter()
+            .map(|r| r.requested_parameters.client_handle)
+            .collect();
+        let created = create_batch(ls, sub, batch).await?;
+        out.extend(ids.into_iter().zip(created));
     }
     Ok(out)
 }

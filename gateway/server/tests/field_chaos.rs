@@ -899,6 +899,53 @@ impl Drop for Cable {
     }
 }
 
+/// A northbound subscription on `node` (publishing and sampling every
+/// `ms`, queue 100: deep enough for the burst a recovered link delivers);
+/// its values go to the returned channel.
+async fn subscribe_deep(
+    session: &Session,
+    node: NodeId,
+    ms: u64,
+) -> tokio::sync::mpsc::UnboundedReceiver<opcua_types::DataValue> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let sub = session
+        .create_subscription(
+            Duration::from_millis(ms),
+            600,
+            20,
+            0,
+            0,
+            true,
+            opcua_client::DataChangeCallback::new(
+                move |dv: opcua_types::DataValue, _: &opcua_client::MonitoredItem| {
+                    let _ = tx.send(dv);
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let created = session
+        .create_monitored_items(
+            sub,
+            TimestampsToReturn::Both,
+            vec![opcua_types::MonitoredItemCreateRequest {
+                item_to_monitor: ReadValueId::from(node),
+                monitoring_mode: opcua_types::MonitoringMode::Reporting,
+                requested_parameters: opcua_types::MonitoringParameters {
+                    client_handle: 1,
+                    sampling_interval: ms as f64,
+                    queue_size: 100,
+                    discard_oldest: true,
+                    ..Default::default()
+                },
+            }],
+        )
+        .await
+        .unwrap();
+    assert!(created[0].result.status_code.is_good(), "{created:?}");
+    rx
+}
+
 /// Issue 17: a network blip costs no value. The field link re-activates
 /// its session on a new channel (the field server creates no session and
 /// no subscription), asks back what it missed with Republish, and the
@@ -930,42 +977,7 @@ async fn ten_network_blips_lose_no_value_and_keep_the_session() {
     let (session, event_loop) = connect(&gw, "blips").await;
     let ns = ns_of(&session, uagate_sim::NAMESPACE_URI).await;
     // Sampled four times per change: the northbound item sees each value.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let sub = session
-        .create_subscription(
-            Duration::from_millis(50),
-            600,
-            20,
-            0,
-            0,
-            true,
-            opcua_client::DataChangeCallback::new(
-                move |dv: opcua_types::DataValue, _: &opcua_client::MonitoredItem| {
-                    let _ = tx.send(dv);
-                },
-            ),
-        )
-        .await
-        .unwrap();
-    let created = session
-        .create_monitored_items(
-            sub,
-            TimestampsToReturn::Both,
-            vec![opcua_types::MonitoredItemCreateRequest {
-                item_to_monitor: ReadValueId::from(NodeId::new(ns, "Simulation.Counter")),
-                monitoring_mode: opcua_types::MonitoringMode::Reporting,
-                requested_parameters: opcua_types::MonitoringParameters {
-                    client_handle: 1,
-                    sampling_interval: 50.0,
-                    queue_size: 100,
-                    discard_oldest: true,
-                    ..Default::default()
-                },
-            }],
-        )
-        .await
-        .unwrap();
-    assert!(created[0].result.status_code.is_good(), "{created:?}");
+    let mut rx = subscribe_deep(&session, NodeId::new(ns, "Simulation.Counter"), 50).await;
     wait_for(true, &mut rx).await;
     let before = created_on(&sim);
 
@@ -1512,42 +1524,7 @@ async fn an_outage_longer_than_the_field_queues_is_one_visible_gap_not_a_new_ses
     .await;
     let (session, _event_loop) = connect(&gw, "overflow").await;
     let ns = ns_of(&session, uagate_sim::NAMESPACE_URI).await;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let sub = session
-        .create_subscription(
-            Duration::from_millis(100),
-            600,
-            20,
-            0,
-            0,
-            true,
-            opcua_client::DataChangeCallback::new(
-                move |dv: opcua_types::DataValue, _: &opcua_client::MonitoredItem| {
-                    let _ = tx.send(dv);
-                },
-            ),
-        )
-        .await
-        .unwrap();
-    let created = session
-        .create_monitored_items(
-            sub,
-            TimestampsToReturn::Both,
-            vec![opcua_types::MonitoredItemCreateRequest {
-                item_to_monitor: ReadValueId::from(NodeId::new(ns, "Simulation.Counter")),
-                monitoring_mode: opcua_types::MonitoringMode::Reporting,
-                requested_parameters: opcua_types::MonitoringParameters {
-                    client_handle: 1,
-                    sampling_interval: 100.0,
-                    queue_size: 100,
-                    discard_oldest: true,
-                    ..Default::default()
-                },
-            }],
-        )
-        .await
-        .unwrap();
-    assert!(created[0].result.status_code.is_good(), "{created:?}");
+    let mut rx = subscribe_deep(&session, NodeId::new(ns, "Simulation.Counter"), 100).await;
     wait_for(true, &mut rx).await;
     let before = created_on(&sim);
     let gaps_before = gw.engine().field_status("line1").unwrap().notification_gaps;
