@@ -1064,7 +1064,7 @@ pub struct HistoryView {
     pub server: Option<usize>,
     /// up, failed, lost, moved, failover, failover_requested,
     /// failover_unavailable, gave_up, new_cycle, reconnect_requested,
-    /// connection_lost, gap, items_spread.
+    /// connection_lost, gap, items_spread, short_queues.
     pub kind: String,
     /// URL, status code or who asked.
     pub detail: String,

@@ -208,6 +208,8 @@ struct LinkSubs {
     counts: HashMap<u32, u32>,
     /// How items are spread over a class's subscriptions.
     spread: crate::spread::Spread,
+    /// Sampling classes whose short field-server queues were reported.
+    short_queues: std::collections::HashSet<u32>,
     /// Our item id → (subscription id, server monitored item id).
     items: HashMap<u32, (u32, u32)>,
     /// Monitoring mode the items currently have.
@@ -636,7 +638,8 @@ pub struct HistoryEvent {
     pub server: Option<usize>,
     /// `up`, `failed`, `lost`, `moved`, `failover`, `failover_requested`,
     /// `failover_unavailable`, `closed`, `gave_up`, `new_cycle`,
-    /// `reconnect_requested`, `connection_lost`, `gap` or `items_spread`.
+    /// `reconnect_requested`, `connection_lost`, `gap`, `items_spread` or
+    /// `short_queues`.
     pub kind: &'static str,
     /// The URL, the status code, or who asked.
     pub detail: String,
@@ -2213,6 +2216,8 @@ async fn place_items(
     let mut next = 0usize;
     let mut calls = 0usize;
     let cap_before = subs.spread.cap();
+    // The smallest item queue the field server granted.
+    let mut granted: Option<u32> = None;
     while !pending.is_empty() {
         if calls == MAX_PLACEMENT_CALLS {
             // Left for the next reconcile.
@@ -2258,9 +2263,11 @@ async fn place_items(
                 for (r, res) in chunk.into_iter().zip(results) {
                     let id = r.requested_parameters.client_handle;
                     match res {
-                        Ok(mi) => {
-                            subs.items.insert(id, (sub, mi));
+                        Ok(c) => {
+                            subs.items.insert(id, (sub, c.id));
                             held += 1;
+                            granted =
+                                Some(granted.map_or(c.queue_size, |g: u32| g.min(c.queue_size)));
                         }
                         Err(StatusCode::BadTooManyMonitoredItems) => again.push(r),
                         Err(st) => {
@@ -2292,6 +2299,19 @@ async fn place_items(
                     );
                 }
             }
+        }
+    }
+    let asked = blip_queue_size(class);
+    if let Some(q) = granted.filter(|q| *q < asked) {
+        if subs.short_queues.insert(class) {
+            inner.record(
+                Some(ls.server),
+                "short_queues",
+                format!(
+                    "the field server keeps {q} values per item (asked {asked}): class {class} ms rides out {} ms of outage; values of a longer one are lost there and shown as a gap",
+                    u64::from(q) * u64::from(class)
+                ),
+            );
         }
     }
     let cap = subs.spread.cap();
@@ -2342,12 +2362,12 @@ async fn open_data_subscription(
 }
 
 /// One CreateMonitoredItems call of `reqs` on subscription `sub`: per
-/// item, the server's monitored item id or the status it refused it with.
+/// item, what the server created or the status it refused it with.
 async fn create_batch(
     ls: &LinkSession,
     sub: u32,
     reqs: Vec<MonitoredItemCreateRequest>,
-) -> Result<Vec<Result<u32, StatusCode>>, StatusCode> {
+) -> Result<Vec<Result<Created, StatusCode>>, StatusCode> {
     let n = reqs.len();
     let created = ls
         .session()
@@ -2362,12 +2382,23 @@ async fn create_batch(
         .map(|c| {
             let st = c.result.status_code;
             if st.is_good() {
-                Ok(c.result.monitored_item_id)
+                Ok(Created {
+                    id: c.result.monitored_item_id,
+                    queue_size: c.result.revised_queue_size,
+                })
             } else {
                 Err(st)
             }
         })
         .collect())
+}
+
+/// A southbound monitored item the field server created: its id and the
+/// queue size it granted.
+#[derive(Debug, Clone, Copy)]
+struct Created {
+    id: u32,
+    queue_size: u32,
 }
 
 /// Decides, in a southbound subscription's callback, whether a notification
@@ -2996,7 +3027,10 @@ async fn create_items(
             .map(|r| r.requested_parameters.client_handle)
             .collect();
         let created = create_batch(ls, sub, batch).await?;
-        out.extend(ids.into_iter().zip(created));
+        out.extend(
+            ids.into_iter()
+                .zip(created.into_iter().map(|c| c.map(|c| c.id))),
+        );
     }
     Ok(out)
 }

@@ -1569,6 +1569,12 @@ async fn an_outage_longer_than_the_field_queues_is_one_visible_gap_not_a_new_ses
             .any(|e| e.kind == "gap" && e.detail.contains("queue overflowed")),
         "{history:?}"
     );
+    // The short queues were said when the item was created.
+    assert!(
+        history.iter().any(|e| e.kind == "short_queues"
+            && e.detail.contains("keeps 10 values per item (asked 100)")),
+        "{history:?}"
+    );
     let _ = session.disconnect().await;
     gw.stop().await;
     sim.cancel();
