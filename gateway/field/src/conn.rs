@@ -234,28 +234,9 @@ struct LinkSubs {
 struct PathSwitch {
     url: Arc<Mutex<String>>,
     busy_hint: Arc<Mutex<Option<Duration>>>,
-    /// While the link re-activates its session after a lost connection:
-    /// how long the TCP connect keeps retrying (see [`ReactivationWindow`]).
-    window: Arc<Mutex<Option<ReactivationWindow>>>,
     /// How long a connect may wait for the server's Acknowledge (the
     /// link's request timeout).
     handshake: Duration,
-}
-
-/// How the TCP connect of a session re-activation retries: a network blip
-/// shorter than the window keeps the session (and its subscriptions) on the
-/// field server, which a new session would not.
-#[derive(Debug, Clone, Copy)]
-struct ReactivationWindow {
-    /// No attempt starts after this instant.
-    until: Instant,
-    /// Delay after the first failed TCP connect; doubles up to `max_delay`.
-    initial_delay: Duration,
-    /// Largest delay between TCP connects.
-    max_delay: Duration,
-    /// Most TCP connects (the policy's `max_retries`; 0: no limit but the
-    /// window).
-    max_attempts: u32,
 }
 
 impl PathSwitch {
@@ -265,7 +246,6 @@ impl PathSwitch {
         PathSwitch {
             url: Arc::default(),
             busy_hint: Arc::default(),
-            window: Arc::default(),
             handshake,
         }
     }
@@ -282,49 +262,6 @@ impl PathSwitch {
     fn take_busy_hint(&self) -> Option<Duration> {
         self.busy_hint.lock().take()
     }
-
-    /// Opens (or closes, with `None`) the window in which the TCP connect
-    /// of a re-activation retries.
-    fn set_window(&self, window: Option<ReactivationWindow>) {
-        *self.window.lock() = window;
-    }
-}
-
-/// Opens the TCP connection of a field link; while a re-activation window
-/// is open, a refused or failed connect is retried (doubling delays) until
-/// the window ends. Called by the session for every (re)connect.
-async fn connect_within(
-    url: String,
-    decoding: opcua_types::DecodingOptions,
-    window: Arc<Mutex<Option<ReactivationWindow>>>,
-) -> Result<
-    opcua_client::transport::StreamConnection<
-        crate::tcp::QuickAckRead,
-        tokio::net::tcp::OwnedWriteHalf,
-    >,
-    opcua_types::Error,
-> {
-    let mut delay = None;
-    let mut attempts = 0u32;
-    loop {
-        attempts += 1;
-        let err = match crate::tcp::connect(url.clone(), decoding.clone()).await {
-            Ok(c) => return Ok(c),
-            Err(e) => e,
-        };
-        let Some(w) = *window.lock() else {
-            return Err(err);
-        };
-        if w.max_attempts > 0 && attempts >= w.max_attempts {
-            return Err(err);
-        }
-        let d = delay.map_or(w.initial_delay, |d: Duration| (d * 2).min(w.max_delay));
-        if Instant::now() + d >= w.until {
-            return Err(err);
-        }
-        delay = Some(d);
-        tokio::time::sleep(d).await;
-    }
 }
 
 impl opcua_client::transport::Connector for PathSwitch {
@@ -339,7 +276,6 @@ impl opcua_client::transport::Connector for PathSwitch {
     {
         let url = self.get();
         let hint = self.busy_hint.clone();
-        let window = self.window.clone();
         let handshake = self.handshake;
         async move {
             if !opcua_core::comms::url::is_opc_ua_binary_url(&url) {
@@ -348,10 +284,8 @@ impl opcua_client::transport::Connector for PathSwitch {
                     format!("not an opc.tcp URL: {url}"),
                 ));
             }
-            let connector = opcua_client::transport::StreamConnector::new(
-                move |url, decoding| connect_within(url, decoding, window.clone()),
-                url.clone(),
-            );
+            let connector =
+                opcua_client::transport::StreamConnector::new(crate::tcp::connect, url.clone());
             let (tx, rx) = mpsc::channel(RELAY_DEPTH);
             tokio::spawn(relay_outgoing(outgoing_recv, tx, hint));
             // A path that accepts and never answers the Hello (a stalled
@@ -561,9 +495,8 @@ struct Inner {
 
 impl Inner {
     /// Notifications of a link's subscription were lost for good (`missing`
-    /// messages): the items they carried get a gap marker
-    /// (UncertainNoCommunicationLastUsableValue with their last value), the
-    /// count and the history say so.
+    /// messages): the items they carried get a gap marker (see
+    /// [`Inner::gap`]).
     fn notification_gap(
         &self,
         server: usize,
@@ -571,41 +504,43 @@ impl Inner {
         seen: &str,
         handles: impl Iterator<Item = u32>,
     ) {
+        tracing::warn!(field = %self.settings.name, server, missing, "field notifications lost");
+        self.gap(
+            server,
+            handles,
+            format!("{missing} notification message(s) lost ({seen})"),
+        );
+    }
+
+    /// The field server dropped values of the items `handles` from their
+    /// full queues (it set the Overflow bit), e.g. during a blip longer than
+    /// its queues cover: a gap marker before the value that carries the bit.
+    fn queue_overflow(&self, server: usize, handles: &[u32]) {
+        tracing::warn!(field = %self.settings.name, server, items = handles.len(), "field server queue overflow");
+        self.gap(
+            server,
+            handles.iter().copied(),
+            format!(
+                "the field server's queue overflowed for {} item(s): values were dropped there (its queues are shorter than the outage)",
+                handles.len()
+            ),
+        );
+    }
+
+    /// A gap that cannot be recovered: the items `handles` get one value
+    /// with UncertainNoCommunicationLastUsableValue (their last value), and
+    /// the count and the history say `what` was lost.
+    fn gap(&self, server: usize, handles: impl Iterator<Item = u32>, what: String) {
         self.items.lock().mark(
             handles,
             StatusCode::UncertainNoCommunicationLastUsableValue,
             DateTime::now(),
         );
         self.status.send_modify(|st| st.notification_gaps += 1);
-        tracing::warn!(field = %self.settings.name, server, missing, "field notifications lost");
         self.record(
             Some(server),
             "gap",
-            format!("{missing} notification message(s) lost ({seen}); the items show UncertainNoCommunicationLastUsableValue once"),
-        );
-    }
-
-    /// The field server dropped values of the items `handles` from their
-    /// full queues (it set the Overflow bit), e.g. during a blip longer than
-    /// its queues cover: the items get a gap marker
-    /// (UncertainNoCommunicationLastUsableValue with their last value)
-    /// before the value that carries the bit; counted and recorded like a
-    /// lost message.
-    fn queue_overflow(&self, server: usize, handles: &[u32]) {
-        self.items.lock().mark(
-            handles.iter().copied(),
-            StatusCode::UncertainNoCommunicationLastUsableValue,
-            DateTime::now(),
-        );
-        self.status.send_modify(|st| st.notification_gaps += 1);
-        tracing::warn!(field = %self.settings.name, server, items = handles.len(), "field server queue overflow");
-        self.record(
-            Some(server),
-            "gap",
-            format!(
-                "the field server's queue overflowed for {} item(s): values were dropped there (its queues are shorter than the outage); the items show UncertainNoCommunicationLastUsableValue once",
-                handles.len()
-            ),
+            format!("{what}; the items show UncertainNoCommunicationLastUsableValue once"),
         );
     }
 
@@ -1592,7 +1527,7 @@ async fn connect(
     {
         // Keep polling the event loop. A lost connection keeps the session:
         // the client library re-activates it on a new channel (over the
-        // next path when the link has one), the TCP connect retrying within
+        // next path when the link has one), retrying failed attempts within
         // the re-activation window (the session timeout, at most the
         // reconnect budget), and the notifications missed meanwhile are
         // asked back with Republish before publishing resumes. When that
@@ -1609,12 +1544,9 @@ async fn connect(
         let timeout = s.request_timeout;
         let deliveries = deliveries.clone();
         let weak = Arc::downgrade(inner);
-        let window = ReactivationWindow {
-            until: Instant::now(),
-            initial_delay: s.reconnect.initial_delay.min(Duration::from_secs(1)),
-            max_delay: s.reconnect.max_delay.min(Duration::from_secs(5)),
-            max_attempts: s.reconnect.max_retries,
-        };
+        // Most failed re-activation attempts (the policy's max_retries; 0:
+        // only the window bounds them).
+        let max_attempts = s.reconnect.max_retries;
         let reactivate_for = s.session_timeout.min(s.reconnect.max_total_reconnect_time);
         let mut failed_keep_alives = 0u32;
         // Failed re-activation attempts since the connection was lost.
@@ -1643,10 +1575,6 @@ async fn connect(
                                 current = (current + 1) % paths.len();
                                 path.set(&paths[current]);
                             }
-                            path.set_window(Some(ReactivationWindow {
-                                until: Instant::now() + reactivate_for,
-                                ..window
-                            }));
                             reactivating_until = Some(tokio::time::Instant::now() + reactivate_for + timeout);
                             failed_reactivations = 0;
                             for d in deliveries.lock().values() {
@@ -1676,7 +1604,6 @@ async fn connect(
                         Some(Ok(SessionPollResult::Reconnected(
                             opcua_client::SessionConnectMode::ReactivatedSession(_),
                         ))) => {
-                            path.set_window(None);
                             reactivating_until = None;
                             failed_keep_alives = 0;
                             interrupted.store(false, std::sync::atomic::Ordering::SeqCst);
@@ -1700,7 +1627,6 @@ async fn connect(
                             let _ = tx.send(Event::Moved { link: i, generation });
                         }
                         Some(Ok(SessionPollResult::Reconnected(_))) => {
-                            path.set_window(None);
                             // The server behind the new path did not know the
                             // session and a new one was made: close it (its
                             // items and namespace map are not ours) and let
@@ -1724,7 +1650,7 @@ async fn connect(
                             failed_reactivations += 1;
                             tracing::debug!(server = i, %st, attempt = failed_reactivations, "re-activation attempt failed");
                             if reactivating_until.is_none()
-                                || (window.max_attempts > 0 && failed_reactivations >= window.max_attempts)
+                                || (max_attempts > 0 && failed_reactivations >= max_attempts)
                             {
                                 break st;
                             }

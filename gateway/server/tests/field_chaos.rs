@@ -1245,6 +1245,21 @@ async fn fifty_reads_waiting_for_a_dead_plc_block_nobody() {
     gw.stop().await;
 }
 
+/// A gateway whose field connection `line1` goes through a fault [`Proxy`]
+/// in front of `target`, with `server` (TOML) before the field section;
+/// returned once the connection is Connected.
+async fn behind_proxy(target: std::net::SocketAddr, server: &str) -> (Proxy, TestGateway) {
+    let proxy = Proxy::start(target).await;
+    let gw = TestGateway::start(&format!("{server}\n{}", field_toml(&proxy.url()))).await;
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Connected,
+        Duration::from_secs(10),
+    )
+    .await;
+    (proxy, gw)
+}
+
 /// Issue 17 item 4: a Read cut off by a lost connection is retried once on
 /// the re-activated session and answered Good within its timeout; a Write
 /// cut off the same way is not retried and gets BadServerNotConnected.
@@ -1252,18 +1267,8 @@ async fn fifty_reads_waiting_for_a_dead_plc_block_nobody() {
 async fn a_read_cut_off_by_a_lost_link_is_retried_once_and_a_write_is_not() {
     let tmp = tempfile::tempdir().unwrap();
     let sim = start_sim(tmp.path(), "cut").await;
-    let proxy = Proxy::start(sim.local_addr).await;
-    let gw = TestGateway::start(&format!(
-        "[server]\nallow_anonymous_write = true\n\n{}",
-        field_toml(&proxy.url())
-    ))
-    .await;
-    wait_state(
-        &gw,
-        uagate_field::ConnState::Connected,
-        Duration::from_secs(10),
-    )
-    .await;
+    let (proxy, gw) =
+        behind_proxy(sim.local_addr, "[server]\nallow_anonymous_write = true\n").await;
     let (s, _h) = connect(&gw, "cut").await;
     let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
     let counter = NodeId::new(ns, "Simulation.Counter");
@@ -1360,16 +1365,9 @@ async fn recovery_and_control_work_use_their_reserves_when_the_queue_is_full() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let sim = start_sim(tmp.path(), "reserve").await;
-    let proxy = Proxy::start(sim.local_addr).await;
-    let gw = TestGateway::start(&format!(
-        "[server]\nmax_request_thread_count = 4\nmax_queued_request_count = 2\n[isolation]\nfair_scheduling = false\n\n{}",
-        field_toml(&proxy.url())
-    ))
-    .await;
-    wait_state(
-        &gw,
-        uagate_field::ConnState::Connected,
-        Duration::from_secs(10),
+    let (proxy, gw) = behind_proxy(
+        sim.local_addr,
+        "[server]\nmax_request_thread_count = 4\nmax_queued_request_count = 2\n[isolation]\nfair_scheduling = false\n",
     )
     .await;
     let (s, _h) = connect(&gw, "ns-lookup").await;
