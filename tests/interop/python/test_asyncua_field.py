@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.request
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -253,11 +253,13 @@ async def test_history_read_through_the_mount(target: ServerTarget) -> None:
                 return client.get_node(ua.NodeId("Plant.Temperature", index))
 
             async def ten_values() -> bool:
-                end = datetime.now(timezone.utc)
+                end = datetime.now(timezone.utc) - timedelta(seconds=1)
                 return len(await temperature_of(direct, field.ns).read_raw_history(start, end)) >= 10
 
             await eventually("ten Temperature values in the field server's history", ten_values, 10.0)
-            end = datetime.now(timezone.utc)
+            # A little in the past: a value stamped just before "now" may not be
+            # stored in the field server's history yet when the first read runs.
+            end = datetime.now(timezone.utc) - timedelta(seconds=1)
 
             # Raw values: the same list, several pages of HISTORY_PAGE.
             def rows(values: list[ua.DataValue]) -> list[tuple[Any, Any]]:

@@ -85,6 +85,23 @@ impl HandClient {
 
     /// Sends a request without waiting for its response; returns its request id.
     pub async fn send(&mut self, request: RequestMessage) -> u32 {
+        let (id, frame) = self.frame(request);
+        self.s.write_all(&frame).await.unwrap();
+        id
+    }
+
+    /// Sends many requests in one socket write, so the gateway receives them
+    /// as one burst (what a pipelining client does), without waiting.
+    pub async fn send_burst(&mut self, requests: Vec<RequestMessage>) {
+        let mut burst = Vec::new();
+        for r in requests {
+            burst.extend_from_slice(&self.frame(r).1);
+        }
+        self.s.write_all(&burst).await.unwrap();
+    }
+
+    /// One single-chunk MSG frame for `request` and its request id.
+    fn frame(&mut self, request: RequestMessage) -> (u32, Vec<u8>) {
         let id = self.seq;
         let mut m = b"MSGF\0\0\0\0".to_vec();
         m.extend_from_slice(&self.channel.to_le_bytes());
@@ -97,8 +114,7 @@ impl HandClient {
             .encode(&mut m, &self.ctx.context())
             .unwrap();
         request.encode(&mut m, &self.ctx.context()).unwrap();
-        self.s.write_all(&with_size(m)).await.unwrap();
-        id
+        (id, with_size(m))
     }
 
     /// The next response (single chunk).
