@@ -13,6 +13,10 @@ Scenario `blip`: BLIPS times, the relay cuts every connection and refuses new
 ones for DOWN seconds, then forwards again; UP seconds between blips.
 Scenario `restart`: the field server is killed and started again on the same
 port after DOWN seconds (its counter starts over).
+Scenario `expire`: like `blip`, but the field connection is signed and
+encrypted with a session timeout of SESSION_TIMEOUT seconds, so an outage
+longer than that ends the field session and its subscriptions must move to a
+new one (TransferSubscriptions) to lose nothing.
 
 Per event it records: values lost (counter steps missing between two
 delivered values; blip only), duplicates (a value not larger than the one
@@ -130,18 +134,29 @@ async def run(args):
     ref, _ = start_process(ref_cmd, env)
     relay = Relay(ref_port)
     await relay.start()
-    field_url = f"opc.tcp://127.0.0.1:{relay.port if args.scenario == 'blip' else ref_port}/"
+    relayed = args.scenario in ("blip", "expire")
+    field_url = f"opc.tcp://127.0.0.1:{relay.port if relayed else ref_port}/"
+    if args.scenario == "expire" and args.field_security == "none":
+        # Without signing an anonymous session's subscriptions cannot move:
+        # the behaviour of a gateway that does not transfer them.
+        security = 'security_mode = "none"\nsecurity_policy = "None"'
+        session_timeout = f"{args.session_timeout}s"
+    elif args.scenario == "expire":
+        security = 'security_mode = "sign_and_encrypt"\nsecurity_policy = "Basic256Sha256"'
+        session_timeout = f"{args.session_timeout}s"
+    else:
+        security = 'security_mode = "none"\nsecurity_policy = "None"'
+        session_timeout = "30s"
     conf = f"""[listen]
 opc_tcp = "127.0.0.1:0"
 
 [[field_servers]]
 name = "line1"
 endpoints = ["{field_url}"]
-security_mode = "none"
-security_policy = "None"
+{security}
 keep_alive_interval = "500ms"
 request_timeout = "2s"
-session_timeout = "30s"
+session_timeout = "{session_timeout}"
 [field_servers.reconnect]
 initial_delay = "100ms"
 max_delay = "1s"
@@ -151,6 +166,14 @@ jitter = 0.0
         f.write(conf)
     subprocess.run([args.uagate, "--data", f"{tmp}/data", "config", "import", f"{tmp}/uagate.toml"],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    if args.scenario == "expire":
+        # The field server's certificate, trusted by the operator.
+        for _ in range(100):
+            if os.path.exists(f"{tmp}/ref-pki/own/cert.der"):
+                break
+            time.sleep(0.05)
+        subprocess.run([args.uagate, "--data", f"{tmp}/data", "trust", "add", f"{tmp}/ref-pki/own/cert.der"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     gw, gw_url = start_process([args.uagate, "--data", f"{tmp}/data", "run"], env)
     client = Client(gw_url, timeout=10)
     await client.connect()
@@ -179,7 +202,7 @@ jitter = 0.0
         for _ in range(args.events):
             start = len(rec.values)
             t_cut = time.monotonic()
-            if args.scenario == "blip":
+            if relayed:
                 relay.down()
                 await asyncio.sleep(args.down)
                 relay.up = True
@@ -203,8 +226,8 @@ jitter = 0.0
             events.append({
                 "outage_s": round(t_back - t_cut, 3),
                 "first_value_after_s": None if first is None else round(first - t_back, 3),
-                "lost": lost if args.scenario == "blip" else None,
-                "duplicates": dup if args.scenario == "blip" else None,
+                "lost": lost if relayed else None,
+                "duplicates": dup if relayed else None,
                 "gap_markers": sum(1 for (_, _, good) in window if not good),
             })
     finally:
@@ -234,8 +257,8 @@ jitter = 0.0
     }
     print(json.dumps(summary), flush=True)
     print(f"| {args.label} | {args.scenario} | {len(events)} x {args.down} s | "
-          f"{summary['values_lost_per_event'] if args.scenario == 'blip' else '-'} | "
-          f"{summary['duplicates'] if args.scenario == 'blip' else '-'} | {summary['gap_markers']} | "
+          f"{summary['values_lost_per_event'] if relayed else '-'} | "
+          f"{summary['duplicates'] if relayed else '-'} | {summary['gap_markers']} | "
           f"{summary['first_value_median_s']} | {summary['first_value_max_s']} |", flush=True)
 
 
@@ -243,7 +266,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--uagate", required=True)
     p.add_argument("--ref-server", required=True)
-    p.add_argument("--scenario", choices=["blip", "restart"], default="blip")
+    p.add_argument("--scenario", choices=["blip", "restart", "expire"], default="blip")
+    p.add_argument("--session-timeout", type=float, default=2.0)
+    p.add_argument("--field-security", choices=["sign_and_encrypt", "none"], default="sign_and_encrypt")
     p.add_argument("--events", type=int, default=10)
     p.add_argument("--down", type=float, default=2.0)
     p.add_argument("--up", type=float, default=4.0)

@@ -7,8 +7,11 @@
 # Env:   BIN_DIR=dir with uagate and opcua-ref-server (default: build release)
 #        REF_BIN_DIR=dir of opcua-ref-server when it differs (e.g. measuring an
 #        older uagate built in a worktree)
-#        SCENARIOS="blip restart"  LABEL=text  UP=4 (seconds between events)
-#        COUNTER_MS=100
+#        SCENARIOS="blip restart" (also: expire)  LABEL=text  UP=4 (seconds
+#        between events)  COUNTER_MS=100  SESSION_TIMEOUT=2 (expire: the field
+#        session's timeout in seconds; DOWN should be longer)
+#        FIELD_SECURITY=sign_and_encrypt|none (expire; none: anonymous over
+#        None, whose subscriptions cannot be transferred)
 set -euo pipefail
 EVENTS="${1:-10}"
 DOWN="${2:-2}"
@@ -22,7 +25,8 @@ echo "| build | scenario | events x outage | values lost per event | duplicates 
 echo "|---|---|---|---|---|---|---|---|"
 for s in ${SCENARIOS:-blip restart}; do
     "$PY" "$ROOT/bench/blips.py" --uagate "$BIN/uagate" --ref-server "$REF" --scenario "$s" \
-        --events "$EVENTS" --down "$DOWN" --up "${UP:-4}" --counter-ms "${COUNTER_MS:-100}" \
+        --events "$EVENTS" --down "$DOWN" --up "${UP:-4}" --counter-ms "${COUNTER_MS:-100}" --session-timeout "${SESSION_TIMEOUT:-2}" \
+        --field-security "${FIELD_SECURITY:-sign_and_encrypt}" \
         --label "${LABEL:-$(cd "$ROOT" && git rev-parse --short HEAD)}" >"$OUT/$s.out"
     grep '^|' "$OUT/$s.out"
     grep '^{' "$OUT/$s.out" >>"$OUT/blips.jsonl"

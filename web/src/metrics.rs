@@ -236,6 +236,27 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
         ),
         &["connection"],
     )?;
+    let gaps = IntCounterVec::new(
+        Opts::new(
+            "field_notification_gaps_total",
+            "Notification gaps of a field connection that could not be recovered (the affected items got one Uncertain/Bad marker value).",
+        ),
+        &["connection"],
+    )?;
+    let republished = IntCounterVec::new(
+        Opts::new(
+            "field_republished_total",
+            "Notification messages of a field connection asked back with Republish after a lost connection or a sequence gap.",
+        ),
+        &["connection"],
+    )?;
+    let transferred = IntCounterVec::new(
+        Opts::new(
+            "field_subscriptions_transferred_total",
+            "Southbound subscriptions moved to a new session with TransferSubscriptions after the field server had ended the connection's session.",
+        ),
+        &["connection"],
+    )?;
     for f in &engine.applied_config().field_servers {
         let Some(st) = engine.field_status(&f.name) else {
             continue;
@@ -243,6 +264,14 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
         gave_up
             .with_label_values(&[f.name.as_str()])
             .inc_by(st.gave_up_count);
+        gaps.with_label_values(&[f.name.as_str()])
+            .inc_by(st.notification_gaps);
+        republished
+            .with_label_values(&[f.name.as_str()])
+            .inc_by(st.republished);
+        transferred
+            .with_label_values(&[f.name.as_str()])
+            .inc_by(st.transferred);
         let current = conn_state(st.state);
         for s in CONN_STATES {
             field_state
@@ -260,6 +289,9 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     r.register(Box::new(reconnects))?;
     r.register(Box::new(failovers))?;
     r.register(Box::new(gave_up))?;
+    r.register(Box::new(gaps))?;
+    r.register(Box::new(republished))?;
+    r.register(Box::new(transferred))?;
 
     let attempts = IntCounterVec::new(
         Opts::new(

@@ -677,6 +677,15 @@ async fn field_connections_sessions_and_secrets() {
     assert!(
         metrics.contains("uagate_field_connection_state{connection=\"plc1\",state=\"gave_up\"} 1")
     );
+    // The recovery counters are there from the start (a connection that
+    // never came up recovered nothing and lost nothing it had).
+    for zero in [
+        "uagate_field_notification_gaps_total{connection=\"plc1\"} 0",
+        "uagate_field_republished_total{connection=\"plc1\"} 0",
+        "uagate_field_subscriptions_transferred_total{connection=\"plc1\"} 0",
+    ] {
+        assert!(metrics.contains(zero), "{zero} missing: {metrics}");
+    }
     let (_, page, _) = f.call(get("/partials/fields", Some(&viewer))).await;
     let page = page.as_str().map(str::to_owned).unwrap_or(page.to_string());
     assert!(

@@ -190,6 +190,9 @@ pub struct FieldStatus {
     pub notification_gaps: u64,
     /// Notification messages recovered with Republish after a reconnect.
     pub republished: u64,
+    /// Subscriptions moved to a new session with TransferSubscriptions after
+    /// the field server had ended the link's session.
+    pub transferred: u64,
     /// While [`ConnState::GaveUp`]: when the next reconnect cycle starts.
     pub next_cycle_at: Option<DateTime>,
     /// Last protocol-level error.
@@ -1239,9 +1242,23 @@ fn record_note(inner: &Inner, note: Note<Arc<LinkSession>>) {
             inner.record(Some(link), "lost", status.to_string());
             inner.status.send_modify(|st| st.last_error = Some(status));
         }
-        Note::Moved { link, session } => {
+        Note::Moved {
+            link,
+            session,
+            transferred,
+        } => {
             inner.status.send_modify(|st| st.reconnect_count += 1);
-            if let Some(ls) = session {
+            if transferred {
+                // The server had ended the session during the outage; its
+                // subscriptions outlived it and moved to a new one.
+                let url = session.as_ref().map(|ls| ls.url()).unwrap_or_default();
+                inner.record(
+                    Some(link),
+                    "transferred",
+                    format!("session ended by the field server; subscriptions moved to a new session on {url}"),
+                );
+                tracing::info!(field = %s.name, server = link, %url, "field subscriptions transferred to a new session");
+            } else if let Some(ls) = session {
                 let one_path = s.handling != Handling::HotAndMirrored
                     && s.servers.get(link).is_some_and(|p| p.len() < 2);
                 if one_path {
@@ -1547,7 +1564,7 @@ async fn connect(
         // Most failed re-activation attempts (the policy's max_retries; 0:
         // only the window bounds them).
         let max_attempts = s.reconnect.max_retries;
-        let reactivate_for = s.session_timeout.min(s.reconnect.max_total_reconnect_time);
+        let (session_timeout, budget) = (s.session_timeout, s.reconnect.max_total_reconnect_time);
         let mut failed_keep_alives = 0u32;
         // Failed re-activation attempts since the connection was lost.
         let mut failed_reactivations = 0u32;
@@ -1555,10 +1572,15 @@ async fn connect(
         // (also bounds an attempt that hangs, e.g. a server that accepts
         // and never answers); past it the link is lost.
         let mut reactivating_until: Option<tokio::time::Instant> = None;
+        // The TransferSubscriptions in progress after the server made the
+        // session anew; answers how many subscriptions moved, or why not.
+        let mut transfer: Option<tokio::sync::oneshot::Receiver<Result<usize, String>>> = None;
         let interrupted = interrupted.clone();
         let losses = losses.clone();
         tokio::spawn(async move {
-            let status = loop {
+            // What ended the link, and whether its session must be closed
+            // first (a new session whose subscriptions could not move).
+            let (status, close) = loop {
                 let give_up = async {
                     match reactivating_until {
                         Some(at) => tokio::time::sleep_until(at).await,
@@ -1566,16 +1588,41 @@ async fn connect(
                     }
                 };
                 tokio::select! {
-                    _ = lost.cancelled() => break StatusCode::BadConnectionClosed,
-                    _ = cancel.cancelled() => break StatusCode::BadShutdown,
-                    _ = give_up => break StatusCode::BadTimeout,
+                    _ = lost.cancelled() => break (StatusCode::BadConnectionClosed, false),
+                    _ = cancel.cancelled() => break (StatusCode::BadShutdown, false),
+                    _ = give_up => break (StatusCode::BadTimeout, transfer.is_some()),
+                    moved = async { transfer.as_mut().expect("guarded by the condition").await }, if transfer.is_some() => {
+                        transfer = None;
+                        match moved.unwrap_or_else(|_| Err("the transfer task ended".into())) {
+                            Ok(n) => {
+                                resume(&session_for_loop, &deliveries, &weak, &interrupted);
+                                reactivating_until = None;
+                                failed_keep_alives = 0;
+                                if let Some(inner) = weak.upgrade() {
+                                    inner.status.send_modify(|st| st.transferred += u64::try_from(n).unwrap_or(0));
+                                }
+                                let _ = tx.send(Event::Moved { link: i, generation, transferred: true });
+                            }
+                            Err(why) => {
+                                // Not ours to keep: close the new session and
+                                // let the machine build the link afresh (items
+                                // re-created, the gap marked).
+                                tracing::info!(server = i, %why, "field subscriptions not transferred; re-creating the link");
+                                if let Some(inner) = weak.upgrade() {
+                                    inner.record(Some(i), "not_transferred", why);
+                                }
+                                break (StatusCode::BadSessionIdInvalid, true);
+                            }
+                        }
+                    }
                     ev = stream.next() => match ev {
                         Some(Ok(SessionPollResult::ConnectionLost(st))) => {
                             if paths.len() > 1 {
                                 current = (current + 1) % paths.len();
                                 path.set(&paths[current]);
                             }
-                            reactivating_until = Some(tokio::time::Instant::now() + reactivate_for + timeout);
+                            let window = recovery_window(&session_for_loop, session_timeout, budget);
+                            reactivating_until = Some(tokio::time::Instant::now() + window + timeout);
                             failed_reactivations = 0;
                             for d in deliveries.lock().values() {
                                 d.lock().hold();
@@ -1604,45 +1651,24 @@ async fn connect(
                         Some(Ok(SessionPollResult::Reconnected(
                             opcua_client::SessionConnectMode::ReactivatedSession(_),
                         ))) => {
+                            resume(&session_for_loop, &deliveries, &weak, &interrupted);
                             reactivating_until = None;
                             failed_keep_alives = 0;
-                            interrupted.store(false, std::sync::atomic::Ordering::SeqCst);
-                            if let Some(inner) = weak.upgrade() {
-                                // Wake the calls waiting for the link.
-                                inner.active.send_modify(|_| {});
-                            }
-                            // The publish loop restarts with the new channel
-                            // and sends nothing until triggered: first ask
-                            // back what was missed, then publish at once.
-                            let session = session_for_loop.clone();
-                            let deliveries = deliveries.clone();
-                            let weak = weak.clone();
-                            tokio::spawn(async move {
-                                let n = recover_notifications(&session, &deliveries).await;
-                                session.trigger_publish_now();
-                                if let Some(inner) = weak.upgrade() {
-                                    inner.status.send_modify(|st| st.republished += u64::from(n));
-                                }
-                            });
-                            let _ = tx.send(Event::Moved { link: i, generation });
+                            let _ = tx.send(Event::Moved { link: i, generation, transferred: false });
                         }
                         Some(Ok(SessionPollResult::Reconnected(_))) => {
-                            // The server behind the new path did not know the
-                            // session and a new one was made: close it (its
-                            // items and namespace map are not ours) and let
-                            // the machine build the link afresh there.
-                            let close = session_for_loop.disconnect();
-                            tokio::pin!(close);
-                            let _ = tokio::time::timeout(timeout, async {
-                                loop {
-                                    tokio::select! {
-                                        _ = &mut close => break,
-                                        ev = stream.next() => if !matches!(ev, Some(Ok(_))) { break },
-                                    }
-                                }
-                            })
-                            .await;
-                            break StatusCode::BadSessionIdInvalid;
+                            // The server no longer knew the session (it timed
+                            // out during a long outage, or the server behind
+                            // the new path is another one) and a new one was
+                            // made. Its subscriptions may have outlived it:
+                            // move them over; the link goes on as after a
+                            // re-activation if they all move.
+                            let session = session_for_loop.clone();
+                            let (done, answer) = tokio::sync::oneshot::channel();
+                            tokio::spawn(async move {
+                                let _ = done.send(transfer_subscriptions(&session, timeout).await);
+                            });
+                            transfer = Some(answer);
                         }
                         Some(Ok(SessionPollResult::ReconnectFailed(st))) => {
                             // Within the window the library tries again, at
@@ -1652,15 +1678,30 @@ async fn connect(
                             if reactivating_until.is_none()
                                 || (max_attempts > 0 && failed_reactivations >= max_attempts)
                             {
-                                break st;
+                                break (st, false);
                             }
                         }
-                        Some(Err(st)) => break st,
-                        None => break StatusCode::BadConnectionClosed,
+                        Some(Err(st)) => break (st, false),
+                        None => break (StatusCode::BadConnectionClosed, false),
                         Some(Ok(_)) => {}
                     }
                 }
             };
+            if close {
+                // CloseSession (with its subscriptions) needs the event
+                // loop polled.
+                let close = session_for_loop.disconnect();
+                tokio::pin!(close);
+                let _ = tokio::time::timeout(timeout, async {
+                    loop {
+                        tokio::select! {
+                            _ = &mut close => break,
+                            ev = stream.next() => if !matches!(ev, Some(Ok(_))) { break },
+                        }
+                    }
+                })
+                .await;
+            }
             lost.cancel();
             let _ = tx.send(Event::Lost {
                 link: i,
@@ -1921,7 +1962,15 @@ async fn watch_server_status(
     });
     let session = ls.session();
     let sub = session
-        .create_subscription(s.keep_alive_interval, 30, 5, 0, 0, true, cb)
+        .create_subscription(
+            s.keep_alive_interval,
+            lifetime_count(s.keep_alive_interval, 5, s.session_timeout),
+            5,
+            0,
+            0,
+            true,
+            cb,
+        )
         .await
         .map_err(client_error)?;
     let item = |id: VariableId, handle: u32| MonitoredItemCreateRequest {
@@ -2277,7 +2326,15 @@ async fn open_data_subscription(
         .clamp(3, 100);
     let sub = ls
         .session()
-        .create_subscription(interval, keep_alive * 3, keep_alive, 0, 0, publishing, cb)
+        .create_subscription(
+            interval,
+            lifetime_count(interval, keep_alive, inner.settings.session_timeout),
+            keep_alive,
+            0,
+            0,
+            publishing,
+            cb,
+        )
         .await
         .map_err(|e| e.status())?;
     subs.by_class.entry(class).or_default().push(sub);
@@ -2554,6 +2611,106 @@ const MAX_HELD: usize = 10_000;
 /// reconnect.
 const MAX_REPUBLISH: usize = 1_000;
 
+/// Called when a link's session is back on a new channel (re-activated,
+/// or its subscriptions moved to a new session): wakes the calls waiting
+/// for the link, then asks back what the subscriptions missed with
+/// Republish before publishing resumes (the publish loop restarts with the
+/// new channel and sends nothing until triggered).
+fn resume(
+    session: &Arc<Session>,
+    deliveries: &Deliveries,
+    weak: &Weak<Inner>,
+    interrupted: &std::sync::atomic::AtomicBool,
+) {
+    interrupted.store(false, std::sync::atomic::Ordering::SeqCst);
+    if let Some(inner) = weak.upgrade() {
+        inner.active.send_modify(|_| {});
+    }
+    let session = session.clone();
+    let deliveries = deliveries.clone();
+    let weak = weak.clone();
+    tokio::spawn(async move {
+        let n = recover_notifications(&session, &deliveries).await;
+        session.trigger_publish_now();
+        if let Some(inner) = weak.upgrade() {
+            inner
+                .status
+                .send_modify(|st| st.republished += u64::from(n));
+        }
+    });
+}
+
+/// Called when the client library had to make a new session after a lost
+/// connection (the field server no longer knew the old one): moves every
+/// subscription of the link to it with TransferSubscriptions (Part 4
+/// §5.13.7), without initial values since what was missed is asked back
+/// with Republish. Returns how many moved, or why they did not all move
+/// (the field server restarted, their lifetime ran out, or it refuses the
+/// transfer, e.g. an anonymous session on a channel without signing).
+async fn transfer_subscriptions(session: &Session, timeout: Duration) -> Result<usize, String> {
+    let ids = session
+        .subscription_state()
+        .lock()
+        .subscription_ids()
+        .unwrap_or_default();
+    if ids.is_empty() {
+        return Err("the link had no subscriptions to move".into());
+    }
+    let results = tokio::time::timeout(timeout, session.transfer_subscriptions(&ids, false))
+        .await
+        .map_err(|_| "TransferSubscriptions timed out".to_string())?
+        .map_err(|e| format!("TransferSubscriptions failed: {}", e.status()))?;
+    let refused: Vec<String> = ids
+        .iter()
+        .enumerate()
+        .filter_map(|(k, id)| {
+            let st = results
+                .get(k)
+                .map_or(StatusCode::BadUnexpectedError, |r| r.status_code);
+            (!st.is_good()).then(|| format!("subscription {id}: {st}"))
+        })
+        .collect();
+    if refused.is_empty() {
+        Ok(ids.len())
+    } else {
+        Err(format!("not transferred: {}", refused.join(", ")))
+    }
+}
+
+/// How long a link keeps trying to get its session back after a lost
+/// connection (called when the loss is seen): while the field server may
+/// still hold the session (its timeout) or its subscriptions (their
+/// lifetime, so they can move to a new session, but at most as long again
+/// as the session timeout: meanwhile the items show no new value, and a
+/// subscriber should learn of a dead source in bounded time), at most the
+/// reconnect budget.
+fn recovery_window(session: &Session, session_timeout: Duration, budget: Duration) -> Duration {
+    let state = session.subscription_state().lock();
+    let lifetime = state
+        .subscription_ids()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|id| state.get(*id))
+        .map(|sub| sub.publishing_interval() * sub.lifetime_count())
+        .max()
+        .unwrap_or_default();
+    session_timeout
+        .max(lifetime.min(session_timeout.saturating_mul(2)))
+        .min(budget)
+}
+
+/// Lifetime count asked for a southbound subscription publishing every
+/// `interval` with `keep_alive` (called when one is created): it outlives
+/// the session by three keep-alive periods, so that after an outage longer
+/// than the session timeout it can still be moved to a new session, and a
+/// re-activated session never finds its subscriptions gone.
+fn lifetime_count(interval: Duration, keep_alive: u32, session_timeout: Duration) -> u32 {
+    let per = interval.as_millis().max(1);
+    u32::try_from(session_timeout.as_millis().div_ceil(per))
+        .unwrap_or(u32::MAX)
+        .saturating_add(keep_alive.saturating_mul(3))
+}
+
 /// After the session was re-activated on a new channel, and before
 /// publishing resumes: asks every data subscription for the messages after
 /// the last one it delivered (Republish), until the server has no more,
@@ -2687,7 +2844,19 @@ async fn reconcile_events(
                     events.offer(handle, fields);
                 });
             let sub = session
-                .create_subscription(EVENT_PUBLISHING_INTERVAL, 300, 100, 0, 0, publishing, cb)
+                .create_subscription(
+                    EVENT_PUBLISHING_INTERVAL,
+                    lifetime_count(
+                        EVENT_PUBLISHING_INTERVAL,
+                        100,
+                        inner.settings.session_timeout,
+                    ),
+                    100,
+                    0,
+                    0,
+                    publishing,
+                    cb,
+                )
                 .await
                 .map_err(|e| e.status())?;
             subs.events_sub = Some(sub);
@@ -3075,4 +3244,33 @@ async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Durati
         })
         .collect());
     probe
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subscriptions_outlive_the_session_by_three_keep_alives() {
+        let minute = Duration::from_secs(60);
+        // 1 s publishing, keep-alive 10: 60 + 30 intervals.
+        let n = lifetime_count(Duration::from_secs(1), 10, minute);
+        assert_eq!(n, 90);
+        assert!(Duration::from_secs(1) * n > minute);
+        // 50 ms publishing, keep-alive 100: the session's 1,200 intervals + 300.
+        assert_eq!(
+            lifetime_count(Duration::from_millis(50), 100, minute),
+            1_500
+        );
+        // Part 4: at least three keep-alives, whatever the session timeout.
+        assert_eq!(
+            lifetime_count(Duration::from_secs(10), 5, Duration::ZERO),
+            15
+        );
+        // No overflow on absurd inputs.
+        assert_eq!(
+            lifetime_count(Duration::from_millis(1), u32::MAX, Duration::MAX),
+            u32::MAX
+        );
+    }
 }

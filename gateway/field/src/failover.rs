@@ -243,12 +243,15 @@ pub enum Event<S> {
         generation: u64,
     },
     /// The link's session was re-activated over another network path (same
-    /// session, same subscriptions).
+    /// session, same subscriptions), or its subscriptions were moved to a new
+    /// session of the same server (`transferred`).
     Moved {
         /// Index of the link.
         link: usize,
         /// Generation of the attempt that made the session.
         generation: u64,
+        /// The subscriptions moved to a new session (TransferSubscriptions).
+        transferred: bool,
     },
     /// The server behind a connecting or connected link reported its status.
     Status {
@@ -345,12 +348,15 @@ pub enum Note<S> {
         status: StatusCode,
     },
     /// A link's session moved to another path (a reconnect without a new
-    /// session). `session` is `None` when the link is no longer up.
+    /// session), or its subscriptions to a new session (`transferred`).
+    /// `session` is `None` when the link is no longer up.
     Moved {
         /// Index of the link.
         link: usize,
         /// The session, when still up.
         session: Option<S>,
+        /// The subscriptions moved to a new session.
+        transferred: bool,
     },
     /// The active server changed from one server to another.
     Failover {
@@ -636,7 +642,11 @@ impl<S: Clone> Failover<S> {
                 path,
                 jitter,
             } => self.on_lost(link, generation, status, path, jitter, now),
-            Event::Moved { link, generation } => self.on_moved(link, generation),
+            Event::Moved {
+                link,
+                generation,
+                transferred,
+            } => self.on_moved(link, generation, transferred),
             Event::Interrupted { link, generation } => {
                 let up = self
                     .links
@@ -773,7 +783,7 @@ impl<S: Clone> Failover<S> {
         }
     }
 
-    fn on_moved(&mut self, i: usize, generation: u64) {
+    fn on_moved(&mut self, i: usize, generation: u64, transferred: bool) {
         let Some(link) = self.current(i, generation) else {
             return;
         };
@@ -784,6 +794,7 @@ impl<S: Clone> Failover<S> {
         self.out.push(Action::Note(Note::Moved {
             link: i,
             session: session.clone(),
+            transferred,
         }));
         // The server behind the new path may be another one (mirrored set):
         // learn its level and state now rather than at their next change.

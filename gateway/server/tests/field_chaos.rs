@@ -1577,3 +1577,116 @@ async fn an_outage_longer_than_the_field_queues_is_one_visible_gap_not_a_new_ses
     gw.stop().await;
     sim.cancel();
 }
+
+/// Issue 17: an outage longer than the field session's timeout. The field
+/// server ends the session but keeps its subscriptions (their lifetime
+/// outlasts the session); the link makes a new session, moves the
+/// subscriptions to it with TransferSubscriptions, and asks back what they
+/// queued with Republish. The field server creates a session and no
+/// subscription, and a northbound subscriber on a counter sees every value
+/// once, in order, without a gap marker. (An anonymous session's
+/// subscriptions move only over a signed channel: Part 4 §5.13.7.)
+#[tokio::test]
+async fn an_outage_that_outlives_the_field_session_moves_its_subscriptions_to_a_new_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = uagate_sim::start(uagate_sim::SimConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        pki_dir: tmp.path().join("sim-transfer"),
+        application_uri: "urn:uagate:sim:transfer".into(),
+        security: true,
+        // Slow enough that the field server's item queues (10 values)
+        // hold the whole outage.
+        update_interval: Duration::from_millis(400),
+        max_nodes_per_read: 0,
+        max_monitored_items_per_subscription: 0,
+    })
+    .await
+    .expect("simulator starts");
+    let cable = Cable::start(sim.local_addr).await;
+    let toml = field_toml(&cable.url())
+        .replace("security_mode = \"none\"", "security_mode = \"sign\"")
+        .replace(
+            "security_policy = \"None\"",
+            "security_policy = \"Basic256Sha256\"",
+        )
+        .replace("session_timeout = \"2s\"", "session_timeout = \"1s\"");
+    let gw = TestGateway::start(&toml).await;
+    let der = std::fs::read(tmp.path().join("sim-transfer/own/cert.der")).unwrap();
+    gw.store
+        .trust_add("test", &der, uagate_store::CertKind::Trusted)
+        .await
+        .unwrap();
+    wait_state(
+        &gw,
+        uagate_field::ConnState::Connected,
+        Duration::from_secs(15),
+    )
+    .await;
+    let (session, event_loop) = connect(&gw, "transfer").await;
+    let ns = ns_of(&session, uagate_sim::NAMESPACE_URI).await;
+    let mut rx = subscribe_deep(&session, NodeId::new(ns, "Simulation.Counter"), 100).await;
+    wait_for(true, &mut rx).await;
+    let (sessions_before, subscriptions_before) = created_on(&sim);
+
+    // Longer than the session timeout: the field server ends the session
+    // (the link keeps trying for up to twice that).
+    cable.blip(Duration::from_millis(1600)).await;
+    let t0 = Instant::now();
+    while gw.engine().field_status("line1").unwrap().transferred == 0 {
+        let history = gw.engine().field_history("line1").unwrap_or_default();
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "subscriptions not transferred: {history:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Let the recovered and the new values through.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+
+    let history = gw.engine().field_history("line1").unwrap_or_default();
+    let mut values = Vec::new();
+    while let Ok(dv) = rx.try_recv() {
+        assert!(
+            status_of(&dv).is_good(),
+            "a bad value: {dv:?}; history {history:?}"
+        );
+        match dv.value {
+            Some(Variant::UInt32(v)) => values.push(v),
+            other => panic!("not a counter value: {other:?}"),
+        }
+    }
+    // About 4 s at 2.5 changes/s.
+    assert!(values.len() >= 8, "only {values:?}; history {history:?}");
+    let broken: Vec<(u32, u32)> = values
+        .windows(2)
+        .filter(|w| w[1] != w[0] + 1)
+        .map(|w| (w[0], w[1]))
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "values skipped or repeated across the outage (before, after): {broken:?}; {values:?}; history {history:?}"
+    );
+    let (sessions_after, subscriptions_after) = created_on(&sim);
+    assert_eq!(
+        sessions_after,
+        sessions_before + 1,
+        "one new session on the field server; history {history:?}"
+    );
+    assert_eq!(
+        subscriptions_after, subscriptions_before,
+        "no subscription re-created: they moved; history {history:?}"
+    );
+    let st = gw.engine().field_status("line1").unwrap();
+    assert_eq!(st.notification_gaps, 0, "{st:?}");
+    assert!(
+        history
+            .iter()
+            .any(|e| e.kind == "transferred" && e.detail.contains("moved to a new session")),
+        "{history:?}"
+    );
+    assert!(!history.iter().any(|e| e.kind == "gap"), "{history:?}");
+    let _ = session.disconnect().await;
+    let _ = event_loop.await;
+    gw.stop().await;
+    sim.cancel();
+}

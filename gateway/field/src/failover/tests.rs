@@ -175,6 +175,7 @@ impl Sim {
         self.feed(Event::Moved {
             link,
             generation: self.generation(link),
+            transferred: false,
         })
     }
 }
@@ -612,6 +613,7 @@ fn events_of_an_earlier_attempt_are_ignored() {
         Event::Moved {
             link: 0,
             generation: 1,
+            transferred: false,
         },
         Event::Status {
             link: 0,
@@ -903,7 +905,8 @@ fn a_network_path_move_keeps_the_session_and_refreshes_its_status() {
         vec![
             Action::Note(Note::Moved {
                 link: 0,
-                session: Some(a)
+                session: Some(a),
+                transferred: false,
             }),
             Action::RefreshStatus(a),
         ]
