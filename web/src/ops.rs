@@ -132,7 +132,7 @@ pub struct StatusView {
     pub service_level_subrange: String,
     /// Where it comes from: requested_state, override or computed.
     pub service_level_source: String,
-    /// The operator's reason for an override (empty otherwise).
+    /// Why: the computed level's reason (e.g. "2 of 3 field connections up"), the operator's reason for an override, or the requested state.
     pub service_level_reason: String,
     /// Northbound sessions.
     pub sessions: usize,

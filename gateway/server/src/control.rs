@@ -8,7 +8,8 @@ use parking_lot::Mutex;
 use uagate_config::{Config, Redundancy};
 use uagate_store::Store;
 
-use crate::health::{self, RequestedState, ServiceLevelProvider};
+use crate::health::{self, RequestedState};
+use crate::level::{Computed, Health, LevelMachine};
 use crate::reconfigure::ReconfigureStatus;
 use crate::space::AddressSpace;
 
@@ -20,8 +21,9 @@ pub(crate) const STATE_SETTING: &str = uagate_store::REQUESTED_STATE_SETTING;
 pub(crate) struct ServerControl {
     /// The administrator-requested state and the operator's ServiceLevel override.
     control: Mutex<health::Control>,
-    /// Computes ServiceLevel while running normally.
-    level_provider: Box<dyn ServiceLevelProvider>,
+    /// Computes ServiceLevel from the appliance's health, and its last
+    /// result (what is published while running normally).
+    level: Mutex<(LevelMachine, Computed)>,
     /// `[redundancy]` of the start-up configuration (ServerRedundancy).
     redundancy: Redundancy,
     /// This server's application URI (its entry in the redundant set).
@@ -46,7 +48,26 @@ impl ServerControl {
                 override_level: None,
                 ..Default::default()
             }),
-            level_provider: Box::new(health::ConstantLevel(health::HEALTHY_MAX)),
+            // Until housekeeping first looks: no field connection is up yet.
+            level: {
+                let mut machine = LevelMachine::new();
+                let first = machine.compute(
+                    &Health {
+                        config_loaded: true,
+                        fields: config
+                            .field_servers
+                            .iter()
+                            .filter(|f| f.enabled)
+                            .map(|f| (f.name.clone(), false))
+                            .collect(),
+                        max_sessions: usize::try_from(config.server.max_session_count)
+                            .unwrap_or(usize::MAX),
+                        ..Health::default()
+                    },
+                    std::time::Instant::now(),
+                );
+                Mutex::new((machine, first))
+            },
             redundancy: config.redundancy.clone(),
             application_uri: application_uri.to_string(),
             applied: Mutex::new(config.clone()),
@@ -57,7 +78,7 @@ impl ServerControl {
     /// Publishes the current state and ServiceLevel on the Server object of
     /// `space`. Called at start, after every state change and by housekeeping.
     pub(crate) fn publish(&self, space: &AddressSpace) {
-        let computed = self.level_provider.service_level();
+        let computed = self.computed().level;
         let control = self.control.lock().clone();
         let level = control.service_level(computed);
         let mut space = space.local_mut();
@@ -98,8 +119,7 @@ impl ServerControl {
     /// the Maintenance subrange.
     pub(crate) fn refuses_sessions(&self, in_maintenance: bool) -> bool {
         let control = self.control.lock();
-        control.draining()
-            || (in_maintenance && control.in_maintenance(self.level_provider.service_level()))
+        control.draining() || (in_maintenance && control.in_maintenance(self.computed().level))
     }
 
     /// The ServerStatus.State currently published.
@@ -109,15 +129,42 @@ impl ServerControl {
 
     /// The ServiceLevel currently published.
     pub(crate) fn service_level(&self) -> u8 {
-        self.control
-            .lock()
-            .service_level(self.level_provider.service_level())
+        let computed = self.computed().level;
+        self.control.lock().service_level(computed)
     }
 
-    /// Where the published ServiceLevel comes from and the override's reason.
+    /// Where the published ServiceLevel comes from and why: the reason of
+    /// the computed level, the operator's reason for an override, or the
+    /// requested state.
     pub(crate) fn level_source(&self) -> (&'static str, String) {
+        let computed = self.computed().reason;
         let c = self.control.lock();
-        (c.level_source(), c.override_reason.clone())
+        let source = c.level_source();
+        let reason = match source {
+            "override" => c.override_reason.clone(),
+            "requested_state" => format!("{:?} requested", c.state()),
+            _ => computed.to_string(),
+        };
+        (source, reason)
+    }
+
+    /// The last computed ServiceLevel and its reason.
+    pub(crate) fn computed(&self) -> Computed {
+        self.level.lock().1
+    }
+
+    /// Computes the ServiceLevel for `health`; true when the level or its
+    /// reason changed (then the Server object must be published again).
+    /// Called every second by housekeeping.
+    pub(crate) fn update_health(&self, health: &Health) -> bool {
+        let mut level = self.level.lock();
+        let next = level.0.compute(health, std::time::Instant::now());
+        let changed = next != level.1;
+        if changed && next.level != level.1.level {
+            tracing::info!(from = level.1.level, to = next.level, reason = %next.reason, "computed ServiceLevel changed");
+        }
+        level.1 = next;
+        changed
     }
 
     /// Sets (or with `None` clears) the operator's fixed ServiceLevel and

@@ -108,6 +108,35 @@ impl Engine {
         self.control.publish(&self.space);
     }
 
+    /// Computes the ServiceLevel from the appliance's health now (its field
+    /// connections, sessions and configuration; see [`crate::level`]) and
+    /// publishes it when it changed. Called every second by housekeeping.
+    pub fn update_service_level(&self) {
+        let config = self.applied_config();
+        let fields = config
+            .field_servers
+            .iter()
+            .filter(|f| f.enabled)
+            .map(|f| {
+                let up = self
+                    .field_status(&f.name)
+                    .is_some_and(|st| st.state == uagate_field::ConnState::Connected);
+                (f.name.clone(), up)
+            })
+            .collect();
+        let health = crate::level::Health {
+            role: crate::level::PairRole::Standalone,
+            config_loaded: true,
+            integrity_fault: false,
+            fields,
+            sessions: self.session_count(),
+            max_sessions: usize::try_from(config.server.max_session_count).unwrap_or(usize::MAX),
+        };
+        if self.control.update_health(&health) {
+            self.refresh_server_state();
+        }
+    }
+
     /// The TLS server configuration of the appliance's certificate (the one
     /// opc.wss / opc.https use; it follows `uagate tls set` while running).
     /// The console listener serves it too.

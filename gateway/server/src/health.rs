@@ -11,23 +11,6 @@ pub const NO_DATA: u8 = 1;
 /// Highest ServiceLevel (fully healthy).
 pub const HEALTHY_MAX: u8 = 255;
 
-/// Computes the ServiceLevel while the server runs normally. Replaceable:
-/// the default is a constant 255; health and pair role feed it later.
-pub trait ServiceLevelProvider: Send + Sync {
-    /// The current computed ServiceLevel.
-    fn service_level(&self) -> u8;
-}
-
-/// A provider that always reports the same level.
-#[derive(Debug, Clone, Copy)]
-pub struct ConstantLevel(pub u8);
-
-impl ServiceLevelProvider for ConstantLevel {
-    fn service_level(&self) -> u8 {
-        self.0
-    }
-}
-
 /// A state requested through RequestServerStateChange.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestedState {

@@ -16,6 +16,7 @@ pub mod fields;
 mod flows;
 pub mod health;
 mod leases;
+pub mod level;
 mod methods;
 mod open;
 mod park;
@@ -405,6 +406,7 @@ async fn housekeeping(engine: Arc<Engine>, cancel: CancellationToken) {
             _ = tick.tick() => {
                 engine.expire_sessions();
                 engine.sync_field_demand();
+                engine.update_service_level();
             }
         }
     }

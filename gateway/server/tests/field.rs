@@ -1437,3 +1437,66 @@ async fn items_are_spread_over_subscriptions_when_the_plc_caps_them() {
     gw.stop().await;
     sim.cancel();
 }
+
+/// Waits until the gateway publishes ServiceLevel `want` for the reason
+/// `why`, read over OPC UA (Server.ServiceLevel) and from the console's view.
+async fn wait_level(gw: &TestGateway, s: &opcua_client::Session, want: u8, why: &str) {
+    let t0 = Instant::now();
+    loop {
+        let read = s
+            .read(
+                &[ReadValueId::from(NodeId::new(0, 2267u32))],
+                TimestampsToReturn::Neither,
+                0.0,
+            )
+            .await
+            .unwrap();
+        let (source, reason) = gw.engine().service_level_source();
+        if read[0].value == Some(Variant::Byte(want)) && reason == why {
+            assert_eq!(source, "computed");
+            assert_eq!(gw.engine().service_level(), want);
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "ServiceLevel {:?} ({reason}), not {want} ({why})",
+            read[0].value
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Issue 18 item 5: a standalone gateway computes its ServiceLevel from its
+/// health. Two field connections, one of them to nothing: Degraded (2 +
+/// 197 x 1/2) with the reason; the other's field server stops: NoData once
+/// the grace for a lost connection is over.
+#[tokio::test]
+async fn service_level_follows_the_field_connections() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "level").await;
+    let nothing = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("opc.tcp://127.0.0.1:{}/", l.local_addr().unwrap().port())
+    };
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        field_toml("up", "none", &[&sim.endpoint_url]),
+        field_toml("gone", "none", &[&nothing])
+    ))
+    .await;
+    wait_connected(&gw, "up").await;
+    let (s, h) = connect(&gw, "level").await;
+    wait_level(&gw, &s, 100, "1 of 2 field connections up").await;
+    sim.cancel();
+    sim.stopped().await;
+    let lost = Instant::now();
+    wait_level(&gw, &s, 1, "all 2 field connections are down").await;
+    assert!(
+        lost.elapsed() >= uagate_server::level::FIELD_DOWN_GRACE - Duration::from_millis(500),
+        "counted down before the grace: {:?}",
+        lost.elapsed()
+    );
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+}
