@@ -53,9 +53,11 @@
 //!
 //! # Applying the same proposal twice
 //!
-//! Apply does not deduplicate: exactly-once delivery is the replication
-//! layer's job (it records the last applied entry). Applying a proposal
-//! again is safe — it never corrupts the store — and does this:
+//! [`Store::apply`] does not deduplicate: exactly-once is what
+//! [`Store::apply_at`] adds for replicated entries (it records the last
+//! applied log position with the change, see *Replication* below). Applying
+//! a proposal again with [`Store::apply`] is safe — it never corrupts the
+//! store — and does this:
 //!
 //! * refused, nothing written: `AddUser` (`UserExists`), `DeleteUser`
 //!   (`UnknownUser`), `TrustRemove` and `RemoveRejected` (`UnknownCert`);

@@ -21,7 +21,7 @@
 use serde::{Deserialize, Serialize};
 use sqlx::{Row, SqliteConnection};
 
-use crate::apply::{append_log, check, run, validate_at, Applied};
+use crate::apply::{append_log, check, run, validate_at};
 use crate::change::sealed::Sealed;
 use crate::change::{Change, Proposal, Scoped};
 use crate::error::StoreError;
@@ -55,10 +55,15 @@ pub struct ReplicaState {
 
 /// What applying one replicated entry did ([`Store::apply_at`]).
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum LogApplied {
     /// The change was applied; `last_applied` is the entry's position.
-    Applied(Applied),
+    Applied {
+        /// Sequence number of the change-log entry written with the change
+        /// (every replicated change writes one).
+        seq: i64,
+        /// The replication epoch after the change.
+        epoch: i64,
+    },
     /// The entry is at or below `last_applied`: it was applied (or refused)
     /// before, nothing was written.
     AlreadyApplied,
@@ -192,27 +197,17 @@ impl Store {
             }
             Err(e) => return Err(e),
         };
-        let (seq, epoch) = match &effect.log {
-            Some((kind, payload)) => {
-                let (seq, epoch) =
-                    append_log(&mut tx, Change::SCOPE, &actor, &at, kind, payload).await?;
-                (Some(seq), epoch)
-            }
-            None => (
-                None,
-                sqlx::query_scalar("SELECT epoch FROM meta WHERE id = 1")
-                    .fetch_one(&mut *tx)
-                    .await?,
-            ),
+        let Some((kind, payload)) = &effect.log else {
+            return Err(StoreError::Corrupt {
+                table: "change_log",
+                message: "a replicated change wrote no change-log entry".into(),
+            });
         };
+        let (seq, epoch) = append_log(&mut tx, Change::SCOPE, &actor, &at, kind, payload).await?;
         write_position(&mut tx, position, None).await?;
         tx.commit().await?;
-        tracing::debug!(index = position.index, ?seq, "replicated change applied");
-        Ok(LogApplied::Applied(Applied {
-            seq,
-            epoch,
-            cert: effect.cert,
-        }))
+        tracing::debug!(index = position.index, seq, "replicated change applied");
+        Ok(LogApplied::Applied { seq, epoch })
     }
 
     /// Records a refused entry: advances `last_applied` in a transaction
