@@ -1,6 +1,9 @@
 //! The one write path: [`Store::apply`] validates a change value and applies
 //! it in one transaction together with its change-log entry. Nothing else in
-//! this crate writes SQLite (migrations aside).
+//! this crate writes SQLite (migrations aside) but the replication entry
+//! points built on the same pieces: [`Store::apply_at`] (the same
+//! validation and writes, at a log position, in `replica.rs`) and
+//! [`Store::install_snapshot`] (`snapshot.rs`).
 //!
 //! Apply is deterministic: it reads no clock (the proposal carries its time),
 //! draws no random numbers and hashes no password, so it only depends on the
@@ -49,7 +52,7 @@ pub struct Applied {
 
 /// Which rows a removal by thumbprint may delete.
 #[derive(Debug, Clone, Copy)]
-enum Lists {
+pub(crate) enum Lists {
     /// Trusted and issuer (replicated).
     Listed,
     /// Rejected (node-local).
@@ -58,7 +61,7 @@ enum Lists {
 
 /// A validated change, with its certificate or CRL decoded: what the
 /// transaction runs.
-enum Plan {
+pub(crate) enum Plan {
     AddUser {
         name: String,
         hash: String,
@@ -105,10 +108,10 @@ enum Plan {
 
 /// What running a plan produced: the log entry to write with it and the
 /// stored certificate.
-struct Effect {
+pub(crate) struct Effect {
     /// Kind and payload (JSON object text).
-    log: Option<(String, String)>,
-    cert: Option<CertInfo>,
+    pub(crate) log: Option<(String, String)>,
+    pub(crate) cert: Option<CertInfo>,
 }
 
 impl Effect {
@@ -128,7 +131,7 @@ impl Effect {
 }
 
 /// Checks `at` is RFC 3339 UTC with milliseconds in its one textual form.
-fn validate_at(at: &str) -> Result<(), StoreError> {
+pub(crate) fn validate_at(at: &str) -> Result<(), StoreError> {
     let canonical = DateTime::parse_from_rfc3339(at)
         .ok()
         .map(|t| format_at(t.with_timezone(&Utc)));
@@ -141,7 +144,7 @@ fn validate_at(at: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn validate_hash(phc: &str) -> Result<(), StoreError> {
+pub(crate) fn validate_hash(phc: &str) -> Result<(), StoreError> {
     let ok = phc.len() <= MAX_HASH_LEN
         && argon2::password_hash::PasswordHash::new(phc)
             .is_ok_and(|h| h.algorithm.as_str() == "argon2id");
@@ -151,7 +154,7 @@ fn validate_hash(phc: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn validate_value(key: &str, value: &str) -> Result<(), StoreError> {
+pub(crate) fn validate_value(key: &str, value: &str) -> Result<(), StoreError> {
     if value.len() > MAX_SETTING_VALUE_LEN {
         return Err(invalid(
             key,
@@ -177,7 +180,7 @@ fn validate_event(kind: &str, payload: &str) -> Result<(), StoreError> {
 }
 
 /// Validates a change value without touching the database.
-fn check(change: AnyChange) -> Result<Plan, StoreError> {
+pub(crate) fn check(change: AnyChange) -> Result<Plan, StoreError> {
     Ok(match change {
         AnyChange::Replicated(change) => match change {
             Change::AddUser {
@@ -269,7 +272,7 @@ fn check(change: AnyChange) -> Result<Plan, StoreError> {
 
 /// Appends one change-log entry inside the caller's transaction, stamped
 /// with the current epoch. Returns its sequence number and epoch.
-async fn append_log(
+pub(crate) async fn append_log(
     conn: &mut SqliteConnection,
     scope: Scope,
     actor: &str,
@@ -295,7 +298,11 @@ async fn append_log(
 
 /// Runs a validated change inside `tx`; a refusal returns `Err` before
 /// anything is written or after writes the caller rolls back.
-async fn run(tx: &mut SqliteConnection, at: &str, plan: Plan) -> Result<Effect, StoreError> {
+pub(crate) async fn run(
+    tx: &mut SqliteConnection,
+    at: &str,
+    plan: Plan,
+) -> Result<Effect, StoreError> {
     match plan {
         Plan::AddUser { name, hash, role } => {
             let inserted = sqlx::query(
@@ -608,10 +615,14 @@ async fn record_rejected(
 }
 
 impl Store {
-    /// Starts a write transaction: only [`Store::apply`] does. `BEGIN
+    /// Starts a write transaction: only the write paths ([`Store::apply`],
+    /// [`Store::apply_at`], [`Store::record_applied`],
+    /// [`Store::install_snapshot`]) do. `BEGIN
     /// IMMEDIATE` takes the write lock up front so read-then-write sequences
     /// cannot fail with a lock upgrade.
-    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
+    pub(crate) async fn begin(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
 

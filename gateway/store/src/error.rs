@@ -3,7 +3,9 @@
 /// Everything that can go wrong in a [`crate::Store`] call.
 ///
 /// `Invalid`, `UserExists`, `UnknownUser` and `UnknownCert` are caller errors
-/// (show them to the operator); the others are internal failures.
+/// (show them to the operator) — the business refusals of
+/// [`crate::Store::apply`], see [`StoreError::is_refusal`]; the others are
+/// internal failures.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -44,6 +46,38 @@ pub enum StoreError {
         /// What was wrong with it.
         message: String,
     },
+    /// A replicated snapshot (see [`crate::ReplicatedSnapshot`]) in a
+    /// format this build does not know: refused before anything is written.
+    #[error("snapshot format {found} is not supported (this build reads format {supported})")]
+    SnapshotFormat {
+        /// The format number the snapshot declares.
+        found: u32,
+        /// The one format this build reads and writes.
+        supported: u32,
+    },
+    /// A replicated snapshot that cannot be decoded or whose content is
+    /// invalid (malformed JSON, a bad certificate, a node-local setting, a
+    /// duplicate row, …): refused before anything is written.
+    #[error("invalid snapshot: {0}")]
+    SnapshotInvalid(String),
+}
+
+impl StoreError {
+    /// Whether this is a business refusal of a change value (invalid value,
+    /// taken name, unknown user or certificate, last admin, older CRL): the
+    /// outcome of applying that value, the same on every store holding the
+    /// same rows. Every other variant is a failure of the store itself.
+    /// [`crate::Store::apply_at`] reports refusals as
+    /// [`crate::LogApplied::Refused`].
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Invalid { .. }
+                | StoreError::UserExists(_)
+                | StoreError::UnknownUser(_)
+                | StoreError::UnknownCert(_)
+        )
+    }
 }
 
 /// Shorthand for building [`StoreError::Invalid`].

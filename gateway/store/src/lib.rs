@@ -53,9 +53,11 @@
 //!
 //! # Applying the same proposal twice
 //!
-//! Apply does not deduplicate: exactly-once delivery is the replication
-//! layer's job (it records the last applied entry). Applying a proposal
-//! again is safe — it never corrupts the store — and does this:
+//! [`Store::apply`] does not deduplicate: exactly-once is what
+//! [`Store::apply_at`] adds for replicated entries (it records the last
+//! applied log position with the change, see *Replication* below). Applying
+//! a proposal again with [`Store::apply`] is safe — it never corrupts the
+//! store — and does this:
 //!
 //! * refused, nothing written: `AddUser` (`UserExists`), `DeleteUser`
 //!   (`UnknownUser`), `TrustRemove` and `RemoveRejected` (`UnknownCert`);
@@ -64,6 +66,23 @@
 //!   (the entry's `before` is the value itself), `Event`;
 //! * `RecordRejected`: refreshes `last_seen`, no log entry;
 //! * `BumpEpoch` is **not** idempotent: it increments the epoch again.
+//!
+//! # Replication
+//!
+//! The pair replicates [`Proposal`]s of [`Change`]s through a Raft log and
+//! applies each committed entry with [`Store::apply_at`]: the same
+//! validation and writes as [`Store::apply`], plus the entry's log position
+//! ([`LogPosition`]) written as `last_applied` in the same transaction, so
+//! replaying the log after a crash applies every entry exactly once (an
+//! entry at or below `last_applied` is skipped). A business refusal is the
+//! outcome [`LogApplied::Refused`], not an error: `last_applied` still
+//! advances, in a transaction that writes nothing else. Entries without a
+//! change advance it with [`Store::record_applied`], which also keeps the
+//! last cluster membership seen; [`Store::replica_state`] reads both back.
+//!
+//! [`Store::export_snapshot`] and [`Store::install_snapshot`] move the
+//! replicated state (table above) as one [`ReplicatedSnapshot`] value
+//! between stores; installing keeps the node-local rows.
 //!
 //! Schema lives in `migrations/` at the workspace root and is applied by
 //! [`Store::open`].
@@ -74,6 +93,8 @@ mod change;
 mod error;
 mod model;
 mod password;
+mod replica;
+mod snapshot;
 mod x509;
 
 use std::path::Path;
@@ -96,6 +117,10 @@ pub use change::{
 };
 pub use error::StoreError;
 pub use model::{CertInfo, CertKind, CertSummary, ChangeLogEntry, Role};
+pub use replica::{LogApplied, LogPosition, ReplicaState};
+pub use snapshot::{
+    ReplicatedSnapshot, SnapshotCert, SnapshotCrl, SnapshotSetting, SnapshotUser, SNAPSHOT_FORMAT,
+};
 
 use error::invalid;
 

@@ -1,0 +1,39 @@
+//! The one error type of the pair crate.
+
+use uagate_store::StoreError;
+
+/// Everything that can go wrong in the pair's storage. openraft receives
+/// these wrapped in its [`openraft::StorageError`], which stops the Raft
+/// node: none of them is a business outcome (those are
+/// [`crate::ApplyResponse`]s).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PairError {
+    /// SQLite / sqlx failure of the Raft log file.
+    #[error("raft log database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Applying the Raft log file's migrations failed.
+    #[error("raft log migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The configuration store (the state machine) failed.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// Reading or writing the snapshot file failed.
+    #[error("snapshot file: {0}")]
+    Io(#[from] std::io::Error),
+    /// A value could not be encoded or decoded as JSON.
+    #[error("encoding: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A stored value this build cannot interpret (a corrupt log row,
+    /// snapshot file or membership).
+    #[error("corrupt {what}: {message}")]
+    Corrupt {
+        /// What was read.
+        what: &'static str,
+        /// What was wrong with it.
+        message: String,
+    },
+    /// A log index beyond what SQLite stores (2^63 - 1).
+    #[error("log index {0} out of range")]
+    IndexOutOfRange(u64),
+}
