@@ -36,4 +36,14 @@ pub enum PairError {
     /// A log index beyond what SQLite stores (2^63 - 1).
     #[error("log index {0} out of range")]
     IndexOutOfRange(u64),
+    /// Making the pair certificate or a TLS configuration failed.
+    #[error("pair TLS: {0}")]
+    Tls(String),
+    /// A pair connection was refused or broke (an unknown certificate, a
+    /// timeout, a peer that closed).
+    #[error("{0}")]
+    Refused(String),
+    /// The Raft node failed or refused (not the leader, shutting down).
+    #[error("{0}")]
+    Raft(String),
 }

@@ -28,7 +28,11 @@
 
 mod error;
 mod log_store;
+pub mod node;
+pub mod pairing;
 mod state_machine;
+pub mod tls;
+pub mod wire;
 
 use std::fmt;
 use std::io::Cursor;
@@ -38,6 +42,7 @@ use uagate_store::{Change, Proposal};
 
 pub use error::PairError;
 pub use log_store::{LogStore, MAX_ENTRIES_PER_READ};
+pub use node::{NodeSettings, PairNode, PairRole, PairStatus};
 pub use state_machine::{SnapshotBuilder, StateMachine, SNAPSHOT_FILE};
 
 /// A Raft node id.
@@ -50,6 +55,10 @@ pub type NodeId = u64;
 pub struct PeerNode {
     /// The peer's Raft endpoint, `host:port`.
     pub addr: String,
+    /// SHA-256 fingerprint (lowercase hex) of the peer's pair certificate,
+    /// pinned at pairing: the only certificate accepted for this member.
+    #[serde(default)]
+    pub fingerprint: String,
 }
 
 impl fmt::Display for PeerNode {

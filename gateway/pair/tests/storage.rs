@@ -47,12 +47,14 @@ fn peers() -> BTreeMap<u64, PeerNode> {
             1,
             PeerNode {
                 addr: "10.0.0.1:4850".into(),
+                fingerprint: String::new(),
             },
         ),
         (
             2,
             PeerNode {
                 addr: "10.0.0.2:4850".into(),
+                fingerprint: String::new(),
             },
         ),
     ])

@@ -152,6 +152,18 @@ async fn write_position(
 }
 
 impl Store {
+    /// Forgets where the store stood in a replicated log (last applied entry
+    /// and membership), keeping every row of its state. Called when the
+    /// appliance joins a pair: its own log is dropped and it takes the
+    /// other appliance's state from a snapshot, so no entry of the new log
+    /// may be skipped as already applied.
+    pub async fn forget_replica(&self) -> Result<(), StoreError> {
+        sqlx::query("UPDATE replica SET last_applied = NULL, membership = NULL WHERE id = 1")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// Where the store stands in the replicated log: the last entry applied
     /// and the last membership seen. Called by the pair's state machine
     /// when the replication layer starts, and after each snapshot install.

@@ -1,0 +1,809 @@
+//! The pair node: this appliance's Raft member, its pair listener and the
+//! pairing flow.
+//!
+//! [`PairNode::start`] opens the Raft log and the state machine (the
+//! store), starts openraft and serves the pair listener. A standalone
+//! appliance is a one-member cluster: its writes ([`PairNode::write`]) are
+//! committed at once. `uagate pair invite` asks the running node (over its
+//! own listener, with the appliance's own certificate) for a one-time code;
+//! `uagate pair join` on the second appliance makes its node prove the code
+//! to the first, pin the first's certificate, drop its own log and take the
+//! first's state from a snapshot as a learner (the pair without witness:
+//! the primary is the only voter, the standby a learner).
+//!
+//! Who may ask what on the listener (by the TLS peer's certificate
+//! fingerprint): Raft messages only from a member of the membership (or the
+//! appliance this one joined); pairing from anyone, decided by the code's
+//! proof; administration only with this appliance's own certificate.
+//! Everything else is refused and logged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::error::{
+    ClientWriteError, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError,
+    Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{Config, Raft};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::RwLock;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_util::sync::CancellationToken;
+use uagate_store::{Change, Proposal, Store};
+
+use crate::error::PairError;
+use crate::pairing::{self, PairingCode, INVITE_TTL, MAX_FAILED_ATTEMPTS};
+use crate::tls::{peer_fingerprint, Identity};
+use crate::wire::{AdminRequest, AdminResponse, Conn, JoinHello, JoinWelcome, Request, Response};
+use crate::{ApplyResponse, LogStore, NodeId, PairConfig, PeerNode, StateMachine};
+
+/// File of the Raft log in the pair directory.
+pub const RAFT_DB: &str = "raft.db";
+/// Directory of the current snapshot in the pair directory.
+pub const SNAPSHOT_DIR: &str = "snapshots";
+/// File holding this node's id and the certificates pinned at pairing.
+pub const NODE_FILE: &str = "node.json";
+
+/// How long a pair connection may take to connect and finish its TLS
+/// handshake.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a pairing exchange or an administrative request may take.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// This appliance's place in a pair, as `uagate pair status` prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PairRole {
+    /// Not paired: the only member.
+    Standalone,
+    /// The configuration leader of a pair.
+    Primary,
+    /// A member that follows the leader (a learner, or a voter that is not
+    /// the leader).
+    Standby,
+}
+
+impl PairRole {
+    /// The word `uagate pair status` prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PairRole::Standalone => "standalone",
+            PairRole::Primary => "primary",
+            PairRole::Standby => "standby",
+        }
+    }
+}
+
+/// The node's state for `uagate pair status`, REST and the console.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PairStatus {
+    /// This node's id.
+    pub node_id: NodeId,
+    /// Its role.
+    pub role: PairRole,
+    /// The configuration leader's pair address, when one is known.
+    pub leader: Option<String>,
+    /// The replication epoch of the store.
+    pub epoch: i64,
+    /// Index of the last log entry applied to the store.
+    pub applied: u64,
+    /// SHA-256 fingerprint of this appliance's pair certificate.
+    pub fingerprint: String,
+    /// The members: id, address, whether it votes.
+    pub members: Vec<(NodeId, String, bool)>,
+}
+
+impl PairStatus {
+    /// The line scripts rely on: `role=… leader=HOST:PORT epoch=N applied=N`,
+    /// then more fields.
+    pub fn line(&self) -> String {
+        format!(
+            "role={} leader={} epoch={} applied={} node={} members={}",
+            self.role.as_str(),
+            self.leader.as_deref().unwrap_or("-"),
+            self.epoch,
+            self.applied,
+            self.node_id,
+            self.members.len()
+        )
+    }
+}
+
+/// What the node keeps in [`NODE_FILE`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct NodeFile {
+    /// This node's Raft id (random, made at first start).
+    node_id: NodeId,
+    /// Certificates accepted for Raft messages besides the members': the
+    /// appliance this one joined, until its membership arrives.
+    #[serde(default)]
+    pinned: BTreeSet<String>,
+}
+
+impl NodeFile {
+    fn load_or_create(path: &Path) -> Result<NodeFile, PairError> {
+        match std::fs::read(path) {
+            Ok(bytes) => Ok(serde_json::from_slice(&bytes)?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let file = NodeFile {
+                    // Never 0 (openraft has no such rule, but a zero id
+                    // reads like "unset" in logs).
+                    node_id: rand::random::<u64>().max(1),
+                    pinned: BTreeSet::new(),
+                };
+                file.save(path)?;
+                Ok(file)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Writes the file atomically (temp file, fsync, rename).
+    fn save(&self, path: &Path) -> Result<(), PairError> {
+        use std::io::Write;
+        let tmp = path.with_extension("tmp");
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&serde_json::to_vec_pretty(self)?)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        Ok(())
+    }
+}
+
+/// A pairing code waiting for its joiner.
+struct Invite {
+    code: PairingCode,
+    expires: Instant,
+    failures: u32,
+}
+
+/// Where the node stores its files and how it is reached.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    /// The pair directory (certificate, Raft log, snapshots, node file).
+    pub dir: PathBuf,
+    /// The appliance's name (in its pair certificate).
+    pub name: String,
+    /// The pair listener's address.
+    pub listen: SocketAddr,
+    /// The address the other appliance reaches this one at (`host:port`);
+    /// the listener's own address when `None`.
+    pub advertise: Option<String>,
+}
+
+/// This appliance's Raft member and pair listener.
+pub struct PairNode {
+    id: NodeId,
+    dir: PathBuf,
+    identity: Identity,
+    advertise: String,
+    store: Store,
+    raft: RwLock<Raft<PairConfig>>,
+    file: Mutex<NodeFile>,
+    invites: Mutex<Vec<Invite>>,
+    cancel: CancellationToken,
+    local_addr: SocketAddr,
+}
+
+/// The Raft timing of the pair.
+fn raft_config() -> Result<Arc<Config>, PairError> {
+    let config = Config {
+        cluster_name: "uagate".into(),
+        heartbeat_interval: 250,
+        election_timeout_min: 1_000,
+        election_timeout_max: 2_000,
+        install_snapshot_timeout: 5_000,
+        ..Default::default()
+    };
+    Ok(Arc::new(
+        config
+            .validate()
+            .map_err(|e| PairError::Raft(e.to_string()))?,
+    ))
+}
+
+impl PairNode {
+    /// Starts the node: its files in `settings.dir`, openraft over the
+    /// store, the pair listener. A node that was never paired and has no
+    /// membership becomes a one-member cluster. Called once when the
+    /// gateway starts (and by tests).
+    pub async fn start(settings: NodeSettings, store: Store) -> Result<Arc<PairNode>, PairError> {
+        std::fs::create_dir_all(&settings.dir)?;
+        let identity = Identity::load_or_create(&settings.dir, &settings.name)?;
+        let file = NodeFile::load_or_create(&settings.dir.join(NODE_FILE))?;
+        let listener = TcpListener::bind(settings.listen).await?;
+        let local_addr = listener.local_addr()?;
+        let advertise = settings
+            .advertise
+            .clone()
+            .unwrap_or_else(|| local_addr.to_string());
+        let raft = open_raft(&settings.dir, file.node_id, &store, &identity).await?;
+        if !raft
+            .is_initialized()
+            .await
+            .map_err(|e| PairError::Raft(e.to_string()))?
+            && file.pinned.is_empty()
+        {
+            let me = PeerNode {
+                addr: advertise.clone(),
+                fingerprint: identity.fingerprint().to_string(),
+            };
+            raft.initialize(BTreeMap::from([(file.node_id, me)]))
+                .await
+                .map_err(|e| PairError::Raft(e.to_string()))?;
+        }
+        let node = Arc::new(PairNode {
+            id: file.node_id,
+            dir: settings.dir.clone(),
+            identity: identity.clone(),
+            advertise,
+            store,
+            raft: RwLock::new(raft),
+            file: Mutex::new(file),
+            invites: Mutex::new(Vec::new()),
+            cancel: CancellationToken::new(),
+            local_addr,
+        });
+        let acceptor = TlsAcceptor::from(identity.server_config()?);
+        tokio::spawn(serve(
+            Arc::downgrade(&node),
+            listener,
+            acceptor,
+            node.cancel.clone(),
+        ));
+        tracing::info!(node = node.id, addr = %local_addr, fingerprint = %identity.fingerprint(), "pair node started");
+        Ok(node)
+    }
+
+    /// Stops the listener and the Raft node. Called when the gateway stops.
+    pub async fn stop(&self) {
+        self.cancel.cancel();
+        let _ = self.raft.read().await.shutdown().await;
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// Where the pair listener listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// SHA-256 fingerprint of this appliance's pair certificate.
+    pub fn fingerprint(&self) -> &str {
+        self.identity.fingerprint()
+    }
+
+    /// Proposes a replicated change: committed through Raft, then applied
+    /// by the state machine on every member. Refused with the leader's
+    /// address on a node that is not the leader.
+    pub async fn write(&self, proposal: Proposal<Change>) -> Result<ApplyResponse, PairError> {
+        let raft = self.raft.read().await.clone();
+        match raft.client_write(proposal).await {
+            Ok(r) => Ok(r.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(PairError::Raft(match f.leader_node {
+                    Some(n) => format!("not the configuration leader: write on {}", n.addr),
+                    None => "not the configuration leader, and no leader is known now".into(),
+                }))
+            }
+            Err(e) => Err(PairError::Raft(e.to_string())),
+        }
+    }
+
+    /// A new one-time pairing code (valid [`INVITE_TTL`], single use) and
+    /// this appliance's fingerprint. Only the leader invites.
+    pub async fn invite(&self) -> Result<(PairingCode, String), PairError> {
+        let raft = self.raft.read().await.clone();
+        let m = raft.metrics().borrow().clone();
+        if m.current_leader != Some(self.id) {
+            return Err(PairError::Refused(
+                "only the configuration leader can invite another appliance".into(),
+            ));
+        }
+        let code = PairingCode::generate();
+        let mut invites = self.invites.lock();
+        let now = Instant::now();
+        invites.retain(|i| i.expires > now);
+        invites.push(Invite {
+            code: code.clone(),
+            expires: now + INVITE_TTL,
+            failures: 0,
+        });
+        tracing::info!("pairing code issued (valid 10 minutes, single use)");
+        Ok((code, self.fingerprint().to_string()))
+    }
+
+    /// Joins the appliance at `addr` with the `code` it printed: proves the
+    /// code, checks its answer, pins its certificate, drops this node's own
+    /// log and waits to be sent the leader's state. A wrong code, a used or
+    /// expired one, a peer that cannot prove the code, or a node already
+    /// paired is refused and changes nothing here.
+    pub async fn join(&self, addr: &str, code: &str) -> Result<NodeId, PairError> {
+        let code = PairingCode::parse(code).map_err(|e| PairError::Refused(e.to_string()))?;
+        if self.members().await.len() > 1 {
+            return Err(PairError::Refused(
+                "this appliance is already paired; `uagate pair leave` first".into(),
+            ));
+        }
+        let (mut conn, leader_fp) = connect(&self.identity, addr).await?;
+        let hello = JoinHello {
+            node_id: self.id,
+            addr: self.advertise.clone(),
+            proof: pairing::join_proof(&code, &leader_fp, self.fingerprint()),
+        };
+        conn.send(&Request::Join(hello)).await?;
+        let welcome = match tokio::time::timeout(ADMIN_TIMEOUT, conn.recv::<Response>()).await {
+            Err(_) => return Err(PairError::Refused(format!("{addr} did not answer"))),
+            Ok(r) => r?,
+        };
+        let welcome = match welcome {
+            Some(Response::Welcome(Ok(w))) => w,
+            Some(Response::Welcome(Err(why))) | Some(Response::Refused(why)) => {
+                return Err(PairError::Refused(format!("{addr} refused: {why}")))
+            }
+            other => {
+                return Err(PairError::Refused(format!(
+                    "{addr} answered out of turn: {other:?}"
+                )))
+            }
+        };
+        pairing::verify_welcome(&code, &leader_fp, self.fingerprint(), &welcome.proof).map_err(
+            |e| {
+                tracing::warn!(%addr, "pairing answer does not prove the code");
+                PairError::Refused(e.to_string())
+            },
+        )?;
+        // From here on this appliance follows the other one.
+        {
+            let mut file = self.file.lock();
+            file.pinned.insert(leader_fp.clone());
+            file.save(&self.dir.join(NODE_FILE))?;
+        }
+        self.reset_log().await?;
+        tracing::info!(leader = welcome.node_id, %addr, fingerprint = %leader_fp, "joined the pair; taking the leader's state");
+        Ok(welcome.node_id)
+    }
+
+    /// Drops this node's Raft log, snapshots and applied position and
+    /// restarts openraft without a membership: the leader's snapshot then
+    /// replaces the replicated state (node-local rows stay).
+    async fn reset_log(&self) -> Result<(), PairError> {
+        let mut raft = self.raft.write().await;
+        raft.shutdown()
+            .await
+            .map_err(|e| PairError::Raft(e.to_string()))?;
+        for f in [RAFT_DB, "raft.db-wal", "raft.db-shm"] {
+            match std::fs::remove_file(self.dir.join(f)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
+        match std::fs::remove_dir_all(self.dir.join(SNAPSHOT_DIR)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+        self.store.forget_replica().await?;
+        *raft = open_raft(&self.dir, self.id, &self.store, &self.identity).await?;
+        Ok(())
+    }
+
+    /// The members: id, address, fingerprint, voter.
+    async fn members(&self) -> Vec<(NodeId, PeerNode, bool)> {
+        let raft = self.raft.read().await.clone();
+        let m = raft.metrics().borrow().membership_config.clone();
+        let voters: BTreeSet<NodeId> = m.membership().voter_ids().collect();
+        m.membership()
+            .nodes()
+            .map(|(id, n)| (*id, n.clone(), voters.contains(id)))
+            .collect()
+    }
+
+    /// The node's state now.
+    pub async fn status(&self) -> Result<PairStatus, PairError> {
+        let raft = self.raft.read().await.clone();
+        let m = raft.metrics().borrow().clone();
+        let members = self.members().await;
+        let role = if members.len() <= 1 && m.current_leader == Some(self.id) {
+            PairRole::Standalone
+        } else if m.current_leader == Some(self.id) {
+            PairRole::Primary
+        } else if members.is_empty() && self.file.lock().pinned.is_empty() {
+            PairRole::Standalone
+        } else {
+            PairRole::Standby
+        };
+        let leader = m.current_leader.and_then(|l| {
+            members
+                .iter()
+                .find(|(id, _, _)| *id == l)
+                .map(|(_, n, _)| n.addr.clone())
+        });
+        Ok(PairStatus {
+            node_id: self.id,
+            role,
+            leader,
+            epoch: self.store.epoch().await?,
+            applied: m.last_applied.map_or(0, |l| l.index),
+            fingerprint: self.fingerprint().to_string(),
+            members: members
+                .into_iter()
+                .map(|(id, n, voter)| (id, n.addr, voter))
+                .collect(),
+        })
+    }
+
+    /// Whether `fp` may send Raft messages: a member's certificate, or the
+    /// one pinned when this appliance joined.
+    async fn is_peer(&self, fp: &str) -> bool {
+        self.file.lock().pinned.contains(fp)
+            || self
+                .members()
+                .await
+                .iter()
+                .any(|(id, n, _)| *id != self.id && n.fingerprint == fp)
+    }
+
+    /// Answers one request from the peer with certificate fingerprint `fp`.
+    async fn handle(&self, fp: &str, request: Request) -> Response {
+        let raft = self.raft.read().await.clone();
+        match request {
+            Request::Append(_) | Request::Vote(_) | Request::Snapshot(_)
+                if !self.is_peer(fp).await =>
+            {
+                tracing::warn!(fingerprint = %fp, "pair: Raft message from an unknown certificate refused");
+                Response::Refused("this certificate is not a member of the pair".into())
+            }
+            Request::Append(rpc) => Response::Append(raft.append_entries(rpc).await),
+            Request::Vote(rpc) => Response::Vote(raft.vote(rpc).await),
+            Request::Snapshot(rpc) => Response::Snapshot(raft.install_snapshot(rpc).await),
+            Request::Join(hello) => Response::Welcome(self.welcome(fp, hello, &raft).await),
+            Request::Admin(_) if fp != self.fingerprint() => {
+                tracing::warn!(fingerprint = %fp, "pair: administrative request from another certificate refused");
+                Response::Refused("administration is only for this appliance's own CLI".into())
+            }
+            Request::Admin(req) => {
+                Response::Admin(self.admin(req).await.map_err(|e| e.to_string()))
+            }
+        }
+    }
+
+    /// The inviting side of a join: checks the joiner's proof against the
+    /// open invites, pins its certificate by adding it as a learner (after
+    /// a snapshot, so it catches up from the snapshot) and answers with
+    /// this side's proof.
+    async fn welcome(
+        &self,
+        fp: &str,
+        hello: JoinHello,
+        raft: &Raft<PairConfig>,
+    ) -> Result<JoinWelcome, String> {
+        let code = {
+            let mut invites = self.invites.lock();
+            let now = Instant::now();
+            invites.retain(|i| i.expires > now && i.failures < MAX_FAILED_ATTEMPTS);
+            let found = invites.iter().position(|i| {
+                pairing::verify_join(&i.code, self.fingerprint(), fp, &hello.proof).is_ok()
+            });
+            match found {
+                Some(k) => invites.remove(k).code,
+                None => {
+                    for i in invites.iter_mut() {
+                        i.failures += 1;
+                    }
+                    tracing::warn!(fingerprint = %fp, addr = %hello.addr, "pairing refused: no open code matches");
+                    return Err("the pairing code is wrong, used or expired".into());
+                }
+            }
+        };
+        let members = self.members().await;
+        if members
+            .iter()
+            .any(|(id, n, _)| *id == hello.node_id || n.fingerprint == fp)
+        {
+            return Err("that appliance is already a member of this pair".into());
+        }
+        if members.len() > 1 {
+            return Err("this appliance is already paired with another".into());
+        }
+        // The learner takes a snapshot rather than replaying this log:
+        // the store holds state from before the log began.
+        let applied = raft.metrics().borrow().last_applied;
+        raft.trigger().snapshot().await.map_err(|e| e.to_string())?;
+        if let Some(applied) = applied {
+            let mut m = raft.metrics();
+            let _ = tokio::time::timeout(
+                ADMIN_TIMEOUT,
+                m.wait_for(|m| m.snapshot.is_some_and(|s| s.index >= applied.index)),
+            )
+            .await;
+            raft.trigger()
+                .purge_log(applied.index)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        let node = PeerNode {
+            addr: hello.addr.clone(),
+            fingerprint: fp.to_string(),
+        };
+        raft.add_learner(hello.node_id, node, false)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(joiner = hello.node_id, addr = %hello.addr, fingerprint = %fp, "appliance joined the pair as standby");
+        Ok(JoinWelcome {
+            node_id: self.id,
+            proof: pairing::welcome_proof(&code, self.fingerprint(), fp),
+        })
+    }
+
+    /// Runs an administrative request of this appliance's own CLI.
+    async fn admin(&self, req: AdminRequest) -> Result<AdminResponse, PairError> {
+        match req {
+            AdminRequest::Invite => {
+                let (code, fingerprint) = self.invite().await?;
+                Ok(AdminResponse::Invite {
+                    code: code.to_string(),
+                    fingerprint,
+                })
+            }
+            AdminRequest::Join { addr, code } => Ok(AdminResponse::Joined {
+                leader: self.join(&addr, &code).await?,
+            }),
+            AdminRequest::Status => Ok(AdminResponse::Status(self.status().await?)),
+        }
+    }
+}
+
+/// Opens the Raft log and state machine of `dir` and starts openraft.
+async fn open_raft(
+    dir: &Path,
+    id: NodeId,
+    store: &Store,
+    identity: &Identity,
+) -> Result<Raft<PairConfig>, PairError> {
+    let log = LogStore::open(&dir.join(RAFT_DB)).await?;
+    let sm = StateMachine::new(store.clone(), &dir.join(SNAPSHOT_DIR)).await?;
+    let network = Network {
+        identity: identity.clone(),
+    };
+    Raft::new(id, raft_config()?, network, log, sm)
+        .await
+        .map_err(|e| PairError::Raft(e.to_string()))
+}
+
+/// Accepts pair connections until `cancel`.
+async fn serve(
+    node: std::sync::Weak<PairNode>,
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    cancel: CancellationToken,
+) {
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = cancel.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "pair listener accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Some(node) = node.upgrade() else {
+            return;
+        };
+        let acceptor = acceptor.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                r = connection(node, tcp, acceptor) => if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "pair connection ended");
+                }
+            }
+        });
+    }
+}
+
+/// Serves one pair connection: TLS, then requests in turn.
+async fn connection(
+    node: Arc<PairNode>,
+    tcp: TcpStream,
+    acceptor: TlsAcceptor,
+) -> Result<(), PairError> {
+    let tls = tokio::time::timeout(CONNECT_TIMEOUT, acceptor.accept(tcp))
+        .await
+        .map_err(|_| PairError::Refused("TLS handshake timed out".into()))??;
+    let Some(fp) = peer_fingerprint(tls.get_ref().1.peer_certificates()) else {
+        return Err(PairError::Refused("no client certificate".into()));
+    };
+    let mut conn = Conn::new(tls);
+    while let Some(request) = conn.recv::<Request>().await? {
+        let response = node.handle(&fp, request).await;
+        conn.send(&response).await?;
+    }
+    Ok(())
+}
+
+/// Connects to the pair listener at `addr` with `identity`; returns the
+/// connection and the peer's certificate fingerprint.
+async fn connect(
+    identity: &Identity,
+    addr: &str,
+) -> Result<(Conn<tokio_rustls::client::TlsStream<TcpStream>>, String), PairError> {
+    let connector = TlsConnector::from(identity.client_config()?);
+    let name = ServerName::try_from("uagate-pair").map_err(|e| PairError::Tls(e.to_string()))?;
+    let tls = tokio::time::timeout(CONNECT_TIMEOUT, async {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        connector.connect(name, tcp).await
+    })
+    .await
+    .map_err(|_| PairError::Refused(format!("{addr}: no answer within {CONNECT_TIMEOUT:?}")))?
+    .map_err(|e| PairError::Refused(format!("{addr}: {e}")))?;
+    let fp = peer_fingerprint(tls.get_ref().1.peer_certificates())
+        .ok_or_else(|| PairError::Refused(format!("{addr} presented no certificate")))?;
+    Ok((Conn::new(tls), fp))
+}
+
+/// Asks the running pair node of this appliance (at `addr`, with the
+/// appliance's own certificate) to do `request`. Called by the CLI.
+pub async fn admin(
+    identity: &Identity,
+    addr: &str,
+    request: AdminRequest,
+) -> Result<AdminResponse, PairError> {
+    let (mut conn, fp) = connect(identity, addr).await?;
+    if fp != identity.fingerprint() {
+        return Err(PairError::Refused(format!(
+            "{addr} is not this appliance's pair listener (another certificate)"
+        )));
+    }
+    conn.send(&Request::Admin(request)).await?;
+    match tokio::time::timeout(ADMIN_TIMEOUT * 2, conn.recv::<Response>()).await {
+        Err(_) => Err(PairError::Refused("the pair node did not answer".into())),
+        Ok(r) => match r? {
+            Some(Response::Admin(Ok(a))) => Ok(a),
+            Some(Response::Admin(Err(why))) | Some(Response::Refused(why)) => {
+                Err(PairError::Refused(why))
+            }
+            other => Err(PairError::Refused(format!("unexpected answer {other:?}"))),
+        },
+    }
+}
+
+/// Makes the per-peer clients of openraft.
+struct Network {
+    identity: Identity,
+}
+
+impl RaftNetworkFactory<PairConfig> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: NodeId, node: &PeerNode) -> Peer {
+        Peer {
+            target,
+            node: node.clone(),
+            identity: self.identity.clone(),
+            conn: None,
+        }
+    }
+}
+
+/// openraft's connection to one member: one TLS connection, opened on the
+/// first message and again after a failure, accepted only when the peer
+/// shows the certificate pinned in the membership.
+struct Peer {
+    target: NodeId,
+    node: PeerNode,
+    identity: Identity,
+    conn: Option<Conn<tokio_rustls::client::TlsStream<TcpStream>>>,
+}
+
+impl Peer {
+    /// Sends `request` and waits for its answer within `ttl`.
+    async fn call(&mut self, request: Request, ttl: Duration) -> Result<Response, PairError> {
+        let result = tokio::time::timeout(ttl, async {
+            if self.conn.is_none() {
+                let (conn, fp) = connect(&self.identity, &self.node.addr).await?;
+                if fp != self.node.fingerprint {
+                    tracing::warn!(peer = self.target, addr = %self.node.addr, fingerprint = %fp,
+                        "pair peer presented another certificate than the pinned one; refused");
+                    return Err(PairError::Refused(format!(
+                        "{} presented a certificate that is not the pinned one",
+                        self.node.addr
+                    )));
+                }
+                self.conn = Some(conn);
+            }
+            let conn = self
+                .conn
+                .as_mut()
+                .ok_or_else(|| PairError::Refused("not connected".into()))?;
+            conn.send(&request).await?;
+            conn.recv::<Response>()
+                .await?
+                .ok_or_else(|| PairError::Refused("the peer closed the connection".into()))
+        })
+        .await
+        .unwrap_or_else(|_| Err(PairError::Refused("no answer in time".into())));
+        if result.is_err() {
+            self.conn = None;
+        }
+        result
+    }
+}
+
+fn unreachable<E: std::error::Error>(e: &PairError) -> RPCError<NodeId, PeerNode, E> {
+    RPCError::Unreachable(Unreachable::new(e))
+}
+
+fn unexpected<E: std::error::Error>(what: &str, got: &Response) -> RPCError<NodeId, PeerNode, E> {
+    let e = PairError::Refused(format!("{what}: unexpected answer {got:?}"));
+    RPCError::Network(NetworkError::new(&e))
+}
+
+impl RaftNetwork<PairConfig> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<PairConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, PeerNode, RaftError<NodeId>>> {
+        match self.call(Request::Append(rpc), option.hard_ttl()).await {
+            Ok(Response::Append(Ok(r))) => Ok(r),
+            Ok(Response::Append(Err(e))) => {
+                Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            Ok(other) => Err(unexpected("AppendEntries", &other)),
+            Err(e) => Err(unreachable(&e)),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<PairConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, PeerNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        match self.call(Request::Snapshot(rpc), option.hard_ttl()).await {
+            Ok(Response::Snapshot(Ok(r))) => Ok(r),
+            Ok(Response::Snapshot(Err(e))) => {
+                Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            Ok(other) => Err(unexpected("InstallSnapshot", &other)),
+            Err(e) => Err(unreachable(&e)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, PeerNode, RaftError<NodeId>>> {
+        match self.call(Request::Vote(rpc), option.hard_ttl()).await {
+            Ok(Response::Vote(Ok(r))) => Ok(r),
+            Ok(Response::Vote(Err(e))) => {
+                Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            Ok(other) => Err(unexpected("Vote", &other)),
+            Err(e) => Err(unreachable(&e)),
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! What travels on a pair connection: one JSON message per frame (a
+//! big-endian `u32` length, then the body, at most [`MAX_FRAME`] bytes),
+//! a [`Request`] from the connecting side, a [`Response`] back, in turn.
+
+use futures_util::{SinkExt, StreamExt};
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+use crate::error::PairError;
+use crate::{NodeId, PairConfig};
+
+/// Largest frame (a snapshot chunk is at most 3 MiB, openraft's default).
+pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+
+/// A request on a pair connection.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Request {
+    /// Raft AppendEntries (pinned members only).
+    Append(AppendEntriesRequest<PairConfig>),
+    /// Raft RequestVote (pinned members only).
+    Vote(VoteRequest<NodeId>),
+    /// Raft InstallSnapshot chunk (pinned members only).
+    Snapshot(InstallSnapshotRequest<PairConfig>),
+    /// A second appliance asks to join with a pairing code (anyone; the
+    /// proof decides).
+    Join(JoinHello),
+    /// The appliance's own CLI (its own certificate only).
+    Admin(AdminRequest),
+}
+
+/// The answer to a [`Request`].
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Response {
+    /// To [`Request::Append`].
+    Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    /// To [`Request::Vote`].
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    /// To [`Request::Snapshot`].
+    Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+    /// To [`Request::Join`].
+    Welcome(Result<JoinWelcome, String>),
+    /// To [`Request::Admin`].
+    Admin(Result<AdminResponse, String>),
+    /// The request is not allowed from this peer (unknown certificate).
+    Refused(String),
+}
+
+/// A joining appliance's first message.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JoinHello {
+    /// Its Raft node id.
+    pub node_id: NodeId,
+    /// Where its pair listener is reachable (`host:port`).
+    pub addr: String,
+    /// [`crate::pairing::join_proof`] over the fingerprints it saw.
+    pub proof: Vec<u8>,
+}
+
+/// The inviting appliance's answer to a valid [`JoinHello`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JoinWelcome {
+    /// Its Raft node id.
+    pub node_id: NodeId,
+    /// [`crate::pairing::welcome_proof`] over the fingerprints it saw.
+    pub proof: Vec<u8>,
+}
+
+/// What the appliance's own CLI asks its running pair node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdminRequest {
+    /// `uagate pair invite`.
+    Invite,
+    /// `uagate pair join HOST:PORT CODE`.
+    Join {
+        /// The inviting appliance's pair listener.
+        addr: String,
+        /// The code it printed.
+        code: String,
+    },
+    /// `uagate pair status`.
+    Status,
+}
+
+/// The answer to an [`AdminRequest`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdminResponse {
+    /// A new pairing code and this appliance's fingerprint.
+    Invite {
+        /// The code, grouped for reading.
+        code: String,
+        /// SHA-256 fingerprint of the pair certificate.
+        fingerprint: String,
+    },
+    /// Joined; the inviting appliance's node id.
+    Joined {
+        /// Its node id.
+        leader: NodeId,
+    },
+    /// The node's state.
+    Status(crate::node::PairStatus),
+}
+
+/// A framed pair connection over any stream (a TLS stream in practice).
+pub struct Conn<S> {
+    framed: Framed<S, LengthDelimitedCodec>,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
+    /// Frames `stream`.
+    pub fn new(stream: S) -> Conn<S> {
+        let codec = LengthDelimitedCodec::builder()
+            .max_frame_length(MAX_FRAME)
+            .new_codec();
+        Conn {
+            framed: Framed::new(stream, codec),
+        }
+    }
+
+    /// Sends one message.
+    pub async fn send<T: Serialize>(&mut self, message: &T) -> Result<(), PairError> {
+        let body = serde_json::to_vec(message)?;
+        self.framed
+            .send(tokio_util::bytes::Bytes::from(body))
+            .await?;
+        Ok(())
+    }
+
+    /// Receives one message; `None` when the peer closed the connection.
+    pub async fn recv<T: for<'de> Deserialize<'de>>(&mut self) -> Result<Option<T>, PairError> {
+        match self.framed.next().await {
+            None => Ok(None),
+            Some(frame) => Ok(Some(serde_json::from_slice(&frame?)?)),
+        }
+    }
+}

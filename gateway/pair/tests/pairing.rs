@@ -1,0 +1,245 @@
+//! Two appliances on loopback, each with its own store, Raft log and pair
+//! certificate: pairing with a one-time code over mutual TLS, the standby
+//! catching up from the primary's snapshot and then from its log, and what
+//! is refused (wrong or reused code, unknown certificates, administration
+//! from another appliance, writes on the standby).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+use uagate_pair::node::admin;
+use uagate_pair::tls::Identity;
+use uagate_pair::wire::{AdminRequest, AdminResponse, Conn, Request, Response};
+use uagate_pair::{ApplyResponse, NodeSettings, PairNode, PairRole};
+use uagate_store::{Change, PasswordHash, Proposal, Role, Store};
+
+const HASH: &str =
+    "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHQ$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+
+struct Appliance {
+    _dir: TempDir,
+    store: Store,
+    node: Arc<PairNode>,
+    pair_dir: std::path::PathBuf,
+}
+
+async fn appliance(name: &str) -> Appliance {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("config.db")).await.unwrap();
+    let pair_dir = dir.path().join("pair");
+    let node = PairNode::start(
+        NodeSettings {
+            dir: pair_dir.clone(),
+            name: name.into(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            advertise: None,
+        },
+        store.clone(),
+    )
+    .await
+    .unwrap();
+    Appliance {
+        _dir: dir,
+        store,
+        node,
+        pair_dir,
+    }
+}
+
+fn add_user(name: &str) -> Proposal<Change> {
+    Proposal {
+        actor: "alice".into(),
+        at: "2026-12-02T10:00:00.000Z".into(),
+        change: Change::AddUser {
+            name: name.into(),
+            password_hash: PasswordHash::new(HASH),
+            role: Role::Operator,
+        },
+    }
+}
+
+async fn users(store: &Store) -> Vec<String> {
+    store
+        .list_users()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect()
+}
+
+/// Waits until `store` has user `name`.
+async fn wait_user(store: &Store, name: &str) {
+    let t0 = Instant::now();
+    while !users(store).await.iter().any(|u| u == name) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "{name} never arrived: {:?}",
+            users(store).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The appliance's own CLI asking its running node.
+async fn cli(a: &Appliance, request: AdminRequest) -> Result<AdminResponse, String> {
+    let id = Identity::load_or_create(&a.pair_dir, "cli").unwrap();
+    admin(&id, &a.node.local_addr().to_string(), request)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn invite(a: &Appliance) -> (String, String) {
+    match cli(a, AdminRequest::Invite).await.unwrap() {
+        AdminResponse::Invite { code, fingerprint } => (code, fingerprint),
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn join(b: &Appliance, a: &Appliance, code: &str) -> Result<AdminResponse, String> {
+    cli(
+        b,
+        AdminRequest::Join {
+            addr: a.node.local_addr().to_string(),
+            code: code.into(),
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_joins_with_a_code_and_follows_the_primary() {
+    let a = appliance("a").await;
+    let b = appliance("b").await;
+    // Both start standalone; A has state from before the pair (a user made
+    // through its one-member log) and B has its own.
+    assert_eq!(a.node.status().await.unwrap().role, PairRole::Standalone);
+    assert!(matches!(
+        a.node.write(add_user("anna")).await.unwrap(),
+        ApplyResponse::Applied { .. }
+    ));
+    b.node.write(add_user("bert")).await.unwrap();
+
+    let (code, fingerprint) = invite(&a).await;
+    assert_eq!(fingerprint, a.node.fingerprint());
+    assert_eq!(code.len(), 24, "{code}");
+
+    // A wrong code: refused, nothing changes on either side.
+    let wrong = uagate_pair::pairing::PairingCode::generate().to_string();
+    let refused = join(&b, &a, &wrong).await.unwrap_err();
+    assert!(refused.contains("wrong, used or expired"), "{refused}");
+    assert_eq!(b.node.status().await.unwrap().role, PairRole::Standalone);
+    assert_eq!(a.node.status().await.unwrap().members.len(), 1);
+    assert_eq!(users(&b.store).await, vec!["bert"]);
+    // A malformed one: refused before any connection.
+    let malformed = join(&b, &a, "1234").await.unwrap_err();
+    assert!(malformed.contains("malformed"), "{malformed}");
+
+    // The right code: B joins and takes A's state (its own user is gone:
+    // the pair has one configuration, the primary's).
+    match join(&b, &a, &code).await.unwrap() {
+        AdminResponse::Joined { leader } => assert_eq!(leader, a.node.id()),
+        other => panic!("{other:?}"),
+    }
+    wait_user(&b.store, "anna").await;
+    assert_eq!(users(&b.store).await, vec!["anna"]);
+
+    // Later changes on A reach B through the log.
+    a.node.write(add_user("carl")).await.unwrap();
+    wait_user(&b.store, "carl").await;
+    let sa = a.node.status().await.unwrap();
+    assert_eq!(sa.role, PairRole::Primary);
+    assert_eq!(sa.members.len(), 2);
+    let t0 = Instant::now();
+    let sb = loop {
+        let sb = b.node.status().await.unwrap();
+        if sb.applied == sa.applied || t0.elapsed() > Duration::from_secs(10) {
+            break sb;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(sb.role, PairRole::Standby, "{sb:?}");
+    assert_eq!(
+        sb.leader.as_deref(),
+        Some(a.node.local_addr().to_string().as_str())
+    );
+    assert_eq!(sb.applied, sa.applied);
+    assert!(sb.line().starts_with(&format!(
+        "role=standby leader={} epoch=",
+        a.node.local_addr()
+    )));
+
+    // A write on the standby is refused, naming the leader.
+    let e = b
+        .node
+        .write(add_user("dora"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("not the configuration leader") && e.contains(&a.node.local_addr().to_string()),
+        "{e}"
+    );
+
+    // The code was single use: a third appliance cannot reuse it.
+    let c = appliance("c").await;
+    let reused = join(&c, &a, &code).await.unwrap_err();
+    assert!(reused.contains("wrong, used or expired"), "{reused}");
+    // And B, already paired, cannot join again.
+    let (code2, _) = invite(&a).await;
+    let again = join(&b, &a, &code2).await.unwrap_err();
+    assert!(again.contains("already paired"), "{again}");
+
+    a.node.stop().await;
+    b.node.stop().await;
+    c.node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strangers_are_refused_on_the_pair_listener() {
+    let a = appliance("a").await;
+    let stranger = tempfile::tempdir().unwrap();
+    let other = Identity::load_or_create(stranger.path(), "stranger").unwrap();
+    // Administration with another certificate.
+    let e = admin(
+        &other,
+        &a.node.local_addr().to_string(),
+        AdminRequest::Invite,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("another certificate"), "{e}");
+    // A Raft message from an unknown certificate (a forged vote).
+    let connector = tokio_rustls::TlsConnector::from(other.client_config().unwrap());
+    let tcp = tokio::net::TcpStream::connect(a.node.local_addr())
+        .await
+        .unwrap();
+    let tls = connector
+        .connect(
+            tokio_rustls::rustls::pki_types::ServerName::try_from("uagate-pair").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let mut conn = Conn::new(tls);
+    let vote = openraft::raft::VoteRequest::new(
+        openraft::Vote::new(99, 424242),
+        Some(openraft::LogId::new(
+            openraft::CommittedLeaderId::new(99, 424242),
+            1000,
+        )),
+    );
+    conn.send(&Request::Vote(vote)).await.unwrap();
+    match conn.recv::<Response>().await.unwrap() {
+        Some(Response::Refused(why)) => assert!(why.contains("not a member"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // A is unaffected: still the leader of its term, and writes work.
+    let st = a.node.status().await.unwrap();
+    assert_eq!(st.role, PairRole::Standalone);
+    a.node.write(add_user("anna")).await.unwrap();
+    a.node.stop().await;
+}
