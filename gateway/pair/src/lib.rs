@@ -88,6 +88,10 @@ pub enum ApplyResponse {
     Refused {
         /// Why, as the store words it.
         reason: String,
+        /// The refusal as a value, so the proposer gets the same
+        /// [`uagate_store::StoreError`] a direct apply gives.
+        #[serde(default)]
+        refusal: Option<uagate_store::Refusal>,
     },
     /// An entry that carries no change (a new leader's blank entry or a
     /// membership change): only `last_applied` (and the membership) were

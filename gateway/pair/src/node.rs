@@ -40,7 +40,7 @@ use tokio::sync::RwLock;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
-use uagate_store::{Change, Proposal, Store};
+use uagate_store::{Change, Proposal, Store, StoreError};
 
 use crate::error::PairError;
 use crate::pairing::{self, PairingCode, INVITE_TTL, MAX_FAILED_ATTEMPTS};
@@ -256,6 +256,9 @@ impl PairNode {
             cancel: CancellationToken::new(),
             local_addr,
         });
+        // Every replicated change of the store goes through the log now.
+        node.store
+            .set_replicator(Some(Arc::new(LogReplicator(Arc::downgrade(&node)))));
         let acceptor = TlsAcceptor::from(identity.server_config()?);
         tokio::spawn(serve(
             Arc::downgrade(&node),
@@ -269,6 +272,7 @@ impl PairNode {
 
     /// Stops the listener and the Raft node. Called when the gateway stops.
     pub async fn stop(&self) {
+        self.store.set_replicator(None);
         self.cancel.cancel();
         let _ = self.raft.read().await.shutdown().await;
     }
@@ -565,6 +569,33 @@ impl PairNode {
             }),
             AdminRequest::Status => Ok(AdminResponse::Status(self.status().await?)),
         }
+    }
+}
+
+/// The store's way into the pair's log (see [`uagate_store::Replicator`]).
+struct LogReplicator(std::sync::Weak<PairNode>);
+
+impl uagate_store::Replicator for LogReplicator {
+    fn propose(&self, proposal: Proposal<Change>) -> uagate_store::Replicated {
+        let node = self.0.clone();
+        Box::pin(async move {
+            let Some(node) = node.upgrade() else {
+                return Err(StoreError::Replication("the pair node stopped".into()));
+            };
+            match node.write(proposal).await {
+                Ok(ApplyResponse::Applied { seq, epoch }) => {
+                    Ok(uagate_store::Applied::replicated(seq, epoch))
+                }
+                Ok(ApplyResponse::Refused {
+                    refusal: Some(r), ..
+                }) => Err(r.into()),
+                Ok(ApplyResponse::Refused { reason, .. }) => Err(StoreError::Replication(reason)),
+                Ok(other) => Err(StoreError::Replication(format!(
+                    "the change was not applied: {other:?}"
+                ))),
+                Err(e) => Err(StoreError::Replication(e.to_string())),
+            }
+        })
     }
 }
 

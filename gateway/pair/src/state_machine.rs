@@ -188,6 +188,7 @@ impl StateMachine {
                 LogApplied::AlreadyApplied => ApplyResponse::AlreadyApplied,
                 LogApplied::Refused(refusal) => ApplyResponse::Refused {
                     reason: refusal.to_string(),
+                    refusal: refusal.refusal(),
                 },
             },
             EntryPayload::Blank => recorded(self.store.record_applied(at, None).await?),

@@ -60,6 +60,16 @@ fn add_user(name: &str) -> Proposal<Change> {
     }
 }
 
+/// A self-signed client certificate (DER) to trust.
+fn client_cert() -> Vec<u8> {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["client.example".to_string()]).unwrap();
+    params.subject_alt_names.push(rcgen::SanType::URI(
+        "urn:example:client".try_into().unwrap(),
+    ));
+    params.self_signed(&key).unwrap().der().to_vec()
+}
+
 async fn users(store: &Store) -> Vec<String> {
     store
         .list_users()
@@ -170,6 +180,54 @@ async fn a_standby_joins_with_a_code_and_follows_the_primary() {
         "role=standby leader={} epoch=",
         a.node.local_addr()
     )));
+
+    // Every writer of the store goes through the pair: the console's
+    // add_user and trust_add on A reach B; a refusal comes back as the
+    // store's own error; on B they are refused, naming the leader.
+    a.store
+        .add_user("admin", "erik", "a long password 1", Role::Viewer)
+        .await
+        .unwrap();
+    wait_user(&b.store, "erik").await;
+    let taken = a
+        .store
+        .add_user("admin", "erik", "a long password 1", Role::Viewer)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(taken, uagate_store::StoreError::UserExists(ref n) if n == "erik"),
+        "{taken:?}"
+    );
+    let der = client_cert();
+    let info = a
+        .store
+        .trust_add("admin", &der, uagate_store::CertKind::Trusted)
+        .await
+        .unwrap();
+    assert_eq!(info.der, der);
+    let t0 = Instant::now();
+    while b.store.cert_status(&der).await.unwrap() != Some(uagate_store::CertKind::Trusted) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "trust never reached B"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let on_b = b
+        .store
+        .add_user("admin", "fred", "a long password 1", Role::Viewer)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(on_b, uagate_store::StoreError::Replication(ref m)
+            if m.contains(&a.node.local_addr().to_string())),
+        "{on_b:?}"
+    );
+    // Node-local changes stay on their appliance.
+    b.store
+        .record_event("admin", "event.test", &serde_json::json!({}))
+        .await
+        .unwrap();
 
     // A write on the standby is refused, naming the leader.
     let e = b

@@ -161,8 +161,9 @@ async fn a_refused_change_is_an_outcome_that_only_advances_last_applied() {
         ])
         .await
         .unwrap();
-    let [ApplyResponse::Refused { reason: last_admin }, ApplyResponse::Refused { reason: taken }] =
-        &out[..]
+    let [ApplyResponse::Refused {
+        reason: last_admin, ..
+    }, ApplyResponse::Refused { reason: taken, .. }] = &out[..]
     else {
         panic!("expected two refusals, got {out:?}");
     };

@@ -50,6 +50,19 @@ pub struct Applied {
     pub cert: Option<CertInfo>,
 }
 
+impl Applied {
+    /// What a replicated change did, as the pair's log reports it (the
+    /// certificate is read back by [`Store::apply`]). Called by the pair's
+    /// [`crate::Replicator`].
+    pub fn replicated(seq: i64, epoch: i64) -> Applied {
+        Applied {
+            seq: Some(seq),
+            epoch,
+            cert: None,
+        }
+    }
+}
+
 /// Which rows a removal by thumbprint may delete.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Lists {
@@ -265,6 +278,10 @@ pub(crate) fn check(change: AnyChange) -> Result<Plan, StoreError> {
                     ));
                 }
                 Plan::SetSetting { key, value }
+            }
+            LocalChange::Event { kind, payload } => {
+                validate_event(&kind, &payload)?;
+                Plan::Event { kind, payload }
             }
         },
     })
@@ -642,7 +659,28 @@ impl Store {
         let Proposal { actor, at, change } = proposal;
         validate_actor(&actor)?;
         validate_at(&at)?;
-        let plan = check(change.into_any())?;
+        let change = change.into_any();
+        if let (AnyChange::Replicated(replicated), Some(replicator)) = (&change, self.replicator())
+        {
+            // Through the pair's log; an invalid value never enters it.
+            check(AnyChange::Replicated(replicated.clone()))?;
+            let trusted = match replicated {
+                Change::TrustAdd { der, .. } => Some(crate::x509::thumbprint(der)),
+                _ => None,
+            };
+            let mut applied = replicator
+                .propose(Proposal {
+                    actor,
+                    at,
+                    change: replicated.clone(),
+                })
+                .await?;
+            if let Some(thumbprint) = trusted {
+                applied.cert = self.cert_by_thumbprint(&thumbprint).await?;
+            }
+            return Ok(applied);
+        }
+        let plan = check(change)?;
         let mut tx = self.begin().await?;
         let effect = run(&mut tx, &at, plan).await?;
         let (seq, epoch) = match &effect.log {

@@ -197,6 +197,16 @@ pub enum LocalChange {
         /// Value, up to 64 KiB.
         value: String,
     },
+    /// An operator action on this appliance that changes no stored state
+    /// (a ServiceLevel override, a closed session, a forced failover), for
+    /// its audit trail (its own `kind`, which starts with `event.`). Each
+    /// appliance of a pair audits what was done to it.
+    Event {
+        /// `event.…`, at most 64 bytes.
+        kind: String,
+        /// A JSON object (text), at most 64 KiB; logged as is.
+        payload: String,
+    },
 }
 
 /// A change with who asks and when, ready for [`crate::Store::apply`].

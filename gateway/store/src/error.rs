@@ -60,9 +60,61 @@ pub enum StoreError {
     /// duplicate row, …): refused before anything is written.
     #[error("invalid snapshot: {0}")]
     SnapshotInvalid(String),
+    /// A replicated change could not go through the pair's log: this
+    /// appliance is not the configuration leader (the message names it),
+    /// or the pair could not commit the change.
+    #[error("{0}")]
+    Replication(String),
+}
+
+/// A business refusal as a plain value: how a replicated change's refusal
+/// travels back from the node that applied it to the node that proposed it,
+/// which turns it back into the same [`StoreError`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    /// [`StoreError::Invalid`].
+    Invalid {
+        /// Which input/field was wrong.
+        setting: String,
+        /// Why.
+        message: String,
+    },
+    /// [`StoreError::UserExists`].
+    UserExists(String),
+    /// [`StoreError::UnknownUser`].
+    UnknownUser(String),
+    /// [`StoreError::UnknownCert`].
+    UnknownCert(String),
+}
+
+impl From<Refusal> for StoreError {
+    fn from(r: Refusal) -> StoreError {
+        match r {
+            Refusal::Invalid { setting, message } => StoreError::Invalid { setting, message },
+            Refusal::UserExists(n) => StoreError::UserExists(n),
+            Refusal::UnknownUser(n) => StoreError::UnknownUser(n),
+            Refusal::UnknownCert(t) => StoreError::UnknownCert(t),
+        }
+    }
 }
 
 impl StoreError {
+    /// The refusal as a plain value, when this is one (see
+    /// [`StoreError::is_refusal`]).
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self {
+            StoreError::Invalid { setting, message } => Some(Refusal::Invalid {
+                setting: setting.clone(),
+                message: message.clone(),
+            }),
+            StoreError::UserExists(n) => Some(Refusal::UserExists(n.clone())),
+            StoreError::UnknownUser(n) => Some(Refusal::UnknownUser(n.clone())),
+            StoreError::UnknownCert(t) => Some(Refusal::UnknownCert(t.clone())),
+            _ => None,
+        }
+    }
+
     /// Whether this is a business refusal of a change value (invalid value,
     /// taken name, unknown user or certificate, last admin, older CRL): the
     /// outcome of applying that value, the same on every store holding the

@@ -37,10 +37,11 @@
 //! | [`Change::AddCrl`] | `crl.add` | replicated |
 //! | [`Change::SetSetting`] (every key not in [`NODE_LOCAL_SETTINGS`]) | `setting.set` | replicated |
 //! | [`Change::BumpEpoch`] | `epoch.bump` | replicated |
-//! | [`Change::Event`] | `event.*` | replicated |
+//! | [`Change::Event`] (kept for entries logged before events became node-local) | `event.*` | replicated |
 //! | [`LocalChange::RecordRejected`] | `trust.reject` (first sighting only) | local |
 //! | [`LocalChange::RemoveRejected`] | `trust.remove` (kind `rejected`) | local |
 //! | [`LocalChange::SetSetting`] ([`REQUESTED_STATE_SETTING`], [`FIELD_NAMESPACES_SETTING`]) | `setting.set` | local |
+//! | [`LocalChange::Event`] (what [`Store::record_event`] proposes) | `event.*` | local |
 //!
 //! The replicated state is thus: the users; the trusted and issuer
 //! certificates; the CRLs; the settings except the node-local ones; the
@@ -115,7 +116,7 @@ pub use change::{
     setting_scope, Change, LocalChange, LocalProposal, PasswordHash, Proposal, Scope, Scoped,
     FIELD_NAMESPACES_SETTING, NODE_LOCAL_SETTINGS, REQUESTED_STATE_SETTING,
 };
-pub use error::StoreError;
+pub use error::{Refusal, StoreError};
 pub use model::{CertInfo, CertKind, CertSummary, ChangeLogEntry, Role};
 pub use replica::{LogApplied, LogPosition, ReplicaState};
 pub use snapshot::{
@@ -147,11 +148,37 @@ pub const MAX_LOG_BATCH: i64 = 10_000;
 /// Concurrent argon2 computations allowed (each needs ~19 MiB of memory).
 const HASH_SLOTS: usize = 2;
 
-/// Handle to the configuration database. Cheap to clone (shares the pool).
-#[derive(Clone, Debug)]
+/// Handle to the configuration database. Cheap to clone (shares the pool
+/// and the replicator).
+#[derive(Clone)]
 pub struct Store {
     pool: SqlitePool,
     hash_slots: Arc<Semaphore>,
+    replicator: Arc<std::sync::RwLock<Option<Arc<dyn Replicator>>>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("pool", &self.pool)
+            .field("replicated", &self.replicator().is_some())
+            .finish()
+    }
+}
+
+/// The outcome of a replicated change, once it is applied on this store.
+pub type Replicated =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Applied, StoreError>> + Send>>;
+
+/// Where replicated changes go instead of being applied here directly: the
+/// pair's log. Set with [`Store::set_replicator`] by the pair node while it
+/// runs, so that every writer (console, REST, CLI, engine) goes through the
+/// pair. `propose` answers once the change is committed and applied on this
+/// store (a refusal is the same [`StoreError`] a direct apply gives; a
+/// follower answers [`StoreError::Replication`] naming the leader).
+pub trait Replicator: Send + Sync {
+    /// Commits `proposal` through the pair's log.
+    fn propose(&self, proposal: Proposal<Change>) -> Replicated;
 }
 
 fn validate_actor(actor: &str) -> Result<(), StoreError> {
@@ -293,7 +320,22 @@ impl Store {
         Ok(Store {
             pool,
             hash_slots: Arc::new(Semaphore::new(HASH_SLOTS)),
+            replicator: Arc::default(),
         })
+    }
+
+    /// Sends every later replicated change through `replicator` (the pair's
+    /// log), or with `None` applies them here again. Called by the pair
+    /// node when it starts and stops.
+    pub fn set_replicator(&self, replicator: Option<Arc<dyn Replicator>>) {
+        if let Ok(mut r) = self.replicator.write() {
+            *r = replicator;
+        }
+    }
+
+    /// The replicator in force, if any.
+    pub(crate) fn replicator(&self) -> Option<Arc<dyn Replicator>> {
+        self.replicator.read().ok().and_then(|r| r.clone())
     }
 
     /// Closes all connections (checkpointing the WAL). Further calls fail.
@@ -453,16 +495,16 @@ impl Store {
     /// Records an operator action that changes no stored state (a
     /// ServiceLevel override, a closed session, a forced failover) in the
     /// change log, so the audit trail is complete: proposes
-    /// [`Change::Event`]. `kind` must start with `event.` and `payload` be a
-    /// JSON object; a standby replays such entries as no-ops. Returns the
-    /// entry's sequence number.
+    /// [`LocalChange::Event`] (each appliance of a pair audits what was done
+    /// to it; never replicated). `kind` must start with `event.` and
+    /// `payload` be a JSON object. Returns the entry's sequence number.
     pub async fn record_event(
         &self,
         actor: &str,
         kind: &str,
         payload: &serde_json::Value,
     ) -> Result<i64, StoreError> {
-        let change = Change::Event {
+        let change = LocalChange::Event {
             kind: kind.to_owned(),
             payload: payload.to_string(),
         };
@@ -577,6 +619,22 @@ impl Store {
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(cert_from_row).collect()
+    }
+
+    /// The certificate with `thumbprint`, on whichever list. Called after a
+    /// replicated [`Change::TrustAdd`] to answer what was stored.
+    pub(crate) async fn cert_by_thumbprint(
+        &self,
+        thumbprint: &str,
+    ) -> Result<Option<CertInfo>, StoreError> {
+        let row = sqlx::query(
+            "SELECT thumbprint, kind, subject, application_uri, not_before, not_after, der, \
+             first_seen FROM certs WHERE thumbprint = ?1",
+        )
+        .bind(thumbprint)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(cert_from_row).transpose()
     }
 
     /// Which list the certificate with these exact DER bytes is on, if any.

@@ -478,7 +478,8 @@ async fn proposers_pick_the_scope() {
         ("setting.set", Scope::Local),
         ("setting.set", Scope::Local),
         ("setting.set", Scope::Replicated),
-        ("event.test", Scope::Replicated),
+        // An operator action is audited by the appliance it was done to.
+        ("event.test", Scope::Local),
         ("epoch.bump", Scope::Replicated),
     ]
     .map(|(k, s)| (k.to_owned(), s));
@@ -1320,13 +1321,18 @@ fn every_local_change() -> Vec<LocalChange> {
             key: REQUESTED_STATE_SETTING.into(),
             value: "{}".into(),
         },
+        LocalChange::Event {
+            kind: "event.test".into(),
+            payload: "{}".into(),
+        },
     ];
     let index = |c: &LocalChange| match c {
         LocalChange::RecordRejected { .. } => 0,
         LocalChange::RemoveRejected { .. } => 1,
         LocalChange::SetSetting { .. } => 2,
+        LocalChange::Event { .. } => 3,
     };
-    assert_eq!(all.iter().map(index).collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(all.iter().map(index).collect::<Vec<_>>(), [0, 1, 2, 3]);
     all
 }
 
