@@ -43,6 +43,10 @@ pub enum PairError {
     /// timeout, a peer that closed).
     #[error("{0}")]
     Refused(String),
+    /// A replicated entry's signature does not check out (forged or
+    /// altered): replication stops on this node (fail closed).
+    #[error("integrity fault: {0}")]
+    Integrity(String),
     /// The Raft node failed or refused (not the leader, shutting down).
     #[error("{0}")]
     Raft(String),

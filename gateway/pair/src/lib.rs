@@ -43,7 +43,7 @@ use uagate_store::{Change, Proposal};
 pub use error::PairError;
 pub use log_store::{LogStore, MAX_ENTRIES_PER_READ};
 pub use node::{NodeSettings, PairNode, PairRole, PairStatus};
-pub use state_machine::{SnapshotBuilder, StateMachine, SNAPSHOT_FILE};
+pub use state_machine::{Fault, SnapshotBuilder, StateMachine, SNAPSHOT_FILE};
 
 /// A Raft node id.
 pub type NodeId = u64;
@@ -59,6 +59,37 @@ pub struct PeerNode {
     /// pinned at pairing: the only certificate accepted for this member.
     #[serde(default)]
     pub fingerprint: String,
+    /// The public key of that certificate (hex of the uncompressed P-256
+    /// point): checks the signature of every entry the member proposes.
+    #[serde(default)]
+    pub public_key: String,
+}
+
+/// A replicated change as it travels in the log: the proposal, who
+/// proposed it in which epoch, and the proposer's signature over the three
+/// ([`Signed::signed_bytes`]), checked by every member before it applies
+/// the change. A forged or altered entry stops replication on the member
+/// that finds it (fail closed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signed {
+    /// The change with who asks and when.
+    pub proposal: Proposal<Change>,
+    /// The node that proposed it (the leader then).
+    pub proposer: NodeId,
+    /// The replication epoch the proposer was in: an entry of a lower
+    /// epoch than the store's is refused.
+    pub epoch: i64,
+    /// ECDSA P-256 SHA-256 signature (fixed, hex) by the proposer's pair
+    /// key.
+    pub signature: String,
+}
+
+impl Signed {
+    /// The bytes the signature covers.
+    pub fn signed_bytes(proposal: &Proposal<Change>, proposer: NodeId, epoch: i64) -> Vec<u8> {
+        // Serializing plain data to JSON cannot fail.
+        serde_json::to_vec(&(proposal, proposer, epoch)).unwrap_or_default()
+    }
 }
 
 impl fmt::Display for PeerNode {
@@ -102,7 +133,7 @@ pub enum ApplyResponse {
 openraft::declare_raft_types!(
     /// The openraft type configuration of the pair.
     pub PairConfig:
-        D = Proposal<Change>,
+        D = Signed,
         R = ApplyResponse,
         NodeId = NodeId,
         Node = PeerNode,

@@ -44,9 +44,9 @@ use uagate_store::{Change, Proposal, Store, StoreError};
 
 use crate::error::PairError;
 use crate::pairing::{self, PairingCode, INVITE_TTL, MAX_FAILED_ATTEMPTS};
-use crate::tls::{peer_fingerprint, Identity};
+use crate::tls::{peer_fingerprint, peer_public_key, Identity};
 use crate::wire::{AdminRequest, AdminResponse, Conn, JoinHello, JoinWelcome, Request, Response};
-use crate::{ApplyResponse, LogStore, NodeId, PairConfig, PeerNode, StateMachine};
+use crate::{ApplyResponse, LogStore, NodeId, PairConfig, PeerNode, Signed, StateMachine};
 
 /// File of the Raft log in the pair directory.
 pub const RAFT_DB: &str = "raft.db";
@@ -103,6 +103,9 @@ pub struct PairStatus {
     pub fingerprint: String,
     /// The members: id, address, whether it votes.
     pub members: Vec<(NodeId, String, bool)>,
+    /// An integrity fault that stopped replication on this node (a forged
+    /// or altered entry), if any.
+    pub integrity_fault: Option<String>,
 }
 
 impl PairStatus {
@@ -110,13 +113,18 @@ impl PairStatus {
     /// then more fields.
     pub fn line(&self) -> String {
         format!(
-            "role={} leader={} epoch={} applied={} node={} members={}",
+            "role={} leader={} epoch={} applied={} node={} members={} integrity={}",
             self.role.as_str(),
             self.leader.as_deref().unwrap_or("-"),
             self.epoch,
             self.applied,
             self.node_id,
-            self.members.len()
+            self.members.len(),
+            if self.integrity_fault.is_some() {
+                "fault"
+            } else {
+                "ok"
+            }
         )
     }
 }
@@ -191,6 +199,8 @@ pub struct PairNode {
     advertise: String,
     store: Store,
     raft: RwLock<Raft<PairConfig>>,
+    /// The integrity fault the current state machine found, if any.
+    fault: Mutex<crate::Fault>,
     file: Mutex<NodeFile>,
     invites: Mutex<Vec<Invite>>,
     cancel: CancellationToken,
@@ -229,7 +239,7 @@ impl PairNode {
             .advertise
             .clone()
             .unwrap_or_else(|| local_addr.to_string());
-        let raft = open_raft(&settings.dir, file.node_id, &store, &identity).await?;
+        let (raft, fault) = open_raft(&settings.dir, file.node_id, &store, &identity).await?;
         if !raft
             .is_initialized()
             .await
@@ -239,6 +249,7 @@ impl PairNode {
             let me = PeerNode {
                 addr: advertise.clone(),
                 fingerprint: identity.fingerprint().to_string(),
+                public_key: identity.public_key(),
             };
             raft.initialize(BTreeMap::from([(file.node_id, me)]))
                 .await
@@ -251,6 +262,7 @@ impl PairNode {
             advertise,
             store,
             raft: RwLock::new(raft),
+            fault: Mutex::new(fault),
             file: Mutex::new(file),
             invites: Mutex::new(Vec::new()),
             cancel: CancellationToken::new(),
@@ -297,7 +309,17 @@ impl PairNode {
     /// address on a node that is not the leader.
     pub async fn write(&self, proposal: Proposal<Change>) -> Result<ApplyResponse, PairError> {
         let raft = self.raft.read().await.clone();
-        match raft.client_write(proposal).await {
+        let epoch = self.store.epoch().await?;
+        let signature = self
+            .identity
+            .sign(&Signed::signed_bytes(&proposal, self.id, epoch))?;
+        let signed = Signed {
+            proposal,
+            proposer: self.id,
+            epoch,
+            signature,
+        };
+        match raft.client_write(signed).await {
             Ok(r) => Ok(r.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 Err(PairError::Raft(match f.leader_node {
@@ -402,7 +424,9 @@ impl PairNode {
             _ => {}
         }
         self.store.forget_replica().await?;
-        *raft = open_raft(&self.dir, self.id, &self.store, &self.identity).await?;
+        let (new, fault) = open_raft(&self.dir, self.id, &self.store, &self.identity).await?;
+        *raft = new;
+        *self.fault.lock() = fault;
         Ok(())
     }
 
@@ -448,6 +472,7 @@ impl PairNode {
                 .into_iter()
                 .map(|(id, n, voter)| (id, n.addr, voter))
                 .collect(),
+            integrity_fault: self.fault.lock().lock().ok().and_then(|f| f.clone()),
         })
     }
 
@@ -462,8 +487,9 @@ impl PairNode {
                 .any(|(id, n, _)| *id != self.id && n.fingerprint == fp)
     }
 
-    /// Answers one request from the peer with certificate fingerprint `fp`.
-    async fn handle(&self, fp: &str, request: Request) -> Response {
+    /// Answers one request from `peer`.
+    async fn handle(&self, peer: &PeerCert, request: Request) -> Response {
+        let fp = peer.fingerprint.as_str();
         let raft = self.raft.read().await.clone();
         match request {
             Request::Append(_) | Request::Vote(_) | Request::Snapshot(_)
@@ -475,7 +501,14 @@ impl PairNode {
             Request::Append(rpc) => Response::Append(raft.append_entries(rpc).await),
             Request::Vote(rpc) => Response::Vote(raft.vote(rpc).await),
             Request::Snapshot(rpc) => Response::Snapshot(raft.install_snapshot(rpc).await),
-            Request::Join(hello) => Response::Welcome(self.welcome(fp, hello, &raft).await),
+            Request::Join(hello) => match &peer.public_key {
+                Some(key) => {
+                    Response::Welcome(self.welcome(&peer.fingerprint, key, hello, &raft).await)
+                }
+                None => {
+                    Response::Welcome(Err("the pair certificate must carry a P-256 key".into()))
+                }
+            },
             Request::Admin(_) if fp != self.fingerprint() => {
                 tracing::warn!(fingerprint = %fp, "pair: administrative request from another certificate refused");
                 Response::Refused("administration is only for this appliance's own CLI".into())
@@ -493,6 +526,7 @@ impl PairNode {
     async fn welcome(
         &self,
         fp: &str,
+        public_key: &str,
         hello: JoinHello,
         raft: &Raft<PairConfig>,
     ) -> Result<JoinWelcome, String> {
@@ -543,6 +577,7 @@ impl PairNode {
         let node = PeerNode {
             addr: hello.addr.clone(),
             fingerprint: fp.to_string(),
+            public_key: public_key.to_string(),
         };
         raft.add_learner(hello.node_id, node, false)
             .await
@@ -605,15 +640,17 @@ async fn open_raft(
     id: NodeId,
     store: &Store,
     identity: &Identity,
-) -> Result<Raft<PairConfig>, PairError> {
+) -> Result<(Raft<PairConfig>, crate::Fault), PairError> {
     let log = LogStore::open(&dir.join(RAFT_DB)).await?;
     let sm = StateMachine::new(store.clone(), &dir.join(SNAPSHOT_DIR)).await?;
+    let fault = sm.fault();
     let network = Network {
         identity: identity.clone(),
     };
-    Raft::new(id, raft_config()?, network, log, sm)
+    let raft = Raft::new(id, raft_config()?, network, log, sm)
         .await
-        .map_err(|e| PairError::Raft(e.to_string()))
+        .map_err(|e| PairError::Raft(e.to_string()))?;
+    Ok((raft, fault))
 }
 
 /// Accepts pair connections until `cancel`.
@@ -651,6 +688,14 @@ async fn serve(
     }
 }
 
+/// Who is on the other end of a pair connection.
+struct PeerCert {
+    /// SHA-256 fingerprint of its certificate.
+    fingerprint: String,
+    /// Its public key (hex), when it is a P-256 key.
+    public_key: Option<String>,
+}
+
 /// Serves one pair connection: TLS, then requests in turn.
 async fn connection(
     node: Arc<PairNode>,
@@ -660,12 +705,17 @@ async fn connection(
     let tls = tokio::time::timeout(CONNECT_TIMEOUT, acceptor.accept(tcp))
         .await
         .map_err(|_| PairError::Refused("TLS handshake timed out".into()))??;
-    let Some(fp) = peer_fingerprint(tls.get_ref().1.peer_certificates()) else {
+    let certs = tls.get_ref().1.peer_certificates();
+    let Some(fingerprint) = peer_fingerprint(certs) else {
         return Err(PairError::Refused("no client certificate".into()));
+    };
+    let peer = PeerCert {
+        fingerprint,
+        public_key: peer_public_key(certs),
     };
     let mut conn = Conn::new(tls);
     while let Some(request) = conn.recv::<Request>().await? {
-        let response = node.handle(&fp, request).await;
+        let response = node.handle(&peer, request).await;
         conn.send(&response).await?;
     }
     Ok(())

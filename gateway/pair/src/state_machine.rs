@@ -27,7 +27,8 @@ use tokio::sync::Mutex;
 use uagate_store::{LogApplied, LogPosition, ReplicatedSnapshot, Store};
 
 use crate::{
-    ApplyResponse, Entry, LogId, PairConfig, PairError, PeerNode, StorageError, StoredMembership,
+    ApplyResponse, Entry, LogId, PairConfig, PairError, PeerNode, Signed, StorageError,
+    StoredMembership,
 };
 
 /// Name of the current snapshot's file in the snapshot directory.
@@ -150,7 +151,12 @@ impl SnapshotFiles {
 pub struct StateMachine {
     store: Store,
     files: Arc<SnapshotFiles>,
+    fault: Fault,
 }
+
+/// The integrity fault a state machine found, if any: shared with the pair
+/// node, which reports it (status, ServiceLevel, metrics).
+pub type Fault = Arc<std::sync::Mutex<Option<String>>>;
 
 /// Builds a snapshot of the store: what [`StateMachine`] hands openraft
 /// when it compacts its log or a follower is too far behind.
@@ -171,7 +177,42 @@ impl StateMachine {
                 dir: snapshot_dir.to_owned(),
                 lock: Mutex::new(()),
             }),
+            fault: Fault::default(),
         })
+    }
+
+    /// Where this state machine reports an integrity fault (an entry whose
+    /// signature does not check out): replication stops on this node.
+    pub fn fault(&self) -> Fault {
+        Arc::clone(&self.fault)
+    }
+
+    /// Checks that `signed` was signed by its proposer, a member of the
+    /// last membership applied. Called before every change is applied.
+    async fn verify(
+        &self,
+        signed: &Signed,
+        membership_value: Option<serde_json::Value>,
+    ) -> Result<(), PairError> {
+        let members = membership(membership_value)?;
+        let key = members
+            .membership()
+            .get_node(&signed.proposer)
+            .map(|n| n.public_key.clone())
+            .unwrap_or_default();
+        let bytes = Signed::signed_bytes(&signed.proposal, signed.proposer, signed.epoch);
+        if key.is_empty() || !crate::tls::verify(&key, &bytes, &signed.signature) {
+            let why = format!(
+                "an entry proposed by node {} does not carry its valid signature (forged or altered): replication stopped on this node",
+                signed.proposer
+            );
+            tracing::error!(proposer = signed.proposer, "pair integrity fault: {why}");
+            if let Ok(mut f) = self.fault.lock() {
+                *f = Some(why.clone());
+            }
+            return Err(PairError::Integrity(why));
+        }
+        Ok(())
     }
 
     /// The store this state machine applies to.
@@ -179,18 +220,47 @@ impl StateMachine {
         &self.store
     }
 
+    /// Applies one verified change at its log position.
+    async fn apply_change(
+        &self,
+        at: LogPosition,
+        proposal: uagate_store::Proposal<uagate_store::Change>,
+    ) -> Result<ApplyResponse, PairError> {
+        Ok(match self.store.apply_at(at, proposal).await? {
+            LogApplied::Applied { seq, epoch } => ApplyResponse::Applied { seq, epoch },
+            LogApplied::AlreadyApplied => ApplyResponse::AlreadyApplied,
+            LogApplied::Refused(refusal) => ApplyResponse::Refused {
+                reason: refusal.to_string(),
+                refusal: refusal.refusal(),
+            },
+        })
+    }
+
     /// Applies one entry at its log position.
     async fn apply_entry(&self, entry: Entry) -> Result<ApplyResponse, PairError> {
         let at = position(&entry.log_id);
         Ok(match entry.payload {
-            EntryPayload::Normal(proposal) => match self.store.apply_at(at, proposal).await? {
-                LogApplied::Applied { seq, epoch } => ApplyResponse::Applied { seq, epoch },
-                LogApplied::AlreadyApplied => ApplyResponse::AlreadyApplied,
-                LogApplied::Refused(refusal) => ApplyResponse::Refused {
-                    reason: refusal.to_string(),
-                    refusal: refusal.refusal(),
-                },
-            },
+            EntryPayload::Normal(signed) => {
+                let state = self.store.replica_state().await?;
+                if state.last_applied.is_some_and(|l| at.index <= l.index) {
+                    return Ok(ApplyResponse::AlreadyApplied);
+                }
+                self.verify(&signed, state.membership).await?;
+                let epoch = self.store.epoch().await?;
+                if signed.epoch < epoch {
+                    // Proposed before a promotion moved the pair on: the
+                    // same refusal on every member (it depends on the log).
+                    self.store.record_applied(at, None).await?;
+                    return Ok(ApplyResponse::Refused {
+                        reason: format!(
+                            "proposed in epoch {} but the pair is in epoch {epoch}",
+                            signed.epoch
+                        ),
+                        refusal: None,
+                    });
+                }
+                self.apply_change(at, signed.proposal).await?
+            }
             EntryPayload::Blank => recorded(self.store.record_applied(at, None).await?),
             EntryPayload::Membership(members) => {
                 let stored = StoredMembership::new(Some(entry.log_id), members);

@@ -11,6 +11,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use ::ring::rand::SystemRandom;
+use ::ring::signature::{self as ecdsa, EcdsaKeyPair, KeyPair as _};
 use tokio_rustls::rustls::client::danger::{
     HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
 };
@@ -34,6 +36,7 @@ pub const KEY_FILE: &str = "pair-key.der";
 pub struct Identity {
     cert: CertificateDer<'static>,
     key: Arc<PrivateKeyDer<'static>>,
+    signer: Arc<EcdsaKeyPair>,
     fingerprint: String,
 }
 
@@ -54,7 +57,7 @@ impl Identity {
         if cert_path.exists() && key_path.exists() {
             let cert = std::fs::read(&cert_path)?;
             let key = std::fs::read(&key_path)?;
-            return Ok(Identity::from_der(cert, key));
+            return Identity::from_der(cert, key);
         }
         std::fs::create_dir_all(dir)?;
         let key = rcgen::KeyPair::generate().map_err(|e| PairError::Tls(e.to_string()))?;
@@ -71,16 +74,39 @@ impl Identity {
         let key_der = key.serialize_der();
         write_private(&key_path, &key_der)?;
         std::fs::write(&cert_path, cert.der())?;
-        Ok(Identity::from_der(cert.der().to_vec(), key_der))
+        Identity::from_der(cert.der().to_vec(), key_der)
     }
 
-    fn from_der(cert: Vec<u8>, key: Vec<u8>) -> Identity {
+    fn from_der(cert: Vec<u8>, key: Vec<u8>) -> Result<Identity, PairError> {
         let fingerprint = fingerprint(&cert);
-        Identity {
+        let signer = EcdsaKeyPair::from_pkcs8(
+            &ecdsa::ECDSA_P256_SHA256_FIXED_SIGNING,
+            &key,
+            &SystemRandom::new(),
+        )
+        .map_err(|e| PairError::Tls(format!("the pair key is not a P-256 key: {e}")))?;
+        Ok(Identity {
             cert: CertificateDer::from(cert),
             key: Arc::new(PrivateKeyDer::Pkcs8(key.into())),
+            signer: Arc::new(signer),
             fingerprint,
-        }
+        })
+    }
+
+    /// The public key (hex of the uncompressed P-256 point), as members
+    /// know it ([`crate::PeerNode::public_key`]).
+    pub fn public_key(&self) -> String {
+        hex::encode(self.signer.public_key().as_ref())
+    }
+
+    /// Signs `message` with the pair key (hex of the fixed-size ECDSA
+    /// signature). Called for every change this node proposes.
+    pub fn sign(&self, message: &[u8]) -> Result<String, PairError> {
+        let sig = self
+            .signer
+            .sign(&SystemRandom::new(), message)
+            .map_err(|e| PairError::Tls(format!("signing failed: {e}")))?;
+        Ok(hex::encode(sig.as_ref()))
     }
 
     /// SHA-256 fingerprint of the certificate (lowercase hex).
@@ -129,6 +155,30 @@ fn write_private(path: &Path, der: &[u8]) -> Result<(), PairError> {
     f.write_all(der)?;
     f.sync_all()?;
     Ok(())
+}
+
+/// Whether `signature` (hex) is `public_key`'s (hex) over `message`.
+pub fn verify(public_key: &str, message: &[u8], signature: &str) -> bool {
+    let (Ok(key), Ok(sig)) = (hex::decode(public_key), hex::decode(signature)) else {
+        return false;
+    };
+    ecdsa::UnparsedPublicKey::new(&ecdsa::ECDSA_P256_SHA256_FIXED, key)
+        .verify(message, &sig)
+        .is_ok()
+}
+
+/// The public key (hex) of the certificate a TLS peer presented: the
+/// subject public key bits of its SubjectPublicKeyInfo.
+pub fn peer_public_key(certs: Option<&[CertificateDer<'_>]>) -> Option<String> {
+    use x509_cert::der::Decode;
+    let der = certs?.first()?;
+    let cert = x509_cert::Certificate::from_der(der.as_ref()).ok()?;
+    let bits = cert
+        .tbs_certificate
+        .subject_public_key_info
+        .subject_public_key
+        .as_bytes()?;
+    Some(hex::encode(bits))
 }
 
 /// The fingerprint of the certificate a TLS peer presented.

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::OnceLock;
 
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::{
@@ -12,8 +13,10 @@ use openraft::{
     Vote,
 };
 use tempfile::TempDir;
+use uagate_pair::tls::Identity;
 use uagate_pair::{
-    ApplyResponse, Entry, LogId, LogStore, PeerNode, StateMachine, StoredMembership, SNAPSHOT_FILE,
+    ApplyResponse, Entry, LogId, LogStore, PeerNode, Signed, StateMachine, StoredMembership,
+    SNAPSHOT_FILE,
 };
 use uagate_store::{
     CertKind, Change, PasswordHash, Proposal, Role, Store, FIELD_NAMESPACES_SETTING,
@@ -29,15 +32,37 @@ fn lid(term: u64, index: u64) -> LogId {
     LogId::new(CommittedLeaderId::new(term, 1), index)
 }
 
+/// Node 1's pair identity: it signs the changes of these tests.
+fn signer() -> &'static Identity {
+    static SIGNER: OnceLock<Identity> = OnceLock::new();
+    SIGNER.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        Identity::load_or_create(&dir, "node1").unwrap()
+    })
+}
+
+/// A change proposed by node 1 in epoch 1, signed.
+fn signed(proposal: Proposal) -> Signed {
+    let signature = signer()
+        .sign(&Signed::signed_bytes(&proposal, 1, 1))
+        .unwrap();
+    Signed {
+        proposal,
+        proposer: 1,
+        epoch: 1,
+        signature,
+    }
+}
+
 fn normal(term: u64, index: u64, change: Change) -> Entry {
     let second = u32::try_from(index % 60).unwrap();
     Entry {
         log_id: lid(term, index),
-        payload: EntryPayload::Normal(Proposal {
+        payload: EntryPayload::Normal(signed(Proposal {
             actor: "alice".into(),
             at: format!("2024-05-01T12:00:{second:02}.000Z"),
             change,
-        }),
+        })),
     }
 }
 
@@ -47,7 +72,8 @@ fn peers() -> BTreeMap<u64, PeerNode> {
             1,
             PeerNode {
                 addr: "10.0.0.1:4850".into(),
-                fingerprint: String::new(),
+                fingerprint: signer().fingerprint().into(),
+                public_key: signer().public_key(),
             },
         ),
         (
@@ -55,6 +81,7 @@ fn peers() -> BTreeMap<u64, PeerNode> {
             PeerNode {
                 addr: "10.0.0.2:4850".into(),
                 fingerprint: String::new(),
+                public_key: String::new(),
             },
         ),
     ])
@@ -105,6 +132,25 @@ async fn open_node(dir: &Path) -> (LogStore, StateMachine) {
     (log, sm)
 }
 
+/// A node that has applied the membership of node 1 (the signer) and 2 at
+/// index 0, so that it can check the signatures of node 1's changes.
+async fn open_member(dir: &Path) -> (LogStore, StateMachine) {
+    let (log, sm) = open_node(dir).await;
+    let stored = StoredMembership::new(Some(lid(0, 0)), membership());
+    sm.store()
+        .record_applied(
+            uagate_store::LogPosition {
+                index: 0,
+                term: 0,
+                leader: 1,
+            },
+            Some(&serde_json::to_value(&stored).unwrap()),
+        )
+        .await
+        .unwrap();
+    (log, sm)
+}
+
 async fn close_node(log: LogStore, sm: StateMachine) {
     log.close().await;
     sm.store().close().await;
@@ -117,7 +163,7 @@ async fn log_len(store: &Store) -> usize {
 #[tokio::test]
 async fn an_entry_applied_twice_changes_the_store_once() {
     let dir = TempDir::new().unwrap();
-    let (_log, mut sm) = open_node(dir.path()).await;
+    let (_log, mut sm) = open_member(dir.path()).await;
     let entry = normal(1, 1, add_user("alice", HASH_A, Role::Admin));
 
     let first = sm.apply([entry.clone()]).await.unwrap();
@@ -144,7 +190,7 @@ async fn an_entry_applied_twice_changes_the_store_once() {
 #[tokio::test]
 async fn a_refused_change_is_an_outcome_that_only_advances_last_applied() {
     let dir = TempDir::new().unwrap();
-    let (_log, mut sm) = open_node(dir.path()).await;
+    let (_log, mut sm) = open_member(dir.path()).await;
     sm.apply([normal(1, 1, add_user("alice", HASH_A, Role::Admin))])
         .await
         .unwrap();
@@ -259,7 +305,7 @@ async fn everything_written_survives_a_restart() {
 async fn leader_with_snapshot(
     dir: &Path,
 ) -> (StateMachine, openraft::Snapshot<uagate_pair::PairConfig>) {
-    let (_log, mut sm) = open_node(dir).await;
+    let (_log, mut sm) = open_member(dir).await;
     let out = sm
         .apply([
             members(1, 1),
@@ -309,7 +355,7 @@ async fn a_snapshot_moves_replicated_state_and_keeps_node_local_rows() {
     );
 
     let follower_dir = TempDir::new().unwrap();
-    let (_log, mut follower) = open_node(follower_dir.path()).await;
+    let (_log, mut follower) = open_member(follower_dir.path()).await;
     follower
         .apply([normal(1, 1, add_user("carol", HASH_B, Role::Admin))])
         .await
@@ -383,7 +429,7 @@ async fn corrupt_unknown_or_mismatched_snapshots_are_refused_and_change_nothing(
     let good = snapshot.snapshot.get_ref().clone();
 
     let follower_dir = TempDir::new().unwrap();
-    let (_log, mut follower) = open_node(follower_dir.path()).await;
+    let (_log, mut follower) = open_member(follower_dir.path()).await;
     follower
         .apply([normal(1, 1, add_user("carol", HASH_B, Role::Admin))])
         .await
@@ -417,4 +463,71 @@ async fn corrupt_unknown_or_mismatched_snapshots_are_refused_and_change_nothing(
         .join("snapshots")
         .join(SNAPSHOT_FILE)
         .exists());
+}
+
+/// Issue 18 item 4: a change whose signature does not check out — signed
+/// by a key that is not the proposer's, or altered after signing — is
+/// refused before it is applied: the state machine fails (openraft stops
+/// replication on this node: fail closed), reports the fault, and the store
+/// is unchanged. A change from a lower epoch is a refusal, not a fault.
+#[tokio::test]
+async fn forged_or_altered_entries_stop_replication_and_change_nothing() {
+    let dir = TempDir::new().unwrap();
+    let (_log, mut sm) = open_member(dir.path()).await;
+    let before = sm.store().export_snapshot().await.unwrap();
+
+    // Signed by another key, claiming to be node 1.
+    let other_dir = TempDir::new().unwrap();
+    let other = Identity::load_or_create(other_dir.path(), "mallory").unwrap();
+    let proposal = Proposal {
+        actor: "mallory".into(),
+        at: "2024-05-01T12:00:00.000Z".into(),
+        change: add_user("mallory", HASH_A, Role::Admin),
+    };
+    let forged = Signed {
+        signature: other.sign(&Signed::signed_bytes(&proposal, 1, 1)).unwrap(),
+        proposal: proposal.clone(),
+        proposer: 1,
+        epoch: 1,
+    };
+    let entry = |signed: Signed, index: u64| Entry {
+        log_id: lid(1, index),
+        payload: EntryPayload::Normal(signed),
+    };
+    let e = sm.apply([entry(forged, 1)]).await.unwrap_err();
+    assert!(e.to_string().contains("integrity fault"), "{e}");
+    let fault = sm.fault().lock().unwrap().clone().expect("fault reported");
+    assert!(fault.contains("forged or altered"), "{fault}");
+
+    // Node 1's real signature, but the change altered afterwards.
+    let mut altered = signed(proposal);
+    altered.proposal.change = add_user("mallory", HASH_B, Role::Admin);
+    assert!(sm.apply([entry(altered, 1)]).await.is_err());
+    // A proposer that is not a member.
+    let mut stranger = signed(Proposal {
+        actor: "x".into(),
+        at: "2024-05-01T12:00:00.000Z".into(),
+        change: Change::BumpEpoch,
+    });
+    stranger.proposer = 7;
+    assert!(sm.apply([entry(stranger, 1)]).await.is_err());
+
+    let after = sm.store().export_snapshot().await.unwrap();
+    assert_eq!(after.users, before.users);
+    assert_eq!(after.epoch, before.epoch);
+    assert_eq!(sm.store().list_users().await.unwrap().len(), 0);
+
+    // Lower epoch: an outcome on every member, not a fault.
+    let dir2 = TempDir::new().unwrap();
+    let (_log2, mut sm2) = open_member(dir2.path()).await;
+    sm2.apply([normal(1, 1, Change::BumpEpoch)]).await.unwrap();
+    let out = sm2
+        .apply([normal(1, 2, add_user("late", HASH_A, Role::Admin))])
+        .await
+        .unwrap();
+    assert!(
+        matches!(&out[0], ApplyResponse::Refused { reason, .. } if reason.contains("epoch 1")),
+        "{out:?}"
+    );
+    assert!(sm2.fault().lock().unwrap().is_none());
 }
