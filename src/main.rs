@@ -137,17 +137,19 @@ enum TlsCommand {
 
 #[derive(Subcommand)]
 enum ConfigCommand {
-    /// Validate a TOML configuration document and store it (used at the next start).
+    /// Validate a TOML configuration document and store it (used at the next start):
+    /// `[listen]` and `server.application_uri` in this appliance's own overlay, the
+    /// rest in the document replicated to a standby.
     Import {
         /// The TOML file.
         file: PathBuf,
     },
-    /// Print the stored configuration document.
+    /// Print the stored configuration document (the replicated document with this
+    /// appliance's own settings merged in).
     Export,
 }
 
-/// The settings key under which the imported configuration document lives.
-use uagate_server::CONFIG_KEY;
+use uagate_server::config_store::{self, ConfigStoreError};
 /// The actor recorded in the change log for CLI changes.
 const CLI_ACTOR: &str = "cli";
 
@@ -164,11 +166,15 @@ async fn open_store(data: &Path) -> Result<Store> {
     Ok(Store::open(&data.join("uagate.db")).await?)
 }
 
+/// The stored configuration (the replicated document with this
+/// appliance's overlay merged over it), or the defaults when none was
+/// imported. Called by `run`, `config import` (the document before) and
+/// `config export`.
 async fn load_config(store: &Store) -> Result<Config> {
-    match store.setting(CONFIG_KEY).await? {
-        Some(text) => Ok(Config::from_toml(&text).context("stored configuration is invalid")?),
-        None => Ok(Config::default()),
-    }
+    Ok(config_store::load(store)
+        .await
+        .context("stored configuration is invalid")?
+        .unwrap_or_default())
 }
 
 async fn wait_for_stop() {
@@ -450,15 +456,19 @@ async fn run() -> Result<()> {
             },
         },
         Command::Plan { config } => {
-            let text = match config {
-                Some(file) => Some(
-                    std::fs::read_to_string(&file)
+            let config = match config {
+                Some(file) => Config::from_toml(
+                    &std::fs::read_to_string(&file)
                         .with_context(|| format!("cannot read {}", file.display()))?,
                 ),
-                None => open_store(&cli.data).await?.setting(CONFIG_KEY).await?,
+                // The stored document with this appliance's overlay.
+                None => match config_store::load(&open_store(&cli.data).await?).await {
+                    Ok(c) => Ok(c.unwrap_or_default()),
+                    Err(ConfigStoreError::Config(e)) => Err(e),
+                    Err(e) => return Err(e.into()),
+                },
             };
-            let plan = text
-                .map_or_else(|| Ok(Config::default()), |t| Config::from_toml(&t))
+            let plan = config
                 .map_err(uagate_isolation::plan::PlanError::from)
                 .and_then(|c| uagate_isolation::plan::Plan::build(&c));
             match plan {
@@ -493,9 +503,9 @@ async fn run() -> Result<()> {
                         Ok(r) => r,
                         Err(e) => bail!("{e}"),
                     };
-                    store
-                        .set_setting(CLI_ACTOR, CONFIG_KEY, &config.to_toml())
-                        .await?;
+                    // The node-local settings into this appliance's overlay,
+                    // the rest into the replicated document, all or nothing.
+                    config_store::save(&store, CLI_ACTOR, &config).await?;
                     println!("configuration imported");
                     // What a running gateway on this data directory does with it.
                     if report.is_empty() {

@@ -74,6 +74,62 @@ fn config_import_refuses_unknown_keys_and_names_bad_settings() {
 }
 
 #[test]
+fn config_export_prints_the_imported_document_with_its_per_appliance_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let file = dir.path().join("c.toml");
+    let doc = "[listen]\nopc_tcp = \"127.0.0.1:4840\"\npair = \"127.0.0.1:4999\"\n\n\
+               [server]\napplication_uri = \"urn:plant:gw-a\"\nmax_session_count = 40\n";
+    std::fs::write(&file, doc).unwrap();
+    let import = |file: &std::path::Path| {
+        let out = uagate(&data)
+            .args(["config", "import"])
+            .arg(file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let export = || {
+        let out = uagate(&data).args(["config", "export"]).output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    import(&file);
+    let first = export();
+    assert_eq!(
+        first,
+        uagate_config::Config::from_toml(doc).unwrap().to_toml()
+    );
+    // Exported and imported again: the same document.
+    std::fs::write(&file, &first).unwrap();
+    import(&file);
+    assert_eq!(export(), first);
+    // plan reads the same merged document.
+    let out = uagate(&data).arg("plan").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Connection: total=103"));
+
+    // A pair listener on another listener's address is refused by name.
+    std::fs::write(
+        &file,
+        "[listen]\nopc_tcp = \"127.0.0.1:4840\"\npair = \"127.0.0.1:8443\"\n",
+    )
+    .unwrap();
+    let out = uagate(&data)
+        .args(["config", "import"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("listen.pair"));
+    assert_eq!(export(), first);
+}
+
+#[test]
 fn user_add_reads_password_from_stdin_and_refuses_duplicates() {
     let dir = tempfile::tempdir().unwrap();
     for expect_ok in [true, false] {

@@ -12,7 +12,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use uagate_config::{Config, ConfigError};
 use uagate_isolation::plan::{Plan, PlanError};
-use uagate_server::CONFIG_KEY;
+use uagate_server::config_store::{self, ConfigStoreError};
+use uagate_server::{CONFIG_KEY, NODE_CONFIG_KEY};
 use uagate_store::Role;
 
 use crate::auth::Authed;
@@ -301,16 +302,15 @@ pub struct ConfigChange {
     pub restart: Vec<String>,
 }
 
-/// The stored configuration document (the applied one when none was
-/// stored yet).
+/// The stored configuration document, this appliance's overlay merged
+/// over the replicated document (the applied one when none was stored
+/// yet).
 pub async fn stored_config(state: &WebState) -> Result<Config, ApiError> {
-    match state
-        .store
-        .setting(CONFIG_KEY)
+    match config_store::load(&state.store)
         .await
         .map_err(ApiError::internal)?
     {
-        Some(text) => Config::from_toml(&text).map_err(ApiError::internal),
+        Some(config) => Ok(config),
         None => Ok(state.engine.applied_config()),
     }
 }
@@ -361,11 +361,15 @@ async fn apply_locked(
             restart: Vec::new(),
         });
     }
-    state
-        .store
-        .set_setting(&who.user, CONFIG_KEY, &new.to_toml())
+    // Node-local settings into this appliance's overlay, the rest into the
+    // replicated document, all or nothing.
+    config_store::save(&state.store, &who.user, &new)
         .await
-        .map_err(ApiError::internal)?;
+        .map_err(|e| match e {
+            ConfigStoreError::Config(e) => config_error(e),
+            ConfigStoreError::Store(e) => ApiError::from(e),
+            other => ApiError::internal(other),
+        })?;
     // Applied now rather than at the store watcher's next look.
     state.engine.reconfigure(&new);
     tracing::info!(user = %who.user, live = ?report.live, restart = ?report.restart, "configuration replaced");
@@ -546,6 +550,7 @@ pub(crate) fn config_error(e: ConfigError) -> ApiError {
             message: format!("invalid setting `{setting}`: {message}"),
             field: Some(setting),
         },
+        e @ ConfigError::Serialize(_) => ApiError::internal(e),
         other => ApiError::Invalid {
             field: None,
             message: other.to_string(),
@@ -768,9 +773,9 @@ pub async fn scan_log(
     }
 }
 
-/// The settings a `setting.set` of the configuration document changed:
-/// (dotted setting, before, after), from the entry's before and after
-/// documents. Empty for other entries.
+/// The settings a `setting.set` of the configuration document or of this
+/// appliance's overlay changed: (dotted setting, before, after), from the
+/// entry's before and after documents. Empty for other entries.
 pub fn setting_changes(payload: &str) -> Vec<(String, String, String)> {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(payload) else {
         return Vec::new();
@@ -780,7 +785,8 @@ pub fn setting_changes(payload: &str) -> Vec<(String, String, String)> {
             .and_then(|t| t.as_str())
             .and_then(|t| t.parse::<toml::Table>().ok())
     };
-    if v.get("key").and_then(|k| k.as_str()) != Some(CONFIG_KEY) {
+    let key = v.get("key").and_then(|k| k.as_str());
+    if key != Some(CONFIG_KEY) && key != Some(NODE_CONFIG_KEY) {
         return Vec::new();
     }
     let before = parse("before").unwrap_or_default();

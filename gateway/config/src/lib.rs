@@ -9,6 +9,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 mod field;
+mod node;
+
+pub use node::{SplitDocument, NODE_LOCAL_KEYS};
 
 pub use field::{
     BackoffStrategy, FieldEndpoint, FieldIdentity, FieldRedundancy, FieldServer,
@@ -31,6 +34,10 @@ pub enum ConfigError {
         /// What is wrong with it.
         message: String,
     },
+    /// The document could not be written as TOML (not expected for a
+    /// [`Config`]; reported instead of storing a partial text).
+    #[error("configuration cannot be written as TOML: {0}")]
+    Serialize(String),
 }
 
 fn invalid(setting: &str, message: impl Into<String>) -> ConfigError {
@@ -117,6 +124,12 @@ pub struct Listen {
     /// network address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<SocketAddr>,
+    /// The appliance pair's replication listener (the standby and the
+    /// primary reach each other here). Default: the opc_tcp address with
+    /// port 4850, or an ephemeral port when opc_tcp uses port 0 (see
+    /// [`Listen::pair_addr`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair: Option<SocketAddr>,
     /// Host name put in endpoint URLs; default: the machine's host name, or
     /// the listen IP when it is not a wildcard address.
     pub public_host: Option<String>,
@@ -130,6 +143,7 @@ impl Default for Listen {
             tls_client_auth: TlsClientAuth::Off,
             console: None,
             metrics: None,
+            pair: None,
             public_host: None,
         }
     }
@@ -154,33 +168,77 @@ pub const DEFAULT_CONSOLE_PORT: u16 = 8443;
 /// The default port of the opc.wss + opc.https listener.
 pub const DEFAULT_TLS_PORT: u16 = 4843;
 
+/// The default port of the appliance pair's replication listener.
+pub const DEFAULT_PAIR_PORT: u16 = 4850;
+
 impl Listen {
+    /// A listener's default address: the opc_tcp IP with `port`, or port 0
+    /// (ephemeral) when opc_tcp's port is 0, so test and side-by-side
+    /// instances never collide.
+    fn derived(&self, port: u16) -> SocketAddr {
+        let port = if self.opc_tcp.port() == 0 { 0 } else { port };
+        SocketAddr::new(self.opc_tcp.ip(), port)
+    }
+
     /// Where the console binds: `console` if set, else the opc_tcp address
     /// with port 8443 (an ephemeral port when opc_tcp's port is 0).
     pub fn console_addr(&self) -> SocketAddr {
-        self.console.unwrap_or_else(|| {
-            let port = if self.opc_tcp.port() == 0 {
-                0
-            } else {
-                DEFAULT_CONSOLE_PORT
-            };
-            SocketAddr::new(self.opc_tcp.ip(), port)
-        })
+        self.console
+            .unwrap_or_else(|| self.derived(DEFAULT_CONSOLE_PORT))
     }
 
     /// The opc.wss + opc.https listener address: `tls`, or the
     /// opc_tcp address with port 4843 (an ephemeral port when opc_tcp's
     /// port is 0, so test and side-by-side instances never collide).
     pub fn tls_addr(&self) -> SocketAddr {
-        self.tls.unwrap_or_else(|| {
-            let port = if self.opc_tcp.port() == 0 {
-                0
-            } else {
-                DEFAULT_TLS_PORT
-            };
-            SocketAddr::new(self.opc_tcp.ip(), port)
-        })
+        self.tls.unwrap_or_else(|| self.derived(DEFAULT_TLS_PORT))
     }
+
+    /// Where the appliance pair's replication listener binds: `pair`, or
+    /// the opc_tcp address with port 4850 (an ephemeral port when opc_tcp's
+    /// port is 0). Read by the pair when it starts its listener.
+    pub fn pair_addr(&self) -> SocketAddr {
+        self.pair.unwrap_or_else(|| self.derived(DEFAULT_PAIR_PORT))
+    }
+
+    /// Refuses a pair listener address that another listener of this
+    /// document already takes (same port on the same IP, or on a wildcard
+    /// address that covers it), naming `listen.pair` and the other setting.
+    fn validate_pair(&self) -> Result<(), ConfigError> {
+        let pair = self.pair_addr();
+        let others = [
+            ("listen.opc_tcp", Some(self.opc_tcp)),
+            ("listen.tls", Some(self.tls_addr())),
+            ("listen.console", Some(self.console_addr())),
+            ("listen.metrics", self.metrics),
+        ];
+        for (setting, addr) in others {
+            let Some(addr) = addr else { continue };
+            if binds_clash(pair, addr) {
+                let which = if self.pair.is_some() {
+                    format!("{pair}")
+                } else {
+                    format!(
+                        "{pair} (the default: listen.opc_tcp's IP, port {DEFAULT_PAIR_PORT}; set listen.pair)"
+                    )
+                };
+                return Err(invalid(
+                    "listen.pair",
+                    format!("{which} is already used by {setting} ({addr})"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether two listeners could not both bind: the same nonzero port on the
+/// same IP, or on a wildcard address (`0.0.0.0`, `::`) that covers the
+/// other. Port 0 (ephemeral) never clashes.
+fn binds_clash(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 /// `[server]`: identity and limits, named after the reference documents.
@@ -791,6 +849,7 @@ impl Config {
 
     /// Checks every value; the error names the first offending setting.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.listen.validate_pair()?;
         if let Some(m) = self.listen.metrics {
             let l = &self.listen;
             let taken = [l.opc_tcp, l.console_addr(), l.tls_addr()];
@@ -1140,6 +1199,80 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn refused_setting(c: &Config) -> Option<(String, String)> {
+        match c.validate() {
+            Err(ConfigError::Invalid { setting, message }) => Some((setting, message)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_pair_listener_defaults_like_the_others() {
+        let mut c = Config::default();
+        assert_eq!(c.listen.pair_addr().to_string(), "0.0.0.0:4850");
+        c.listen.opc_tcp = "10.0.0.1:4840".parse().unwrap();
+        assert_eq!(c.listen.pair_addr().to_string(), "10.0.0.1:4850");
+        c.listen.opc_tcp = "127.0.0.1:0".parse().unwrap();
+        assert_eq!(c.listen.pair_addr().to_string(), "127.0.0.1:0");
+        c.validate().unwrap();
+        c.listen.pair = Some("192.168.50.1:4900".parse().unwrap());
+        assert_eq!(c.listen.pair_addr().to_string(), "192.168.50.1:4900");
+        let back = Config::from_toml(&c.to_toml()).unwrap();
+        assert_eq!(back.listen.pair, c.listen.pair);
+        assert!(Config::default().to_toml().find("pair").is_none());
+    }
+
+    #[test]
+    fn a_pair_listener_clash_is_refused_naming_listen_pair() {
+        for (other, setting) in [
+            ("opc_tcp", "listen.opc_tcp"),
+            ("tls", "listen.tls"),
+            ("console", "listen.console"),
+            ("metrics", "listen.metrics"),
+        ] {
+            let doc = format!(
+                "[listen]\nopc_tcp = \"10.0.0.1:4840\"\nmetrics = \"10.0.0.1:9464\"\npair = \"{}\"\n",
+                match other {
+                    "opc_tcp" => "10.0.0.1:4840",
+                    "tls" => "10.0.0.1:4843",
+                    "console" => "10.0.0.1:8443",
+                    _ => "10.0.0.1:9464",
+                }
+            );
+            match Config::from_toml(&doc) {
+                Err(ConfigError::Invalid {
+                    setting: s,
+                    message,
+                }) => {
+                    assert_eq!(s, "listen.pair", "{doc}");
+                    assert!(message.contains(setting), "{message}");
+                }
+                other => panic!("{doc}: {other:?}"),
+            }
+        }
+        // A wildcard address covers every IP of the same port.
+        let mut c = Config::default();
+        c.listen.opc_tcp = "10.0.0.1:4840".parse().unwrap();
+        c.listen.pair = Some("0.0.0.0:8443".parse().unwrap());
+        let (s, m) = refused_setting(&c).unwrap();
+        assert_eq!(s, "listen.pair");
+        assert!(m.contains("listen.console"), "{m}");
+        // The default pair address is checked too, and the message says so.
+        let mut c = Config::default();
+        c.listen.console = Some("0.0.0.0:4850".parse().unwrap());
+        let (s, m) = refused_setting(&c).unwrap();
+        assert_eq!(s, "listen.pair");
+        assert!(m.contains("the default"), "{m}");
+        // Another port, another IP, or ephemeral ports do not clash.
+        let mut c = Config::default();
+        c.listen.opc_tcp = "10.0.0.1:4840".parse().unwrap();
+        c.listen.pair = Some("10.0.0.2:4840".parse().unwrap());
+        c.validate().unwrap();
+        c.listen.opc_tcp = "10.0.0.1:0".parse().unwrap();
+        c.listen.pair = Some("10.0.0.1:0".parse().unwrap());
+        c.validate().unwrap();
+    }
 
     #[test]
     fn the_scrape_address_must_not_take_another_listeners_port() {

@@ -6,6 +6,7 @@
 pub mod admission;
 mod alarms;
 mod channels;
+pub mod config_store;
 mod control;
 pub mod dispatch;
 mod driver;
@@ -60,9 +61,10 @@ use crate::endpoints::{Endpoints, Urls};
 use crate::sessions::SessionTable;
 use crate::space::AddressSpace;
 
+pub use config_store::{CONFIG_KEY, NODE_CONFIG_KEY};
 pub use engine::Engine;
 pub use error::{ServiceError, StartError};
-pub use reconfigure::{classify_change, ChangeReport, ReconfigureStatus, CONFIG_KEY};
+pub use reconfigure::{classify_change, ChangeReport, ReconfigureStatus};
 
 /// What the engine knows about an open secure channel; built when the
 /// channel opens and passed to every service call on it.

@@ -1,6 +1,8 @@
 //! Configuration changes while running. The configuration document lives
-//! in the store (setting [`CONFIG_KEY`]); `uagate config import` (and later
-//! the console) replaces it there. A running gateway notices the change and
+//! in the store (the replicated [`CONFIG_KEY`] with this appliance's
+//! overlay, see [`crate::config_store`]); `uagate config import` and the
+//! console replace it there. A running gateway notices the change (of
+//! either part) and
 //! applies it as a unit: when every changed setting can change live, all of
 //! them take effect; when any needs a restart, nothing changes now and the
 //! whole document takes effect at the next start. Nothing is half-applied.
@@ -17,10 +19,10 @@ use tokio_util::sync::CancellationToken;
 use uagate_config::Config;
 use uagate_isolation::plan::{Plan, PlanError};
 
+use crate::config_store::StoredConfig;
 use crate::Engine;
 
-/// The settings key under which the configuration document is stored.
-pub const CONFIG_KEY: &str = "config.document";
+pub use crate::config_store::CONFIG_KEY;
 
 /// How often a running gateway looks for a changed document (one cheap
 /// change-log read; the document is read only when the log moved).
@@ -172,22 +174,23 @@ impl Engine {
         status
     }
 
-    /// The change-log position and the stored document now; the watcher
-    /// starts from them.
-    pub(crate) async fn config_seen(&self) -> (i64, Option<String>) {
+    /// The change-log position and the stored document (both parts) now;
+    /// the watcher starts from them.
+    pub(crate) async fn config_seen(&self) -> (i64, StoredConfig) {
         (
             self.store.last_seq().await.unwrap_or(0),
-            self.store.setting(CONFIG_KEY).await.ok().flatten(),
+            StoredConfig::read(&self.store).await.unwrap_or_default(),
         )
     }
 
-    /// Watches the store for a replaced configuration document until
-    /// `cancel`; runs for the life of the server.
+    /// Watches the store for a replaced configuration document or overlay
+    /// until `cancel`; runs for the life of the server. The two parts are
+    /// merged before validation, like at start.
     /// `seen` is the change-log position and document read before the
     /// gateway was handed to its caller, so no change after start is missed.
     pub(crate) async fn watch_config(
         self: Arc<Self>,
-        seen: (i64, Option<String>),
+        seen: (i64, StoredConfig),
         cancel: CancellationToken,
     ) {
         let (mut seen_seq, mut seen_doc) = seen;
@@ -208,7 +211,7 @@ impl Engine {
                 continue;
             }
             seen_seq = seq;
-            let doc = match self.store.setting(CONFIG_KEY).await {
+            let doc = match StoredConfig::read(&self.store).await {
                 Ok(d) => d,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the configuration document");
@@ -219,11 +222,11 @@ impl Engine {
                 continue;
             }
             seen_doc = doc.clone();
-            let Some(text) = doc else { continue };
-            match Config::from_toml(&text) {
-                Ok(new) => {
+            match doc.config() {
+                Ok(Some(new)) => {
                     self.reconfigure(&new);
                 }
+                Ok(None) => {}
                 Err(e) => {
                     tracing::error!(error = %e, "stored configuration is invalid; nothing applied");
                     self.control

@@ -110,3 +110,31 @@ async fn weights_and_ingress_rules_change_live_and_other_settings_wait_for_a_res
     assert_eq!(gw.engine().classify_peer(A), ("trusted", 3));
     assert_eq!(gw.engine().classify_peer(B), ("ordinary", 1));
 }
+
+/// The watcher reads both stored parts: a document saved as `config
+/// import` saves it (listeners in the overlay) applies its live settings,
+/// and a change of the overlay alone is seen and needs a restart.
+#[tokio::test]
+async fn the_watcher_merges_the_overlay_over_the_replicated_document() {
+    let gw = TestGateway::start(BASE).await;
+    let live = Config::from_toml(&document("demo_nodes = false", 6, "127.0.0.2/32"))
+        .expect("valid document");
+    uagate_server::config_store::save(&gw.store, "test", &live)
+        .await
+        .expect("document saved");
+    let s = next_status(&gw, &ReconfigureStatus::Unchanged).await;
+    assert!(matches!(s, ReconfigureStatus::Applied(_)), "{s:?}");
+    assert_eq!(gw.engine().classify_peer(A), ("trusted", 6));
+
+    let mut moved = live.clone();
+    moved.listen.pair = Some("127.0.0.1:4999".parse().expect("address"));
+    let saved = uagate_server::config_store::save(&gw.store, "test", &moved)
+        .await
+        .expect("overlay saved");
+    assert!(saved.node && !saved.document, "{saved:?}");
+    let s2 = next_status(&gw, &s).await;
+    assert_eq!(
+        s2,
+        ReconfigureStatus::RestartRequired(vec!["listen.pair".to_string()])
+    );
+}

@@ -50,11 +50,21 @@ pub const REQUESTED_STATE_SETTING: &str = "server.requested_state";
 /// field sessions report.
 pub const FIELD_NAMESPACES_SETTING: &str = "field.namespaces";
 
+/// Setting holding this appliance's part of the configuration document (its
+/// `[listen]` table and `server.application_uri`, as TOML); node-local: each
+/// appliance listens on its own addresses. The rest of the document is the
+/// replicated setting `config.document`.
+pub const CONFIG_NODE_SETTING: &str = "config.node";
+
 /// The settings that are node-local ([`LocalChange::SetSetting`]); every other
 /// key is replicated ([`Change::SetSetting`]). The scope of a key is fixed by
 /// this list alone, never by what a store holds, so it is the same on both
 /// appliances.
-pub const NODE_LOCAL_SETTINGS: &[&str] = &[REQUESTED_STATE_SETTING, FIELD_NAMESPACES_SETTING];
+pub const NODE_LOCAL_SETTINGS: &[&str] = &[
+    REQUESTED_STATE_SETTING,
+    FIELD_NAMESPACES_SETTING,
+    CONFIG_NODE_SETTING,
+];
 
 /// The scope of a setting key: [`Scope::Local`] for [`NODE_LOCAL_SETTINGS`].
 pub fn setting_scope(key: &str) -> Scope {

@@ -40,7 +40,7 @@
 //! | [`Change::Event`] (kept for entries logged before events became node-local) | `event.*` | replicated |
 //! | [`LocalChange::RecordRejected`] | `trust.reject` (first sighting only) | local |
 //! | [`LocalChange::RemoveRejected`] | `trust.remove` (kind `rejected`) | local |
-//! | [`LocalChange::SetSetting`] ([`REQUESTED_STATE_SETTING`], [`FIELD_NAMESPACES_SETTING`]) | `setting.set` | local |
+//! | [`LocalChange::SetSetting`] ([`REQUESTED_STATE_SETTING`], [`FIELD_NAMESPACES_SETTING`], [`CONFIG_NODE_SETTING`]) | `setting.set` | local |
 //! | [`LocalChange::Event`] (what [`Store::record_event`] proposes) | `event.*` | local |
 //!
 //! The replicated state is thus: the users; the trusted and issuer
@@ -114,7 +114,7 @@ pub use apply::{Applied, MAX_EVENT_PAYLOAD_LEN};
 pub use chain::{TrustVerdict, MAX_CHAIN_LEN};
 pub use change::{
     setting_scope, Change, LocalChange, LocalProposal, PasswordHash, Proposal, Scope, Scoped,
-    FIELD_NAMESPACES_SETTING, NODE_LOCAL_SETTINGS, REQUESTED_STATE_SETTING,
+    CONFIG_NODE_SETTING, FIELD_NAMESPACES_SETTING, NODE_LOCAL_SETTINGS, REQUESTED_STATE_SETTING,
 };
 pub use error::{Refusal, StoreError};
 pub use model::{CertInfo, CertKind, CertSummary, ChangeLogEntry, Role};
@@ -698,6 +698,26 @@ impl Store {
                 .fetch_optional(&self.pool)
                 .await?,
         )
+    }
+
+    /// Current values of several settings, in the order of `keys` (`None`
+    /// for one never set), read in one read transaction so they belong to
+    /// one state of the store: a change applied meanwhile is seen entirely
+    /// or not at all. Used where settings are only meaningful together (the
+    /// configuration document and this appliance's overlay).
+    pub async fn settings(&self, keys: &[&str]) -> Result<Vec<Option<String>>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let mut values = Vec::with_capacity(keys.len());
+        for key in keys {
+            values.push(
+                sqlx::query_scalar("SELECT value FROM settings WHERE key = ?1")
+                    .bind(key)
+                    .fetch_optional(&mut *tx)
+                    .await?,
+            );
+        }
+        tx.commit().await?;
+        Ok(values)
     }
 
     // ------------------------------------------------------------ change log

@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use uagate_store::{
     setting_scope, Applied, CertKind, Change, ChangeLogEntry, LocalChange, LocalProposal,
-    PasswordHash, Proposal, Role, Scope, Store, StoreError, FIELD_NAMESPACES_SETTING,
-    REQUESTED_STATE_SETTING,
+    PasswordHash, Proposal, Role, Scope, Store, StoreError, CONFIG_NODE_SETTING,
+    FIELD_NAMESPACES_SETTING, REQUESTED_STATE_SETTING,
 };
 
 /// Well-formed argon2id PHC strings (not the hash of any password used here:
@@ -430,6 +430,7 @@ async fn proposers_pick_the_scope() {
     let (_dir, _path, store) = open_temp().await;
     assert_eq!(setting_scope(REQUESTED_STATE_SETTING), Scope::Local);
     assert_eq!(setting_scope(FIELD_NAMESPACES_SETTING), Scope::Local);
+    assert_eq!(setting_scope(CONFIG_NODE_SETTING), Scope::Local);
     assert_eq!(setting_scope("config.document"), Scope::Replicated);
 
     let der = make_cert("Stranger", "urn:test:stranger");

@@ -33,6 +33,21 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 #[tokio::test]
+async fn settings_reads_several_keys_in_order() {
+    let (_dir, _path, store) = open_temp().await;
+    store.set_setting("t", "a.one", "1").await.unwrap();
+    store.set_setting("t", "c.three", "3").await.unwrap();
+    assert_eq!(
+        store
+            .settings(&["c.three", "b.two", "a.one"])
+            .await
+            .unwrap(),
+        vec![Some("3".to_string()), None, Some("1".to_string())]
+    );
+    assert!(store.settings(&[]).await.unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn opens_in_wal_mode_with_epoch_one() {
     let (_dir, path, store) = open_temp().await;
     assert_eq!(store.journal_mode().await.unwrap(), "wal");
