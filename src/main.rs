@@ -73,6 +73,12 @@ enum Command {
         #[command(subcommand)]
         command: TlsCommand,
     },
+    /// The appliance pair: invite a second appliance, join one, show the
+    /// pair. These talk to the gateway running on the same data directory.
+    Pair {
+        #[command(subcommand)]
+        command: PairCommand,
+    },
     /// Print the resource-isolation plan, one line per stage; exit code 2
     /// with a message naming the setting when the configuration cannot be planned.
     Plan {
@@ -80,6 +86,25 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum PairCommand {
+    /// Print a one-time pairing code (valid 10 minutes, single use) and the
+    /// fingerprint of this appliance's pair certificate:
+    /// `PAIRING CODE <code> FINGERPRINT <sha256 hex>`.
+    Invite,
+    /// Join the appliance at HOST:PORT (its pair listener) with the code it
+    /// printed; this appliance becomes its standby and takes its
+    /// configuration. Exit code 0 once joined.
+    Join {
+        /// The inviting appliance's pair listener.
+        addr: String,
+        /// The pairing code it printed.
+        code: String,
+    },
+    /// `role=primary|standby|standalone leader=HOST:PORT epoch=N applied=N …`.
+    Status,
 }
 
 #[derive(Subcommand)]
@@ -166,6 +191,24 @@ async fn open_store(data: &Path) -> Result<Store> {
     Ok(Store::open(&data.join("uagate.db")).await?)
 }
 
+/// The store for a CLI command that changes it: while a gateway runs on
+/// `data`, its replicated changes go to that gateway's pair node (and so
+/// through the pair's log), like the console's.
+async fn open_store_for_change(data: &Path) -> Result<Store> {
+    let store = open_store(data).await?;
+    let dir = data.join(PAIR_DIR);
+    if let Ok(addr) = std::fs::read_to_string(dir.join(PAIR_ADDR_FILE)) {
+        if let Ok(identity) = uagate_pair::tls::Identity::load_or_create(&dir, "cli") {
+            if let Some(r) =
+                uagate_pair::node::AdminReplicator::connect(identity, addr.trim()).await
+            {
+                store.set_replicator(Some(std::sync::Arc::new(r)));
+            }
+        }
+    }
+    Ok(store)
+}
+
 /// The stored configuration (the replicated document with this
 /// appliance's overlay merged over it), or the defaults when none was
 /// imported. Called by `run`, `config import` (the document before) and
@@ -204,7 +247,42 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
     plan.log();
     let console_addr = config.listen.console_addr();
     let metrics_addr = config.listen.metrics;
+    // The pair node first: from here on every replicated change of the
+    // store goes through the pair's log.
+    let pair_listen = config.listen.pair_addr();
+    let advertise = config
+        .listen
+        .public_host
+        .as_ref()
+        .map(|h| format!("{h}:{}", pair_listen.port()))
+        .filter(|_| pair_listen.port() != 0);
+    let pair = uagate_pair::PairNode::start(
+        uagate_pair::NodeSettings {
+            dir: data.join(PAIR_DIR),
+            name: config
+                .server
+                .application_uri
+                .clone()
+                .unwrap_or_else(|| "uagate".into()),
+            listen: pair_listen,
+            advertise,
+        },
+        store.clone(),
+    )
+    .await
+    .with_context(|| format!("cannot start the pair listener on {pair_listen}"))?;
+    // Where the CLI finds it (the port may be ephemeral).
+    std::fs::write(
+        data.join(PAIR_DIR).join(PAIR_ADDR_FILE),
+        pair.local_addr().to_string(),
+    )
+    .context("cannot record the pair listener's address")?;
     let gateway = uagate_server::start(config, store.clone(), data).await?;
+    let pair_task = tokio::spawn(follow_pair(
+        pair.clone(),
+        gateway.engine.clone(),
+        gateway.cancel_token(),
+    ));
     // The console: its own HTTPS listener with the appliance certificate.
     let console = tokio::net::TcpListener::bind(console_addr)
         .await
@@ -266,11 +344,83 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
     if let Some(url) = &scrape_url {
         println!("METRICS {url}");
     }
+    println!(
+        "PAIR {} FINGERPRINT {}",
+        pair.local_addr(),
+        pair.fingerprint()
+    );
     wait_for_stop().await;
     gateway.shutdown().await;
+    let _ = pair_task.await;
+    pair.stop().await;
     let _ = console_task.await;
     if let Some(t) = scrape_task {
         let _ = t.await;
+    }
+    Ok(())
+}
+
+/// The pair directory in the data directory.
+const PAIR_DIR: &str = "pair";
+/// File in the pair directory holding the running pair listener's address.
+const PAIR_ADDR_FILE: &str = "listen";
+
+/// Every second until `cancel`: tells the engine this appliance's role in
+/// the pair and whether replication stopped on an integrity fault (they
+/// feed the computed ServiceLevel).
+async fn follow_pair(
+    pair: std::sync::Arc<uagate_pair::PairNode>,
+    engine: std::sync::Arc<uagate_server::Engine>,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let Ok(status) = pair.status().await else {
+            continue;
+        };
+        let role = match status.role {
+            uagate_pair::PairRole::Standalone => uagate_server::level::PairRole::Standalone,
+            uagate_pair::PairRole::Primary => uagate_server::level::PairRole::Leader,
+            uagate_pair::PairRole::Standby => uagate_server::level::PairRole::Standby,
+        };
+        engine.set_pair_health(role, status.integrity_fault.is_some());
+    }
+}
+
+/// `uagate pair …`: asks the gateway running on `data` through its pair
+/// listener, with the appliance's own pair certificate.
+async fn pair_command(data: &Path, command: PairCommand) -> Result<()> {
+    use uagate_pair::wire::{AdminRequest, AdminResponse};
+    let dir = data.join(PAIR_DIR);
+    let addr = std::fs::read_to_string(dir.join(PAIR_ADDR_FILE)).with_context(|| {
+        format!(
+            "no gateway has run on {} yet (start `uagate run` first)",
+            data.display()
+        )
+    })?;
+    let identity = uagate_pair::tls::Identity::load_or_create(&dir, "cli")?;
+    let request = match &command {
+        PairCommand::Invite => AdminRequest::Invite,
+        PairCommand::Join { addr, code } => AdminRequest::Join {
+            addr: addr.clone(),
+            code: code.clone(),
+        },
+        PairCommand::Status => AdminRequest::Status,
+    };
+    let answer = uagate_pair::node::admin(&identity, addr.trim(), request)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e} (is `uagate run` running on this data directory?)"))?;
+    match answer {
+        AdminResponse::Invite { code, fingerprint } => {
+            println!("PAIRING CODE {code} FINGERPRINT {fingerprint}")
+        }
+        AdminResponse::Joined { leader } => println!("JOINED leader={leader}"),
+        AdminResponse::Status(status) => println!("{}", status.line()),
+        AdminResponse::Proposed(r) => println!("{r:?}"),
     }
     Ok(())
 }
@@ -387,7 +537,7 @@ async fn run() -> Result<()> {
             Ok(())
         }
         Command::User { command } => {
-            let store = open_store(&cli.data).await?;
+            let store = open_store_for_change(&cli.data).await?;
             match command {
                 UserCommand::Add { name, role } => {
                     let mut password = String::new();
@@ -412,7 +562,7 @@ async fn run() -> Result<()> {
             Ok(())
         }
         Command::Trust { command } => {
-            let store = open_store(&cli.data).await?;
+            let store = open_store_for_change(&cli.data).await?;
             match command {
                 TrustCommand::Add { file, issuer } => {
                     let bytes = std::fs::read(&file)
@@ -455,6 +605,7 @@ async fn run() -> Result<()> {
                 }
             },
         },
+        Command::Pair { command } => pair_command(&cli.data, command).await,
         Command::Plan { config } => {
             let config = match config {
                 Some(file) => Config::from_toml(
@@ -485,7 +636,7 @@ async fn run() -> Result<()> {
             }
         }
         Command::Config { command } => {
-            let store = open_store(&cli.data).await?;
+            let store = open_store_for_change(&cli.data).await?;
             match command {
                 ConfigCommand::Import { file } => {
                     let text = std::fs::read_to_string(&file)

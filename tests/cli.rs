@@ -413,8 +413,9 @@ fn config_import_tells_what_a_running_gateway_applies_live_and_what_needs_a_rest
         said.contains("applied live by a running gateway: isolation.trusted_owners"),
         "{said}"
     );
-    let logged = wait_for_line(&err, "configuration change", Duration::from_secs(20));
-    assert!(logged.contains("applied live"), "{logged}");
+    // (The store logs each applied change too: wait for the watcher's line.)
+    let logged = wait_for_line(&err, "applied live", Duration::from_secs(20));
+    assert!(logged.contains("configuration change"), "{logged}");
 
     let said = import(doc(7, 90));
     assert!(
@@ -531,5 +532,147 @@ fn tls_show_creates_a_certificate_and_tls_set_replaces_it_only_when_valid() {
     assert_eq!(
         std::fs::read_to_string(data.join("tls/cert.pem")).unwrap(),
         cert_a
+    );
+}
+
+/// Starts `uagate run` on `data` (imported `[listen]` on 127.0.0.1, port 0)
+/// and waits for its PAIR line.
+#[allow(clippy::unwrap_used)]
+fn run_gateway(data: &std::path::Path, conf: &std::path::Path) -> (KillOnDrop, String) {
+    std::fs::write(conf, "[listen]\nopc_tcp = \"127.0.0.1:0\"\n").unwrap();
+    let out = uagate(data)
+        .args(["config", "import"])
+        .arg(conf)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut child = KillOnDrop(
+        uagate(data)
+            .arg("run")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let out = lines(child.0.stdout.take().unwrap());
+    let pair = wait_for_line(&out, "PAIR ", Duration::from_secs(60));
+    let addr = pair
+        .split_whitespace()
+        .nth(1)
+        .expect("PAIR HOST:PORT")
+        .to_string();
+    (child, addr)
+}
+
+/// The standard output of a command that must have succeeded.
+fn ok(out: std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue 18 item 1: `uagate pair invite` / `join` / `status` while the
+/// gateways run, with the lines scripts rely on; a user added with the CLI
+/// on the primary reaches the standby; on the standby the CLI is refused,
+/// naming the leader.
+#[test]
+fn pair_invite_join_status_and_replicated_cli_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let (_ga, a_pair) = run_gateway(&a, &dir.path().join("a.toml"));
+    let (_gb, _) = run_gateway(&b, &dir.path().join("b.toml"));
+
+    let status = ok(uagate(&a).args(["pair", "status"]).output().unwrap());
+    assert!(status.starts_with("role=standalone leader="), "{status}");
+
+    let invite = ok(uagate(&a).args(["pair", "invite"]).output().unwrap());
+    let words: Vec<&str> = invite.split_whitespace().collect();
+    assert_eq!(&words[..2], ["PAIRING", "CODE"], "{invite}");
+    assert_eq!(words[3], "FINGERPRINT", "{invite}");
+    assert_eq!(words[4].len(), 64, "{invite}");
+    let code = words[2];
+
+    // A wrong code: non-zero with the reason.
+    let wrong = uagate(&b)
+        .args(["pair", "join", &a_pair, "0000-0000-0000-0000-0000"])
+        .output()
+        .unwrap();
+    assert!(!wrong.status.success());
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("wrong, used or expired"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+    let joined = ok(uagate(&b)
+        .args(["pair", "join", &a_pair, code])
+        .output()
+        .unwrap());
+    assert!(joined.starts_with("JOINED"), "{joined}");
+
+    // A user added with the CLI on the primary goes through the pair.
+    let mut add = uagate(&a)
+        .args(["user", "add", "olga", "--role", "operator"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    add.stdin
+        .take()
+        .unwrap()
+        .write_all(b"a long password 1\n")
+        .unwrap();
+    ok(add.wait_with_output().unwrap());
+    let t0 = Instant::now();
+    loop {
+        let users = ok(uagate(&b).args(["user", "list"]).output().unwrap());
+        if users.contains("olga") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "olga never reached B: {users}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let sb = ok(uagate(&b).args(["pair", "status"]).output().unwrap());
+    assert!(
+        sb.starts_with(&format!("role=standby leader={a_pair} epoch=")),
+        "{sb}"
+    );
+    let sa = ok(uagate(&a).args(["pair", "status"]).output().unwrap());
+    assert!(
+        sa.starts_with(&format!("role=primary leader={a_pair} epoch=")),
+        "{sa}"
+    );
+
+    // On the standby the CLI's change is refused, naming the leader.
+    let mut add = uagate(&b)
+        .args(["user", "add", "pete", "--role", "viewer"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    add.stdin
+        .take()
+        .unwrap()
+        .write_all(b"a long password 1\n")
+        .unwrap();
+    let out = add.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not the configuration leader") && err.contains(&a_pair),
+        "{err}"
     );
 }

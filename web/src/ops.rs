@@ -163,7 +163,12 @@ pub fn status(state: &WebState) -> StatusView {
         })
         .collect();
     StatusView {
-        role: "standalone".to_string(),
+        role: match engine.pair_role() {
+            uagate_server::level::PairRole::Standalone => "standalone",
+            uagate_server::level::PairRole::Leader => "primary",
+            uagate_server::level::PairRole::Standby => "standby",
+        }
+        .to_string(),
         state: server_state(engine.server_state()).to_string(),
         draining: engine.draining(),
         service_level: level,

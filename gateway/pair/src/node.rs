@@ -603,7 +603,25 @@ impl PairNode {
                 leader: self.join(&addr, &code).await?,
             }),
             AdminRequest::Status => Ok(AdminResponse::Status(self.status().await?)),
+            AdminRequest::Propose(p) => Ok(AdminResponse::Proposed(self.write(p).await?)),
         }
+    }
+}
+
+/// What a proposer of a replicated change gets from the pair's outcome.
+fn outcome(result: Result<ApplyResponse, PairError>) -> Result<uagate_store::Applied, StoreError> {
+    match result {
+        Ok(ApplyResponse::Applied { seq, epoch }) => {
+            Ok(uagate_store::Applied::replicated(seq, epoch))
+        }
+        Ok(ApplyResponse::Refused {
+            refusal: Some(r), ..
+        }) => Err(r.into()),
+        Ok(ApplyResponse::Refused { reason, .. }) => Err(StoreError::Replication(reason)),
+        Ok(other) => Err(StoreError::Replication(format!(
+            "the change was not applied: {other:?}"
+        ))),
+        Err(e) => Err(StoreError::Replication(e.to_string())),
     }
 }
 
@@ -617,16 +635,41 @@ impl uagate_store::Replicator for LogReplicator {
             let Some(node) = node.upgrade() else {
                 return Err(StoreError::Replication("the pair node stopped".into()));
             };
-            match node.write(proposal).await {
-                Ok(ApplyResponse::Applied { seq, epoch }) => {
-                    Ok(uagate_store::Applied::replicated(seq, epoch))
-                }
-                Ok(ApplyResponse::Refused {
-                    refusal: Some(r), ..
-                }) => Err(r.into()),
-                Ok(ApplyResponse::Refused { reason, .. }) => Err(StoreError::Replication(reason)),
+            outcome(node.write(proposal).await)
+        })
+    }
+}
+
+/// The way into the pair's log for a CLI command while the gateway runs
+/// on the same data directory: the change is sent to the running node
+/// (with the appliance's own certificate), which commits it like any other.
+pub struct AdminReplicator {
+    identity: Identity,
+    addr: String,
+}
+
+impl AdminReplicator {
+    /// A replicator through the running node at `addr`, or `None` when no
+    /// node answers there (the gateway is not running). Called by the CLI
+    /// before it changes the store.
+    pub async fn connect(identity: Identity, addr: &str) -> Option<AdminReplicator> {
+        let (_, fp) = connect(&identity, addr).await.ok()?;
+        (fp == identity.fingerprint()).then(|| AdminReplicator {
+            identity,
+            addr: addr.to_string(),
+        })
+    }
+}
+
+impl uagate_store::Replicator for AdminReplicator {
+    fn propose(&self, proposal: Proposal<Change>) -> uagate_store::Replicated {
+        let identity = self.identity.clone();
+        let addr = self.addr.clone();
+        Box::pin(async move {
+            match admin(&identity, &addr, AdminRequest::Propose(proposal)).await {
+                Ok(AdminResponse::Proposed(r)) => outcome(Ok(r)),
                 Ok(other) => Err(StoreError::Replication(format!(
-                    "the change was not applied: {other:?}"
+                    "unexpected answer {other:?}"
                 ))),
                 Err(e) => Err(StoreError::Replication(e.to_string())),
             }

@@ -14,6 +14,7 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::error::PairError;
 use crate::{NodeId, PairConfig};
+use uagate_store::{Change, Proposal};
 
 /// Largest frame (a snapshot chunk is at most 3 MiB, openraft's default).
 pub const MAX_FRAME: usize = 16 * 1024 * 1024;
@@ -88,6 +89,10 @@ pub enum AdminRequest {
     },
     /// `uagate pair status`.
     Status,
+    /// A replicated change made by a CLI command (`user add`, `trust add`,
+    /// `config import`, …) while the gateway runs: it goes through the
+    /// pair's log like every other writer's.
+    Propose(Proposal<Change>),
 }
 
 /// The answer to an [`AdminRequest`].
@@ -108,6 +113,8 @@ pub enum AdminResponse {
     },
     /// The node's state.
     Status(crate::node::PairStatus),
+    /// What a proposed change did.
+    Proposed(crate::ApplyResponse),
 }
 
 /// A framed pair connection over any stream (a TLS stream in practice).

@@ -9,7 +9,7 @@ use uagate_config::{Config, Redundancy};
 use uagate_store::Store;
 
 use crate::health::{self, RequestedState};
-use crate::level::{Computed, Health, LevelMachine};
+use crate::level::{Computed, Health, LevelMachine, PairRole};
 use crate::reconfigure::ReconfigureStatus;
 use crate::space::AddressSpace;
 
@@ -24,6 +24,9 @@ pub(crate) struct ServerControl {
     /// Computes ServiceLevel from the appliance's health, and its last
     /// result (what is published while running normally).
     level: Mutex<(LevelMachine, Computed)>,
+    /// The appliance's role in the pair and whether replication stopped on
+    /// an integrity fault, as the pair last told.
+    pair: Mutex<(PairRole, bool)>,
     /// `[redundancy]` of the start-up configuration (ServerRedundancy).
     redundancy: Redundancy,
     /// This server's application URI (its entry in the redundant set).
@@ -68,6 +71,7 @@ impl ServerControl {
                 );
                 Mutex::new((machine, first))
             },
+            pair: Mutex::new((PairRole::Standalone, false)),
             redundancy: config.redundancy.clone(),
             application_uri: application_uri.to_string(),
             applied: Mutex::new(config.clone()),
@@ -146,6 +150,16 @@ impl ServerControl {
             _ => computed.to_string(),
         };
         (source, reason)
+    }
+
+    /// Records the pair role and integrity (see [`crate::Engine::set_pair_health`]).
+    pub(crate) fn set_pair_health(&self, role: PairRole, integrity_fault: bool) {
+        *self.pair.lock() = (role, integrity_fault);
+    }
+
+    /// The pair role and integrity fault, as last recorded.
+    pub(crate) fn pair_health(&self) -> (PairRole, bool) {
+        *self.pair.lock()
     }
 
     /// The last computed ServiceLevel and its reason.

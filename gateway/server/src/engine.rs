@@ -108,6 +108,19 @@ impl Engine {
         self.control.publish(&self.space);
     }
 
+    /// Tells the engine this appliance's role in the pair and whether
+    /// replication stopped on an integrity fault (they feed the computed
+    /// ServiceLevel at the next housekeeping tick). Called every second by
+    /// the pair's follower task.
+    pub fn set_pair_health(&self, role: crate::level::PairRole, integrity_fault: bool) {
+        self.control.set_pair_health(role, integrity_fault);
+    }
+
+    /// This appliance's role in the pair, as last told.
+    pub fn pair_role(&self) -> crate::level::PairRole {
+        self.control.pair_health().0
+    }
+
     /// Computes the ServiceLevel from the appliance's health now (its field
     /// connections, sessions and configuration; see [`crate::level`]) and
     /// publishes it when it changed. Called every second by housekeeping.
@@ -124,10 +137,11 @@ impl Engine {
                 (f.name.clone(), up)
             })
             .collect();
+        let (role, integrity_fault) = self.control.pair_health();
         let health = crate::level::Health {
-            role: crate::level::PairRole::Standalone,
+            role,
             config_loaded: true,
-            integrity_fault: false,
+            integrity_fault,
             fields,
             sessions: self.session_count(),
             max_sessions: usize::try_from(config.server.max_session_count).unwrap_or(usize::MAX),
