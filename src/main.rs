@@ -387,7 +387,16 @@ async fn follow_pair(
             uagate_pair::PairRole::Primary => uagate_server::level::PairRole::Leader,
             uagate_pair::PairRole::Standby => uagate_server::level::PairRole::Standby,
         };
-        engine.set_pair_health(role, status.integrity_fault.is_some());
+        engine.set_pair_view(uagate_server::level::PairView {
+            role,
+            node_id: status.node_id,
+            leader: status.leader,
+            epoch: status.epoch,
+            applied: status.applied,
+            fingerprint: status.fingerprint,
+            members: status.members,
+            integrity_fault: status.integrity_fault,
+        });
     }
 }
 

@@ -67,6 +67,11 @@ pub async fn status(State(state): State<WebState>) -> Json<StatusView> {
     Json(ops::status(&state))
 }
 
+/// This appliance's place in the pair (`GET /api/v1/pair`).
+pub async fn pair(State(state): State<WebState>) -> Json<ops::PairStatusView> {
+    Json(ops::pair(&state))
+}
+
 /// The isolation plan of the configuration in force.
 pub async fn plan(State(state): State<WebState>) -> Result<Json<Vec<StageView>>, ApiError> {
     let plan = uagate_isolation::plan::Plan::build(&state.engine.applied_config())

@@ -208,6 +208,40 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     }
     r.register(Box::new(rejections))?;
 
+    let pair = engine.pair_view();
+    let pair_role = IntGaugeVec::new(
+        Opts::new(
+            "pair_role",
+            "This appliance's role in the pair: 1 for the current one (standalone, primary, standby).",
+        ),
+        &["role"],
+    )?;
+    let current = crate::ops::role_name(pair.role);
+    for role in ["standalone", "primary", "standby"] {
+        pair_role
+            .with_label_values(&[role])
+            .set(i64::from(role == current));
+    }
+    r.register(Box::new(pair_role))?;
+    let pair_epoch = IntGauge::new("pair_epoch", "The pair's replication epoch.")?;
+    pair_epoch.set(pair.epoch);
+    r.register(Box::new(pair_epoch))?;
+    let pair_applied = IntGauge::new(
+        "pair_applied_index",
+        "Index of the last replicated change applied here (compare across the pair for the lag).",
+    )?;
+    pair_applied.set(i64::try_from(pair.applied).unwrap_or(i64::MAX));
+    r.register(Box::new(pair_applied))?;
+    let pair_members = IntGauge::new("pair_members", "Members of the pair (1 when standalone).")?;
+    pair_members.set(i64::try_from(pair.members.len()).unwrap_or(i64::MAX));
+    r.register(Box::new(pair_members))?;
+    let pair_fault = IntGauge::new(
+        "pair_integrity_fault",
+        "1 while replication is stopped here on an integrity fault (a forged or altered entry).",
+    )?;
+    pair_fault.set(i64::from(pair.integrity_fault.is_some()));
+    r.register(Box::new(pair_fault))?;
+
     let field_state = IntGaugeVec::new(
         Opts::new(
             "field_connection_state",

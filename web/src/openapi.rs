@@ -86,6 +86,13 @@ fn operations() -> Vec<Op> {
         ),
         op(
             "get",
+            "/api/v1/pair",
+            "This appliance's place in the pair: role, leader, epoch, applied index, members, integrity",
+            None,
+            schema::<crate::ops::PairStatusView>(),
+        ),
+        op(
+            "get",
             "/api/v1/plan",
             "The isolation plan in force (the `uagate plan` table)",
             None,

@@ -117,6 +117,70 @@ pub struct FieldView {
     pub failover_count: u64,
 }
 
+/// `GET /api/v1/pair` answer: this appliance's place in the pair.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PairStatusView {
+    /// `standalone`, `primary` or `standby`.
+    pub role: String,
+    /// This appliance's node id in the pair (0 before the pair node started).
+    pub node_id: u64,
+    /// The configuration leader's pair address (`host:port`), when known.
+    pub leader: Option<String>,
+    /// The replication epoch.
+    pub epoch: i64,
+    /// Index of the last replicated change applied here.
+    pub applied: u64,
+    /// SHA-256 fingerprint of this appliance's pair certificate.
+    pub fingerprint: String,
+    /// The members.
+    pub members: Vec<PairMemberView>,
+    /// Why replication stopped here (a forged or altered entry), if it did.
+    pub integrity_fault: Option<String>,
+}
+
+/// One member of the pair in [`PairStatusView`].
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PairMemberView {
+    /// Its node id.
+    pub node_id: u64,
+    /// Its pair address.
+    pub addr: String,
+    /// Whether it votes (the primary of a pair without witness is the only voter).
+    pub voter: bool,
+}
+
+/// The word for a pair role in REST and the metrics.
+pub fn role_name(role: uagate_server::level::PairRole) -> &'static str {
+    match role {
+        uagate_server::level::PairRole::Standalone => "standalone",
+        uagate_server::level::PairRole::Leader => "primary",
+        uagate_server::level::PairRole::Standby => "standby",
+    }
+}
+
+/// This appliance's place in the pair.
+pub fn pair(state: &WebState) -> PairStatusView {
+    let v = state.engine.pair_view();
+    PairStatusView {
+        role: role_name(v.role).to_string(),
+        node_id: v.node_id,
+        leader: v.leader,
+        epoch: v.epoch,
+        applied: v.applied,
+        fingerprint: v.fingerprint,
+        members: v
+            .members
+            .into_iter()
+            .map(|(node_id, addr, voter)| PairMemberView {
+                node_id,
+                addr,
+                voter,
+            })
+            .collect(),
+        integrity_fault: v.integrity_fault,
+    }
+}
+
 /// `GET /api/v1/status` answer.
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatusView {
@@ -163,12 +227,7 @@ pub fn status(state: &WebState) -> StatusView {
         })
         .collect();
     StatusView {
-        role: match engine.pair_role() {
-            uagate_server::level::PairRole::Standalone => "standalone",
-            uagate_server::level::PairRole::Leader => "primary",
-            uagate_server::level::PairRole::Standby => "standby",
-        }
-        .to_string(),
+        role: role_name(engine.pair_role()).to_string(),
         state: server_state(engine.server_state()).to_string(),
         draining: engine.draining(),
         service_level: level,

@@ -149,6 +149,7 @@ pub fn table() -> Vec<Route> {
         api(POST, "/api/v1/setup", PUBLIC, api::setup),
         api(POST, "/api/v1/logout", VIEWER, api::logout),
         api(GET, "/api/v1/status", VIEWER, api::status),
+        api(GET, "/api/v1/pair", VIEWER, api::pair),
         api(GET, "/api/v1/plan", VIEWER, api::plan),
         api(POST, "/api/v1/plan/preview", VIEWER, api::preview_plan),
         api(GET, "/api/v1/config", VIEWER, api::get_config),

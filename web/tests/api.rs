@@ -542,3 +542,66 @@ async fn a_service_level_override_has_a_reason_and_expires() {
     assert_eq!(b["service_level_reason"], "all healthy", "{b}");
     f.stop().await;
 }
+
+/// Issue 18 item 7: `GET /api/v1/pair` and the pair metrics show what the
+/// pair node last told the engine; the role and an integrity fault feed
+/// the computed ServiceLevel (standby 230; a fault: Degraded, at most 150).
+#[tokio::test]
+async fn the_pair_is_shown_by_rest_and_metrics_and_moves_the_service_level() {
+    let f = Fixture::start().await;
+    let viewer = f.token("viewer").await;
+    let (s, b, _) = f.call(get("/api/v1/pair", Some(&viewer))).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b["role"], "standalone", "{b}");
+    assert_eq!(b["integrity_fault"], Value::Null, "{b}");
+
+    let engine = f.state.engine.clone();
+    let mut view = uagate_server::level::PairView {
+        role: uagate_server::level::PairRole::Standby,
+        node_id: 7,
+        leader: Some("10.0.0.1:4850".into()),
+        epoch: 3,
+        applied: 42,
+        fingerprint: "ab".repeat(32),
+        members: vec![
+            (1, "10.0.0.1:4850".into(), true),
+            (7, "10.0.0.2:4850".into(), false),
+        ],
+        integrity_fault: None,
+    };
+    engine.set_pair_view(view.clone());
+    engine.update_service_level();
+    let (_, b, _) = f.call(get("/api/v1/pair", Some(&viewer))).await;
+    assert_eq!(b["role"], "standby", "{b}");
+    assert_eq!(b["leader"], "10.0.0.1:4850", "{b}");
+    assert_eq!(b["applied"], 42, "{b}");
+    assert_eq!(b["members"][1]["voter"], false, "{b}");
+    let (_, st, _) = f.call(get("/api/v1/status", Some(&viewer))).await;
+    assert_eq!(st["role"], "standby", "{st}");
+    assert_eq!(st["service_level"], 230, "{st}");
+    assert_eq!(st["service_level_reason"], "standby, all healthy", "{st}");
+
+    view.integrity_fault =
+        Some("an entry proposed by node 1 does not carry its valid signature".into());
+    engine.set_pair_view(view);
+    engine.update_service_level();
+    let (_, st, _) = f.call(get("/api/v1/status", Some(&viewer))).await;
+    assert_eq!(st["service_level"], 150, "{st}");
+    assert_eq!(st["service_level_subrange"], "degraded", "{st}");
+    let (_, metrics, _) = f.call(get("/metrics", Some(&viewer))).await;
+    let metrics = metrics
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or(metrics.to_string());
+    for line in [
+        "uagate_pair_role{role=\"standby\"} 1",
+        "uagate_pair_role{role=\"primary\"} 0",
+        "uagate_pair_epoch 3",
+        "uagate_pair_applied_index 42",
+        "uagate_pair_members 2",
+        "uagate_pair_integrity_fault 1",
+    ] {
+        assert!(metrics.contains(line), "{line} missing: {metrics}");
+    }
+    f.stop().await;
+}

@@ -23,6 +23,7 @@ const ROLES: &[(&str, &str, &str)] = &[
     ("POST", "/api/v1/setup", "none"),
     ("POST", "/api/v1/logout", "viewer"),
     ("GET", "/api/v1/status", "viewer"),
+    ("GET", "/api/v1/pair", "viewer"),
     ("GET", "/api/v1/plan", "viewer"),
     ("POST", "/api/v1/plan/preview", "viewer"),
     ("GET", "/api/v1/config", "viewer"),

@@ -9,7 +9,7 @@ use uagate_config::{Config, Redundancy};
 use uagate_store::Store;
 
 use crate::health::{self, RequestedState};
-use crate::level::{Computed, Health, LevelMachine, PairRole};
+use crate::level::{Computed, Health, LevelMachine, PairRole, PairView};
 use crate::reconfigure::ReconfigureStatus;
 use crate::space::AddressSpace;
 
@@ -24,9 +24,8 @@ pub(crate) struct ServerControl {
     /// Computes ServiceLevel from the appliance's health, and its last
     /// result (what is published while running normally).
     level: Mutex<(LevelMachine, Computed)>,
-    /// The appliance's role in the pair and whether replication stopped on
-    /// an integrity fault, as the pair last told.
-    pair: Mutex<(PairRole, bool)>,
+    /// The appliance pair as the pair node last told.
+    pair: Mutex<PairView>,
     /// `[redundancy]` of the start-up configuration (ServerRedundancy).
     redundancy: Redundancy,
     /// This server's application URI (its entry in the redundant set).
@@ -71,7 +70,7 @@ impl ServerControl {
                 );
                 Mutex::new((machine, first))
             },
-            pair: Mutex::new((PairRole::Standalone, false)),
+            pair: Mutex::new(PairView::default()),
             redundancy: config.redundancy.clone(),
             application_uri: application_uri.to_string(),
             applied: Mutex::new(config.clone()),
@@ -152,14 +151,20 @@ impl ServerControl {
         (source, reason)
     }
 
-    /// Records the pair role and integrity (see [`crate::Engine::set_pair_health`]).
-    pub(crate) fn set_pair_health(&self, role: PairRole, integrity_fault: bool) {
-        *self.pair.lock() = (role, integrity_fault);
+    /// Records the pair's state (see [`crate::Engine::set_pair_view`]).
+    pub(crate) fn set_pair_view(&self, view: PairView) {
+        *self.pair.lock() = view;
     }
 
-    /// The pair role and integrity fault, as last recorded.
+    /// The pair's state as last recorded.
+    pub(crate) fn pair_view(&self) -> PairView {
+        self.pair.lock().clone()
+    }
+
+    /// The pair role and whether an integrity fault stopped replication.
     pub(crate) fn pair_health(&self) -> (PairRole, bool) {
-        *self.pair.lock()
+        let p = self.pair.lock();
+        (p.role, p.integrity_fault.is_some())
     }
 
     /// The last computed ServiceLevel and its reason.

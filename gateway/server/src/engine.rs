@@ -108,12 +108,17 @@ impl Engine {
         self.control.publish(&self.space);
     }
 
-    /// Tells the engine this appliance's role in the pair and whether
-    /// replication stopped on an integrity fault (they feed the computed
-    /// ServiceLevel at the next housekeeping tick). Called every second by
-    /// the pair's follower task.
-    pub fn set_pair_health(&self, role: crate::level::PairRole, integrity_fault: bool) {
-        self.control.set_pair_health(role, integrity_fault);
+    /// Tells the engine the pair's state: its role and whether replication
+    /// stopped on an integrity fault feed the computed ServiceLevel at the
+    /// next housekeeping tick; REST and the metrics show the rest. Called
+    /// every second by the pair's follower task.
+    pub fn set_pair_view(&self, view: crate::level::PairView) {
+        self.control.set_pair_view(view);
+    }
+
+    /// The pair's state, as last told.
+    pub fn pair_view(&self) -> crate::level::PairView {
+        self.control.pair_view()
     }
 
     /// This appliance's role in the pair, as last told.

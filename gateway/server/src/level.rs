@@ -61,6 +61,29 @@ pub enum PairRole {
     Standby,
 }
 
+/// What the engine knows of the appliance pair: told every second by the
+/// pair node's follower task (`uagate run`), shown by REST
+/// `GET /api/v1/pair` and the metrics, and fed into the ServiceLevel.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PairView {
+    /// This appliance's role.
+    pub role: PairRole,
+    /// Its Raft node id (0 until the pair node reported).
+    pub node_id: u64,
+    /// The configuration leader's pair address, when known.
+    pub leader: Option<String>,
+    /// The replication epoch.
+    pub epoch: i64,
+    /// Index of the last log entry applied to the store.
+    pub applied: u64,
+    /// SHA-256 fingerprint of this appliance's pair certificate.
+    pub fingerprint: String,
+    /// The members: node id, pair address, whether it votes.
+    pub members: Vec<(u64, String, bool)>,
+    /// The integrity fault that stopped replication here, if any.
+    pub integrity_fault: Option<String>,
+}
+
 /// What the computed ServiceLevel is made of; gathered by the engine every
 /// second.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
