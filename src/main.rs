@@ -266,6 +266,7 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
                 .unwrap_or_else(|| "uagate".into()),
             listen: pair_listen,
             advertise,
+            application_uri: uagate_server::application_uri(&config, &uagate_server::host_name()),
         },
         store.clone(),
     )
@@ -394,7 +395,16 @@ async fn follow_pair(
             epoch: status.epoch,
             applied: status.applied,
             fingerprint: status.fingerprint,
-            members: status.members,
+            members: status
+                .members
+                .into_iter()
+                .map(|m| uagate_server::level::PairMember {
+                    node_id: m.node_id,
+                    addr: m.addr,
+                    voter: m.voter,
+                    application_uri: m.application_uri,
+                })
+                .collect(),
             integrity_fault: status.integrity_fault,
         });
     }

@@ -147,6 +147,8 @@ pub struct PairMemberView {
     pub addr: String,
     /// Whether it votes (the primary of a pair without witness is the only voter).
     pub voter: bool,
+    /// Its OPC UA application URI.
+    pub application_uri: String,
 }
 
 /// The word for a pair role in REST and the metrics.
@@ -171,10 +173,11 @@ pub fn pair(state: &WebState) -> PairStatusView {
         members: v
             .members
             .into_iter()
-            .map(|(node_id, addr, voter)| PairMemberView {
-                node_id,
-                addr,
-                voter,
+            .map(|m| PairMemberView {
+                node_id: m.node_id,
+                addr: m.addr,
+                voter: m.voter,
+                application_uri: m.application_uri,
             })
             .collect(),
         integrity_fault: v.integrity_fault,

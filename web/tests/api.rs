@@ -564,8 +564,18 @@ async fn the_pair_is_shown_by_rest_and_metrics_and_moves_the_service_level() {
         applied: 42,
         fingerprint: "ab".repeat(32),
         members: vec![
-            (1, "10.0.0.1:4850".into(), true),
-            (7, "10.0.0.2:4850".into(), false),
+            uagate_server::level::PairMember {
+                node_id: 1,
+                addr: "10.0.0.1:4850".into(),
+                voter: true,
+                application_uri: "urn:uagate:a".into(),
+            },
+            uagate_server::level::PairMember {
+                node_id: 7,
+                addr: "10.0.0.2:4850".into(),
+                voter: false,
+                application_uri: "urn:uagate:b".into(),
+            },
         ],
         integrity_fault: None,
     };

@@ -42,7 +42,7 @@ use uagate_store::{Change, Proposal};
 
 pub use error::PairError;
 pub use log_store::{LogStore, MAX_ENTRIES_PER_READ};
-pub use node::{NodeSettings, PairNode, PairRole, PairStatus};
+pub use node::{Member, NodeSettings, PairNode, PairRole, PairStatus};
 pub use state_machine::{Fault, SnapshotBuilder, StateMachine, SNAPSHOT_FILE};
 
 /// A Raft node id.
@@ -63,6 +63,10 @@ pub struct PeerNode {
     /// point): checks the signature of every entry the member proposes.
     #[serde(default)]
     pub public_key: String,
+    /// The member's OPC UA application URI (its entry in
+    /// `Server.ServerRedundancy.ServerUriArray` of the others).
+    #[serde(default)]
+    pub application_uri: String,
 }
 
 /// A replicated change as it travels in the log: the proposal, who

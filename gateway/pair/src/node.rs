@@ -101,8 +101,8 @@ pub struct PairStatus {
     pub applied: u64,
     /// SHA-256 fingerprint of this appliance's pair certificate.
     pub fingerprint: String,
-    /// The members: id, address, whether it votes.
-    pub members: Vec<(NodeId, String, bool)>,
+    /// The members.
+    pub members: Vec<Member>,
     /// An integrity fault that stopped replication on this node (a forged
     /// or altered entry), if any.
     pub integrity_fault: Option<String>,
@@ -127,6 +127,19 @@ impl PairStatus {
             }
         )
     }
+}
+
+/// One member of the pair in [`PairStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Its node id.
+    pub node_id: NodeId,
+    /// Its pair address.
+    pub addr: String,
+    /// Whether it votes.
+    pub voter: bool,
+    /// Its OPC UA application URI.
+    pub application_uri: String,
 }
 
 /// What the node keeps in [`NODE_FILE`].
@@ -189,6 +202,8 @@ pub struct NodeSettings {
     /// The address the other appliance reaches this one at (`host:port`);
     /// the listener's own address when `None`.
     pub advertise: Option<String>,
+    /// This appliance's OPC UA application URI.
+    pub application_uri: String,
 }
 
 /// This appliance's Raft member and pair listener.
@@ -197,6 +212,7 @@ pub struct PairNode {
     dir: PathBuf,
     identity: Identity,
     advertise: String,
+    application_uri: String,
     store: Store,
     raft: RwLock<Raft<PairConfig>>,
     /// The integrity fault the current state machine found, if any.
@@ -250,6 +266,7 @@ impl PairNode {
                 addr: advertise.clone(),
                 fingerprint: identity.fingerprint().to_string(),
                 public_key: identity.public_key(),
+                application_uri: settings.application_uri.clone(),
             };
             raft.initialize(BTreeMap::from([(file.node_id, me)]))
                 .await
@@ -260,6 +277,7 @@ impl PairNode {
             dir: settings.dir.clone(),
             identity: identity.clone(),
             advertise,
+            application_uri: settings.application_uri.clone(),
             store,
             raft: RwLock::new(raft),
             fault: Mutex::new(fault),
@@ -370,6 +388,7 @@ impl PairNode {
         let hello = JoinHello {
             node_id: self.id,
             addr: self.advertise.clone(),
+            application_uri: self.application_uri.clone(),
             proof: pairing::join_proof(&code, &leader_fp, self.fingerprint()),
         };
         conn.send(&Request::Join(hello)).await?;
@@ -470,7 +489,12 @@ impl PairNode {
             fingerprint: self.fingerprint().to_string(),
             members: members
                 .into_iter()
-                .map(|(id, n, voter)| (id, n.addr, voter))
+                .map(|(node_id, n, voter)| Member {
+                    node_id,
+                    addr: n.addr,
+                    voter,
+                    application_uri: n.application_uri,
+                })
                 .collect(),
             integrity_fault: self.fault.lock().lock().ok().and_then(|f| f.clone()),
         })
@@ -578,6 +602,7 @@ impl PairNode {
             addr: hello.addr.clone(),
             fingerprint: fp.to_string(),
             public_key: public_key.to_string(),
+            application_uri: hello.application_uri.clone(),
         };
         raft.add_learner(hello.node_id, node, false)
             .await

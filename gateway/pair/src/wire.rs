@@ -61,6 +61,9 @@ pub struct JoinHello {
     pub node_id: NodeId,
     /// Where its pair listener is reachable (`host:port`).
     pub addr: String,
+    /// Its OPC UA application URI.
+    #[serde(default)]
+    pub application_uri: String,
     /// [`crate::pairing::join_proof`] over the fingerprints it saw.
     pub proof: Vec<u8>,
 }

@@ -35,6 +35,7 @@ async fn appliance(name: &str) -> Appliance {
             name: name.into(),
             listen: "127.0.0.1:0".parse().unwrap(),
             advertise: None,
+            application_uri: format!("urn:uagate:{name}"),
         },
         store.clone(),
     )
@@ -162,6 +163,22 @@ async fn a_standby_joins_with_a_code_and_follows_the_primary() {
     let sa = a.node.status().await.unwrap();
     assert_eq!(sa.role, PairRole::Primary);
     assert_eq!(sa.members.len(), 2);
+    // Each member is known by its OPC UA application URI (ServerRedundancy).
+    let mut uris: Vec<&str> = sa
+        .members
+        .iter()
+        .map(|m| m.application_uri.as_str())
+        .collect();
+    uris.sort_unstable();
+    assert_eq!(uris, ["urn:uagate:a", "urn:uagate:b"]);
+    assert!(sa
+        .members
+        .iter()
+        .any(|m| m.node_id == a.node.id() && m.voter));
+    assert!(sa
+        .members
+        .iter()
+        .any(|m| m.node_id == b.node.id() && !m.voter));
     let t0 = Instant::now();
     let sb = loop {
         let sb = b.node.status().await.unwrap();

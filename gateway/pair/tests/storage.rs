@@ -74,6 +74,7 @@ fn peers() -> BTreeMap<u64, PeerNode> {
                 addr: "10.0.0.1:4850".into(),
                 fingerprint: signer().fingerprint().into(),
                 public_key: signer().public_key(),
+                application_uri: String::new(),
             },
         ),
         (
@@ -82,6 +83,7 @@ fn peers() -> BTreeMap<u64, PeerNode> {
                 addr: "10.0.0.2:4850".into(),
                 fingerprint: String::new(),
                 public_key: String::new(),
+                application_uri: String::new(),
             },
         ),
     ])

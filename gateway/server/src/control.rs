@@ -93,9 +93,25 @@ impl ServerControl {
             .current_server_id
             .clone()
             .unwrap_or_else(|| own_uri.clone());
+        // A pair without hand-written [redundancy]: a Hot set of its
+        // members (non-transparent, Part 4 §6.6.2), each serving with its
+        // own field sessions.
+        let pair = self.pair.lock().clone();
+        let (support, server_uris) =
+            if r.support == uagate_config::RedundancyMode::None && pair.members.len() > 1 {
+                let others: Vec<String> = pair
+                    .members
+                    .iter()
+                    .filter(|m| m.node_id != pair.node_id && !m.application_uri.is_empty())
+                    .map(|m| m.application_uri.clone())
+                    .collect();
+                (opcua_types::RedundancySupport::Hot, others)
+            } else {
+                (redundancy_support(r.support), r.server_uris.clone())
+            };
         space.set_redundancy(
-            redundancy_support(r.support),
-            &r.server_uris,
+            support,
+            &server_uris,
             &current,
             &[(own_uri, level, control.state())],
         );
@@ -152,8 +168,13 @@ impl ServerControl {
     }
 
     /// Records the pair's state (see [`crate::Engine::set_pair_view`]).
-    pub(crate) fn set_pair_view(&self, view: PairView) {
-        *self.pair.lock() = view;
+    /// Returns whether the membership changed (then ServerRedundancy must
+    /// be published again).
+    pub(crate) fn set_pair_view(&self, view: PairView) -> bool {
+        let mut pair = self.pair.lock();
+        let changed = pair.members != view.members || pair.node_id != view.node_id;
+        *pair = view;
+        changed
     }
 
     /// The pair's state as last recorded.

@@ -113,7 +113,10 @@ impl Engine {
     /// next housekeeping tick; REST and the metrics show the rest. Called
     /// every second by the pair's follower task.
     pub fn set_pair_view(&self, view: crate::level::PairView) {
-        self.control.set_pair_view(view);
+        if self.control.set_pair_view(view) {
+            // The membership drives Server.ServerRedundancy.
+            self.refresh_server_state();
+        }
     }
 
     /// The pair's state, as last told.

@@ -78,10 +78,23 @@ pub struct PairView {
     pub applied: u64,
     /// SHA-256 fingerprint of this appliance's pair certificate.
     pub fingerprint: String,
-    /// The members: node id, pair address, whether it votes.
-    pub members: Vec<(u64, String, bool)>,
+    /// The members.
+    pub members: Vec<PairMember>,
     /// The integrity fault that stopped replication here, if any.
     pub integrity_fault: Option<String>,
+}
+
+/// One member of the pair in [`PairView`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PairMember {
+    /// Its node id.
+    pub node_id: u64,
+    /// Its pair address.
+    pub addr: String,
+    /// Whether it votes.
+    pub voter: bool,
+    /// Its OPC UA application URI.
+    pub application_uri: String,
 }
 
 /// What the computed ServiceLevel is made of; gathered by the engine every

@@ -175,7 +175,8 @@ impl Gateway {
 /// How often the TLS certificate files are checked for a replacement.
 const TLS_WATCH_PERIOD: Duration = Duration::from_secs(2);
 
-fn host_name() -> String {
+/// This machine's host name (the default application URI and endpoint host).
+pub fn host_name() -> String {
     opcua_crypto::hostname().unwrap_or_else(|_| "localhost".into())
 }
 
@@ -209,6 +210,17 @@ fn certificate_hosts(hostname: &str, host: &str, addr: SocketAddr) -> Vec<String
 /// The local address space at start: the Server object with the limits
 /// of `[server]` and this build, the gateway namespace, and the demo nodes
 /// when configured.
+/// The gateway's OPC UA application URI: `[server] application_uri`, or
+/// `urn:uagate:<hostname>`. Called at start (and by the pair, which names
+/// the appliance by it).
+pub fn application_uri(config: &Config, hostname: &str) -> String {
+    config
+        .server
+        .application_uri
+        .clone()
+        .unwrap_or_else(|| format!("urn:uagate:{hostname}"))
+}
+
 fn local_space(config: &Config, application_uri: &str, hostname: &str) -> LocalSpace {
     let s = &config.server;
     let limits = SpaceLimits {
@@ -262,11 +274,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         wss: format!("opc.wss://{host}:{}/", tls_addr.port()),
         https: format!("opc.https://{host}:{}/", tls_addr.port()),
     };
-    let application_uri = config
-        .server
-        .application_uri
-        .clone()
-        .unwrap_or_else(|| format!("urn:uagate:{hostname}"));
+    let application_uri = application_uri(&config, &hostname);
     let hosts = certificate_hosts(&hostname, &host, addr);
     let identity = pki::load_or_create(
         data_dir,

@@ -78,3 +78,44 @@ async fn transparent_set_names_the_current_server_and_its_level() {
     assert_eq!(member.service_level, 180);
     gw.stop().await;
 }
+
+/// Issue 18 item 5: without hand-written `[redundancy]`, the pair's
+/// membership drives ServerRedundancy: a Hot set whose ServerUriArray lists
+/// the other appliance; back to standalone when the pair is one member.
+#[tokio::test]
+async fn the_pair_membership_makes_a_hot_set() {
+    use uagate_server::level::{PairMember, PairRole, PairView};
+    let gw = TestGateway::start("[server]\napplication_uri = \"urn:uagate:a\"\n").await;
+    let member = |node_id: u64, uri: &str| PairMember {
+        node_id,
+        addr: format!("10.0.0.{node_id}:4850"),
+        voter: node_id == 1,
+        application_uri: uri.into(),
+    };
+    gw.engine().set_pair_view(PairView {
+        role: PairRole::Leader,
+        node_id: 1,
+        members: vec![member(1, "urn:uagate:a"), member(2, "urn:uagate:b")],
+        ..PairView::default()
+    });
+    assert_eq!(
+        value(&gw, REDUNDANCY_SUPPORT).await,
+        Some(Variant::Int32(3)),
+        "Hot"
+    );
+    assert_eq!(
+        value(&gw, SERVER_URI_ARRAY).await,
+        Some(Variant::from(vec!["urn:uagate:b".to_string()]))
+    );
+    gw.engine().set_pair_view(PairView {
+        role: PairRole::Standalone,
+        node_id: 1,
+        members: vec![member(1, "urn:uagate:a")],
+        ..PairView::default()
+    });
+    assert_eq!(
+        value(&gw, REDUNDANCY_SUPPORT).await,
+        Some(Variant::Int32(0))
+    );
+    gw.stop().await;
+}
