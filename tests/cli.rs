@@ -568,6 +568,24 @@ fn run_gateway(data: &std::path::Path, conf: &std::path::Path) -> (KillOnDrop, S
     (child, addr)
 }
 
+/// `uagate user add NAME --role ROLE` on `data` with a password on stdin.
+#[allow(clippy::unwrap_used)]
+fn user_add(data: &std::path::Path, name: &str, role: &str) -> std::process::Output {
+    let mut add = uagate(data)
+        .args(["user", "add", name, "--role", role])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    add.stdin
+        .take()
+        .unwrap()
+        .write_all(b"a long password 1\n")
+        .unwrap();
+    add.wait_with_output().unwrap()
+}
+
 /// The standard output of a command that must have succeeded.
 fn ok(out: std::process::Output) -> String {
     assert!(
@@ -619,19 +637,7 @@ fn pair_invite_join_status_and_replicated_cli_changes() {
     assert!(joined.starts_with("JOINED"), "{joined}");
 
     // A user added with the CLI on the primary goes through the pair.
-    let mut add = uagate(&a)
-        .args(["user", "add", "olga", "--role", "operator"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    add.stdin
-        .take()
-        .unwrap()
-        .write_all(b"a long password 1\n")
-        .unwrap();
-    ok(add.wait_with_output().unwrap());
+    ok(user_add(&a, "olga", "operator"));
     let t0 = Instant::now();
     loop {
         let users = ok(uagate(&b).args(["user", "list"]).output().unwrap());
@@ -656,19 +662,7 @@ fn pair_invite_join_status_and_replicated_cli_changes() {
     );
 
     // On the standby the CLI's change is refused, naming the leader.
-    let mut add = uagate(&b)
-        .args(["user", "add", "pete", "--role", "viewer"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    add.stdin
-        .take()
-        .unwrap()
-        .write_all(b"a long password 1\n")
-        .unwrap();
-    let out = add.wait_with_output().unwrap();
+    let out = user_add(&b, "pete", "viewer");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
