@@ -105,6 +105,10 @@ enum PairCommand {
     },
     /// `role=primary|standby|standalone leader=HOST:PORT epoch=N applied=N …`.
     Status,
+    /// Leave the pair: on the standby it becomes standalone again (keeping
+    /// the configuration it had), on the primary the other appliance is
+    /// dropped.
+    Leave,
 }
 
 #[derive(Subcommand)]
@@ -429,6 +433,7 @@ async fn pair_command(data: &Path, command: PairCommand) -> Result<()> {
             code: code.clone(),
         },
         PairCommand::Status => AdminRequest::Status,
+        PairCommand::Leave => AdminRequest::Leave,
     };
     let answer = uagate_pair::node::admin(&identity, addr.trim(), request)
         .await
@@ -440,6 +445,7 @@ async fn pair_command(data: &Path, command: PairCommand) -> Result<()> {
         AdminResponse::Joined { leader } => println!("JOINED leader={leader}"),
         AdminResponse::Status(status) => println!("{}", status.line()),
         AdminResponse::Proposed(r) => println!("{r:?}"),
+        AdminResponse::Left => println!("LEFT"),
     }
     Ok(())
 }

@@ -540,6 +540,9 @@ impl PairNode {
             Request::Admin(req) => {
                 Response::Admin(self.admin(req).await.map_err(|e| e.to_string()))
             }
+            Request::Leave { node_id } => {
+                Response::Left(self.drop_member(fp, node_id, &raft).await)
+            }
         }
     }
 
@@ -614,6 +617,107 @@ impl PairNode {
         })
     }
 
+    /// Leaves the pair (`uagate pair leave`). On the primary: drops the
+    /// other members. On the standby: asks the primary to drop it (when it
+    /// answers), forgets the pinned certificate, drops its log and becomes
+    /// a one-member cluster again, keeping the configuration it had. Refused
+    /// on an appliance that is not paired.
+    pub async fn leave(&self) -> Result<(), PairError> {
+        let members = self.members().await;
+        let pinned = !self.file.lock().pinned.is_empty();
+        if members.len() <= 1 && !pinned {
+            return Err(PairError::Refused("this appliance is not paired".into()));
+        }
+        let raft = self.raft.read().await.clone();
+        let leader = raft.metrics().borrow().current_leader;
+        if leader == Some(self.id) {
+            let others: BTreeSet<NodeId> = members
+                .iter()
+                .map(|(id, _, _)| *id)
+                .filter(|id| *id != self.id)
+                .collect();
+            raft.change_membership(openraft::ChangeMembers::RemoveNodes(others), false)
+                .await
+                .map_err(|e| PairError::Raft(e.to_string()))?;
+            tracing::info!("left the pair: the other appliance was dropped");
+            return Ok(());
+        }
+        // Tell the primary, when it answers; leave anyway.
+        if let Some((_, node, _)) = members.iter().find(|(id, _, _)| Some(*id) == leader) {
+            match self.ask_to_drop(node).await {
+                Ok(()) => {
+                    tracing::info!(primary = %node.addr, "the primary dropped this appliance")
+                }
+                Err(e) => {
+                    tracing::warn!(primary = %node.addr, error = %e, "the primary was not told; leaving anyway")
+                }
+            }
+        }
+        {
+            let mut file = self.file.lock();
+            file.pinned.clear();
+            file.save(&self.dir.join(NODE_FILE))?;
+        }
+        self.reset_log().await?;
+        let raft = self.raft.read().await.clone();
+        let me = PeerNode {
+            addr: self.advertise.clone(),
+            fingerprint: self.fingerprint().to_string(),
+            public_key: self.identity.public_key(),
+            application_uri: self.application_uri.clone(),
+        };
+        raft.initialize(BTreeMap::from([(self.id, me)]))
+            .await
+            .map_err(|e| PairError::Raft(e.to_string()))?;
+        tracing::info!("left the pair: standalone again, with the configuration it had");
+        Ok(())
+    }
+
+    /// Asks the primary `node` to drop this appliance from the membership.
+    async fn ask_to_drop(&self, node: &PeerNode) -> Result<(), PairError> {
+        let (mut conn, fp) = connect(&self.identity, &node.addr).await?;
+        if fp != node.fingerprint {
+            return Err(PairError::Refused(format!(
+                "{} presented a certificate that is not the pinned one",
+                node.addr
+            )));
+        }
+        conn.send(&Request::Leave { node_id: self.id }).await?;
+        match tokio::time::timeout(ADMIN_TIMEOUT, conn.recv::<Response>()).await {
+            Ok(Ok(Some(Response::Left(Ok(()))))) => Ok(()),
+            Ok(Ok(Some(Response::Left(Err(why))))) => Err(PairError::Refused(why)),
+            Ok(Ok(other)) => Err(PairError::Refused(format!("unexpected answer {other:?}"))),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(PairError::Refused("no answer in time".into())),
+        }
+    }
+
+    /// The primary's side of a standby's `leave`: drops member `node_id`
+    /// when the request comes from that member's own certificate.
+    async fn drop_member(
+        &self,
+        fp: &str,
+        node_id: NodeId,
+        raft: &Raft<PairConfig>,
+    ) -> Result<(), String> {
+        let members = self.members().await;
+        if !members
+            .iter()
+            .any(|(id, n, _)| *id == node_id && n.fingerprint == fp)
+        {
+            tracing::warn!(fingerprint = %fp, node_id, "pair: leave request not from that member's certificate; refused");
+            return Err("only a member may take itself out of the pair".into());
+        }
+        raft.change_membership(
+            openraft::ChangeMembers::RemoveNodes(BTreeSet::from([node_id])),
+            false,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        tracing::info!(node_id, "a standby left the pair");
+        Ok(())
+    }
+
     /// Runs an administrative request of this appliance's own CLI.
     async fn admin(&self, req: AdminRequest) -> Result<AdminResponse, PairError> {
         match req {
@@ -629,6 +733,10 @@ impl PairNode {
             }),
             AdminRequest::Status => Ok(AdminResponse::Status(self.status().await?)),
             AdminRequest::Propose(p) => Ok(AdminResponse::Proposed(self.write(p).await?)),
+            AdminRequest::Leave => {
+                self.leave().await?;
+                Ok(AdminResponse::Left)
+            }
         }
     }
 }

@@ -34,6 +34,12 @@ pub enum Request {
     Join(JoinHello),
     /// The appliance's own CLI (its own certificate only).
     Admin(AdminRequest),
+    /// A standby leaves the pair (`uagate pair leave` there): the leader
+    /// drops it from the membership. Only from that member's certificate.
+    Leave {
+        /// The leaving member's node id.
+        node_id: NodeId,
+    },
 }
 
 /// The answer to a [`Request`].
@@ -50,6 +56,8 @@ pub enum Response {
     Welcome(Result<JoinWelcome, String>),
     /// To [`Request::Admin`].
     Admin(Result<AdminResponse, String>),
+    /// To [`Request::Leave`].
+    Left(Result<(), String>),
     /// The request is not allowed from this peer (unknown certificate).
     Refused(String),
 }
@@ -92,6 +100,8 @@ pub enum AdminRequest {
     },
     /// `uagate pair status`.
     Status,
+    /// `uagate pair leave`.
+    Leave,
     /// A replicated change made by a CLI command (`user add`, `trust add`,
     /// `config import`, …) while the gateway runs: it goes through the
     /// pair's log like every other writer's.
@@ -118,6 +128,8 @@ pub enum AdminResponse {
     Status(crate::node::PairStatus),
     /// What a proposed change did.
     Proposed(crate::ApplyResponse),
+    /// This appliance is standalone now.
+    Left,
 }
 
 /// A framed pair connection over any stream (a TLS stream in practice).

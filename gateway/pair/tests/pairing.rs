@@ -267,6 +267,30 @@ async fn a_standby_joins_with_a_code_and_follows_the_primary() {
     let again = join(&b, &a, &code2).await.unwrap_err();
     assert!(again.contains("already paired"), "{again}");
 
+    // `uagate pair leave` on the standby: standalone again with the
+    // configuration it had; the primary drops it; they go separate ways.
+    assert!(matches!(
+        cli(&b, AdminRequest::Leave).await.unwrap(),
+        AdminResponse::Left
+    ));
+    let t0 = Instant::now();
+    while a.node.status().await.unwrap().members.len() != 1 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "A still lists B");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sb = b.node.status().await.unwrap();
+    assert_eq!(sb.role, PairRole::Standalone, "{sb:?}");
+    assert_eq!(sa.epoch, sb.epoch);
+    assert!(users(&b.store).await.contains(&"erik".to_string()));
+    b.node.write(add_user("gina")).await.unwrap();
+    a.node.write(add_user("hans")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!users(&b.store).await.contains(&"hans".to_string()));
+    assert!(!users(&a.store).await.contains(&"gina".to_string()));
+    // Leaving again: not paired.
+    let e = cli(&b, AdminRequest::Leave).await.unwrap_err();
+    assert!(e.contains("not paired"), "{e}");
+
     a.node.stop().await;
     b.node.stop().await;
     c.node.stop().await;
@@ -310,6 +334,16 @@ async fn strangers_are_refused_on_the_pair_listener() {
     conn.send(&Request::Vote(vote)).await.unwrap();
     match conn.recv::<Response>().await.unwrap() {
         Some(Response::Refused(why)) => assert!(why.contains("not a member"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // A forged leave for A's own node id: refused.
+    conn.send(&Request::Leave {
+        node_id: a.node.id(),
+    })
+    .await
+    .unwrap();
+    match conn.recv::<Response>().await.unwrap() {
+        Some(Response::Left(Err(why))) => assert!(why.contains("only a member"), "{why}"),
         other => panic!("{other:?}"),
     }
     // A is unaffected: still the leader of its term, and writes work.
