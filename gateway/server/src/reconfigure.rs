@@ -221,6 +221,13 @@ impl Engine {
             if doc == seen_doc {
                 continue;
             }
+            if doc.document.is_none() && doc.node.is_some() {
+                // The first half of a first import (`config_store::save`
+                // writes the overlay, then the document): an overlay alone
+                // over the defaults is no configuration; wait for the
+                // document.
+                continue;
+            }
             seen_doc = doc.clone();
             match doc.config() {
                 Ok(Some(new)) => {
