@@ -397,6 +397,14 @@ pub struct LinkSession {
     generation: u64,
     /// Merges concurrent northbound Reads into southbound ones.
     pub(crate) reads: crate::coalesce::ReadCoalescer,
+    /// Publish answers (keep-alives included) the event subscription has
+    /// delivered: a refresh window closes once two came after the
+    /// southbound ConditionRefresh returned (see [`wait_refresh_end`]).
+    event_publishes: Arc<std::sync::atomic::AtomicU64>,
+    /// The active server of the connection's latest reconcile request for
+    /// this link. Reconcile tasks may start in any order; each reads this
+    /// once it holds the link's items, so the last request wins.
+    reconcile_active: Mutex<Option<usize>>,
 }
 
 impl std::fmt::Debug for LinkSession {
@@ -1108,7 +1116,7 @@ async fn run(inner: Arc<Inner>) {
                 // server's State and ServiceLevel as separate events).
                 for _ in 0..EVENT_BATCH {
                     let Ok(ev) = rx.try_recv() else { break };
-                    machine.handle(ev, now);
+                        machine.handle(ev, now);
                 }
             }
             _ = inner.items_changed.notified() => {}
@@ -1818,6 +1826,8 @@ async fn connect(
         losses,
         lost: lost.clone(),
         generation,
+        event_publishes: Arc::default(),
+        reconcile_active: Mutex::new(None),
         reads: crate::coalesce::ReadCoalescer::start(
             session.clone(),
             limits.max_nodes_per_read,
@@ -2044,27 +2054,28 @@ fn desired_mode(
     }
 }
 
+/// Asks for a reconcile of `ls` with `active` as the active server
+/// (called in the order the machine decided; the last request wins).
 fn spawn_reconcile(inner: &Arc<Inner>, ls: Arc<LinkSession>, active: Option<usize>) {
+    *ls.reconcile_active.lock() = active;
     let inner = inner.clone();
     tokio::spawn(async move {
-        if let Err(st) = reconcile(&inner, &ls, active).await {
+        if let Err(st) = reconcile(&inner, &ls).await {
             tracing::debug!(field = %inner.settings.name, server = ls.server, %st, "item reconcile failed");
         }
     });
 }
 
 /// Brings the southbound items of `ls` in line with the item table and the
-/// monitoring mode the link's role needs. Serialized per link.
-async fn reconcile(
-    inner: &Arc<Inner>,
-    ls: &Arc<LinkSession>,
-    active: Option<usize>,
-) -> Result<(), StatusCode> {
+/// monitoring mode the link's role needs (the latest requested, see
+/// [`LinkSession::reconcile_active`]). Serialized per link.
+async fn reconcile(inner: &Arc<Inner>, ls: &Arc<LinkSession>) -> Result<(), StatusCode> {
     let s = &inner.settings;
     let mut subs = ls.subs.lock().await;
     if ls.is_lost() {
         return Ok(());
     }
+    let active = *ls.reconcile_active.lock();
     let wanted: HashMap<u32, ItemKey> = inner.items.lock().keys().into_iter().collect();
     let session = ls.session();
     let (mode, publishing) = desired_mode(s.handling, ls, active);
@@ -2585,6 +2596,30 @@ impl Delivery {
     }
 }
 
+/// The callback of a link's event subscription: offers the events to the
+/// connection's event table, then counts the Publish answer (a refresh
+/// window waits for the answers after its southbound call).
+struct CountedEvents {
+    events: EventCallback,
+    publishes: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl opcua_client::OnSubscriptionNotificationCore for CountedEvents {
+    fn on_subscription_notification(
+        &mut self,
+        notification: opcua_types::NotificationMessage,
+        items: opcua_client::MonitoredItemMap<'_>,
+    ) {
+        opcua_client::OnSubscriptionNotificationCore::on_subscription_notification(
+            &mut self.events,
+            notification,
+            items,
+        );
+        self.publishes
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// The callback of a link's data subscription: hands every message to the
 /// subscription's [`Delivery`] (it runs under the client library's lock:
 /// no session call here).
@@ -2791,6 +2826,11 @@ async fn repair_gaps(
 /// items: events reach the gateway within it.
 const EVENT_PUBLISHING_INTERVAL: Duration = Duration::from_millis(100);
 
+/// Keep-alive count of a link's event subscription: an idle one answers a
+/// Publish at least every second, which bounds how long a refresh without
+/// RefreshStart on its item waits (see [`wait_refresh_end`]).
+const EVENT_KEEP_ALIVE_COUNT: u32 = 10;
+
 /// Queue size asked for each southbound event item (events between two
 /// publishes, and those a hot backup keeps while it only samples).
 const EVENT_QUEUE_SIZE: u32 = 1_000;
@@ -2843,15 +2883,19 @@ async fn reconcile_events(
                     let fields = map.event_fields_to_gateway(events.select_of(handle), &fields);
                     events.offer(handle, fields);
                 });
+            let cb = CountedEvents {
+                events: cb,
+                publishes: ls.event_publishes.clone(),
+            };
             let sub = session
                 .create_subscription(
                     EVENT_PUBLISHING_INTERVAL,
                     lifetime_count(
                         EVENT_PUBLISHING_INTERVAL,
-                        100,
+                        EVENT_KEEP_ALIVE_COUNT,
                         inner.settings.session_timeout,
                     ),
-                    100,
+                    EVENT_KEEP_ALIVE_COUNT,
                     0,
                     0,
                     publishing,
@@ -2919,13 +2963,6 @@ pub const CONDITION_REFRESH: u32 = 3875;
 /// MonitoredItemId.
 pub const CONDITION_REFRESH2: u32 = 12912;
 
-/// How long a refresh window stays open after the southbound call returned
-/// when the field server's RefreshStart did not reach the item (a where
-/// clause filtered it out, or the server raises it on its Server object
-/// only): the condition events come with the next publish of the event
-/// subscription ([`EVENT_PUBLISHING_INTERVAL`]).
-const REFRESH_SETTLE: Duration = Duration::from_secs(1);
-
 /// How often a refresh looks whether its RefreshEnd came, or its item was
 /// created.
 const REFRESH_POLL: Duration = Duration::from_millis(20);
@@ -2985,7 +3022,10 @@ async fn refresh_key(
     inner.events.lock().begin_refresh(key, to);
     let refreshed = match call_condition_refresh(ls, sub, mi, deadline).await {
         Ok(()) => {
-            wait_refresh_end(inner, key, deadline).await;
+            let answered = ls
+                .event_publishes
+                .load(std::sync::atomic::Ordering::Acquire);
+            wait_refresh_end(inner, ls, key, answered, deadline).await;
             true
         }
         Err(st) => {
@@ -2997,7 +3037,7 @@ async fn refresh_key(
 }
 
 /// The (subscription, monitored item) of the southbound item of `key` on
-/// `ls`, waiting until `deadline` for the item to be created; None when the
+/// `ls`, waiting until `deadline` for the item to be created and reporting; None when the
 /// key is no longer wanted, the item was refused or the session is lost.
 async fn southbound_item(
     inner: &Inner,
@@ -3011,7 +3051,11 @@ async fn southbound_item(
         let subs = tokio::time::timeout_at(deadline.into(), ls.subs.lock())
             .await
             .ok()?;
-        if let (Some(sub), Some(mi)) = (subs.events_sub, subs.events.get(&id)) {
+        // A refresh of an item that does not report yet (a link that just
+        // came up is reconciled in Sampling until it becomes the active
+        // one) is lost: field servers skip such items.
+        let reporting = subs.mode == Some(MonitoringMode::Reporting);
+        if let (Some(sub), Some(mi), true) = (subs.events_sub, subs.events.get(&id), reporting) {
             return Some((sub, *mi));
         }
         drop(subs);
@@ -3080,14 +3124,31 @@ async fn call_method(
 }
 
 /// Waits until the refresh window of `key` can close: the field server's
-/// RefreshEnd reached the item, or, when its RefreshStart did not within
-/// [`REFRESH_SETTLE`], then; at the latest at `deadline`.
-async fn wait_refresh_end(inner: &Inner, key: &EventKey, deadline: Instant) {
-    let settle = Instant::now() + REFRESH_SETTLE;
+/// RefreshEnd reached the item; or, when its RefreshStart did not, the
+/// event subscription delivered two Publish answers after the southbound
+/// call returned (`answered` of them before): the refresh's events were
+/// queued before the call's answer, so the second answer after it (the
+/// first may have been under way) carries them, however slow the server
+/// or the network, and an idle subscription answers within
+/// [`EVENT_KEEP_ALIVE_COUNT`] publishing intervals. At the latest at
+/// `deadline`.
+async fn wait_refresh_end(
+    inner: &Inner,
+    ls: &LinkSession,
+    key: &EventKey,
+    answered: u64,
+    deadline: Instant,
+) {
     loop {
         let p = inner.events.lock().refresh_progress(key);
-        let now = Instant::now();
-        if p.end_seen || now >= deadline || (!p.start_seen && now >= settle) {
+        let since = ls
+            .event_publishes
+            .load(std::sync::atomic::Ordering::Acquire)
+            .saturating_sub(answered);
+        if p.end_seen || Instant::now() >= deadline || (!p.start_seen && since >= 2) {
+            return;
+        }
+        if ls.is_lost() {
             return;
         }
         tokio::time::sleep(REFRESH_POLL).await;
