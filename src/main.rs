@@ -79,6 +79,19 @@ enum Command {
         #[command(subcommand)]
         command: PairCommand,
     },
+    /// Run a witness: a small third voter for a pair of appliances (no OPC
+    /// UA, no console). Join it to the pair like an appliance (`uagate
+    /// --data DIR pair join HOST:PORT CODE` while it runs); with it the
+    /// pair elects its configuration leader by itself.
+    Witness {
+        /// Address of its pair listener.
+        #[arg(long, default_value = "0.0.0.0:4850")]
+        listen: std::net::SocketAddr,
+        /// `host:port` the appliances reach it at (default: the listener's
+        /// address).
+        #[arg(long)]
+        advertise: Option<String>,
+    },
     /// Print the resource-isolation plan, one line per stage; exit code 2
     /// with a message naming the setting when the configuration cannot be planned.
     Plan {
@@ -197,7 +210,8 @@ async fn open_store(data: &Path) -> Result<Store> {
 
 /// The store for a CLI command that changes it: while a gateway runs on
 /// `data`, its replicated changes go to that gateway's pair node (and so
-/// through the pair's log), like the console's.
+/// through the pair's log), like the console's; on a paired appliance
+/// whose gateway is not running they are refused.
 async fn open_store_for_change(data: &Path) -> Result<Store> {
     let store = open_store(data).await?;
     let dir = data.join(PAIR_DIR);
@@ -207,8 +221,14 @@ async fn open_store_for_change(data: &Path) -> Result<Store> {
                 uagate_pair::node::AdminReplicator::connect(identity, addr.trim()).await
             {
                 store.set_replicator(Some(std::sync::Arc::new(r)));
+                return Ok(store);
             }
         }
+    }
+    // No gateway answers: a standalone appliance's store takes the change
+    // directly; a paired one's must not (see PairedOffline).
+    if uagate_pair::node::is_paired(&dir, &store).await? {
+        store.set_replicator(Some(std::sync::Arc::new(uagate_pair::node::PairedOffline)));
     }
     Ok(store)
 }
@@ -271,6 +291,7 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
             listen: pair_listen,
             advertise,
             application_uri: uagate_server::application_uri(&config, &uagate_server::host_name()),
+            witness: false,
         },
         store.clone(),
     )
@@ -387,10 +408,13 @@ async fn follow_pair(
         let Ok(status) = pair.status().await else {
             continue;
         };
+        pair.set_maintenance(engine.in_maintenance()).await;
         let role = match status.role {
             uagate_pair::PairRole::Standalone => uagate_server::level::PairRole::Standalone,
             uagate_pair::PairRole::Primary => uagate_server::level::PairRole::Leader,
-            uagate_pair::PairRole::Standby => uagate_server::level::PairRole::Standby,
+            uagate_pair::PairRole::Standby | uagate_pair::PairRole::Witness => {
+                uagate_server::level::PairRole::Standby
+            }
         };
         engine.set_pair_view(uagate_server::level::PairView {
             role,
@@ -399,9 +423,11 @@ async fn follow_pair(
             epoch: status.epoch,
             applied: status.applied,
             fingerprint: status.fingerprint,
+            // A witness serves no OPC UA: not a server of the set.
             members: status
                 .members
                 .into_iter()
+                .filter(|m| !m.witness)
                 .map(|m| uagate_server::level::PairMember {
                     node_id: m.node_id,
                     addr: m.addr,
@@ -410,8 +436,46 @@ async fn follow_pair(
                 })
                 .collect(),
             integrity_fault: status.integrity_fault,
+            quorum_lost: status.quorum_lost,
         });
     }
+}
+
+/// `uagate witness`: the pair node alone, on its own store in `data`,
+/// until stopped. Prints `PAIR HOST:PORT FINGERPRINT <sha256 hex>`.
+async fn witness(
+    data: &Path,
+    listen: std::net::SocketAddr,
+    advertise: Option<String>,
+) -> Result<()> {
+    let store = open_store(data).await?;
+    let pair = uagate_pair::PairNode::start(
+        uagate_pair::NodeSettings {
+            dir: data.join(PAIR_DIR),
+            name: "uagate-witness".into(),
+            listen,
+            advertise,
+            application_uri: String::new(),
+            witness: true,
+        },
+        store,
+    )
+    .await
+    .with_context(|| format!("cannot start the pair listener on {listen}"))?;
+    std::fs::write(
+        data.join(PAIR_DIR).join(PAIR_ADDR_FILE),
+        pair.local_addr().to_string(),
+    )
+    .context("cannot record the pair listener's address")?;
+    println!(
+        "PAIR {} FINGERPRINT {}",
+        pair.local_addr(),
+        pair.fingerprint()
+    );
+    tracing::info!("witness running; join it to the pair with `uagate pair join`");
+    wait_for_stop().await;
+    pair.stop().await;
+    Ok(())
 }
 
 /// `uagate pair …`: asks the gateway running on `data` through its pair
@@ -634,6 +698,7 @@ async fn run() -> Result<()> {
             },
         },
         Command::Pair { command } => pair_command(&cli.data, command).await,
+        Command::Witness { listen, advertise } => witness(&cli.data, listen, advertise).await,
         Command::Plan { config } => {
             let config = match config {
                 Some(file) => Config::from_toml(

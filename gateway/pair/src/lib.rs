@@ -67,6 +67,10 @@ pub struct PeerNode {
     /// `Server.ServerRedundancy.ServerUriArray` of the others).
     #[serde(default)]
     pub application_uri: String,
+    /// The member is a witness (`uagate witness`): it votes but serves no
+    /// OPC UA and never leads.
+    #[serde(default)]
+    pub witness: bool,
 }
 
 /// A replicated change as it travels in the log: the proposal, who

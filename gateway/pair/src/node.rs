@@ -59,6 +59,15 @@ pub const NODE_FILE: &str = "node.json";
 /// handshake.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A leader whose voters acknowledged nothing for this long has lost its
+/// quorum (heartbeats go every 250 ms).
+const QUORUM_LOST_AFTER: Duration = Duration::from_secs(3);
+
+/// How long a write waits for the quorum's acknowledgement; then it is
+/// answered as not acknowledged (it may still be committed later, or
+/// dropped by a new leader).
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long a pairing exchange or an administrative request may take.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -73,6 +82,9 @@ pub enum PairRole {
     /// A member that follows the leader (a learner, or a voter that is not
     /// the leader).
     Standby,
+    /// A witness (`uagate witness`): a voter that serves nothing and never
+    /// leads; with it the pair elects its leader by itself.
+    Witness,
 }
 
 impl PairRole {
@@ -82,6 +94,7 @@ impl PairRole {
             PairRole::Standalone => "standalone",
             PairRole::Primary => "primary",
             PairRole::Standby => "standby",
+            PairRole::Witness => "witness",
         }
     }
 }
@@ -106,6 +119,11 @@ pub struct PairStatus {
     /// An integrity fault that stopped replication on this node (a forged
     /// or altered entry), if any.
     pub integrity_fault: Option<String>,
+    /// The node is cut off from a quorum: a leader whose voters stopped
+    /// acknowledging (its writes are not acknowledged), or a voter that
+    /// knows no leader. Always false for the only voter and for learners.
+    #[serde(default)]
+    pub quorum_lost: bool,
 }
 
 impl PairStatus {
@@ -113,18 +131,20 @@ impl PairStatus {
     /// then more fields.
     pub fn line(&self) -> String {
         format!(
-            "role={} leader={} epoch={} applied={} node={} members={} integrity={}",
+            "role={} leader={} epoch={} applied={} node={} members={} voters={} integrity={} quorum={}",
             self.role.as_str(),
             self.leader.as_deref().unwrap_or("-"),
             self.epoch,
             self.applied,
             self.node_id,
             self.members.len(),
+            self.members.iter().filter(|m| m.voter).count(),
             if self.integrity_fault.is_some() {
                 "fault"
             } else {
                 "ok"
-            }
+            },
+            if self.quorum_lost { "lost" } else { "ok" }
         )
     }
 }
@@ -140,6 +160,9 @@ pub struct Member {
     pub voter: bool,
     /// Its OPC UA application URI.
     pub application_uri: String,
+    /// Whether it is a witness.
+    #[serde(default)]
+    pub witness: bool,
 }
 
 /// What the node keeps in [`NODE_FILE`].
@@ -204,11 +227,24 @@ pub struct NodeSettings {
     pub advertise: Option<String>,
     /// This appliance's OPC UA application URI.
     pub application_uri: String,
+    /// The node is a witness (`uagate witness`): it votes, never leads and
+    /// serves nothing; it is never a cluster by itself.
+    pub witness: bool,
 }
+
+/// Most members of a set: two appliances and one witness.
+pub const MAX_APPLIANCES: usize = 2;
+
+/// How long the leader waits for a new member to catch up before it makes
+/// the set of two appliances and a witness three voters.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// This appliance's Raft member and pair listener.
 pub struct PairNode {
+    /// This node, for the tasks it starts.
+    this: std::sync::Weak<PairNode>,
     id: NodeId,
+    witness: bool,
     dir: PathBuf,
     identity: Identity,
     advertise: String,
@@ -221,6 +257,9 @@ pub struct PairNode {
     invites: Mutex<Vec<Invite>>,
     cancel: CancellationToken,
     local_addr: SocketAddr,
+    /// The appliance is in maintenance: it does not stand for election
+    /// (see [`PairNode::set_maintenance`]).
+    maintenance: std::sync::atomic::AtomicBool,
 }
 
 /// The Raft timing of the pair.
@@ -255,11 +294,21 @@ impl PairNode {
             .advertise
             .clone()
             .unwrap_or_else(|| local_addr.to_string());
-        let (raft, fault) = open_raft(&settings.dir, file.node_id, &store, &identity).await?;
-        if !raft
-            .is_initialized()
-            .await
-            .map_err(|e| PairError::Raft(e.to_string()))?
+        let (raft, fault) = open_raft(
+            &settings.dir,
+            file.node_id,
+            &store,
+            &identity,
+            settings.witness,
+            source_of(local_addr),
+        )
+        .await?;
+        // A witness is never a cluster by itself: it waits to be joined.
+        if !settings.witness
+            && !raft
+                .is_initialized()
+                .await
+                .map_err(|e| PairError::Raft(e.to_string()))?
             && file.pinned.is_empty()
         {
             let me = PeerNode {
@@ -267,12 +316,15 @@ impl PairNode {
                 fingerprint: identity.fingerprint().to_string(),
                 public_key: identity.public_key(),
                 application_uri: settings.application_uri.clone(),
+                witness: false,
             };
             raft.initialize(BTreeMap::from([(file.node_id, me)]))
                 .await
                 .map_err(|e| PairError::Raft(e.to_string()))?;
         }
-        let node = Arc::new(PairNode {
+        let node = Arc::new_cyclic(|this| PairNode {
+            this: this.clone(),
+            witness: settings.witness,
             id: file.node_id,
             dir: settings.dir.clone(),
             identity: identity.clone(),
@@ -285,6 +337,7 @@ impl PairNode {
             invites: Mutex::new(Vec::new()),
             cancel: CancellationToken::new(),
             local_addr,
+            maintenance: std::sync::atomic::AtomicBool::new(false),
         });
         // Every replicated change of the store goes through the log now.
         node.store
@@ -305,6 +358,41 @@ impl PairNode {
         self.store.set_replicator(None);
         self.cancel.cancel();
         let _ = self.raft.read().await.shutdown().await;
+    }
+
+    /// Follows the appliance's maintenance state (called by the gateway
+    /// when its requested ServerState changes, and again every second).
+    /// In maintenance the node stops standing for election; when it leads
+    /// a set with a witness it also stops its heartbeats, so the other
+    /// appliance is elected within an election timeout (the witness
+    /// votes): the configuration leadership leaves the appliance before
+    /// clients do. Back to Running it stands again (leadership stays where
+    /// it went). Without a witness the primary is the only voter and keeps
+    /// the leadership.
+    pub async fn set_maintenance(&self, on: bool) {
+        use std::sync::atomic::Ordering;
+        if self.witness || self.maintenance.swap(on, Ordering::SeqCst) == on {
+            return;
+        }
+        let raft = self.raft.read().await.clone();
+        raft.runtime_config().elect(!on);
+        raft.runtime_config().heartbeat(!on);
+        if on {
+            let m = raft.metrics().borrow().clone();
+            let voters = m.membership_config.membership().voter_ids().count();
+            if m.current_leader == Some(self.id) && voters > 1 {
+                tracing::info!(
+                    "maintenance: handing the configuration leadership to the other appliance"
+                );
+            }
+        } else {
+            tracing::info!("maintenance over: standing for election again");
+        }
+    }
+
+    /// The address this node connects from (see [`source_of`]).
+    fn source(&self) -> Option<std::net::IpAddr> {
+        source_of(self.local_addr)
     }
 
     /// This node's id.
@@ -337,7 +425,14 @@ impl PairNode {
             epoch,
             signature,
         };
-        match raft.client_write(signed).await {
+        let Ok(written) = tokio::time::timeout(WRITE_TIMEOUT, raft.client_write(signed)).await
+        else {
+            return Err(PairError::Raft(format!(
+                "the change was not acknowledged by the pair within {WRITE_TIMEOUT:?} \
+                 (this appliance cannot reach the other members)"
+            )));
+        };
+        match written {
             Ok(r) => Ok(r.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 Err(PairError::Raft(match f.leader_node {
@@ -384,11 +479,12 @@ impl PairNode {
                 "this appliance is already paired; `uagate pair leave` first".into(),
             ));
         }
-        let (mut conn, leader_fp) = connect(&self.identity, addr).await?;
+        let (mut conn, leader_fp) = connect(&self.identity, addr, self.source()).await?;
         let hello = JoinHello {
             node_id: self.id,
             addr: self.advertise.clone(),
             application_uri: self.application_uri.clone(),
+            witness: self.witness,
             proof: pairing::join_proof(&code, &leader_fp, self.fingerprint()),
         };
         conn.send(&Request::Join(hello)).await?;
@@ -443,7 +539,19 @@ impl PairNode {
             _ => {}
         }
         self.store.forget_replica().await?;
-        let (new, fault) = open_raft(&self.dir, self.id, &self.store, &self.identity).await?;
+        let (new, fault) = open_raft(
+            &self.dir,
+            self.id,
+            &self.store,
+            &self.identity,
+            self.witness,
+            self.source(),
+        )
+        .await?;
+        if self.maintenance.load(std::sync::atomic::Ordering::SeqCst) {
+            new.runtime_config().elect(false);
+            new.runtime_config().heartbeat(false);
+        }
         *raft = new;
         *self.fault.lock() = fault;
         Ok(())
@@ -453,7 +561,15 @@ impl PairNode {
     async fn members(&self) -> Vec<(NodeId, PeerNode, bool)> {
         let raft = self.raft.read().await.clone();
         let m = raft.metrics().borrow().membership_config.clone();
-        let voters: BTreeSet<NodeId> = m.membership().voter_ids().collect();
+        // While the voters change (a joint configuration), a member counts
+        // as a voter only when every configuration of the change has it:
+        // then its vote is what an election needs.
+        let configs = m.membership().get_joint_config();
+        let voters: BTreeSet<NodeId> = m
+            .membership()
+            .voter_ids()
+            .filter(|id| configs.iter().all(|c| c.contains(id)))
+            .collect();
         m.membership()
             .nodes()
             .map(|(id, n)| (*id, n.clone(), voters.contains(id)))
@@ -465,7 +581,9 @@ impl PairNode {
         let raft = self.raft.read().await.clone();
         let m = raft.metrics().borrow().clone();
         let members = self.members().await;
-        let role = if members.len() <= 1 && m.current_leader == Some(self.id) {
+        let role = if self.witness {
+            PairRole::Witness
+        } else if members.len() <= 1 && m.current_leader == Some(self.id) {
             PairRole::Standalone
         } else if m.current_leader == Some(self.id) {
             PairRole::Primary
@@ -480,7 +598,18 @@ impl PairNode {
                 .find(|(id, _, _)| *id == l)
                 .map(|(_, n, _)| n.addr.clone())
         });
+        let voters = members.iter().filter(|(_, _, v)| *v).count();
+        let voter = members.iter().any(|(id, _, v)| *id == self.id && *v);
+        let quorum_lost = voters > 1
+            && voter
+            && if m.current_leader == Some(self.id) {
+                m.millis_since_quorum_ack
+                    .is_none_or(|ms| ms > QUORUM_LOST_AFTER.as_millis() as u64)
+            } else {
+                m.current_leader.is_none()
+            };
         Ok(PairStatus {
+            quorum_lost,
             node_id: self.id,
             role,
             leader,
@@ -494,6 +623,7 @@ impl PairNode {
                     addr: n.addr,
                     voter,
                     application_uri: n.application_uri,
+                    witness: n.witness,
                 })
                 .collect(),
             integrity_fault: self.fault.lock().lock().ok().and_then(|f| f.clone()),
@@ -582,7 +712,12 @@ impl PairNode {
         {
             return Err("that appliance is already a member of this pair".into());
         }
-        if members.len() > 1 {
+        let appliances = members.iter().filter(|(_, n, _)| !n.witness).count();
+        let witnesses = members.len() - appliances;
+        if hello.witness && witnesses > 0 {
+            return Err("this pair already has a witness".into());
+        }
+        if !hello.witness && appliances >= MAX_APPLIANCES {
             return Err("this appliance is already paired with another".into());
         }
         // The learner takes a snapshot rather than replaying this log:
@@ -606,11 +741,17 @@ impl PairNode {
             fingerprint: fp.to_string(),
             public_key: public_key.to_string(),
             application_uri: hello.application_uri.clone(),
+            witness: hello.witness,
         };
         raft.add_learner(hello.node_id, node, false)
             .await
             .map_err(|e| e.to_string())?;
-        tracing::info!(joiner = hello.node_id, addr = %hello.addr, fingerprint = %fp, "appliance joined the pair as standby");
+        if hello.witness {
+            tracing::info!(joiner = hello.node_id, addr = %hello.addr, fingerprint = %fp, "witness joined the pair");
+        } else {
+            tracing::info!(joiner = hello.node_id, addr = %hello.addr, fingerprint = %fp, "appliance joined the pair as standby");
+        }
+        self.spawn_settle_voters();
         Ok(JoinWelcome {
             node_id: self.id,
             proof: pairing::welcome_proof(&code, self.fingerprint(), fp),
@@ -665,7 +806,12 @@ impl PairNode {
             fingerprint: self.fingerprint().to_string(),
             public_key: self.identity.public_key(),
             application_uri: self.application_uri.clone(),
+            witness: self.witness,
         };
+        if self.witness {
+            tracing::info!("left the pair: the witness waits to be joined again");
+            return Ok(());
+        }
         raft.initialize(BTreeMap::from([(self.id, me)]))
             .await
             .map_err(|e| PairError::Raft(e.to_string()))?;
@@ -675,7 +821,7 @@ impl PairNode {
 
     /// Asks the primary `node` to drop this appliance from the membership.
     async fn ask_to_drop(&self, node: &PeerNode) -> Result<(), PairError> {
-        let (mut conn, fp) = connect(&self.identity, &node.addr).await?;
+        let (mut conn, fp) = connect(&self.identity, &node.addr, self.source()).await?;
         if fp != node.fingerprint {
             return Err(PairError::Refused(format!(
                 "{} presented a certificate that is not the pinned one",
@@ -714,8 +860,80 @@ impl PairNode {
         )
         .await
         .map_err(|e| e.to_string())?;
-        tracing::info!(node_id, "a standby left the pair");
+        tracing::info!(node_id, "a member left the pair");
+        self.spawn_settle_voters();
         Ok(())
+    }
+
+    /// Who votes, decided by the leader after every membership change: two
+    /// appliances and a witness are three voters (a write is acknowledged
+    /// by a quorum, the leader is elected); otherwise the leader is the
+    /// only voter and the others are learners (the pair without witness).
+    /// A member is made a voter once it has caught up (within
+    /// [`CATCH_UP_TIMEOUT`]).
+    fn spawn_settle_voters(&self) {
+        let this = self.this.clone();
+        tokio::spawn(async move {
+            let deadline = Instant::now() + CATCH_UP_TIMEOUT;
+            while Instant::now() < deadline {
+                let Some(node) = this.upgrade() else { return };
+                match node.settle_voters().await {
+                    Ok(true) => return,
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(error = %e, "pair: voters not settled yet"),
+                }
+                drop(node);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            tracing::warn!(
+                "pair: a member did not catch up within {CATCH_UP_TIMEOUT:?}; voters unchanged"
+            );
+        });
+    }
+
+    /// One step of [`PairNode::spawn_settle_voters`]: true when done (or
+    /// not the leader any more).
+    async fn settle_voters(&self) -> Result<bool, PairError> {
+        let raft = self.raft.read().await.clone();
+        let m = raft.metrics().borrow().clone();
+        if m.current_leader != Some(self.id) {
+            return Ok(true);
+        }
+        let members = self.members().await;
+        let appliances = members.iter().filter(|(_, n, _)| !n.witness).count();
+        let with_witness = appliances == MAX_APPLIANCES && members.len() == MAX_APPLIANCES + 1;
+        let wanted: BTreeSet<NodeId> = if with_witness {
+            members.iter().map(|(id, _, _)| *id).collect()
+        } else {
+            BTreeSet::from([self.id])
+        };
+        let voters: BTreeSet<NodeId> = members
+            .iter()
+            .filter(|(_, _, v)| *v)
+            .map(|(id, _, _)| *id)
+            .collect();
+        if voters == wanted {
+            return Ok(true);
+        }
+        // A new voter must have caught up: the quorum waits for it.
+        let last = m.last_log_index.unwrap_or(0);
+        let caught_up = wanted.iter().filter(|id| !voters.contains(id)).all(|id| {
+            m.replication
+                .as_ref()
+                .and_then(|r| r.get(id).cloned().flatten())
+                .is_some_and(|matched| matched.index >= last)
+        });
+        if !caught_up {
+            return Ok(false);
+        }
+        raft.change_membership(
+            openraft::ChangeMembers::ReplaceAllVoters(wanted.clone()),
+            true,
+        )
+        .await
+        .map_err(|e| PairError::Raft(e.to_string()))?;
+        tracing::info!(voters = ?wanted, "pair: voters changed");
+        Ok(true)
     }
 
     /// Runs an administrative request of this appliance's own CLI.
@@ -786,7 +1004,7 @@ impl AdminReplicator {
     /// node answers there (the gateway is not running). Called by the CLI
     /// before it changes the store.
     pub async fn connect(identity: Identity, addr: &str) -> Option<AdminReplicator> {
-        let (_, fp) = connect(&identity, addr).await.ok()?;
+        let (_, fp) = connect(&identity, addr, None).await.ok()?;
         (fp == identity.fingerprint()).then(|| AdminReplicator {
             identity,
             addr: addr.to_string(),
@@ -810,22 +1028,68 @@ impl uagate_store::Replicator for AdminReplicator {
     }
 }
 
+/// Whether the appliance with pair directory `dir` and `store` belongs to
+/// a pair (it joined one, or its membership has other members). Called by
+/// the CLI when no gateway answers on the data directory.
+pub async fn is_paired(dir: &Path, store: &Store) -> Result<bool, PairError> {
+    let pinned = match std::fs::read(dir.join(NODE_FILE)) {
+        Ok(bytes) => !serde_json::from_slice::<NodeFile>(&bytes)?
+            .pinned
+            .is_empty(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(pinned || crate::state_machine::is_paired(store).await?)
+}
+
+/// The replicator of a paired appliance whose gateway is not running: its
+/// replicated changes are refused (written beside the pair's log they
+/// would reach no other member, and be lost or diverge when it runs
+/// again).
+pub struct PairedOffline;
+
+impl uagate_store::Replicator for PairedOffline {
+    fn propose(&self, _proposal: Proposal<Change>) -> uagate_store::Replicated {
+        Box::pin(async {
+            Err(StoreError::Replication(
+                "this appliance is paired and its gateway is not running: replicated changes go \
+                 through the pair (start `uagate run` on this data directory, then try again)"
+                    .into(),
+            ))
+        })
+    }
+}
+
+/// The address a node listening on `listen` connects from: that address
+/// when it is a specific one (a peer sees one address per member, also on
+/// a host with several), any when it listens on all.
+fn source_of(listen: SocketAddr) -> Option<std::net::IpAddr> {
+    (!listen.ip().is_unspecified()).then(|| listen.ip())
+}
+
 /// Opens the Raft log and state machine of `dir` and starts openraft.
 async fn open_raft(
     dir: &Path,
     id: NodeId,
     store: &Store,
     identity: &Identity,
+    witness: bool,
+    source: Option<std::net::IpAddr>,
 ) -> Result<(Raft<PairConfig>, crate::Fault), PairError> {
     let log = LogStore::open(&dir.join(RAFT_DB)).await?;
     let sm = StateMachine::new(store.clone(), &dir.join(SNAPSHOT_DIR)).await?;
     let fault = sm.fault();
     let network = Network {
         identity: identity.clone(),
+        source,
     };
     let raft = Raft::new(id, raft_config()?, network, log, sm)
         .await
         .map_err(|e| PairError::Raft(e.to_string()))?;
+    if witness {
+        // It votes, but never stands: the appliances lead.
+        raft.runtime_config().elect(false);
+    }
     Ok((raft, fault))
 }
 
@@ -897,16 +1161,36 @@ async fn connection(
     Ok(())
 }
 
-/// Connects to the pair listener at `addr` with `identity`; returns the
-/// connection and the peer's certificate fingerprint.
+/// Connects to the pair listener at `addr` with `identity` (from `source`,
+/// the listener's own address when it listens on one: the peers see one
+/// address per member); returns the connection and the peer's certificate
+/// fingerprint.
 async fn connect(
     identity: &Identity,
     addr: &str,
+    source: Option<std::net::IpAddr>,
 ) -> Result<(Conn<tokio_rustls::client::TlsStream<TcpStream>>, String), PairError> {
     let connector = TlsConnector::from(identity.client_config()?);
     let name = ServerName::try_from("uagate-pair").map_err(|e| PairError::Tls(e.to_string()))?;
     let tls = tokio::time::timeout(CONNECT_TIMEOUT, async {
-        let tcp = TcpStream::connect(addr).await?;
+        let tcp = match source {
+            None => TcpStream::connect(addr).await?,
+            Some(ip) => {
+                let to = tokio::net::lookup_host(addr)
+                    .await?
+                    .find(|a| a.is_ipv4() == ip.is_ipv4());
+                let to = to.ok_or_else(|| {
+                    std::io::Error::new(std::io::ErrorKind::NotFound, format!("{addr}: no address"))
+                })?;
+                let socket = if ip.is_ipv4() {
+                    tokio::net::TcpSocket::new_v4()?
+                } else {
+                    tokio::net::TcpSocket::new_v6()?
+                };
+                socket.bind(SocketAddr::new(ip, 0))?;
+                socket.connect(to).await?
+            }
+        };
         tcp.set_nodelay(true)?;
         connector.connect(name, tcp).await
     })
@@ -925,7 +1209,7 @@ pub async fn admin(
     addr: &str,
     request: AdminRequest,
 ) -> Result<AdminResponse, PairError> {
-    let (mut conn, fp) = connect(identity, addr).await?;
+    let (mut conn, fp) = connect(identity, addr, None).await?;
     if fp != identity.fingerprint() {
         return Err(PairError::Refused(format!(
             "{addr} is not this appliance's pair listener (another certificate)"
@@ -947,6 +1231,7 @@ pub async fn admin(
 /// Makes the per-peer clients of openraft.
 struct Network {
     identity: Identity,
+    source: Option<std::net::IpAddr>,
 }
 
 impl RaftNetworkFactory<PairConfig> for Network {
@@ -957,6 +1242,7 @@ impl RaftNetworkFactory<PairConfig> for Network {
             target,
             node: node.clone(),
             identity: self.identity.clone(),
+            source: self.source,
             conn: None,
         }
     }
@@ -969,6 +1255,7 @@ struct Peer {
     target: NodeId,
     node: PeerNode,
     identity: Identity,
+    source: Option<std::net::IpAddr>,
     conn: Option<Conn<tokio_rustls::client::TlsStream<TcpStream>>>,
 }
 
@@ -977,7 +1264,7 @@ impl Peer {
     async fn call(&mut self, request: Request, ttl: Duration) -> Result<Response, PairError> {
         let result = tokio::time::timeout(ttl, async {
             if self.conn.is_none() {
-                let (conn, fp) = connect(&self.identity, &self.node.addr).await?;
+                let (conn, fp) = connect(&self.identity, &self.node.addr, self.source).await?;
                 if fp != self.node.fingerprint {
                     tracing::warn!(peer = self.target, addr = %self.node.addr, fingerprint = %fp,
                         "pair peer presented another certificate than the pinned one; refused");

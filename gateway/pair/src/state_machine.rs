@@ -327,6 +327,15 @@ impl RaftSnapshotBuilder<PairConfig> for SnapshotBuilder {
     }
 }
 
+/// Whether the store belongs to a pair (its last applied membership has
+/// more than one member). Called by the CLI when no gateway runs on the
+/// data directory: a paired appliance's replicated changes must not be
+/// written beside the log.
+pub async fn is_paired(store: &Store) -> Result<bool, PairError> {
+    let state = store.replica_state().await?;
+    Ok(membership(state.membership)?.membership().nodes().count() > 1)
+}
+
 impl RaftStateMachine<PairConfig> for StateMachine {
     type SnapshotBuilder = SnapshotBuilder;
 

@@ -72,6 +72,9 @@ pub struct JoinHello {
     /// Its OPC UA application URI.
     #[serde(default)]
     pub application_uri: String,
+    /// It is a witness (votes, serves nothing, never leads).
+    #[serde(default)]
+    pub witness: bool,
     /// [`crate::pairing::join_proof`] over the fingerprints it saw.
     pub proof: Vec<u8>,
 }

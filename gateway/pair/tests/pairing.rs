@@ -26,6 +26,23 @@ struct Appliance {
 }
 
 async fn appliance(name: &str) -> Appliance {
+    node(name, false).await
+}
+
+async fn witness(name: &str) -> Appliance {
+    node(name, true).await
+}
+
+async fn node(name: &str, witness: bool) -> Appliance {
+    node_at(name, witness, "127.0.0.1:0".parse().unwrap(), None).await
+}
+
+async fn node_at(
+    name: &str,
+    witness: bool,
+    listen: std::net::SocketAddr,
+    advertise: Option<String>,
+) -> Appliance {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("config.db")).await.unwrap();
     let pair_dir = dir.path().join("pair");
@@ -33,9 +50,10 @@ async fn appliance(name: &str) -> Appliance {
         NodeSettings {
             dir: pair_dir.clone(),
             name: name.into(),
-            listen: "127.0.0.1:0".parse().unwrap(),
-            advertise: None,
+            listen,
+            advertise,
             application_uri: format!("urn:uagate:{name}"),
+            witness,
         },
         store.clone(),
     )
@@ -351,4 +369,211 @@ async fn strangers_are_refused_on_the_pair_listener() {
     assert_eq!(st.role, PairRole::Standalone);
     a.node.write(add_user("anna")).await.unwrap();
     a.node.stop().await;
+}
+
+/// Waits (bounded) until `f` holds for the status of `a`.
+async fn wait_status(a: &Appliance, what: &str, f: impl Fn(&uagate_pair::PairStatus) -> bool) {
+    let t0 = Instant::now();
+    loop {
+        let st = a.node.status().await.unwrap();
+        if f(&st) {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{what}: {st:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_witness_the_pair_elects_its_leader() {
+    let a = appliance("a").await;
+    let b = appliance("b").await;
+    let w = witness("w").await;
+    // A witness alone is not a cluster: it waits to be joined.
+    let sw = w.node.status().await.unwrap();
+    assert_eq!(sw.role, PairRole::Witness);
+    assert!(
+        sw.line().starts_with("role=witness leader=- "),
+        "{}",
+        sw.line()
+    );
+    a.node.write(add_user("anna")).await.unwrap();
+
+    // B joins: the pair without witness (A votes, B learns).
+    let (code, _) = invite(&a).await;
+    join(&b, &a, &code).await.unwrap();
+    wait_user(&b.store, "anna").await;
+    // The witness joins like an appliance; then all three vote.
+    let (code, _) = invite(&a).await;
+    join(&w, &a, &code).await.unwrap();
+    wait_status(&a, "three voters", |st| {
+        st.members.len() == 3 && st.members.iter().all(|m| m.voter)
+    })
+    .await;
+    wait_user(&w.store, "anna").await;
+    let sa = a.node.status().await.unwrap();
+    assert_eq!(sa.role, PairRole::Primary);
+    assert!(sa
+        .members
+        .iter()
+        .any(|m| m.witness && m.node_id == w.node.id()));
+    // A second witness or a third appliance is refused.
+    let w2 = witness("w2").await;
+    let (code, _) = invite(&a).await;
+    let e = join(&w2, &a, &code).await.unwrap_err();
+    assert!(e.contains("already has a witness"), "{e}");
+    let c = appliance("c").await;
+    let (code, _) = invite(&a).await;
+    let e = join(&c, &a, &code).await.unwrap_err();
+    assert!(e.contains("already paired"), "{e}");
+
+    // A write is acknowledged by a quorum: every node has it.
+    a.node.write(add_user("bert")).await.unwrap();
+    wait_user(&b.store, "bert").await;
+    wait_user(&w.store, "bert").await;
+
+    // The leader goes away: B is elected (the witness votes, never leads)
+    // and takes writes; the witness follows it.
+    a.node.stop().await;
+    wait_status(&b, "B leads", |st| st.role == PairRole::Primary).await;
+    wait_status(&w, "the witness follows B", |st| {
+        st.role == PairRole::Witness && st.leader == Some(b.node.local_addr().to_string())
+    })
+    .await;
+    b.node.write(add_user("carl")).await.unwrap();
+    wait_user(&w.store, "carl").await;
+
+    b.node.stop().await;
+    w.node.stop().await;
+    w2.node.stop().await;
+    c.node.stop().await;
+}
+
+/// A TCP relay in front of one node: what the others dial. It drops
+/// connections from blocked source addresses (or all), and cuts the live
+/// ones whenever the blocking changes: a network partition.
+struct Relay {
+    addr: std::net::SocketAddr,
+    blocked: Arc<parking_lot::Mutex<(bool, Vec<std::net::IpAddr>)>>,
+    cut: tokio::sync::watch::Sender<u64>,
+    target: Arc<std::sync::OnceLock<std::net::SocketAddr>>,
+}
+
+impl Relay {
+    async fn start(ip: &str) -> Relay {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let blocked: Arc<parking_lot::Mutex<(bool, Vec<std::net::IpAddr>)>> = Arc::default();
+        let (cut, _) = tokio::sync::watch::channel(0u64);
+        let target: Arc<std::sync::OnceLock<std::net::SocketAddr>> = Arc::default();
+        let (b, c, t) = (blocked.clone(), cut.clone(), target.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, peer)) = listener.accept().await else {
+                    return;
+                };
+                let refused = {
+                    let b = b.lock();
+                    b.0 || b.1.contains(&peer.ip())
+                };
+                let Some(to) = t.get().copied() else { continue };
+                if refused {
+                    continue;
+                }
+                let mut cut = c.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Relay {
+            addr,
+            blocked,
+            cut,
+            target,
+        }
+    }
+
+    fn set(&self, all: bool, from: Vec<std::net::IpAddr>) {
+        *self.blocked.lock() = (all, from);
+        self.cut.send_modify(|n| *n += 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_stops_acknowledging_and_the_others_go_on() {
+    let (ra, rb, rw) = (
+        Relay::start("127.0.0.21").await,
+        Relay::start("127.0.0.22").await,
+        Relay::start("127.0.0.23").await,
+    );
+    let listen = |ip: &str| format!("{ip}:0").parse().unwrap();
+    let a = node_at("a", false, listen("127.0.0.11"), Some(ra.addr.to_string())).await;
+    let b = node_at("b", false, listen("127.0.0.12"), Some(rb.addr.to_string())).await;
+    let w = node_at("w", true, listen("127.0.0.13"), Some(rw.addr.to_string())).await;
+    for (r, n) in [(&ra, &a), (&rb, &b), (&rw, &w)] {
+        r.target.set(n.node.local_addr()).unwrap();
+    }
+    a.node.write(add_user("anna")).await.unwrap();
+    let (code, _) = invite(&a).await;
+    join(&b, &a, &code).await.unwrap();
+    let (code, _) = invite(&a).await;
+    join(&w, &a, &code).await.unwrap();
+    for n in [&a, &b, &w] {
+        wait_status(n, "three voters everywhere", |st| {
+            st.members.len() == 3 && st.members.iter().all(|m| m.voter)
+        })
+        .await;
+    }
+    wait_user(&w.store, "anna").await;
+    wait_user(&b.store, "anna").await;
+
+    // A is cut off: nobody reaches it, it reaches nobody.
+    let a_ip: std::net::IpAddr = "127.0.0.11".parse().unwrap();
+    ra.set(true, Vec::new());
+    rb.set(false, vec![a_ip]);
+    rw.set(false, vec![a_ip]);
+    let lost = {
+        let node = a.node.clone();
+        tokio::spawn(async move { node.write(add_user("lost")).await })
+    };
+    // The others elect B (the witness votes) and take writes.
+    wait_status(&b, "B leads", |st| st.role == PairRole::Primary).await;
+    b.node.write(add_user("bert")).await.unwrap();
+    wait_user(&w.store, "bert").await;
+    // A's write is not acknowledged, and A says it is cut off.
+    let e = lost.await.unwrap().unwrap_err().to_string();
+    assert!(e.contains("not acknowledged"), "{e}");
+    wait_status(&a, "A cut off", |st| st.quorum_lost).await;
+    assert!(a
+        .node
+        .status()
+        .await
+        .unwrap()
+        .line()
+        .contains("quorum=lost"));
+    assert!(!b.node.status().await.unwrap().quorum_lost);
+
+    // Healed: A follows B and ends with the same state; its write that no
+    // quorum acknowledged is nowhere.
+    ra.set(false, Vec::new());
+    rb.set(false, Vec::new());
+    rw.set(false, Vec::new());
+    wait_status(&a, "A follows B", |st| {
+        st.role == PairRole::Standby && st.leader == Some(rb.addr.to_string()) && !st.quorum_lost
+    })
+    .await;
+    wait_user(&a.store, "bert").await;
+    for n in [&a, &b, &w] {
+        assert_eq!(users(&n.store).await, vec!["anna", "bert"]);
+    }
+    a.node.stop().await;
+    b.node.stop().await;
+    w.node.stop().await;
 }

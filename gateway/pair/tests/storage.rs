@@ -75,6 +75,7 @@ fn peers() -> BTreeMap<u64, PeerNode> {
                 fingerprint: signer().fingerprint().into(),
                 public_key: signer().public_key(),
                 application_uri: String::new(),
+                witness: false,
             },
         ),
         (
@@ -84,6 +85,7 @@ fn peers() -> BTreeMap<u64, PeerNode> {
                 fingerprint: String::new(),
                 public_key: String::new(),
                 application_uri: String::new(),
+                witness: false,
             },
         ),
     ])

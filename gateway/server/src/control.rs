@@ -182,10 +182,11 @@ impl ServerControl {
         self.pair.lock().clone()
     }
 
-    /// The pair role and whether an integrity fault stopped replication.
-    pub(crate) fn pair_health(&self) -> (PairRole, bool) {
+    /// The pair role, whether an integrity fault stopped replication and
+    /// whether the appliance is cut off from the quorum.
+    pub(crate) fn pair_health(&self) -> (PairRole, bool, bool) {
         let p = self.pair.lock();
-        (p.role, p.integrity_fault.is_some())
+        (p.role, p.integrity_fault.is_some(), p.quorum_lost)
     }
 
     /// The last computed ServiceLevel and its reason.

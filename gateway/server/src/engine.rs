@@ -145,11 +145,12 @@ impl Engine {
                 (f.name.clone(), up)
             })
             .collect();
-        let (role, integrity_fault) = self.control.pair_health();
+        let (role, integrity_fault, quorum_lost) = self.control.pair_health();
         let health = crate::level::Health {
             role,
             config_loaded: true,
             integrity_fault,
+            quorum_lost,
             fields,
             sessions: self.session_count(),
             max_sessions: usize::try_from(config.server.max_session_count).unwrap_or(usize::MAX),
@@ -224,6 +225,12 @@ impl Engine {
     /// operator requested another state).
     pub fn server_state(&self) -> opcua_types::ServerState {
         self.control.state()
+    }
+
+    /// Whether an operator put the appliance into maintenance (the pair
+    /// hands the configuration leadership over then).
+    pub fn in_maintenance(&self) -> bool {
+        self.service_level() == crate::health::MAINTENANCE
     }
 
     /// The ServiceLevel currently published.

@@ -82,6 +82,9 @@ pub struct PairView {
     pub members: Vec<PairMember>,
     /// The integrity fault that stopped replication here, if any.
     pub integrity_fault: Option<String>,
+    /// Cut off from the pair's quorum (a leader whose writes are not
+    /// acknowledged, a voter without leader).
+    pub quorum_lost: bool,
 }
 
 /// One member of the pair in [`PairView`].
@@ -107,6 +110,9 @@ pub struct Health {
     pub config_loaded: bool,
     /// Whether replication stopped on an integrity fault (pair only).
     pub integrity_fault: bool,
+    /// Whether the appliance is cut off from the pair's quorum (pair with
+    /// witness only): Degraded like an integrity fault.
+    pub quorum_lost: bool,
     /// The enabled field connections: name, and whether an active server
     /// serves it now.
     pub fields: Vec<(String, bool)>,
@@ -135,6 +141,9 @@ pub enum Reason {
     },
     /// Replication stopped on an integrity fault.
     IntegrityFault,
+    /// Cut off from the pair's quorum: configuration changes are not
+    /// acknowledged here.
+    NoQuorum,
     /// Full health; `role` decides the level.
     Healthy {
         /// The appliance's role.
@@ -165,6 +174,7 @@ impl fmt::Display for Reason {
                 write!(f, "{up} of {configured} field connections up")
             }
             Reason::IntegrityFault => f.write_str("pair integrity fault: replication stopped"),
+            Reason::NoQuorum => f.write_str("cut off from the other pair members (no quorum)"),
             Reason::Healthy { role: r } => write!(f, "{}all healthy", role(r)),
             Reason::Loaded { role: r, percent } => write!(
                 f,
@@ -224,7 +234,7 @@ impl LevelMachine {
             let level = 2 + 197 * up / configured;
             let level = u8::try_from(level).unwrap_or(198);
             return Computed {
-                level: if h.integrity_fault {
+                level: if h.integrity_fault || h.quorum_lost {
                     level.min(INTEGRITY_FAULT_MAX)
                 } else {
                     level
@@ -236,6 +246,12 @@ impl LevelMachine {
             return Computed {
                 level: INTEGRITY_FAULT_MAX,
                 reason: Reason::IntegrityFault,
+            };
+        }
+        if h.quorum_lost {
+            return Computed {
+                level: INTEGRITY_FAULT_MAX,
+                reason: Reason::NoQuorum,
             };
         }
         let base = match h.role {
@@ -318,6 +334,7 @@ mod tests {
             role,
             config_loaded: true,
             integrity_fault: false,
+            quorum_lost: false,
             fields: fields(3, 3),
             sessions: 0,
             max_sessions: 100,
@@ -383,6 +400,12 @@ mod tests {
             integrity_fault: true,
             ..h.clone()
         });
+        let cut_off = level(Health {
+            quorum_lost: true,
+            ..h.clone()
+        });
+        assert_eq!(cut_off.level, INTEGRITY_FAULT_MAX);
+        assert_eq!(cut_off.reason, Reason::NoQuorum);
         assert_eq!(fault.level, INTEGRITY_FAULT_MAX);
         assert_eq!(
             level(Health {

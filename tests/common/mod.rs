@@ -1,0 +1,113 @@
+//! What the end-to-end tests of the `uagate` binary share: running it on a
+//! data directory, reading its output, the gateway and CLI steps the tests
+//! repeat.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `uagate --data DATA` with quiet logs.
+pub fn uagate(data: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_uagate"));
+    c.arg("--data").arg(data).env("RUST_LOG", "warn");
+    c
+}
+
+/// Kills the child process when the test ends, even on a failed assertion.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Sends each line of `r` to the returned channel (from a thread).
+pub fn lines(r: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+/// Waits (at most `limit`) for a line containing `needle`.
+pub fn wait_for_line(
+    rx: &std::sync::mpsc::Receiver<String>,
+    needle: &str,
+    limit: Duration,
+) -> String {
+    let end = Instant::now() + limit;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains(needle) => return line,
+            Ok(_) => {}
+            Err(_) => panic!("no line containing {needle:?} within {limit:?}"),
+        }
+    }
+}
+
+pub fn run_gateway(data: &std::path::Path, conf: &std::path::Path) -> (KillOnDrop, String) {
+    std::fs::write(conf, "[listen]\nopc_tcp = \"127.0.0.1:0\"\n").unwrap();
+    let out = uagate(data)
+        .args(["config", "import"])
+        .arg(conf)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut child = KillOnDrop(
+        uagate(data)
+            .arg("run")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let out = lines(child.0.stdout.take().unwrap());
+    let pair = wait_for_line(&out, "PAIR ", Duration::from_secs(60));
+    let addr = pair
+        .split_whitespace()
+        .nth(1)
+        .expect("PAIR HOST:PORT")
+        .to_string();
+    (child, addr)
+}
+
+/// `uagate user add NAME --role ROLE` on `data` with a password on stdin.
+#[allow(clippy::unwrap_used)]
+pub fn user_add(data: &std::path::Path, name: &str, role: &str) -> std::process::Output {
+    let mut add = uagate(data)
+        .args(["user", "add", name, "--role", role])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    add.stdin
+        .take()
+        .unwrap()
+        .write_all(b"a long password 1\n")
+        .unwrap();
+    add.wait_with_output().unwrap()
+}
+
+/// The standard output of a command that must have succeeded.
+pub fn ok(out: std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -1,0 +1,167 @@
+//! The appliance pair as processes: two `uagate run` and a `uagate
+//! witness` on loopback, paired with the CLI, then a leader killed with
+//! SIGKILL in the middle of a burst of writes (issue 18, proof of the
+//! pair + witness topology).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// `uagate witness` on `data`; its pair address.
+fn run_witness(data: &std::path::Path) -> (KillOnDrop, String) {
+    let mut child = KillOnDrop(
+        uagate(data)
+            .args(["witness", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let out = lines(child.0.stdout.take().unwrap());
+    let pair = wait_for_line(&out, "PAIR ", Duration::from_secs(60));
+    let addr = pair.split_whitespace().nth(1).unwrap().to_string();
+    (child, addr)
+}
+
+/// `uagate pair status` on `data`.
+fn status(data: &std::path::Path) -> String {
+    let out = uagate(data).args(["pair", "status"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits (bounded) until the status line of `data` contains every word.
+fn wait_status(data: &std::path::Path, words: &[&str], limit: Duration) -> String {
+    let t0 = Instant::now();
+    loop {
+        let st = status(data);
+        if words.iter().all(|w| st.contains(w)) {
+            return st;
+        }
+        assert!(t0.elapsed() < limit, "status never had {words:?}: {st}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Joins `joiner` to the appliance `leader` (reached at `leader_pair`).
+fn join(joiner: &std::path::Path, leader: &std::path::Path, leader_pair: &str) {
+    let invite = ok(uagate(leader).args(["pair", "invite"]).output().unwrap());
+    let code = invite.split_whitespace().nth(2).unwrap().to_string();
+    let joined = ok(uagate(joiner)
+        .args(["pair", "join", leader_pair, &code])
+        .output()
+        .unwrap());
+    assert!(joined.starts_with("JOINED"), "{joined}");
+}
+
+/// The users `uagate user list` shows on `data`.
+fn users(data: &std::path::Path) -> Vec<String> {
+    ok(uagate(data).args(["user", "list"]).output().unwrap())
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// Pair + witness: every write acknowledged before the leader was killed
+/// (SIGKILL, mid-burst) is on both survivors, once; the other appliance is
+/// elected by itself and takes writes.
+#[test]
+fn kill_9_of_the_leader_loses_no_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, w) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("w"),
+    );
+    let (mut ga, a_pair) = run_gateway(&a, &dir.path().join("a.toml"));
+    let (_gb, b_pair) = run_gateway(&b, &dir.path().join("b.toml"));
+    let (_gw, _w_pair) = run_witness(&w);
+    assert!(
+        status(&w).starts_with("role=witness leader=- "),
+        "{}",
+        status(&w)
+    );
+
+    join(&b, &a, &a_pair);
+    join(&w, &a, &a_pair);
+    wait_status(
+        &a,
+        &["role=primary", "members=3", "voters=3"],
+        Duration::from_secs(30),
+    );
+    wait_status(&b, &["role=standby", "voters=3"], Duration::from_secs(15));
+    wait_status(&w, &["voters=3"], Duration::from_secs(15));
+    wait_status(
+        &w,
+        &["role=witness", &format!("leader={a_pair}")],
+        Duration::from_secs(15),
+    );
+
+    // A burst of writes on A; A is killed after the fifth acknowledged one.
+    let mut acknowledged = Vec::new();
+    let mut refused = 0;
+    for i in 0..40 {
+        let name = format!("user{i:02}");
+        let out = user_add(&a, &name, "viewer");
+        if out.status.success() {
+            acknowledged.push(name);
+        } else {
+            // A dead gateway: the CLI must not write beside the pair's log.
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("paired and its gateway is not running"),
+                "{err}"
+            );
+            refused += 1;
+        }
+        if acknowledged.len() == 5 && ga.0.id() > 0 {
+            ga.0.kill().unwrap(); // SIGKILL
+            ga.0.wait().unwrap();
+        }
+        if refused >= 3 {
+            break;
+        }
+    }
+    assert!(acknowledged.len() >= 5, "{acknowledged:?}");
+
+    // B is elected by itself (the witness votes, never leads).
+    let sb = wait_status(
+        &b,
+        &["role=primary", &format!("leader={b_pair}")],
+        Duration::from_secs(30),
+    );
+    assert!(sb.contains("voters=3"), "{sb}");
+    wait_status(&w, &[&format!("leader={b_pair}")], Duration::from_secs(15));
+    for data in [&b, &w] {
+        let t0 = Instant::now();
+        loop {
+            let have = users(data);
+            let missing: Vec<&String> = acknowledged.iter().filter(|u| !have.contains(u)).collect();
+            let mut unique = have.clone();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), have.len(), "a user twice: {have:?}");
+            if missing.is_empty() {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "acknowledged writes missing on {}: {missing:?}",
+                data.display()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    // The new leader takes writes; the witness gets them.
+    ok(user_add(&b, "after", "viewer"));
+    let t0 = Instant::now();
+    while !users(&w).contains(&"after".to_string()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the write on B never reached the witness"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
