@@ -16,7 +16,7 @@ fn help_documents_every_command() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     for cmd in [
-        "run", "demo", "sim", "user", "trust", "config", "plan", "--data",
+        "run", "demo", "sim", "user", "trust", "config", "plan", "pair", "witness", "--data",
     ] {
         assert!(text.contains(cmd), "--help lacks {cmd}:\n{text}");
     }

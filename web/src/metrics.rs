@@ -241,6 +241,12 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     )?;
     pair_fault.set(i64::from(pair.integrity_fault.is_some()));
     r.register(Box::new(pair_fault))?;
+    let pair_quorum = IntGauge::new(
+        "pair_quorum_lost",
+        "1 while this appliance is cut off from the pair's quorum (its configuration changes are not acknowledged).",
+    )?;
+    pair_quorum.set(i64::from(pair.quorum_lost));
+    r.register(Box::new(pair_quorum))?;
 
     let field_state = IntGaugeVec::new(
         Opts::new(

@@ -136,6 +136,9 @@ pub struct PairStatusView {
     pub members: Vec<PairMemberView>,
     /// Why replication stopped here (a forged or altered entry), if it did.
     pub integrity_fault: Option<String>,
+    /// Cut off from the pair's quorum: configuration changes are not
+    /// acknowledged here (pair with witness).
+    pub quorum_lost: bool,
 }
 
 /// One member of the pair in [`PairStatusView`].
@@ -181,6 +184,7 @@ pub fn pair(state: &WebState) -> PairStatusView {
             })
             .collect(),
         integrity_fault: v.integrity_fault,
+        quorum_lost: v.quorum_lost,
     }
 }
 

@@ -578,6 +578,7 @@ async fn the_pair_is_shown_by_rest_and_metrics_and_moves_the_service_level() {
             },
         ],
         integrity_fault: None,
+        quorum_lost: false,
     };
     engine.set_pair_view(view.clone());
     engine.update_service_level();
@@ -590,6 +591,20 @@ async fn the_pair_is_shown_by_rest_and_metrics_and_moves_the_service_level() {
     assert_eq!(st["role"], "standby", "{st}");
     assert_eq!(st["service_level"], 230, "{st}");
     assert_eq!(st["service_level_reason"], "standby, all healthy", "{st}");
+
+    // Cut off from the quorum: Degraded, said in REST and the metrics.
+    view.quorum_lost = true;
+    engine.set_pair_view(view.clone());
+    engine.update_service_level();
+    let (_, st, _) = f.call(get("/api/v1/status", Some(&viewer))).await;
+    assert_eq!(st["service_level"], 150, "{st}");
+    assert_eq!(
+        st["service_level_reason"], "cut off from the other pair members (no quorum)",
+        "{st}"
+    );
+    let (_, b, _) = f.call(get("/api/v1/pair", Some(&viewer))).await;
+    assert_eq!(b["quorum_lost"], true, "{b}");
+    view.quorum_lost = false;
 
     view.integrity_fault =
         Some("an entry proposed by node 1 does not carry its valid signature".into());

@@ -432,18 +432,35 @@ async fn with_a_witness_the_pair_elects_its_leader() {
     wait_user(&b.store, "bert").await;
     wait_user(&w.store, "bert").await;
 
-    // The leader goes away: B is elected (the witness votes, never leads)
-    // and takes writes; the witness follows it.
-    a.node.stop().await;
-    wait_status(&b, "B leads", |st| st.role == PairRole::Primary).await;
+    // A goes into maintenance: the leadership moves to B first (the
+    // witness votes, never leads); back to Running A follows B.
+    for n in [&a, &b, &w] {
+        wait_status(n, "three voters everywhere", |st| {
+            st.members.iter().filter(|m| m.voter).count() == 3
+        })
+        .await;
+    }
+    a.node.set_maintenance(true).await;
+    wait_status(&b, "B leads after A's maintenance", |st| {
+        st.role == PairRole::Primary
+    })
+    .await;
     wait_status(&w, "the witness follows B", |st| {
         st.role == PairRole::Witness && st.leader == Some(b.node.local_addr().to_string())
     })
     .await;
     b.node.write(add_user("carl")).await.unwrap();
-    wait_user(&w.store, "carl").await;
+    wait_user(&a.store, "carl").await;
+    a.node.set_maintenance(false).await;
+    wait_status(&a, "A follows B", |st| st.role == PairRole::Standby).await;
 
+    // The leader goes away: A is elected by itself and takes writes.
     b.node.stop().await;
+    wait_status(&a, "A leads again", |st| st.role == PairRole::Primary).await;
+    a.node.write(add_user("dora")).await.unwrap();
+    wait_user(&w.store, "dora").await;
+
+    a.node.stop().await;
     w.node.stop().await;
     w2.node.stop().await;
     c.node.stop().await;
