@@ -122,6 +122,16 @@ enum PairCommand {
     /// the configuration it had), on the primary the other appliance is
     /// dropped.
     Leave,
+    /// Make this standby the leader when the primary is lost (pair without
+    /// witness): a new epoch; the old primary steps down when it returns
+    /// and lists what it changed meanwhile as diverged. Prints
+    /// `PROMOTED epoch=N`.
+    Promote {
+        /// Confirm: the primary's changes this standby never got are set
+        /// aside.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -498,6 +508,7 @@ async fn pair_command(data: &Path, command: PairCommand) -> Result<()> {
         },
         PairCommand::Status => AdminRequest::Status,
         PairCommand::Leave => AdminRequest::Leave,
+        PairCommand::Promote { force } => AdminRequest::Promote { force: *force },
     };
     let answer = uagate_pair::node::admin(&identity, addr.trim(), request)
         .await
@@ -510,6 +521,7 @@ async fn pair_command(data: &Path, command: PairCommand) -> Result<()> {
         AdminResponse::Status(status) => println!("{}", status.line()),
         AdminResponse::Proposed(r) => println!("{r:?}"),
         AdminResponse::Left => println!("LEFT"),
+        AdminResponse::Promoted { epoch } => println!("PROMOTED epoch={epoch}"),
     }
     Ok(())
 }

@@ -165,3 +165,106 @@ fn kill_9_of_the_leader_loses_no_acknowledged_write() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// `diverged=N` of a status line.
+fn diverged_count(st: &str) -> usize {
+    st.split_whitespace()
+        .find_map(|w| w.strip_prefix("diverged="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
+/// Pair only: the primary makes a change the standby never gets and is
+/// killed; the standby is force-promoted (a new epoch) and takes writes;
+/// the old primary comes back, sees the higher epoch, steps down, keeps
+/// its unreplicated change in the diverged list and ends with the new
+/// leader's state.
+#[test]
+fn a_forced_promotion_and_the_old_primary_stepping_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    // Fixed pair ports: a restarted appliance is reached where it was.
+    let conf =
+        |port: u16| format!("[listen]\nopc_tcp = \"127.0.0.1:0\"\npair = \"127.0.0.1:{port}\"\n");
+    let (ga, a_pair) = run_gateway_with(&a, &dir.path().join("a.toml"), &conf(free_port()));
+    let (gb, b_pair) = run_gateway_with(&b, &dir.path().join("b.toml"), &conf(free_port()));
+    join(&b, &a, &a_pair);
+    ok(user_add(&a, "anna", "operator"));
+    let t0 = Instant::now();
+    while !users(&b).contains(&"anna".to_string()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "anna never reached B"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Without --force: refused, nothing changes.
+    let out = uagate(&b).args(["pair", "promote"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
+
+    // B is down while A makes a change (A, the only voter, commits it).
+    drop(gb);
+    ok(user_add(&a, "zed", "viewer"));
+    drop(ga); // SIGKILL
+
+    // B comes back alone and is promoted.
+    let (_gb, _) = start_gateway(&b);
+    let st = status(&b);
+    assert!(st.starts_with("role=standby"), "{st}");
+    let epoch = |st: &str| -> i64 {
+        st.split_whitespace()
+            .find_map(|w| w.strip_prefix("epoch="))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let before = epoch(&st);
+    let promoted = ok(uagate(&b)
+        .args(["pair", "promote", "--force"])
+        .output()
+        .unwrap());
+    assert_eq!(promoted.trim(), format!("PROMOTED epoch={}", before + 1));
+    let sb = wait_status(
+        &b,
+        &["role=primary", &format!("leader={b_pair}")],
+        Duration::from_secs(15),
+    );
+    assert_eq!(epoch(&sb), before + 1, "{sb}");
+    ok(user_add(&b, "bert", "viewer"));
+
+    // The old primary returns: it steps down, keeps "zed" as diverged and
+    // takes B's state.
+    let (_ga, _) = start_gateway(&a);
+    let sa = wait_status(
+        &a,
+        &[
+            "role=standby",
+            &format!("leader={b_pair}"),
+            &format!("epoch={}", before + 1),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(diverged_count(&sa), 1, "{sa}");
+    let t0 = Instant::now();
+    loop {
+        let (ua, ub) = (users(&a), users(&b));
+        if ua == ub && ua.contains(&"bert".to_string()) {
+            assert!(!ua.contains(&"zed".to_string()), "{ua:?}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "A {ua:?} vs B {ub:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Both members are listed on B, A as the standby; writes on A are
+    // refused naming B.
+    let sb = status(&b);
+    assert!(sb.contains("members=2"), "{sb}");
+    let out = user_add(&a, "late", "viewer");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&b_pair));
+}

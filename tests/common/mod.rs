@@ -53,7 +53,16 @@ pub fn wait_for_line(
 }
 
 pub fn run_gateway(data: &std::path::Path, conf: &std::path::Path) -> (KillOnDrop, String) {
-    std::fs::write(conf, "[listen]\nopc_tcp = \"127.0.0.1:0\"\n").unwrap();
+    run_gateway_with(data, conf, "[listen]\nopc_tcp = \"127.0.0.1:0\"\n")
+}
+
+/// Imports `toml` (written to `conf`) on `data`, then [`start_gateway`].
+pub fn run_gateway_with(
+    data: &std::path::Path,
+    conf: &std::path::Path,
+    toml: &str,
+) -> (KillOnDrop, String) {
+    std::fs::write(conf, toml).unwrap();
     let out = uagate(data)
         .args(["config", "import"])
         .arg(conf)
@@ -64,6 +73,12 @@ pub fn run_gateway(data: &std::path::Path, conf: &std::path::Path) -> (KillOnDro
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    start_gateway(data)
+}
+
+/// `uagate run` on `data` with what is stored there; the gateway and its
+/// pair listener's address (from its `PAIR` line).
+pub fn start_gateway(data: &std::path::Path) -> (KillOnDrop, String) {
     let mut child = KillOnDrop(
         uagate(data)
             .arg("run")
@@ -80,6 +95,16 @@ pub fn run_gateway(data: &std::path::Path, conf: &std::path::Path) -> (KillOnDro
         .expect("PAIR HOST:PORT")
         .to_string();
     (child, addr)
+}
+
+/// A TCP port free on 127.0.0.1 now (for a listener that must keep its
+/// address across restarts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// `uagate user add NAME --role ROLE` on `data` with a password on stdin.

@@ -45,7 +45,9 @@ use uagate_store::{Change, Proposal, Store, StoreError};
 use crate::error::PairError;
 use crate::pairing::{self, PairingCode, INVITE_TTL, MAX_FAILED_ATTEMPTS};
 use crate::tls::{peer_fingerprint, peer_public_key, Identity};
-use crate::wire::{AdminRequest, AdminResponse, Conn, JoinHello, JoinWelcome, Request, Response};
+use crate::wire::{
+    AdminRequest, AdminResponse, Conn, EpochMark, JoinHello, JoinWelcome, Request, Response,
+};
 use crate::{ApplyResponse, LogStore, NodeId, PairConfig, PeerNode, Signed, StateMachine};
 
 /// File of the Raft log in the pair directory.
@@ -124,6 +126,29 @@ pub struct PairStatus {
     /// knows no leader. Always false for the only voter and for learners.
     #[serde(default)]
     pub quorum_lost: bool,
+    /// Changes this appliance had that the leader of a later epoch never
+    /// got (it was the primary when the standby was force-promoted): kept
+    /// for review, never applied or dropped silently.
+    #[serde(default)]
+    pub diverged: Vec<Diverged>,
+}
+
+/// One change in the diverged list ([`PairStatus::diverged`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diverged {
+    /// The epoch that replaced the one it was made in.
+    pub superseded_by: i64,
+    /// Its index in this appliance's log of the old epoch.
+    pub index: u64,
+    /// The change-log kind, e.g. `user.add`.
+    pub kind: String,
+    /// What it was about (a user, a thumbprint, a setting key); never a
+    /// secret.
+    pub subject: String,
+    /// Who made it.
+    pub actor: String,
+    /// When (RFC 3339).
+    pub at: String,
 }
 
 impl PairStatus {
@@ -131,7 +156,7 @@ impl PairStatus {
     /// then more fields.
     pub fn line(&self) -> String {
         format!(
-            "role={} leader={} epoch={} applied={} node={} members={} voters={} integrity={} quorum={}",
+            "role={} leader={} epoch={} applied={} node={} members={} voters={} integrity={} quorum={} diverged={}",
             self.role.as_str(),
             self.leader.as_deref().unwrap_or("-"),
             self.epoch,
@@ -144,7 +169,8 @@ impl PairStatus {
             } else {
                 "ok"
             },
-            if self.quorum_lost { "lost" } else { "ok" }
+            if self.quorum_lost { "lost" } else { "ok" },
+            self.diverged.len()
         )
     }
 }
@@ -174,6 +200,13 @@ struct NodeFile {
     /// appliance this one joined, until its membership arrives.
     #[serde(default)]
     pinned: BTreeSet<String>,
+    /// The epoch this node took part in a promotion of (promoted itself,
+    /// or stepped down to): see [`EpochMark`].
+    #[serde(default)]
+    mark: EpochMark,
+    /// Changes kept when it stepped down (see [`PairStatus::diverged`]).
+    #[serde(default)]
+    diverged: Vec<Diverged>,
 }
 
 impl NodeFile {
@@ -185,7 +218,7 @@ impl NodeFile {
                     // Never 0 (openraft has no such rule, but a zero id
                     // reads like "unset" in logs).
                     node_id: rand::random::<u64>().max(1),
-                    pinned: BTreeSet::new(),
+                    ..NodeFile::default()
                 };
                 file.save(path)?;
                 Ok(file)
@@ -260,6 +293,12 @@ pub struct PairNode {
     /// The appliance is in maintenance: it does not stand for election
     /// (see [`PairNode::set_maintenance`]).
     maintenance: std::sync::atomic::AtomicBool,
+    /// This node's epoch mark, as its Raft messages carry it (kept current
+    /// by [`PairNode::mark`]).
+    mark: Arc<Mutex<EpochMark>>,
+    /// Where a Raft message's answer or request reports a higher epoch:
+    /// the step-down task takes it from there.
+    stale: tokio::sync::mpsc::UnboundedSender<EpochMark>,
 }
 
 /// The Raft timing of the pair.
@@ -294,13 +333,19 @@ impl PairNode {
             .advertise
             .clone()
             .unwrap_or_else(|| local_addr.to_string());
+        let mark = Arc::new(Mutex::new(effective_mark(&file, store.epoch().await?)));
+        let (stale, mut stale_rx) = tokio::sync::mpsc::unbounded_channel();
         let (raft, fault) = open_raft(
             &settings.dir,
             file.node_id,
             &store,
             &identity,
-            settings.witness,
-            source_of(local_addr),
+            RaftLinks {
+                witness: settings.witness,
+                source: source_of(local_addr),
+                mark: mark.clone(),
+                stale: stale.clone(),
+            },
         )
         .await?;
         // A witness is never a cluster by itself: it waits to be joined.
@@ -338,6 +383,18 @@ impl PairNode {
             cancel: CancellationToken::new(),
             local_addr,
             maintenance: std::sync::atomic::AtomicBool::new(false),
+            mark,
+            stale,
+        });
+        // A higher epoch seen on the wire: step down (one at a time).
+        let weak = Arc::downgrade(&node);
+        tokio::spawn(async move {
+            while let Some(mark) = stale_rx.recv().await {
+                let Some(node) = weak.upgrade() else { return };
+                if let Err(e) = node.step_down(mark).await {
+                    tracing::error!(error = %e, epoch = mark.epoch, "pair: stepping down failed");
+                }
+            }
         });
         // Every replicated change of the store goes through the log now.
         node.store
@@ -388,6 +445,163 @@ impl PairNode {
         } else {
             tracing::info!("maintenance over: standing for election again");
         }
+    }
+
+    /// This node's epoch mark now (see [`effective_mark`]); also what its
+    /// outgoing Raft messages carry from here on.
+    async fn mark(&self) -> Result<EpochMark, PairError> {
+        let epoch = self.store.epoch().await?;
+        let mark = effective_mark(&self.file.lock(), epoch);
+        *self.mark.lock() = mark;
+        Ok(mark)
+    }
+
+    /// `uagate pair promote --force` on a standby whose primary is lost:
+    /// this appliance becomes the leader alone, in a new epoch (the
+    /// epoch is bumped through its new log), and takes the others back as
+    /// learners. When the old primary returns it sees the higher epoch,
+    /// steps down, keeps what it changed meanwhile in its diverged list
+    /// and follows. Refused without `force`, on the leader, on a witness
+    /// and on an appliance that is not paired.
+    pub async fn promote(&self, force: bool) -> Result<EpochMark, PairError> {
+        if !force {
+            return Err(PairError::Refused(
+                "promotion makes this appliance the leader without the primary; changes the \
+                 primary made since this one last heard of it will be set aside there as \
+                 diverged. Confirm with --force"
+                    .into(),
+            ));
+        }
+        if self.witness {
+            return Err(PairError::Refused("a witness never leads".into()));
+        }
+        let raft = self.raft.read().await.clone();
+        let m = raft.metrics().borrow().clone();
+        if m.current_leader == Some(self.id) {
+            return Err(PairError::Refused(
+                "this appliance is already the leader".into(),
+            ));
+        }
+        let members = self.members().await;
+        if members.len() <= 1 {
+            return Err(PairError::Refused("this appliance is not paired".into()));
+        }
+        let since = m.last_applied.map_or(0, |l| l.index);
+        let old = self.mark().await?;
+        let mark = EpochMark {
+            epoch: old.epoch + 1,
+            since,
+        };
+        let others: Vec<(NodeId, PeerNode)> = members
+            .into_iter()
+            .filter(|(id, _, _)| *id != self.id)
+            .map(|(id, n, _)| (id, n))
+            .collect();
+        {
+            let mut file = self.file.lock();
+            file.pinned
+                .extend(others.iter().map(|(_, n)| n.fingerprint.clone()));
+            file.mark = mark;
+            file.save(&self.dir.join(NODE_FILE))?;
+        }
+        *self.mark.lock() = mark;
+        self.reset_log().await?;
+        let raft = self.raft.read().await.clone();
+        let me = PeerNode {
+            addr: self.advertise.clone(),
+            fingerprint: self.fingerprint().to_string(),
+            public_key: self.identity.public_key(),
+            application_uri: self.application_uri.clone(),
+            witness: false,
+        };
+        raft.initialize(BTreeMap::from([(self.id, me)]))
+            .await
+            .map_err(|e| PairError::Raft(e.to_string()))?;
+        let mut metrics = raft.metrics();
+        tokio::time::timeout(
+            ADMIN_TIMEOUT,
+            metrics.wait_for(|m| m.current_leader == Some(self.id)),
+        )
+        .await
+        .map_err(|_| PairError::Raft("this appliance did not become the leader".into()))?
+        .map_err(|e| PairError::Raft(e.to_string()))?;
+        self.write(Proposal::now("pair", Change::BumpEpoch)).await?;
+        snapshot_and_purge(&raft).await?;
+        for (id, node) in others {
+            raft.add_learner(id, node, false)
+                .await
+                .map_err(|e| PairError::Raft(e.to_string()))?;
+        }
+        self.spawn_settle_voters();
+        tracing::warn!(
+            epoch = mark.epoch,
+            since,
+            "pair: this appliance was promoted to leader (forced)"
+        );
+        Ok(self.mark().await?)
+    }
+
+    /// Steps down after another member was promoted (`mark`, a higher
+    /// epoch than this node's): keeps the changes of this node's log after
+    /// `mark.since` (the new leader never got them) in the diverged list,
+    /// pins the members it knew (the new leader among them), drops its log
+    /// and waits for the new leader's state. Called by the step-down task.
+    async fn step_down(&self, mark: EpochMark) -> Result<(), PairError> {
+        let mine = self.mark().await?;
+        if mark.epoch <= mine.epoch {
+            return Ok(());
+        }
+        let diverged = self.diverged_since(mark).await?;
+        let members = self.members().await;
+        {
+            let mut file = self.file.lock();
+            file.pinned.extend(
+                members
+                    .iter()
+                    .filter(|(id, _, _)| *id != self.id)
+                    .map(|(_, n, _)| n.fingerprint.clone()),
+            );
+            file.mark = mark;
+            file.diverged.extend(diverged.iter().cloned());
+            file.save(&self.dir.join(NODE_FILE))?;
+        }
+        *self.mark.lock() = mark;
+        self.reset_log().await?;
+        tracing::warn!(
+            epoch = mark.epoch,
+            diverged = diverged.len(),
+            "pair: another appliance was promoted; this one stepped down and follows it \
+             (changes made here since are kept in the diverged list for review)"
+        );
+        Ok(())
+    }
+
+    /// The proposals in this node's log after `mark.since`.
+    async fn diverged_since(&self, mark: EpochMark) -> Result<Vec<Diverged>, PairError> {
+        use openraft::storage::RaftLogReader;
+        let mut log = LogStore::open(&self.dir.join(RAFT_DB)).await?;
+        let entries = log
+            .try_get_log_entries(mark.since.saturating_add(1)..)
+            .await
+            .map_err(|e| PairError::Raft(e.to_string()))?;
+        Ok(entries
+            .into_iter()
+            .filter_map(|e| match e.payload {
+                openraft::EntryPayload::Normal(signed) => {
+                    let (kind, subject) = signed.proposal.change.summary();
+                    Some(Diverged {
+                        superseded_by: mark.epoch,
+                        index: e.log_id.index,
+                        kind: kind.to_string(),
+                        subject,
+                        actor: signed.proposal.actor,
+                        at: signed.proposal.at,
+                    })
+                }
+                _ => None,
+            })
+            .filter(|d| d.kind != "epoch.bump")
+            .collect())
     }
 
     /// The address this node connects from (see [`source_of`]).
@@ -544,8 +758,12 @@ impl PairNode {
             self.id,
             &self.store,
             &self.identity,
-            self.witness,
-            self.source(),
+            RaftLinks {
+                witness: self.witness,
+                source: self.source(),
+                mark: self.mark.clone(),
+                stale: self.stale.clone(),
+            },
         )
         .await?;
         if self.maintenance.load(std::sync::atomic::Ordering::SeqCst) {
@@ -608,7 +826,9 @@ impl PairNode {
             } else {
                 m.current_leader.is_none()
             };
+        let diverged = self.file.lock().diverged.clone();
         Ok(PairStatus {
+            diverged,
             quorum_lost,
             node_id: self.id,
             role,
@@ -645,16 +865,36 @@ impl PairNode {
     async fn handle(&self, peer: &PeerCert, request: Request) -> Response {
         let fp = peer.fingerprint.as_str();
         let raft = self.raft.read().await.clone();
-        match request {
-            Request::Append(_) | Request::Vote(_) | Request::Snapshot(_)
-                if !self.is_peer(fp).await =>
-            {
+        let raft_mark = match &request {
+            Request::Append { mark, .. }
+            | Request::Vote { mark, .. }
+            | Request::Snapshot { mark, .. } => Some(*mark),
+            _ => None,
+        };
+        if let Some(theirs) = raft_mark {
+            if !self.is_peer(fp).await {
                 tracing::warn!(fingerprint = %fp, "pair: Raft message from an unknown certificate refused");
-                Response::Refused("this certificate is not a member of the pair".into())
+                return Response::Refused("this certificate is not a member of the pair".into());
             }
-            Request::Append(rpc) => Response::Append(raft.append_entries(rpc).await),
-            Request::Vote(rpc) => Response::Vote(raft.vote(rpc).await),
-            Request::Snapshot(rpc) => Response::Snapshot(raft.install_snapshot(rpc).await),
+            let mine = match self.mark().await {
+                Ok(m) => m,
+                Err(e) => return Response::Refused(e.to_string()),
+            };
+            if theirs.epoch < mine.epoch {
+                return Response::Stale(mine);
+            }
+            if theirs.epoch > mine.epoch {
+                let _ = self.stale.send(theirs);
+                return Response::Refused(format!(
+                    "stepping down: epoch {} replaces {}",
+                    theirs.epoch, mine.epoch
+                ));
+            }
+        }
+        match request {
+            Request::Append { rpc, .. } => Response::Append(raft.append_entries(rpc).await),
+            Request::Vote { rpc, .. } => Response::Vote(raft.vote(rpc).await),
+            Request::Snapshot { rpc, .. } => Response::Snapshot(raft.install_snapshot(rpc).await),
             Request::Join(hello) => match &peer.public_key {
                 Some(key) => {
                     Response::Welcome(self.welcome(&peer.fingerprint, key, hello, &raft).await)
@@ -720,22 +960,7 @@ impl PairNode {
         if !hello.witness && appliances >= MAX_APPLIANCES {
             return Err("this appliance is already paired with another".into());
         }
-        // The learner takes a snapshot rather than replaying this log:
-        // the store holds state from before the log began.
-        let applied = raft.metrics().borrow().last_applied;
-        raft.trigger().snapshot().await.map_err(|e| e.to_string())?;
-        if let Some(applied) = applied {
-            let mut m = raft.metrics();
-            let _ = tokio::time::timeout(
-                ADMIN_TIMEOUT,
-                m.wait_for(|m| m.snapshot.is_some_and(|s| s.index >= applied.index)),
-            )
-            .await;
-            raft.trigger()
-                .purge_log(applied.index)
-                .await
-                .map_err(|e| e.to_string())?;
-        }
+        snapshot_and_purge(raft).await.map_err(|e| e.to_string())?;
         let node = PeerNode {
             addr: hello.addr.clone(),
             fingerprint: fp.to_string(),
@@ -955,6 +1180,9 @@ impl PairNode {
                 self.leave().await?;
                 Ok(AdminResponse::Left)
             }
+            AdminRequest::Promote { force } => Ok(AdminResponse::Promoted {
+                epoch: self.promote(force).await?.epoch,
+            }),
         }
     }
 }
@@ -1068,20 +1296,79 @@ fn source_of(listen: SocketAddr) -> Option<std::net::IpAddr> {
 }
 
 /// Opens the Raft log and state machine of `dir` and starts openraft.
+/// Makes a snapshot of everything applied and purges the log up to it, so
+/// that a member added next catches up from the snapshot rather than by
+/// replaying the log: the store holds state from before the log began
+/// (the configuration it had before pairing or promotion), and a snapshot
+/// replaces the new member's replicated state as a whole.
+async fn snapshot_and_purge(raft: &Raft<PairConfig>) -> Result<(), PairError> {
+    let applied = raft.metrics().borrow().last_applied;
+    raft.trigger()
+        .snapshot()
+        .await
+        .map_err(|e| PairError::Raft(e.to_string()))?;
+    if let Some(applied) = applied {
+        let mut m = raft.metrics();
+        let _ = tokio::time::timeout(
+            ADMIN_TIMEOUT,
+            m.wait_for(|m| m.snapshot.is_some_and(|s| s.index >= applied.index)),
+        )
+        .await;
+        raft.trigger()
+            .purge_log(applied.index)
+            .await
+            .map_err(|e| PairError::Raft(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// What a node's openraft instance needs besides its files.
+struct RaftLinks {
+    /// The node is a witness (never stands for election).
+    witness: bool,
+    /// The address it dials from.
+    source: Option<std::net::IpAddr>,
+    /// Its epoch mark, sent with every Raft message.
+    mark: Arc<Mutex<EpochMark>>,
+    /// Where a higher epoch in an answer is reported.
+    stale: tokio::sync::mpsc::UnboundedSender<EpochMark>,
+}
+
+/// The mark a node's messages carry: the promotion it took part in, or,
+/// when its store has moved on since (a snapshot of a later epoch), the
+/// store's epoch.
+fn effective_mark(file: &NodeFile, store_epoch: i64) -> EpochMark {
+    if file.mark.epoch >= store_epoch {
+        file.mark
+    } else {
+        EpochMark {
+            epoch: store_epoch,
+            since: 0,
+        }
+    }
+}
+
 async fn open_raft(
     dir: &Path,
     id: NodeId,
     store: &Store,
     identity: &Identity,
-    witness: bool,
-    source: Option<std::net::IpAddr>,
+    links: RaftLinks,
 ) -> Result<(Raft<PairConfig>, crate::Fault), PairError> {
+    let RaftLinks {
+        witness,
+        source,
+        mark,
+        stale,
+    } = links;
     let log = LogStore::open(&dir.join(RAFT_DB)).await?;
     let sm = StateMachine::new(store.clone(), &dir.join(SNAPSHOT_DIR)).await?;
     let fault = sm.fault();
     let network = Network {
         identity: identity.clone(),
         source,
+        mark,
+        stale,
     };
     let raft = Raft::new(id, raft_config()?, network, log, sm)
         .await
@@ -1232,6 +1519,8 @@ pub async fn admin(
 struct Network {
     identity: Identity,
     source: Option<std::net::IpAddr>,
+    mark: Arc<Mutex<EpochMark>>,
+    stale: tokio::sync::mpsc::UnboundedSender<EpochMark>,
 }
 
 impl RaftNetworkFactory<PairConfig> for Network {
@@ -1243,6 +1532,8 @@ impl RaftNetworkFactory<PairConfig> for Network {
             node: node.clone(),
             identity: self.identity.clone(),
             source: self.source,
+            mark: self.mark.clone(),
+            stale: self.stale.clone(),
             conn: None,
         }
     }
@@ -1256,6 +1547,8 @@ struct Peer {
     node: PeerNode,
     identity: Identity,
     source: Option<std::net::IpAddr>,
+    mark: Arc<Mutex<EpochMark>>,
+    stale: tokio::sync::mpsc::UnboundedSender<EpochMark>,
     conn: Option<Conn<tokio_rustls::client::TlsStream<TcpStream>>>,
 }
 
@@ -1289,7 +1582,20 @@ impl Peer {
         if result.is_err() {
             self.conn = None;
         }
+        if let Ok(Response::Stale(mark)) = &result {
+            tracing::warn!(
+                peer = self.target,
+                epoch = mark.epoch,
+                "pair: a member answered from a later epoch (it was promoted); stepping down"
+            );
+            let _ = self.stale.send(*mark);
+        }
         result
+    }
+
+    /// This node's epoch mark, for a message.
+    fn mark(&self) -> EpochMark {
+        *self.mark.lock()
     }
 }
 
@@ -1308,7 +1614,11 @@ impl RaftNetwork<PairConfig> for Peer {
         rpc: AppendEntriesRequest<PairConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, PeerNode, RaftError<NodeId>>> {
-        match self.call(Request::Append(rpc), option.hard_ttl()).await {
+        let mark = self.mark();
+        match self
+            .call(Request::Append { rpc, mark }, option.hard_ttl())
+            .await
+        {
             Ok(Response::Append(Ok(r))) => Ok(r),
             Ok(Response::Append(Err(e))) => {
                 Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
@@ -1326,7 +1636,11 @@ impl RaftNetwork<PairConfig> for Peer {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, PeerNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        match self.call(Request::Snapshot(rpc), option.hard_ttl()).await {
+        let mark = self.mark();
+        match self
+            .call(Request::Snapshot { rpc, mark }, option.hard_ttl())
+            .await
+        {
             Ok(Response::Snapshot(Ok(r))) => Ok(r),
             Ok(Response::Snapshot(Err(e))) => {
                 Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
@@ -1341,7 +1655,11 @@ impl RaftNetwork<PairConfig> for Peer {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, PeerNode, RaftError<NodeId>>> {
-        match self.call(Request::Vote(rpc), option.hard_ttl()).await {
+        let mark = self.mark();
+        match self
+            .call(Request::Vote { rpc, mark }, option.hard_ttl())
+            .await
+        {
             Ok(Response::Vote(Ok(r))) => Ok(r),
             Ok(Response::Vote(Err(e))) => {
                 Err(RPCError::RemoteError(RemoteError::new(self.target, e)))

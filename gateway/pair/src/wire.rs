@@ -23,12 +23,28 @@ pub const MAX_FRAME: usize = 16 * 1024 * 1024;
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Request {
-    /// Raft AppendEntries (pinned members only).
-    Append(AppendEntriesRequest<PairConfig>),
-    /// Raft RequestVote (pinned members only).
-    Vote(VoteRequest<NodeId>),
-    /// Raft InstallSnapshot chunk (pinned members only).
-    Snapshot(InstallSnapshotRequest<PairConfig>),
+    /// Raft AppendEntries (pinned members only), with the sender's epoch.
+    Append {
+        /// The Raft message.
+        rpc: AppendEntriesRequest<PairConfig>,
+        /// Where the sender stands.
+        mark: EpochMark,
+    },
+    /// Raft RequestVote (pinned members only), with the sender's epoch.
+    Vote {
+        /// The Raft message.
+        rpc: VoteRequest<NodeId>,
+        /// Where the sender stands.
+        mark: EpochMark,
+    },
+    /// Raft InstallSnapshot chunk (pinned members only), with the sender's
+    /// epoch.
+    Snapshot {
+        /// The Raft message.
+        rpc: InstallSnapshotRequest<PairConfig>,
+        /// Where the sender stands.
+        mark: EpochMark,
+    },
     /// A second appliance asks to join with a pairing code (anyone; the
     /// proof decides).
     Join(JoinHello),
@@ -60,6 +76,22 @@ pub enum Response {
     Left(Result<(), String>),
     /// The request is not allowed from this peer (unknown certificate).
     Refused(String),
+    /// A Raft message from an older epoch: another member was promoted.
+    /// The sender steps down ([`crate::node::PairNode`]).
+    Stale(EpochMark),
+}
+
+/// Where a member stands in the pair's history of forced promotions: its
+/// replication epoch, and `since`, the index of the last entry of the
+/// previous epoch the promoted appliance had (0 in the first epoch). A
+/// member that learns of a higher epoch steps down and keeps its entries
+/// after `since` in its diverged list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct EpochMark {
+    /// The replication epoch.
+    pub epoch: i64,
+    /// The last index of the previous epoch that this epoch continues.
+    pub since: u64,
 }
 
 /// A joining appliance's first message.
@@ -105,6 +137,12 @@ pub enum AdminRequest {
     Status,
     /// `uagate pair leave`.
     Leave,
+    /// `uagate pair promote --force`: this standby becomes the leader
+    /// without the primary, in a new epoch.
+    Promote {
+        /// The operator confirmed (`--force`).
+        force: bool,
+    },
     /// A replicated change made by a CLI command (`user add`, `trust add`,
     /// `config import`, …) while the gateway runs: it goes through the
     /// pair's log like every other writer's.
@@ -133,6 +171,11 @@ pub enum AdminResponse {
     Proposed(crate::ApplyResponse),
     /// This appliance is standalone now.
     Left,
+    /// This appliance leads now, in `epoch`.
+    Promoted {
+        /// The new epoch.
+        epoch: i64,
+    },
 }
 
 /// A framed pair connection over any stream (a TLS stream in practice).

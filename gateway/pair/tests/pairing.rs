@@ -349,7 +349,12 @@ async fn strangers_are_refused_on_the_pair_listener() {
             1000,
         )),
     );
-    conn.send(&Request::Vote(vote)).await.unwrap();
+    conn.send(&Request::Vote {
+        rpc: vote,
+        mark: Default::default(),
+    })
+    .await
+    .unwrap();
     match conn.recv::<Response>().await.unwrap() {
         Some(Response::Refused(why)) => assert!(why.contains("not a member"), "{why}"),
         other => panic!("{other:?}"),

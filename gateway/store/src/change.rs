@@ -179,6 +179,29 @@ pub enum Change {
     },
 }
 
+impl Change {
+    /// What the change is, for an operator, without its secrets: the
+    /// change-log kind and its subject (a user name, a thumbprint, a
+    /// setting key), e.g. `("user.add", "olga")`. Called where a change is
+    /// shown outside the change log (the pair's diverged list).
+    pub fn summary(&self) -> (&'static str, String) {
+        match self {
+            Change::AddUser { name, role, .. } => {
+                ("user.add", format!("{name} ({})", role.as_str()))
+            }
+            Change::SetPassword { name, .. } => ("user.password", name.clone()),
+            Change::SetRole { name, role } => ("user.role", format!("{name} ({})", role.as_str())),
+            Change::DeleteUser { name } => ("user.delete", name.clone()),
+            Change::TrustAdd { der, .. } => ("trust.add", crate::x509::thumbprint(der)),
+            Change::TrustRemove { thumbprint } => ("trust.remove", thumbprint.clone()),
+            Change::AddCrl { .. } => ("crl.add", String::new()),
+            Change::SetSetting { key, .. } => ("setting.set", key.clone()),
+            Change::BumpEpoch => ("epoch.bump", String::new()),
+            Change::Event { kind, .. } => ("event", kind.clone()),
+        }
+    }
+}
+
 /// A change of node-local state, never replicated. Applied through the
 /// same [`crate::Store::apply`] and logged like a [`Change`], with the
 /// change-log entry marked [`Scope::Local`].
