@@ -538,7 +538,7 @@ impl PairNode {
             since,
             "pair: this appliance was promoted to leader (forced)"
         );
-        Ok(self.mark().await?)
+        self.mark().await
     }
 
     /// Steps down after another member was promoted (`mark`, a higher
