@@ -281,6 +281,15 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
     plan.log();
     let console_addr = config.listen.console_addr();
     let metrics_addr = config.listen.metrics;
+    // The console's listener early: the pair tells the others its URL.
+    let console = tokio::net::TcpListener::bind(console_addr)
+        .await
+        .with_context(|| format!("cannot listen for the console on {console_addr}"))?;
+    let console_url = format!("https://{}/", console.local_addr()?);
+    let console_public = match &config.listen.public_host {
+        Some(h) => format!("https://{h}:{}/", console.local_addr()?.port()),
+        None => console_url.clone(),
+    };
     // The pair node first: from here on every replicated change of the
     // store goes through the pair's log.
     let pair_listen = config.listen.pair_addr();
@@ -302,6 +311,7 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
             advertise,
             application_uri: uagate_server::application_uri(&config, &uagate_server::host_name()),
             witness: false,
+            console: console_public,
         },
         store.clone(),
     )
@@ -320,10 +330,6 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
         gateway.cancel_token(),
     ));
     // The console: its own HTTPS listener with the appliance certificate.
-    let console = tokio::net::TcpListener::bind(console_addr)
-        .await
-        .with_context(|| format!("cannot listen for the console on {console_addr}"))?;
-    let console_url = format!("https://{}/", console.local_addr()?);
     let web = uagate_web::WebState::new(store, gateway.engine.clone(), data)
         .context("cannot prepare the console token key")?;
     if let Some(code) = web.prepare_setup().await? {
@@ -433,16 +439,29 @@ async fn follow_pair(
             epoch: status.epoch,
             applied: status.applied,
             fingerprint: status.fingerprint,
-            // A witness serves no OPC UA: not a server of the set.
             members: status
                 .members
                 .into_iter()
-                .filter(|m| !m.witness)
                 .map(|m| uagate_server::level::PairMember {
                     node_id: m.node_id,
                     addr: m.addr,
                     voter: m.voter,
                     application_uri: m.application_uri,
+                    witness: m.witness,
+                    lag_entries: m.lag_entries,
+                    lag_seconds: m.lag_seconds,
+                })
+                .collect(),
+            diverged: status
+                .diverged
+                .into_iter()
+                .map(|d| uagate_server::level::PairDiverged {
+                    superseded_by: d.superseded_by,
+                    index: d.index,
+                    kind: d.kind,
+                    subject: d.subject,
+                    actor: d.actor,
+                    at: d.at,
                 })
                 .collect(),
             integrity_fault: status.integrity_fault,
@@ -467,6 +486,7 @@ async fn witness(
             advertise,
             application_uri: String::new(),
             witness: true,
+            console: String::new(),
         },
         store,
     )

@@ -51,6 +51,19 @@ pub enum ApiError {
     /// or from another origin.
     #[error("missing or wrong CSRF token, or a request from another site")]
     Csrf,
+    /// A configuration change on a pair member that is not the leader:
+    /// made on the leader's console instead.
+    #[error("{message}")]
+    NotLeader {
+        /// Names the leader.
+        message: String,
+        /// The leader's console URL, when known.
+        leader_console: Option<String>,
+    },
+    /// The pair did not acknowledge the change (this appliance is cut off
+    /// from a quorum); it did not happen.
+    #[error("{0}")]
+    NotAcknowledged(String),
     /// Something failed inside the gateway; details are in the log.
     #[error("internal error")]
     Internal,
@@ -67,6 +80,17 @@ impl From<uagate_store::StoreError> for ApiError {
             StoreError::UserExists(name) => {
                 ApiError::Conflict(format!("user {name:?} already exists"))
             }
+            e @ StoreError::NotLeader { .. } => {
+                let leader_console = match &e {
+                    StoreError::NotLeader { console, .. } => console.clone(),
+                    _ => None,
+                };
+                ApiError::NotLeader {
+                    message: e.to_string(),
+                    leader_console,
+                }
+            }
+            StoreError::NotAcknowledged(m) => ApiError::NotAcknowledged(m),
             other => ApiError::internal(other),
         }
     }
@@ -98,6 +122,8 @@ impl ApiError {
             ApiError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::NotLeader { .. } => (StatusCode::CONFLICT, "not_leader"),
+            ApiError::NotAcknowledged(_) => (StatusCode::SERVICE_UNAVAILABLE, "not_acknowledged"),
             ApiError::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -110,6 +136,9 @@ struct ErrorBody<'a> {
     message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<&'a str>,
+    /// With `not_leader`: where the change can be made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leader_console: Option<&'a str>,
 }
 
 impl IntoResponse for ApiError {
@@ -119,10 +148,15 @@ impl IntoResponse for ApiError {
             ApiError::Invalid { field, .. } => field.as_deref(),
             _ => None,
         };
+        let leader_console = match &self {
+            ApiError::NotLeader { leader_console, .. } => leader_console.as_deref(),
+            _ => None,
+        };
         let body = ErrorBody {
             code,
             message: self.to_string(),
             field,
+            leader_console,
         };
         let mut response = (status, Json(body)).into_response();
         if let ApiError::Throttled { retry_after_s } = self {

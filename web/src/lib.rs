@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod ops;
 pub mod pages;
+pub mod replicated;
 pub mod rest;
 pub mod routes;
 pub mod state;

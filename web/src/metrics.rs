@@ -11,7 +11,8 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use prometheus::proto::{Bucket, Histogram, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{
-    Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 use crate::error::ApiError;
@@ -247,6 +248,33 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     )?;
     pair_quorum.set(i64::from(pair.quorum_lost));
     r.register(Box::new(pair_quorum))?;
+    // Known on the leader only: one series per other member.
+    let lag_entries = IntGaugeVec::new(
+        Opts::new(
+            "pair_replication_lag_entries",
+            "Entries of the leader's log a member lacks (exported by the leader).",
+        ),
+        &["member"],
+    )?;
+    let lag_seconds = GaugeVec::new(
+        Opts::new(
+            "pair_replication_lag_seconds",
+            "Age of the oldest change a member lacks, in seconds (exported by the leader).",
+        ),
+        &["member"],
+    )?;
+    for m in pair.members.iter().filter(|m| m.node_id != pair.node_id) {
+        if let Some(n) = m.lag_entries {
+            lag_entries
+                .with_label_values(&[m.addr.as_str()])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        if let Some(s) = m.lag_seconds {
+            lag_seconds.with_label_values(&[m.addr.as_str()]).set(s);
+        }
+    }
+    r.register(Box::new(lag_entries))?;
+    r.register(Box::new(lag_seconds))?;
 
     let field_state = IntGaugeVec::new(
         Opts::new(

@@ -139,6 +139,27 @@ pub struct PairStatusView {
     /// Cut off from the pair's quorum: configuration changes are not
     /// acknowledged here (pair with witness).
     pub quorum_lost: bool,
+    /// Changes this appliance had that a later leader never got (it
+    /// stepped down after the other appliance was force-promoted): kept
+    /// for review, never applied.
+    pub diverged: Vec<DivergedView>,
+}
+
+/// One change of the diverged list in [`PairStatusView`].
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DivergedView {
+    /// The epoch that replaced the one it was made in.
+    pub superseded_by: i64,
+    /// Its index in the old epoch's log.
+    pub index: u64,
+    /// The change-log kind, e.g. `user.add`.
+    pub kind: String,
+    /// Its subject (user, thumbprint, setting key); never a secret.
+    pub subject: String,
+    /// Who made it.
+    pub actor: String,
+    /// When (RFC 3339).
+    pub at: String,
 }
 
 /// One member of the pair in [`PairStatusView`].
@@ -152,6 +173,12 @@ pub struct PairMemberView {
     pub voter: bool,
     /// Its OPC UA application URI.
     pub application_uri: String,
+    /// It is a witness (votes, serves no OPC UA).
+    pub witness: bool,
+    /// Entries of the leader's log it lacks (on the leader only).
+    pub lag_entries: Option<u64>,
+    /// Age in seconds of the oldest change it lacks (on the leader only).
+    pub lag_seconds: Option<f64>,
 }
 
 /// The word for a pair role in REST and the metrics.
@@ -181,10 +208,25 @@ pub fn pair(state: &WebState) -> PairStatusView {
                 addr: m.addr,
                 voter: m.voter,
                 application_uri: m.application_uri,
+                witness: m.witness,
+                lag_entries: m.lag_entries,
+                lag_seconds: m.lag_seconds,
             })
             .collect(),
         integrity_fault: v.integrity_fault,
         quorum_lost: v.quorum_lost,
+        diverged: v
+            .diverged
+            .into_iter()
+            .map(|d| DivergedView {
+                superseded_by: d.superseded_by,
+                index: d.index,
+                kind: d.kind,
+                subject: d.subject,
+                actor: d.actor,
+                at: d.at,
+            })
+            .collect(),
     }
 }
 

@@ -309,6 +309,7 @@ pub fn app(state: WebState) -> Router {
     }
     router
         .fallback(api::not_found)
+        .layer(axum::middleware::from_fn(crate::replicated::answer))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             access::guard,

@@ -569,16 +569,30 @@ async fn the_pair_is_shown_by_rest_and_metrics_and_moves_the_service_level() {
                 addr: "10.0.0.1:4850".into(),
                 voter: true,
                 application_uri: "urn:uagate:a".into(),
+                witness: false,
+                lag_entries: Some(0),
+                lag_seconds: Some(0.0),
             },
             uagate_server::level::PairMember {
                 node_id: 7,
                 addr: "10.0.0.2:4850".into(),
                 voter: false,
                 application_uri: "urn:uagate:b".into(),
+                witness: false,
+                lag_entries: Some(3),
+                lag_seconds: Some(1.5),
             },
         ],
         integrity_fault: None,
         quorum_lost: false,
+        diverged: vec![uagate_server::level::PairDiverged {
+            superseded_by: 4,
+            index: 17,
+            kind: "user.add".into(),
+            subject: "zed (viewer)".into(),
+            actor: "alice".into(),
+            at: "2026-12-02T10:00:00.000Z".into(),
+        }],
     };
     engine.set_pair_view(view.clone());
     engine.update_service_level();
@@ -587,6 +601,11 @@ async fn the_pair_is_shown_by_rest_and_metrics_and_moves_the_service_level() {
     assert_eq!(b["leader"], "10.0.0.1:4850", "{b}");
     assert_eq!(b["applied"], 42, "{b}");
     assert_eq!(b["members"][1]["voter"], false, "{b}");
+    assert_eq!(b["members"][1]["lag_entries"], 3, "{b}");
+    assert_eq!(b["members"][1]["lag_seconds"], 1.5, "{b}");
+    assert_eq!(b["diverged"][0]["kind"], "user.add", "{b}");
+    assert_eq!(b["diverged"][0]["subject"], "zed (viewer)", "{b}");
+
     let (_, st, _) = f.call(get("/api/v1/status", Some(&viewer))).await;
     assert_eq!(st["role"], "standby", "{st}");
     assert_eq!(st["service_level"], 230, "{st}");
@@ -625,8 +644,110 @@ async fn the_pair_is_shown_by_rest_and_metrics_and_moves_the_service_level() {
         "uagate_pair_applied_index 42",
         "uagate_pair_members 2",
         "uagate_pair_integrity_fault 1",
+        "uagate_pair_replication_lag_entries{member=\"10.0.0.1:4850\"} 0",
+        "uagate_pair_replication_lag_seconds{member=\"10.0.0.1:4850\"} 0",
     ] {
         assert!(metrics.contains(line), "{line} missing: {metrics}");
     }
     f.stop().await;
+}
+
+/// A pair stand-in for the store: applies each replicated change at the
+/// next log position (as the pair's state machine does), answers that the
+/// other member does not have it yet, or refuses as a standby would.
+struct FakePair {
+    store: uagate_store::Store,
+    next: std::sync::atomic::AtomicU64,
+    leader: bool,
+}
+
+impl uagate_store::Replicator for FakePair {
+    fn propose(
+        &self,
+        proposal: uagate_store::Proposal<uagate_store::Change>,
+    ) -> uagate_store::Replicated {
+        let index = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let store = self.store.clone();
+        let leader = self.leader;
+        Box::pin(async move {
+            if !leader {
+                return Err(uagate_store::StoreError::NotLeader {
+                    leader: Some("10.0.0.1:4850".into()),
+                    console: Some("https://10.0.0.1:8443/".into()),
+                });
+            }
+            let position = uagate_store::LogPosition {
+                index,
+                term: 1,
+                leader: 1,
+            };
+            match store.apply_at(position, proposal).await? {
+                uagate_store::LogApplied::Applied { seq, epoch } => {
+                    Ok(uagate_store::Applied::replicated(seq, epoch, Some(false)))
+                }
+                uagate_store::LogApplied::Refused(e) => Err(e),
+                other => panic!("{other:?}"),
+            }
+        })
+    }
+}
+
+/// Issue 18: a write's answer says whether the other member already has it
+/// (`replicated` in the JSON body and the `x-uagate-replicated` header);
+/// on a member that is not the leader a write is refused with 409
+/// `not_leader` naming the leader's console; reads carry neither.
+#[tokio::test]
+async fn write_answers_say_whether_the_pair_has_the_change() {
+    let f = Fixture::start().await;
+    let admin = f.token("admin").await;
+    let add = |name: &str| {
+        json_request(
+            Method::POST,
+            "/api/v1/users",
+            Some(&admin),
+            json!({"username": name, "password": "a long password 1", "role": "viewer"}),
+        )
+    };
+    // Standalone: no replication to report.
+    let (s, b, h) = f.call(add("solo")).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    assert!(b.get("replicated").is_none(), "{b}");
+    assert!(h.get(uagate_web::replicated::REPLICATED_HEADER).is_none());
+
+    // Paired, the standby not caught up within the wait.
+    let store = f.state.store.clone();
+    let start = store
+        .replica_state()
+        .await
+        .unwrap()
+        .last_applied
+        .map_or(0, |p| p.index + 1);
+    store.set_replicator(Some(std::sync::Arc::new(FakePair {
+        store: store.clone(),
+        next: std::sync::atomic::AtomicU64::new(start),
+        leader: true,
+    })));
+    let (s, b, h) = f.call(add("paired")).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    assert_eq!(b["replicated"], false, "{b}");
+    assert_eq!(h[uagate_web::replicated::REPLICATED_HEADER], "false");
+    let (_, users, h) = f.call(get("/api/v1/users", Some(&admin))).await;
+    assert!(users.to_string().contains("paired"), "{users}");
+    assert!(h.get(uagate_web::replicated::REPLICATED_HEADER).is_none());
+
+    // On the standby: 409, naming the leader and its console.
+    store.set_replicator(Some(std::sync::Arc::new(FakePair {
+        store: store.clone(),
+        next: std::sync::atomic::AtomicU64::new(0),
+        leader: false,
+    })));
+    let (s, b, _) = f.call(add("refused")).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{b}");
+    assert_eq!(b["code"], "not_leader", "{b}");
+    assert_eq!(b["leader_console"], "https://10.0.0.1:8443/", "{b}");
+    assert!(
+        b["message"].as_str().unwrap().contains("10.0.0.1:4850"),
+        "{b}"
+    );
+    store.set_replicator(None);
 }

@@ -71,6 +71,10 @@ pub struct PeerNode {
     /// OPC UA and never leads.
     #[serde(default)]
     pub witness: bool,
+    /// The member's console URL (empty for a witness): where a refused
+    /// write on another member sends the operator.
+    #[serde(default)]
+    pub console: String,
 }
 
 /// A replicated change as it travels in the log: the proposal, who

@@ -70,6 +70,15 @@ const QUORUM_LOST_AFTER: Duration = Duration::from_secs(3);
 /// dropped by a new leader).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a write on the leader waits for every other member to have it
+/// before answering `replicated: false` (the change is committed either
+/// way; the other member gets it when it is reachable again).
+pub const REPLICATED_WAIT: Duration = Duration::from_secs(1);
+
+/// Log positions remembered with the time they were proposed (for the lag
+/// in seconds).
+const MAX_APPENDED_TIMES: usize = 4096;
+
 /// How long a pairing exchange or an administrative request may take.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -176,7 +185,7 @@ impl PairStatus {
 }
 
 /// One member of the pair in [`PairStatus`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Member {
     /// Its node id.
     pub node_id: NodeId,
@@ -189,6 +198,14 @@ pub struct Member {
     /// Whether it is a witness.
     #[serde(default)]
     pub witness: bool,
+    /// Entries of the leader's log it does not have yet (known on the
+    /// leader only; 0 for the leader itself).
+    #[serde(default)]
+    pub lag_entries: Option<u64>,
+    /// How long the oldest change it does not have has been waiting, in
+    /// seconds (known on the leader only).
+    #[serde(default)]
+    pub lag_seconds: Option<f64>,
 }
 
 /// What the node keeps in [`NODE_FILE`].
@@ -263,6 +280,8 @@ pub struct NodeSettings {
     /// The node is a witness (`uagate witness`): it votes, never leads and
     /// serves nothing; it is never a cluster by itself.
     pub witness: bool,
+    /// This appliance's console URL (empty for a witness).
+    pub console: String,
 }
 
 /// Most members of a set: two appliances and one witness.
@@ -278,6 +297,7 @@ pub struct PairNode {
     this: std::sync::Weak<PairNode>,
     id: NodeId,
     witness: bool,
+    console: String,
     dir: PathBuf,
     identity: Identity,
     advertise: String,
@@ -299,6 +319,9 @@ pub struct PairNode {
     /// Where a Raft message's answer or request reports a higher epoch:
     /// the step-down task takes it from there.
     stale: tokio::sync::mpsc::UnboundedSender<EpochMark>,
+    /// The log index of recent writes with the time they were proposed:
+    /// a member's lag in seconds is the age of the oldest it lacks.
+    appended: Mutex<std::collections::VecDeque<(u64, Instant)>>,
 }
 
 /// The Raft timing of the pair.
@@ -362,6 +385,7 @@ impl PairNode {
                 public_key: identity.public_key(),
                 application_uri: settings.application_uri.clone(),
                 witness: false,
+                console: settings.console.clone(),
             };
             raft.initialize(BTreeMap::from([(file.node_id, me)]))
                 .await
@@ -370,6 +394,7 @@ impl PairNode {
         let node = Arc::new_cyclic(|this| PairNode {
             this: this.clone(),
             witness: settings.witness,
+            console: settings.console.clone(),
             id: file.node_id,
             dir: settings.dir.clone(),
             identity: identity.clone(),
@@ -385,6 +410,7 @@ impl PairNode {
             maintenance: std::sync::atomic::AtomicBool::new(false),
             mark,
             stale,
+            appended: Mutex::new(std::collections::VecDeque::new()),
         });
         // A higher epoch seen on the wire: step down (one at a time).
         let weak = Arc::downgrade(&node);
@@ -513,6 +539,7 @@ impl PairNode {
             public_key: self.identity.public_key(),
             application_uri: self.application_uri.clone(),
             witness: false,
+            console: self.console.clone(),
         };
         raft.initialize(BTreeMap::from([(self.id, me)]))
             .await
@@ -628,6 +655,18 @@ impl PairNode {
     /// by the state machine on every member. Refused with the leader's
     /// address on a node that is not the leader.
     pub async fn write(&self, proposal: Proposal<Change>) -> Result<ApplyResponse, PairError> {
+        Ok(self.write_reported(proposal).await?.0)
+    }
+
+    /// [`PairNode::write`], and whether every other member had the change
+    /// when answering (`None` when not paired): the leader waits up to
+    /// [`REPLICATED_WAIT`] for them. With a witness a quorum already has
+    /// it; the answer says whether the other appliance does too.
+    pub async fn write_reported(
+        &self,
+        proposal: Proposal<Change>,
+    ) -> Result<(ApplyResponse, Option<bool>), PairError> {
+        let started = Instant::now();
         let raft = self.raft.read().await.clone();
         let epoch = self.store.epoch().await?;
         let signature = self
@@ -641,21 +680,56 @@ impl PairNode {
         };
         let Ok(written) = tokio::time::timeout(WRITE_TIMEOUT, raft.client_write(signed)).await
         else {
-            return Err(PairError::Raft(format!(
+            return Err(PairError::NotAcknowledged(format!(
                 "the change was not acknowledged by the pair within {WRITE_TIMEOUT:?} \
-                 (this appliance cannot reach the other members)"
+                 (this appliance cannot reach the other members); it did not happen"
             )));
         };
-        match written {
-            Ok(r) => Ok(r.data),
+        let written = match written {
+            Ok(r) => r,
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                Err(PairError::Raft(match f.leader_node {
-                    Some(n) => format!("not the configuration leader: write on {}", n.addr),
-                    None => "not the configuration leader, and no leader is known now".into(),
-                }))
+                return Err(PairError::NotLeader {
+                    leader: f.leader_node.as_ref().map(|n| n.addr.clone()),
+                    console: f
+                        .leader_node
+                        .as_ref()
+                        .map(|n| n.console.clone())
+                        .filter(|c| !c.is_empty()),
+                })
             }
-            Err(e) => Err(PairError::Raft(e.to_string())),
+            Err(e) => return Err(PairError::Raft(e.to_string())),
+        };
+        let index = written.log_id.index;
+        {
+            let mut appended = self.appended.lock();
+            appended.push_back((index, started));
+            while appended.len() > MAX_APPENDED_TIMES {
+                appended.pop_front();
+            }
         }
+        let others: Vec<NodeId> = self
+            .members()
+            .await
+            .into_iter()
+            .map(|(id, _, _)| id)
+            .filter(|id| *id != self.id)
+            .collect();
+        if others.is_empty() {
+            return Ok((written.data, None));
+        }
+        let mut m = raft.metrics();
+        let has_it = |m: &openraft::RaftMetrics<NodeId, PeerNode>| {
+            others.iter().all(|id| {
+                m.replication
+                    .as_ref()
+                    .and_then(|r| r.get(id).cloned().flatten())
+                    .is_some_and(|l| l.index >= index)
+            })
+        };
+        let replicated = tokio::time::timeout(REPLICATED_WAIT, m.wait_for(has_it))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        Ok((written.data, Some(replicated)))
     }
 
     /// A new one-time pairing code (valid [`INVITE_TTL`], single use) and
@@ -699,6 +773,7 @@ impl PairNode {
             addr: self.advertise.clone(),
             application_uri: self.application_uri.clone(),
             witness: self.witness,
+            console: self.console.clone(),
             proof: pairing::join_proof(&code, &leader_fp, self.fingerprint()),
         };
         conn.send(&Request::Join(hello)).await?;
@@ -827,6 +902,28 @@ impl PairNode {
                 m.current_leader.is_none()
             };
         let diverged = self.file.lock().diverged.clone();
+        // On the leader: how far behind each member is.
+        let mut lag: BTreeMap<NodeId, (u64, f64)> = BTreeMap::new();
+        if m.current_leader == Some(self.id) {
+            let last = m.last_log_index.unwrap_or(0);
+            let appended = self.appended.lock();
+            for (id, _, _) in &members {
+                let matched = if *id == self.id {
+                    Some(last)
+                } else {
+                    m.replication
+                        .as_ref()
+                        .and_then(|r| r.get(id).cloned())
+                        .map(|l| l.map_or(0, |l| l.index))
+                };
+                let Some(matched) = matched else { continue };
+                let seconds = appended
+                    .iter()
+                    .find(|(i, _)| *i > matched)
+                    .map_or(0.0, |(_, at)| at.elapsed().as_secs_f64());
+                lag.insert(*id, (last.saturating_sub(matched), seconds));
+            }
+        }
         Ok(PairStatus {
             diverged,
             quorum_lost,
@@ -844,6 +941,8 @@ impl PairNode {
                     voter,
                     application_uri: n.application_uri,
                     witness: n.witness,
+                    lag_entries: lag.get(&node_id).map(|l| l.0),
+                    lag_seconds: lag.get(&node_id).map(|l| l.1),
                 })
                 .collect(),
             integrity_fault: self.fault.lock().lock().ok().and_then(|f| f.clone()),
@@ -967,6 +1066,7 @@ impl PairNode {
             public_key: public_key.to_string(),
             application_uri: hello.application_uri.clone(),
             witness: hello.witness,
+            console: hello.console.clone(),
         };
         raft.add_learner(hello.node_id, node, false)
             .await
@@ -1032,6 +1132,7 @@ impl PairNode {
             public_key: self.identity.public_key(),
             application_uri: self.application_uri.clone(),
             witness: self.witness,
+            console: self.console.clone(),
         };
         if self.witness {
             tracing::info!("left the pair: the witness waits to be joined again");
@@ -1188,10 +1289,13 @@ impl PairNode {
 }
 
 /// What a proposer of a replicated change gets from the pair's outcome.
-fn outcome(result: Result<ApplyResponse, PairError>) -> Result<uagate_store::Applied, StoreError> {
+fn outcome(
+    result: Result<ApplyResponse, PairError>,
+    replicated: Option<bool>,
+) -> Result<uagate_store::Applied, StoreError> {
     match result {
         Ok(ApplyResponse::Applied { seq, epoch }) => {
-            Ok(uagate_store::Applied::replicated(seq, epoch))
+            Ok(uagate_store::Applied::replicated(seq, epoch, replicated))
         }
         Ok(ApplyResponse::Refused {
             refusal: Some(r), ..
@@ -1200,6 +1304,10 @@ fn outcome(result: Result<ApplyResponse, PairError>) -> Result<uagate_store::App
         Ok(other) => Err(StoreError::Replication(format!(
             "the change was not applied: {other:?}"
         ))),
+        Err(PairError::NotLeader { leader, console }) => {
+            Err(StoreError::NotLeader { leader, console })
+        }
+        Err(PairError::NotAcknowledged(m)) => Err(StoreError::NotAcknowledged(m)),
         Err(e) => Err(StoreError::Replication(e.to_string())),
     }
 }
@@ -1214,7 +1322,10 @@ impl uagate_store::Replicator for LogReplicator {
             let Some(node) = node.upgrade() else {
                 return Err(StoreError::Replication("the pair node stopped".into()));
             };
-            outcome(node.write(proposal).await)
+            match node.write_reported(proposal).await {
+                Ok((r, replicated)) => outcome(Ok(r), replicated),
+                Err(e) => outcome(Err(e), None),
+            }
         })
     }
 }
@@ -1246,7 +1357,7 @@ impl uagate_store::Replicator for AdminReplicator {
         let addr = self.addr.clone();
         Box::pin(async move {
             match admin(&identity, &addr, AdminRequest::Propose(proposal)).await {
-                Ok(AdminResponse::Proposed(r)) => outcome(Ok(r)),
+                Ok(AdminResponse::Proposed(r)) => outcome(Ok(r), None),
                 Ok(other) => Err(StoreError::Replication(format!(
                     "unexpected answer {other:?}"
                 ))),

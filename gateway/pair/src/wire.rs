@@ -107,6 +107,9 @@ pub struct JoinHello {
     /// It is a witness (votes, serves nothing, never leads).
     #[serde(default)]
     pub witness: bool,
+    /// Its console URL (empty for a witness).
+    #[serde(default)]
+    pub console: String,
     /// [`crate::pairing::join_proof`] over the fingerprints it saw.
     pub proof: Vec<u8>,
 }

@@ -54,6 +54,7 @@ async fn node_at(
             advertise,
             application_uri: format!("urn:uagate:{name}"),
             witness,
+            console: format!("https://{name}.example:8443/"),
         },
         store.clone(),
     )
@@ -253,10 +254,20 @@ async fn a_standby_joins_with_a_code_and_follows_the_primary() {
         .add_user("admin", "fred", "a long password 1", Role::Viewer)
         .await
         .unwrap_err();
+    // Refused naming the leader: its pair address and its console.
+    match &on_b {
+        uagate_store::StoreError::NotLeader { leader, console } => {
+            assert_eq!(
+                leader.as_deref(),
+                Some(a.node.local_addr().to_string().as_str())
+            );
+            assert_eq!(console.as_deref(), Some("https://a.example:8443/"));
+        }
+        other => panic!("{other:?}"),
+    }
     assert!(
-        matches!(on_b, uagate_store::StoreError::Replication(ref m)
-            if m.contains(&a.node.local_addr().to_string())),
-        "{on_b:?}"
+        on_b.to_string().contains("console https://a.example:8443/"),
+        "{on_b}"
     );
     // Node-local changes stay on their appliance.
     b.store

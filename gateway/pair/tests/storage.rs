@@ -76,6 +76,7 @@ fn peers() -> BTreeMap<u64, PeerNode> {
                 public_key: signer().public_key(),
                 application_uri: String::new(),
                 witness: false,
+                console: String::new(),
             },
         ),
         (
@@ -86,6 +87,7 @@ fn peers() -> BTreeMap<u64, PeerNode> {
                 public_key: String::new(),
                 application_uri: String::new(),
                 witness: false,
+                console: String::new(),
             },
         ),
     ])

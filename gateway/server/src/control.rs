@@ -97,18 +97,22 @@ impl ServerControl {
         // members (non-transparent, Part 4 §6.6.2), each serving with its
         // own field sessions.
         let pair = self.pair.lock().clone();
-        let (support, server_uris) =
-            if r.support == uagate_config::RedundancyMode::None && pair.members.len() > 1 {
-                let others: Vec<String> = pair
-                    .members
-                    .iter()
-                    .filter(|m| m.node_id != pair.node_id && !m.application_uri.is_empty())
-                    .map(|m| m.application_uri.clone())
-                    .collect();
-                (opcua_types::RedundancySupport::Hot, others)
-            } else {
-                (redundancy_support(r.support), r.server_uris.clone())
-            };
+        let (support, server_uris) = if r.support == uagate_config::RedundancyMode::None
+            && pair.members.iter().filter(|m| !m.witness).count() > 1
+        {
+            // A witness serves no OPC UA: not a server of the set.
+            let others: Vec<String> = pair
+                .members
+                .iter()
+                .filter(|m| {
+                    m.node_id != pair.node_id && !m.witness && !m.application_uri.is_empty()
+                })
+                .map(|m| m.application_uri.clone())
+                .collect();
+            (opcua_types::RedundancySupport::Hot, others)
+        } else {
+            (redundancy_support(r.support), r.server_uris.clone())
+        };
         space.set_redundancy(
             support,
             &server_uris,
@@ -172,7 +176,14 @@ impl ServerControl {
     /// be published again).
     pub(crate) fn set_pair_view(&self, view: PairView) -> bool {
         let mut pair = self.pair.lock();
-        let changed = pair.members != view.members || pair.node_id != view.node_id;
+        // The servers of the set (lag figures change every second).
+        let servers = |v: &PairView| -> Vec<(u64, String, bool)> {
+            v.members
+                .iter()
+                .map(|m| (m.node_id, m.application_uri.clone(), m.witness))
+                .collect()
+        };
+        let changed = servers(&pair) != servers(&view) || pair.node_id != view.node_id;
         *pair = view;
         changed
     }

@@ -64,7 +64,7 @@ pub enum PairRole {
 /// What the engine knows of the appliance pair: told every second by the
 /// pair node's follower task (`uagate run`), shown by REST
 /// `GET /api/v1/pair` and the metrics, and fed into the ServiceLevel.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct PairView {
     /// This appliance's role.
     pub role: PairRole,
@@ -85,10 +85,30 @@ pub struct PairView {
     /// Cut off from the pair's quorum (a leader whose writes are not
     /// acknowledged, a voter without leader).
     pub quorum_lost: bool,
+    /// Changes this appliance had that a later leader never got (it
+    /// stepped down after the other appliance was force-promoted).
+    pub diverged: Vec<PairDiverged>,
+}
+
+/// One change of the diverged list in [`PairView`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PairDiverged {
+    /// The epoch that replaced the one it was made in.
+    pub superseded_by: i64,
+    /// Its index in the old epoch's log.
+    pub index: u64,
+    /// The change-log kind, e.g. `user.add`.
+    pub kind: String,
+    /// Its subject (user, thumbprint, setting key); never a secret.
+    pub subject: String,
+    /// Who made it.
+    pub actor: String,
+    /// When (RFC 3339).
+    pub at: String,
 }
 
 /// One member of the pair in [`PairView`].
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct PairMember {
     /// Its node id.
     pub node_id: u64,
@@ -98,6 +118,12 @@ pub struct PairMember {
     pub voter: bool,
     /// Its OPC UA application URI.
     pub application_uri: String,
+    /// It is a witness (votes, serves no OPC UA).
+    pub witness: bool,
+    /// Leader's entries it lacks (known on the leader only).
+    pub lag_entries: Option<u64>,
+    /// Age in seconds of the oldest change it lacks (leader only).
+    pub lag_seconds: Option<f64>,
 }
 
 /// What the computed ServiceLevel is made of; gathered by the engine every

@@ -91,11 +91,21 @@ async fn the_pair_membership_makes_a_hot_set() {
         addr: format!("10.0.0.{node_id}:4850"),
         voter: node_id == 1,
         application_uri: uri.into(),
+        ..PairMember::default()
+    };
+    // A witness serves no OPC UA: never in ServerUriArray.
+    let witness = PairMember {
+        witness: true,
+        ..member(3, "")
     };
     gw.engine().set_pair_view(PairView {
         role: PairRole::Leader,
         node_id: 1,
-        members: vec![member(1, "urn:uagate:a"), member(2, "urn:uagate:b")],
+        members: vec![
+            member(1, "urn:uagate:a"),
+            member(2, "urn:uagate:b"),
+            witness.clone(),
+        ],
         ..PairView::default()
     });
     assert_eq!(
@@ -110,7 +120,7 @@ async fn the_pair_membership_makes_a_hot_set() {
     gw.engine().set_pair_view(PairView {
         role: PairRole::Standalone,
         node_id: 1,
-        members: vec![member(1, "urn:uagate:a")],
+        members: vec![member(1, "urn:uagate:a"), witness],
         ..PairView::default()
     });
     assert_eq!(

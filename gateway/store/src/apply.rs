@@ -48,17 +48,42 @@ pub struct Applied {
     pub epoch: i64,
     /// The certificate as stored, after [`Change::TrustAdd`].
     pub cert: Option<CertInfo>,
+    /// For a replicated change on a paired appliance: whether every other
+    /// member had it when the answer was given (pair without witness: the
+    /// primary commits alone and waits a bounded time for the standby).
+    /// `None` when not paired.
+    pub replicated: Option<bool>,
+}
+
+tokio::task_local! {
+    /// What [`Store::apply`] learned about the replication of the changes
+    /// made inside [`report_replication`].
+    static REPLICATION: std::cell::Cell<Option<bool>>;
+}
+
+/// Runs `f` and says whether the replicated changes it made reached every
+/// member of the pair (`Some(false)` if one did not, `None` when it made
+/// none or the appliance is not paired). Called around a console or REST
+/// request, whose answer then carries `replicated`.
+pub async fn report_replication<F: std::future::Future>(f: F) -> (F::Output, Option<bool>) {
+    REPLICATION
+        .scope(std::cell::Cell::new(None), async {
+            let out = f.await;
+            (out, REPLICATION.with(std::cell::Cell::get))
+        })
+        .await
 }
 
 impl Applied {
     /// What a replicated change did, as the pair's log reports it (the
     /// certificate is read back by [`Store::apply`]). Called by the pair's
     /// [`crate::Replicator`].
-    pub fn replicated(seq: i64, epoch: i64) -> Applied {
+    pub fn replicated(seq: i64, epoch: i64, replicated: Option<bool>) -> Applied {
         Applied {
             seq: Some(seq),
             epoch,
             cert: None,
+            replicated,
         }
     }
 }
@@ -678,6 +703,9 @@ impl Store {
             if let Some(thumbprint) = trusted {
                 applied.cert = self.cert_by_thumbprint(&thumbprint).await?;
             }
+            if let Some(r) = applied.replicated {
+                let _ = REPLICATION.try_with(|c| c.set(Some(c.get().unwrap_or(true) && r)));
+            }
             return Ok(applied);
         }
         let plan = check(change)?;
@@ -701,6 +729,7 @@ impl Store {
             seq,
             epoch,
             cert: effect.cert,
+            replicated: None,
         })
     }
 }

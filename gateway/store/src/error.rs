@@ -65,6 +65,24 @@ pub enum StoreError {
     /// or the pair could not commit the change.
     #[error("{0}")]
     Replication(String),
+    /// A replicated change on a member that is not the configuration
+    /// leader: refused, naming the leader (its pair address and console
+    /// URL, when known).
+    #[error("not the configuration leader: {}", match (leader, console) {
+        (Some(l), Some(c)) => format!("write on {l} (console {c})"),
+        (Some(l), None) => format!("write on {l}"),
+        _ => "no leader is known now; try again shortly".to_string(),
+    })]
+    NotLeader {
+        /// The leader's pair address.
+        leader: Option<String>,
+        /// The leader's console URL.
+        console: Option<String>,
+    },
+    /// The pair did not acknowledge the change in time (this appliance is
+    /// cut off from a quorum): it did not happen.
+    #[error("{0}")]
+    NotAcknowledged(String),
 }
 
 /// A business refusal as a plain value: how a replicated change's refusal

@@ -110,7 +110,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, SqliteConnection};
 use tokio::sync::Semaphore;
 
-pub use apply::{Applied, MAX_EVENT_PAYLOAD_LEN};
+pub use apply::{report_replication, Applied, MAX_EVENT_PAYLOAD_LEN};
 pub use chain::{TrustVerdict, MAX_CHAIN_LEN};
 pub use change::{
     setting_scope, Change, LocalChange, LocalProposal, PasswordHash, Proposal, Scope, Scoped,
