@@ -330,8 +330,9 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
         gateway.cancel_token(),
     ));
     // The console: its own HTTPS listener with the appliance certificate.
-    let web = uagate_web::WebState::new(store, gateway.engine.clone(), data)
+    let mut web = uagate_web::WebState::new(store, gateway.engine.clone(), data)
         .context("cannot prepare the console token key")?;
+    web.pair = Some(pair.clone());
     if let Some(code) = web.prepare_setup().await? {
         // The one-time code is meant to be read here (the log and the
         // terminal); it stops working once the first admin exists.
@@ -448,6 +449,7 @@ async fn follow_pair(
                     voter: m.voter,
                     application_uri: m.application_uri,
                     witness: m.witness,
+                    console: m.console,
                     lag_entries: m.lag_entries,
                     lag_seconds: m.lag_seconds,
                 })

@@ -75,6 +75,7 @@ impl FromRequestParts<WebState> for Authed {
             .await
             .map_err(ApiError::internal)?
             .ok_or(ApiError::Unauthenticated)?;
+        who.follower_of = crate::ops::follower_of(state);
         parts.extensions.insert(who.clone());
         Ok(who)
     }

@@ -142,6 +142,7 @@ impl TokenKeys {
             issued: c.iat,
             expires: c.exp,
             via_cookie: false,
+            follower_of: None,
         })
     }
 
@@ -267,6 +268,10 @@ pub struct Authed {
     pub expires: u64,
     /// Whether the token came in the session cookie (so CSRF rules apply).
     pub via_cookie: bool,
+    /// Set on a pair member that is not the configuration leader: the
+    /// leader's console URL (empty when unknown). Every console page shows
+    /// a read-only banner linking to it.
+    pub follower_of: Option<String>,
 }
 
 impl Authed {

@@ -190,6 +190,25 @@ pub fn role_name(role: uagate_server::level::PairRole) -> &'static str {
     }
 }
 
+/// On a pair member that is not the configuration leader: the leader's
+/// console URL (empty when no leader is known or it has none); `None` on
+/// the leader and on a standalone appliance. Configuration changes are
+/// made there: the console shows a read-only banner.
+pub fn follower_of(state: &WebState) -> Option<String> {
+    let v = state.engine.pair_view();
+    if v.role != uagate_server::level::PairRole::Standby {
+        return None;
+    }
+    let leader = v.leader.as_deref()?;
+    Some(
+        v.members
+            .iter()
+            .find(|m| m.addr == leader)
+            .map(|m| m.console.clone())
+            .unwrap_or_default(),
+    )
+}
+
 /// This appliance's place in the pair.
 pub fn pair(state: &WebState) -> PairStatusView {
     let v = state.engine.pair_view();

@@ -20,7 +20,9 @@ use crate::error::ApiError;
 use crate::metrics;
 use crate::openapi;
 use crate::pages::{self, audit, certificates, dashboard, fields, limits, login, maintenance};
-use crate::pages::{assets, owners, service_level, sessions, users as user_pages};
+use crate::pages::{
+    assets, owners, pair as pair_page, service_level, sessions, users as user_pages,
+};
 use crate::rest;
 use crate::state::WebState;
 use crate::users;
@@ -255,6 +257,11 @@ pub fn table() -> Vec<Route> {
             .shown_by(service_level::refused),
         page(GET, "/maintenance", VIEWER, maintenance::show),
         page(POST, "/maintenance", OPERATOR, maintenance::submit).shown_by(maintenance::refused),
+        page(GET, "/pair", VIEWER, pair_page::show),
+        page(POST, "/pair/invite", ADMIN, pair_page::invite).shown_by(pair_page::refused),
+        page(POST, "/pair/join", ADMIN, pair_page::join).shown_by(pair_page::refused),
+        page(POST, "/pair/leave", ADMIN, pair_page::leave).shown_by(pair_page::refused),
+        page(POST, "/pair/promote", ADMIN, pair_page::promote).shown_by(pair_page::refused),
         page(GET, "/certificates", VIEWER, certificates::show),
         page(POST, "/certificates/trust", OPERATOR, certificates::trust)
             .shown_by(certificates::refused),

@@ -25,6 +25,9 @@ pub struct WebState {
     /// The one-time code that lets the first administrator be created;
     /// set while the store has no user (see [`WebState::prepare_setup`]).
     pub setup_code: Arc<parking_lot::Mutex<Option<String>>>,
+    /// This appliance's pair node, for the Pair page's actions (invite,
+    /// join, leave, promote); `None` where no pair node runs.
+    pub pair: Option<Arc<uagate_pair::PairNode>>,
 }
 
 impl WebState {
@@ -41,6 +44,7 @@ impl WebState {
             throttle: Arc::new(LoginThrottle::default()),
             setup_code: Arc::default(),
             config_lock: Arc::default(),
+            pair: None,
         })
     }
 

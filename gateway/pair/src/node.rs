@@ -198,6 +198,9 @@ pub struct Member {
     /// Whether it is a witness.
     #[serde(default)]
     pub witness: bool,
+    /// Its console URL (empty for a witness).
+    #[serde(default)]
+    pub console: String,
     /// Entries of the leader's log it does not have yet (known on the
     /// leader only; 0 for the leader itself).
     #[serde(default)]
@@ -941,6 +944,7 @@ impl PairNode {
                     voter,
                     application_uri: n.application_uri,
                     witness: n.witness,
+                    console: n.console,
                     lag_entries: lag.get(&node_id).map(|l| l.0),
                     lag_seconds: lag.get(&node_id).map(|l| l.1),
                 })

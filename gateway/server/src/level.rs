@@ -120,6 +120,8 @@ pub struct PairMember {
     pub application_uri: String,
     /// It is a witness (votes, serves no OPC UA).
     pub witness: bool,
+    /// Its console URL (empty for a witness or when unknown).
+    pub console: String,
     /// Leader's entries it lacks (known on the leader only).
     pub lag_entries: Option<u64>,
     /// Age in seconds of the oldest change it lacks (leader only).

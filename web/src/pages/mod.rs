@@ -22,6 +22,7 @@ pub mod limits;
 pub mod login;
 pub mod maintenance;
 pub mod owners;
+pub mod pair;
 pub mod service_level;
 pub mod sessions;
 pub mod users;
@@ -48,6 +49,7 @@ const NAV: &[(&str, &str, Role)] = &[
     ("/owners", "Trusted owners", Role::Viewer),
     ("/service-level", "ServiceLevel", Role::Viewer),
     ("/maintenance", "Maintenance", Role::Viewer),
+    ("/pair", "Pair", Role::Viewer),
     ("/fields", "Field connections", Role::Viewer),
     ("/certificates", "Certificates", Role::Viewer),
     ("/sessions", "Sessions", Role::Viewer),
@@ -78,6 +80,9 @@ pub struct Chrome {
     pub notice: Option<String>,
     /// An error to show above the content.
     pub error: Option<String>,
+    /// On a pair member that is not the leader: the leader's console URL
+    /// (empty when unknown); the page shows a read-only banner.
+    pub follower_of: Option<String>,
 }
 
 impl Chrome {
@@ -102,6 +107,7 @@ impl Chrome {
             admin: who.can(Role::Admin),
             notice,
             error: None,
+            follower_of: who.follower_of.clone(),
         }
     }
 }

@@ -1,0 +1,296 @@
+// The Pair page in headless Chromium against two real `uagate run` appliances: invite on A, join
+// on B, the read-only banner on the standby linking to the primary's console, a user made on A
+// logging in on B, the forced promotion of B (with its confirmation) once A is killed, and A's
+// diverged list after it returns. Screenshots at 1366x768 and 390 px wide go to
+// $UAGATE_TEST_OUTPUT (default target/test-output/browser).
+
+import { execFile, spawn } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import readline from "node:readline";
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+
+import { chromium } from "playwright-core";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ROOT = path.resolve(HERE, "..", "..");
+const UAGATE_BIN = process.env.UAGATE_BIN || path.join(ROOT, "target", "debug", "uagate");
+const CHROMIUM = process.env.UAGATE_CHROMIUM || "/usr/bin/chromium";
+const OUT = process.env.UAGATE_TEST_OUTPUT || path.join(ROOT, "target", "test-output", "browser");
+const STEP_MS = 15_000;
+const ADMIN = ["ada", "ada-console-pass-1"];
+const WIDE = { width: 1366, height: 768 };
+const NARROW = { width: 390, height: 844 };
+
+let tmp;
+let browser;
+const appliances = {};
+
+/** Runs a program (bounded); resolves {code, stdout, stderr}. */
+function run(cmd, args, input) {
+  return new Promise((resolve, reject) => {
+    const child = execFile(cmd, args, { timeout: 60_000, killSignal: "SIGKILL" }, (err, stdout, stderr) => {
+      if (err && typeof err.code !== "number") reject(new Error(`${cmd}: ${err.message}\n${stderr}`));
+      else resolve({ code: err ? err.code : 0, stdout, stderr });
+    });
+    if (input !== undefined) child.stdin.end(input);
+  });
+}
+
+/** A TCP port free on 127.0.0.1 now. */
+function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer().listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+const timeout = (ms, what, log) =>
+  new Promise((_, rej) => setTimeout(() => rej(new Error(`${what} within ${ms} ms\n${log()}`)), ms).unref());
+
+/** `uagate run` on appliance `name` (its data directory stays across restarts). */
+async function start(name) {
+  const a = appliances[name];
+  a.log = "";
+  a.proc = spawn(UAGATE_BIN, ["--data", a.data, "run"], { stdio: ["ignore", "pipe", "pipe"] });
+  a.proc.stderr.on("data", (chunk) => {
+    a.log += chunk.toString();
+  });
+  const lines = readline.createInterface({ input: a.proc.stdout });
+  const got = new Promise((resolve, reject) => {
+    const seen = [];
+    lines.on("line", (l) => {
+      seen.push(l);
+      if (l.startsWith("PAIR ")) resolve(seen);
+    });
+    a.proc.on("exit", (c) => reject(new Error(`uagate ${name} exited (${c}):\n${a.log}`)));
+  });
+  const seen = await Promise.race([got, timeout(60_000, `${name}: no PAIR line`, () => a.log)]);
+  a.console = seen.find((l) => l.startsWith("CONSOLE ")).split(" ")[1];
+  a.pair = seen.find((l) => l.startsWith("PAIR ")).split(" ")[1];
+}
+
+async function kill(name) {
+  const p = appliances[name].proc;
+  if (p && p.exitCode === null && p.signalCode === null) {
+    const gone = new Promise((r) => p.on("exit", r));
+    p.kill("SIGKILL");
+    await gone;
+  }
+}
+
+async function setupCode(name) {
+  const a = appliances[name];
+  const m = await Promise.race([
+    new Promise((resolve) => {
+      const look = () => {
+        const found = a.log.match(/setup code ([0-9a-f]{16})/);
+        if (found) resolve(found[1]);
+        else setTimeout(look, 100);
+      };
+      look();
+    }),
+    timeout(10_000, `${name}: no setup code`, () => a.log),
+  ]);
+  return m;
+}
+
+before(async () => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "uagate-browser-pair-"));
+  fs.mkdirSync(OUT, { recursive: true });
+  for (const name of ["a", "b"]) {
+    const data = path.join(tmp, name);
+    const cfg = path.join(tmp, `${name}.toml`);
+    const port = await freePort();
+    fs.writeFileSync(
+      cfg,
+      `[listen]\nopc_tcp = "127.0.0.1:0"\npair = "127.0.0.1:${port}"\n[server]\napplication_uri = "urn:uagate:browser-${name}"\n`,
+    );
+    const r = await run(UAGATE_BIN, ["--data", data, "config", "import", cfg]);
+    assert.equal(r.code, 0, r.stderr);
+    appliances[name] = { data };
+    await start(name);
+  }
+  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] });
+});
+
+after(async () => {
+  await browser?.close();
+  for (const name of Object.keys(appliances)) await kill(name);
+  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+/** A page in its own browser context (both consoles are on 127.0.0.1: separate cookies). */
+async function newPage(name, viewport = WIDE) {
+  const context = await browser.newContext({ ignoreHTTPSErrors: true, baseURL: appliances[name].console, viewport });
+  context.setDefaultTimeout(STEP_MS);
+  return context.newPage();
+}
+
+async function firstAdmin(page, code) {
+  await page.goto("/setup");
+  await page.fill("input[name=code]", code);
+  await page.fill("input[name=username]", ADMIN[0]);
+  await page.fill("input[name=password]", ADMIN[1]);
+  await page.click("button[type=submit]");
+  await page.waitForURL(/\/$/);
+}
+
+async function login(page, user, password) {
+  await page.goto("/login");
+  await page.fill("input[name=username]", user);
+  await page.fill("input[name=password]", password);
+  await page.click("button[type=submit]");
+  await page.waitForURL((u) => !u.pathname.startsWith("/login"));
+}
+
+async function notice(page, ms = STEP_MS) {
+  await page.waitForSelector("#notice, #error", { timeout: ms });
+  const error = await page.$("#error");
+  if (error) assert.fail(`the console refused: ${await error.textContent()}`);
+  return page.textContent("#notice");
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(OUT, `${name}.png`), fullPage: true });
+}
+
+/** Reloads /pair until the role reads `role` (bounded). */
+async function waitRole(page, role) {
+  const t0 = Date.now();
+  for (;;) {
+    await page.goto("/pair");
+    if ((await page.textContent("#pair-role")) === role) return;
+    assert.ok(Date.now() - t0 < 30_000, `role never became ${role}: ${await page.textContent("#pair-role")}`);
+    await page.waitForTimeout(500);
+  }
+}
+
+/** No horizontal scrolling at the page's width. */
+async function fits(page) {
+  const over = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(over <= 1, `the page is ${over} px wider than the window`);
+}
+
+test("the Pair page: invite, join, standby banner, promotion, diverged", async (t) => {
+  const pa = await newPage("a");
+  const pb = await newPage("b");
+  await firstAdmin(pa, await setupCode("a"));
+  await firstAdmin(pb, await setupCode("b"));
+
+  let code;
+  await t.test("A invites: a one-time code on the page", async () => {
+    await pa.goto("/pair");
+    assert.equal(await pa.textContent("#pair-role"), "standalone");
+    await shot(pa, "pair-01-standalone");
+    await pa.click("#pair-invite");
+    code = (await pa.textContent("#invite-code")).trim();
+    assert.match(code, /^[0-9A-Z]{4}(-[0-9A-Z]{4}){4}$/);
+    await shot(pa, "pair-02-invite");
+  });
+
+  await t.test("B joins with it and shows the read-only banner", async () => {
+    await pb.goto("/pair");
+    await pb.fill("#join-addr", appliances.a.pair);
+    await pb.fill("#join-code", code);
+    await pb.click("#join-submit");
+    // The join waits for A's snapshot: a loaded machine may take a while.
+    assert.match(await notice(pb, 60_000), /Joined the pair/);
+    await waitRole(pb, "standby");
+    const banner = await pb.textContent("#follower-banner");
+    assert.match(banner, /standby/);
+    assert.equal(await pb.getAttribute("#leader-console", "href"), `${appliances.a.console}pair`);
+    // Every page carries it.
+    await pb.goto("/limits");
+    assert.ok(await pb.$("#follower-banner"), "banner on /limits");
+    await pb.goto("/pair");
+    await shot(pb, "pair-03-standby-1366");
+    const narrow = await newPage("b", NARROW);
+    await login(narrow, ...ADMIN);
+    await narrow.goto("/pair");
+    await fits(narrow);
+    await shot(narrow, "pair-03-standby-390");
+    // On A: two members, B in step.
+    await waitRole(pa, "primary");
+    const t0 = Date.now();
+    while (!/in step/.test(await pa.textContent("#pair-members"))) {
+      assert.ok(Date.now() - t0 < 15_000, await pa.textContent("#pair-members"));
+      await pa.waitForTimeout(300);
+      await pa.goto("/pair");
+    }
+    assert.equal(await pa.$("#follower-banner"), null);
+    await shot(pa, "pair-04-primary-1366");
+    const narrowA = await newPage("a", NARROW);
+    await login(narrowA, ...ADMIN);
+    await narrowA.goto("/pair");
+    await fits(narrowA);
+    await shot(narrowA, "pair-04-primary-390");
+  });
+
+  await t.test("a user made on A logs in to B's console", async () => {
+    const r = await run(UAGATE_BIN, ["--data", appliances.a.data, "user", "add", "olga", "--role", "operator"], "olga-console-pass-1\n");
+    assert.equal(r.code, 0, r.stderr);
+    const page = await newPage("b");
+    const t0 = Date.now();
+    for (;;) {
+      await page.goto("/login");
+      await page.fill("input[name=username]", "olga");
+      await page.fill("input[name=password]", "olga-console-pass-1");
+      await page.click("button[type=submit]");
+      await page.waitForLoadState();
+      if (!new URL(page.url()).pathname.startsWith("/login")) break;
+      assert.ok(Date.now() - t0 < 10_000, "olga never could log in on B");
+      await page.waitForTimeout(300);
+    }
+    assert.ok(await page.$("#follower-banner"));
+  });
+
+  await t.test("A changes alone, dies; B is promoted after a confirmation", async () => {
+    // B down while A makes a change B never gets.
+    await kill("b");
+    const r = await run(UAGATE_BIN, ["--data", appliances.a.data, "user", "add", "zed", "--role", "viewer"], "zed-console-pass-1\n");
+    assert.equal(r.code, 0, r.stderr);
+    await kill("a");
+    await start("b");
+    const page = await newPage("b");
+    await login(page, ...ADMIN);
+    await page.goto("/pair");
+    await page.click("#pair-promote");
+    await page.waitForSelector("#promote-confirm-form");
+    assert.match(await page.textContent("#promote-confirm-form"), /diverged/);
+    await shot(page, "pair-05-promote-confirm");
+    await page.click("#promote-confirm");
+    assert.match(await notice(page, 60_000), /primary now \(epoch \d+\)/);
+    await waitRole(page, "primary");
+    assert.equal(await page.$("#follower-banner"), null);
+  });
+
+  await t.test("A returns, steps down and lists its diverged change", async () => {
+    await start("a");
+    const page = await newPage("a");
+    await login(page, ...ADMIN);
+    await waitRole(page, "standby");
+    const t0 = Date.now();
+    while (!(await page.$("#pair-diverged"))) {
+      assert.ok(Date.now() - t0 < 15_000, "no diverged list on A");
+      await page.waitForTimeout(300);
+      await page.goto("/pair");
+    }
+    const diverged = await page.textContent("#pair-diverged");
+    assert.match(diverged, /user\.add/);
+    assert.match(diverged, /zed/);
+    assert.ok(await page.$("#follower-banner"));
+    await shot(page, "pair-06-diverged-1366");
+    const narrow = await newPage("a", NARROW);
+    await login(narrow, ...ADMIN);
+    await narrow.goto("/pair");
+    await fits(narrow);
+    await shot(narrow, "pair-06-diverged-390");
+  });
+});
