@@ -375,13 +375,11 @@ impl PairNode {
         )
         .await?;
         // A witness is never a cluster by itself: it waits to be joined.
-        if !settings.witness
-            && !raft
-                .is_initialized()
-                .await
-                .map_err(|e| PairError::Raft(e.to_string()))?
-            && file.pinned.is_empty()
-        {
+        let initialized = raft
+            .is_initialized()
+            .await
+            .map_err(|e| PairError::Raft(e.to_string()))?;
+        if !settings.witness && !initialized && file.pinned.is_empty() {
             let me = PeerNode {
                 addr: advertise.clone(),
                 fingerprint: identity.fingerprint().to_string(),
@@ -637,6 +635,12 @@ impl PairNode {
     /// The address this node connects from (see [`source_of`]).
     fn source(&self) -> Option<std::net::IpAddr> {
         source_of(self.local_addr)
+    }
+
+    /// openraft's view of this node now (vote, log and applied positions,
+    /// replication progress on the leader): for diagnostics and tests.
+    pub async fn raft_metrics(&self) -> openraft::RaftMetrics<NodeId, PeerNode> {
+        self.raft.read().await.metrics().borrow().clone()
     }
 
     /// This node's id.
@@ -978,6 +982,13 @@ impl PairNode {
             if !self.is_peer(fp).await {
                 tracing::warn!(fingerprint = %fp, "pair: Raft message from an unknown certificate refused");
                 return Response::Refused("this certificate is not a member of the pair".into());
+            }
+            // Fail closed: after an integrity fault this node takes nothing
+            // more until an operator has looked (leave and join again).
+            if let Some(why) = self.fault.lock().lock().ok().and_then(|f| f.clone()) {
+                return Response::Refused(format!(
+                    "replication stopped here on an integrity fault: {why}"
+                ));
             }
             let mine = match self.mark().await {
                 Ok(m) => m,
@@ -1476,18 +1487,60 @@ async fn open_raft(
         mark,
         stale,
     } = links;
-    let log = LogStore::open(&dir.join(RAFT_DB)).await?;
-    let sm = StateMachine::new(store.clone(), &dir.join(SNAPSHOT_DIR)).await?;
-    let fault = sm.fault();
-    let network = Network {
-        identity: identity.clone(),
-        source,
-        mark,
-        stale,
-    };
-    let raft = Raft::new(id, raft_config()?, network, log, sm)
+    let mut log = LogStore::open(&dir.join(RAFT_DB)).await?;
+    let committed = openraft::storage::RaftLogStorage::read_committed(&mut log)
         .await
         .map_err(|e| PairError::Raft(e.to_string()))?;
+    let sm = StateMachine::new(store.clone(), &dir.join(SNAPSHOT_DIR)).await?;
+    let mut fault = sm.fault();
+    let network = || Network {
+        identity: identity.clone(),
+        source,
+        mark: mark.clone(),
+        stale: stale.clone(),
+    };
+    // The committed entries not applied yet are applied as the node
+    // starts: one that fails its check (the stored log was altered while
+    // the appliance was off) stops the node. It starts again halted, so
+    // the appliance runs with the configuration it has and reports the
+    // fault; nothing more is applied here (fail closed).
+    let stopped = match Raft::new(id, raft_config()?, network(), log, sm).await {
+        Ok(raft) => {
+            let mut m = raft.metrics();
+            let _ = tokio::time::timeout(
+                ADMIN_TIMEOUT,
+                m.wait_for(|m| m.running_state.is_err() || m.last_applied >= committed),
+            )
+            .await;
+            let failed = raft.metrics().borrow().running_state.clone().err();
+            match failed {
+                None => Ok(raft),
+                Some(e) => {
+                    let _ = raft.shutdown().await;
+                    Err(e.to_string())
+                }
+            }
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    let raft = match stopped {
+        Ok(raft) => raft,
+        Err(e) => {
+            let why = fault
+                .lock()
+                .ok()
+                .and_then(|f| f.clone())
+                .ok_or(PairError::Raft(e))?;
+            tracing::error!(fault = %why, "pair: replication stopped at start on an integrity fault");
+            let log = LogStore::open(&dir.join(RAFT_DB)).await?;
+            let sm = StateMachine::halted(store.clone(), &dir.join(SNAPSHOT_DIR), committed, why)
+                .await?;
+            fault = sm.fault();
+            Raft::new(id, raft_config()?, network(), log, sm)
+                .await
+                .map_err(|e| PairError::Raft(e.to_string()))?
+        }
+    };
     if witness {
         // It votes, but never stands: the appliances lead.
         raft.runtime_config().elect(false);

@@ -152,6 +152,10 @@ pub struct StateMachine {
     store: Store,
     files: Arc<SnapshotFiles>,
     fault: Fault,
+    /// Set on a node whose replication stopped on an integrity fault at
+    /// start (see [`StateMachine::halted`]): reported as applied up to
+    /// here, and nothing more is applied.
+    halted_at: Option<Option<LogId>>,
 }
 
 /// The integrity fault a state machine found, if any: shared with the pair
@@ -178,7 +182,27 @@ impl StateMachine {
                 lock: Mutex::new(()),
             }),
             fault: Fault::default(),
+            halted_at: None,
         })
+    }
+
+    /// The state machine of a node whose stored log failed its check when
+    /// it started (`why`): it reports everything up to `committed` as
+    /// applied, so the Raft node can start and show its state, and applies
+    /// nothing more (fail closed). Called by the pair node when the normal
+    /// start stopped on the fault.
+    pub async fn halted(
+        store: Store,
+        snapshot_dir: &Path,
+        committed: Option<LogId>,
+        why: String,
+    ) -> Result<StateMachine, PairError> {
+        let mut sm = StateMachine::new(store, snapshot_dir).await?;
+        sm.halted_at = Some(committed);
+        if let Ok(mut f) = sm.fault.lock() {
+            *f = Some(why);
+        }
+        Ok(sm)
     }
 
     /// Where this state machine reports an integrity fault (an entry whose
@@ -342,10 +366,15 @@ impl RaftStateMachine<PairConfig> for StateMachine {
     /// The last applied log id and the last membership, from the store.
     /// Called when the Raft node starts.
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        let halted_at = self.halted_at;
         let read = async {
             let state = self.store.replica_state().await?;
+            let applied = state.last_applied.map(log_id);
             Ok::<_, PairError>((
-                state.last_applied.map(log_id),
+                match halted_at {
+                    Some(at) => applied.max(at),
+                    None => applied,
+                },
                 membership(state.membership)?,
             ))
         };
@@ -363,6 +392,15 @@ impl RaftStateMachine<PairConfig> for StateMachine {
         let mut responses = Vec::new();
         for entry in entries {
             let id = entry.log_id;
+            if self.halted_at.is_some() {
+                let why = self
+                    .fault
+                    .lock()
+                    .ok()
+                    .and_then(|f| f.clone())
+                    .unwrap_or_default();
+                return Err(StorageIOError::apply(id, &PairError::Integrity(why)).into());
+            }
             let response = self
                 .apply_entry(entry)
                 .await

@@ -610,3 +610,181 @@ async fn a_partitioned_leader_stops_acknowledging_and_the_others_go_on() {
     b.node.stop().await;
     w.node.stop().await;
 }
+
+/// Issue 18 item 4: an entry forged on the wire — sent by a peer holding
+/// the leader's own pair certificate, but not signed with its key — is
+/// refused by the follower's state machine, which stops replicating (fail
+/// closed) and reports the fault; the leader is unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_entry_on_the_wire_stops_the_follower_not_the_leader() {
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+    let a = appliance("a").await;
+    let b = appliance("b").await;
+    let (code, _) = invite(&a).await;
+    join(&b, &a, &code).await.unwrap();
+    a.node.write(add_user("anna")).await.unwrap();
+    wait_user(&b.store, "anna").await;
+    let ma = a.node.raft_metrics().await;
+    let last = ma.last_applied.expect("applied");
+    wait_status(&b, "B caught up", |st| st.applied == last.index).await;
+
+    // The forged entry: A's certificate on the wire, a signature by
+    // another key.
+    let forger = tempfile::tempdir().unwrap();
+    let other = Identity::load_or_create(forger.path(), "forger").unwrap();
+    let proposal = add_user("mallory");
+    let epoch = a.store.epoch().await.unwrap();
+    let signature = other
+        .sign(&uagate_pair::Signed::signed_bytes(
+            &proposal,
+            a.node.id(),
+            epoch,
+        ))
+        .unwrap();
+    let forged = Entry::<uagate_pair::PairConfig> {
+        log_id: LogId::new(
+            CommittedLeaderId::new(ma.current_term, a.node.id()),
+            last.index + 1,
+        ),
+        payload: EntryPayload::Normal(uagate_pair::Signed {
+            proposal,
+            proposer: a.node.id(),
+            epoch,
+            signature,
+        }),
+    };
+    let rpc = openraft::raft::AppendEntriesRequest {
+        vote: ma.vote,
+        prev_log_id: Some(last),
+        leader_commit: Some(forged.log_id),
+        entries: vec![forged],
+    };
+    let as_a = Identity::load_or_create(&a.pair_dir, "a").unwrap();
+    let connector = tokio_rustls::TlsConnector::from(as_a.client_config().unwrap());
+    let tcp = tokio::net::TcpStream::connect(b.node.local_addr())
+        .await
+        .unwrap();
+    let tls = connector
+        .connect(
+            tokio_rustls::rustls::pki_types::ServerName::try_from("uagate-pair").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let mut conn = Conn::new(tls);
+    let mark = uagate_pair::wire::EpochMark { epoch, since: 0 };
+    conn.send(&Request::Append { rpc, mark }).await.unwrap();
+    let _ = conn.recv::<Response>().await;
+
+    // B refuses it, stops and says so; mallory is nowhere.
+    wait_status(&b, "B reports the fault", |st| st.integrity_fault.is_some()).await;
+    let sb = b.node.status().await.unwrap();
+    assert!(sb.line().contains("integrity=fault"), "{}", sb.line());
+    assert!(!users(&b.store).await.contains(&"mallory".to_string()));
+    // A is unaffected and goes on taking writes.
+    let sa = a.node.status().await.unwrap();
+    assert!(sa.integrity_fault.is_none(), "{sa:?}");
+    a.node.write(add_user("bert")).await.unwrap();
+    assert!(users(&a.store).await.contains(&"bert".to_string()));
+    assert!(!users(&a.store).await.contains(&"mallory".to_string()));
+    a.node.stop().await;
+    b.node.stop().await;
+}
+
+/// Issue 18 item 4: a byte flipped in a follower's stored log. The stored
+/// log is read for entries not applied yet (here: the follower stopped
+/// after persisting the last entry and before applying it) and for entries
+/// it serves to others; each is checked against its proposer's signature.
+/// The tampered entry is refused, the follower stops (fail closed) and
+/// reports it; the leader is unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_byte_flipped_in_a_followers_stored_log_is_refused() {
+    let a = appliance("a").await;
+    let b = appliance("b").await;
+    let (code, _) = invite(&a).await;
+    join(&b, &a, &code).await.unwrap();
+    a.node.write(add_user("anna")).await.unwrap();
+    a.node.write(add_user("bert")).await.unwrap();
+    wait_user(&b.store, "bert").await;
+    let last = a.node.raft_metrics().await.last_applied.unwrap();
+    wait_status(&b, "B caught up", |st| st.applied == last.index).await;
+    let b_addr = b.node.local_addr();
+    b.node.stop().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The byte: "bert" -> "bers" in B's stored entry.
+    let opts = |p: std::path::PathBuf| sqlx::sqlite::SqliteConnectOptions::new().filename(p);
+    let raft_db = sqlx::SqlitePool::connect_with(opts(b.pair_dir.join("raft.db")))
+        .await
+        .unwrap();
+    let idx = i64::try_from(last.index).unwrap();
+    let entry: String = sqlx::query_scalar("SELECT entry FROM raft_log WHERE idx = ?1")
+        .bind(idx)
+        .fetch_one(&raft_db)
+        .await
+        .unwrap();
+    assert!(entry.contains("\"bert\""), "{entry}");
+    let flipped = entry.replacen("\"bert\"", "\"bers\"", 1);
+    sqlx::query("UPDATE raft_log SET entry = ?1 WHERE idx = ?2")
+        .bind(&flipped)
+        .bind(idx)
+        .execute(&raft_db)
+        .await
+        .unwrap();
+    raft_db.close().await;
+    // Not applied yet: the store's position one entry back.
+    let store_db = sqlx::SqlitePool::connect_with(opts(b._dir.path().join("config.db")))
+        .await
+        .unwrap();
+    let pos: String = sqlx::query_scalar("SELECT last_applied FROM replica WHERE id = 1")
+        .fetch_one(&store_db)
+        .await
+        .unwrap();
+    let mut pos: serde_json::Value = serde_json::from_str(&pos).unwrap();
+    pos["index"] = serde_json::json!(last.index - 1);
+    sqlx::query("UPDATE replica SET last_applied = ?1 WHERE id = 1")
+        .bind(pos.to_string())
+        .execute(&store_db)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM users WHERE name = 'bert'")
+        .execute(&store_db)
+        .await
+        .unwrap();
+    store_db.close().await;
+
+    // B starts again where it was: it refuses the entry and says so.
+    let store = Store::open(&b._dir.path().join("config.db")).await.unwrap();
+    let node = PairNode::start(
+        NodeSettings {
+            dir: b.pair_dir.clone(),
+            name: "b".into(),
+            listen: b_addr,
+            advertise: None,
+            application_uri: "urn:uagate:b".into(),
+            witness: false,
+            console: String::new(),
+        },
+        store.clone(),
+    )
+    .await
+    .unwrap();
+    let t0 = Instant::now();
+    let st = loop {
+        let st = node.status().await.unwrap();
+        if st.integrity_fault.is_some() {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "no fault: {st:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(st.line().contains("integrity=fault"), "{}", st.line());
+    let users_b = users(&store).await;
+    assert!(!users_b.contains(&"bers".to_string()), "{users_b:?}");
+    assert!(!users_b.contains(&"bert".to_string()), "{users_b:?}");
+    // A is unaffected.
+    assert!(a.node.status().await.unwrap().integrity_fault.is_none());
+    a.node.write(add_user("carl")).await.unwrap();
+    a.node.stop().await;
+    node.stop().await;
+}
