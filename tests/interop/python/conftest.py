@@ -13,13 +13,18 @@ UAGATE_INTEROP_TARGET:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import queue
 import re
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,11 +42,15 @@ UAGATE_BIN = Path(os.environ.get("UAGATE_BIN", str(REPO_ROOT / "target" / "debug
 READY_TIMEOUT_S = 60.0
 CLI_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
+CONSOLE_TIMEOUT_S = 10.0
 READY_RE = re.compile(r"^READY opc\.tcp=(opc\.tcp://127\.0\.0\.1:(\d+)/)$")
 # uagate's second stdout line: its TLS listener's opc.wss and opc.https URLs.
 TLS_RE = re.compile(r"^TLS opc\.wss=(opc\.wss://127\.0\.0\.1:\d+/) opc\.https=(opc\.https://127\.0\.0\.1:\d+/)$")
 # uagate's third stdout line: the console (HTTPS, REST API) URL.
 CONSOLE_RE = re.compile(r"^CONSOLE (https://127\.0\.0\.1:\d+/)$")
+# `run`'s line after CONSOLE (and METRICS, when configured): the pair listener.
+PAIR_RE = re.compile(r"^PAIR (127\.0\.0\.1:\d+) FINGERPRINT ([0-9a-f]{64})$")
+PAIRING_CODE_RE = re.compile(r"^PAIRING CODE (\S+) FINGERPRINT ([0-9a-f]{64})$")
 
 MINIMAL_CONFIG = """\
 [listen]
@@ -73,12 +82,45 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @dataclass(frozen=True)
+class PairStatus:
+    """`uagate pair status`: `role=... leader=... epoch=N applied=N` and more `key=value` fields."""
+
+    fields: dict[str, str]
+
+    @property
+    def role(self) -> str:
+        return self.fields.get("role", "")
+
+    @property
+    def leader(self) -> str:
+        return self.fields.get("leader", "")
+
+    @property
+    def applied(self) -> int:
+        return int(self.fields.get("applied", "0"))
+
+    @classmethod
+    def parse(cls, line: str) -> PairStatus:
+        fields = dict(word.partition("=")[::2] for word in line.split() if "=" in word)
+        assert "role" in fields and "applied" in fields, f"not a pair status line: {line!r}"
+        return cls(fields)
+
+
+@dataclass(frozen=True)
 class TrustEntry:
     """One line of `uagate trust list` / `uagate trust rejected`."""
 
     thumbprint: str
     subject: str
     application_uri: str | None
+
+
+def free_port() -> int:
+    """An ephemeral loopback port free now, for a listener that must keep its port across a
+    restart (bind port 0, read the port, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def sha1_thumbprint(der: bytes) -> str:
@@ -109,8 +151,11 @@ class ServerTarget:
     """
 
     def __init__(self, tmp_path: Path) -> None:
+        """`tmp_path` holds this server's data directory and log: give each server of a test
+        its own (e.g. `tmp_path / "b"`, created here when missing)."""
         self.kind = TARGET
         self.tmp = tmp_path
+        tmp_path.mkdir(parents=True, exist_ok=True)
         self.data_dir = tmp_path / "data"
         self.data_dir.mkdir()
         self.log_path = tmp_path / "server.log"
@@ -119,6 +164,8 @@ class ServerTarget:
         self.wss_url: str | None = None
         self.https_url: str | None = None
         self.console_url: str | None = None
+        self.pair_fingerprint: str | None = None
+        self._pair_addr: str | None = None
         self._stdout_lines: queue.Queue[str | None] = queue.Queue()
         if self.kind == "uagate":
             if not UAGATE_BIN.is_file():
@@ -162,6 +209,38 @@ class ServerTarget:
         if self.kind == "uagate":
             self.trust_add(cert_file)
 
+    # -- uagate pair (needs `run` on the data directory) ---------------------------------
+    @property
+    def pair_addr(self) -> str:
+        """HOST:PORT of the pair listener, from the PAIR line `run` prints after CONSOLE (and
+        METRICS); read on first use."""
+        assert self.proc is not None, "the pair listener runs with `run`: start the server first"
+        while self._pair_addr is None:
+            line = self.next_stdout_line()
+            if line is None:
+                pytest.fail(f"no PAIR line from uagate run\n{self.log_tail()}")
+            match = PAIR_RE.match(line)
+            if match:
+                self._pair_addr, self.pair_fingerprint = match.group(1), match.group(2)
+        return self._pair_addr
+
+    def pair_invite(self) -> str:
+        """`uagate pair invite`: the one-time pairing code."""
+        out = self.cli("pair", "invite").stdout.strip()
+        match = PAIRING_CODE_RE.match(out)
+        assert match, f"unexpected `pair invite` output: {out!r}"
+        return match.group(1)
+
+    def pair_join(self, leader: ServerTarget) -> str:
+        """Joins this appliance to `leader`'s pair with a fresh code from `leader`."""
+        code = leader.pair_invite()
+        out = self.cli("pair", "join", leader.pair_addr, code).stdout.strip()
+        assert out.startswith("JOINED "), f"unexpected `pair join` output: {out!r}"
+        return out
+
+    def pair_status(self) -> PairStatus:
+        return PairStatus.parse(self.cli("pair", "status").stdout.strip())
+
     # -- process ------------------------------------------------------------------------
     def start(self, *command: str) -> str:
         """Start the server, wait (bounded) for its READY line and return the endpoint URL.
@@ -172,7 +251,7 @@ class ServerTarget:
             cmd = [str(UAGATE_BIN), "--data", str(self.data_dir), *(command or ("run",))]
         else:
             cmd = [sys.executable, str(HERE / "selfcheck_server.py"), "--dir", str(self.data_dir)]
-        log = self.log_path.open("w")
+        log = self.log_path.open("a")  # a restart keeps the earlier run's log
         self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
@@ -182,7 +261,7 @@ class ServerTarget:
             env={**os.environ, "RUST_BACKTRACE": "1"},
         )
         log.close()
-        threading.Thread(target=self._pump_stdout, daemon=True).start()
+        threading.Thread(target=self._pump_stdout, args=(self.proc, self._stdout_lines), daemon=True).start()
         try:
             line = self._stdout_lines.get(timeout=READY_TIMEOUT_S)
         except queue.Empty:
@@ -218,6 +297,16 @@ class ServerTarget:
                 self.console_url = console.group(1)
         return self.url
 
+    def restart(self, *command: str) -> str:
+        """Stops the server (SIGTERM) and starts it again on the same data directory; returns
+        the new endpoint URL. Listeners on port 0 get new ports."""
+        self.stop()
+        self.proc = None
+        self.url = self.wss_url = self.https_url = self.console_url = None
+        self.pair_fingerprint = self._pair_addr = None
+        self._stdout_lines = queue.Queue()
+        return self.start(*command)
+
     def next_stdout_line(self, timeout_s: float = READY_TIMEOUT_S) -> str | None:
         """The next line the server printed after the ones `start` read (e.g. METRICS)."""
         try:
@@ -230,18 +319,20 @@ class ServerTarget:
         """The gateway's TLS certificate (self-signed on first start)."""
         return self.data_dir / "tls" / "cert.pem"
 
-    def _pump_stdout(self) -> None:
+    @staticmethod
+    def _pump_stdout(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
         # Keeps draining stdout after READY so the server never blocks on a full pipe.
-        assert self.proc is not None and self.proc.stdout is not None
-        # The first lines (READY, then uagate's TLS, CONSOLE and, when configured, METRICS
-        # lines) are handed over.
+        # (The process and queue are this run's: a restart gets new ones.)
+        assert proc.stdout is not None
+        # The first lines (READY, then uagate's TLS, CONSOLE, when configured METRICS, and
+        # PAIR lines) are handed over.
         handed = 0
-        for raw in self.proc.stdout:
-            if handed < 4:
-                self._stdout_lines.put(raw.rstrip("\r\n"))
+        for raw in proc.stdout:
+            if handed < 5:
+                lines.put(raw.rstrip("\r\n"))
                 handed += 1
         if handed < 2:
-            self._stdout_lines.put(None)
+            lines.put(None)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; idempotent."""
@@ -255,12 +346,41 @@ class ServerTarget:
             proc.kill()
             proc.wait(timeout=STOP_TIMEOUT_S)
 
+    def kill(self) -> None:
+        """SIGKILL (no shutdown at all), then reap the process; idempotent."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.kill()
+        proc.wait(timeout=STOP_TIMEOUT_S)
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return "(no server log)"
         return "server log (tail):\n" + "\n".join(text.splitlines()[-lines:])
+
+
+def console_request(
+    target: ServerTarget, method: str, path: str, body: dict | None = None, token: str | None = None
+) -> tuple[int, dict | list | None]:
+    """One REST call to `target`'s console over HTTPS, verified against the appliance's own
+    TLS certificate (self-signed at first start, SAN 127.0.0.1). Returns (status, JSON body)."""
+    assert target.console_url, "no CONSOLE line"
+    context = ssl.create_default_context(cafile=str(target.tls_cert_file))
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(target.console_url + path.lstrip("/"), data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=CONSOLE_TIMEOUT_S, context=context) as resp:
+            raw = resp.read()
+            return resp.status, (json.loads(raw) if raw else None)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
 
 
 @pytest.fixture

@@ -6,38 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import json
-import ssl
 import urllib.error
 import urllib.request
 
 import pytest
 
-from conftest import ServerTarget
+from conftest import ServerTarget, console_request
 
 TIMEOUT_S = 10
 
 
-def _context(target: ServerTarget) -> ssl.SSLContext:
-    # The appliance's certificate (self-signed at first start, SAN 127.0.0.1).
-    return ssl.create_default_context(cafile=str(target.data_dir / "tls" / "cert.pem"))
-
-
-def _call(target: ServerTarget, method: str, path: str, body: dict | None = None,
-          token: str | None = None) -> tuple[int, dict | list]:
-    assert target.console_url, "no CONSOLE line"
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(target.console_url + path.lstrip("/"), data=data, method=method)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT_S, context=_context(target)) as resp:
-            raw = resp.read()
-            return resp.status, (json.loads(raw) if raw else None)
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+# The REST helper is shared with the pair tests (conftest.console_request).
+_call = console_request
 
 
 def test_console_serves_the_rest_api_over_verified_tls(server: ServerTarget) -> None:
