@@ -312,6 +312,51 @@ pub(crate) fn check(change: AnyChange) -> Result<Plan, StoreError> {
     })
 }
 
+/// Keys whose values are secrets wherever they appear in a setting's
+/// value (a TOML document such as the configuration, with a field
+/// server's `identity.password`).
+const SECRET_KEYS: &[&str] = &["password", "private_key", "secret"];
+
+/// `value` as the change log shows it: a TOML document with the values of
+/// [`SECRET_KEYS`] replaced by `"<redacted>"`; any other value unchanged.
+/// The stored setting keeps the real value. Called for every `setting.set`
+/// entry.
+pub(crate) fn redact_secrets(value: &str) -> String {
+    fn walk(v: &mut toml::Value) -> bool {
+        let mut changed = false;
+        match v {
+            toml::Value::Table(t) => {
+                for (k, item) in t.iter_mut() {
+                    if SECRET_KEYS.contains(&k.as_str()) && item.is_str() {
+                        *item = toml::Value::String("<redacted>".into());
+                        changed = true;
+                    } else {
+                        changed |= walk(item);
+                    }
+                }
+            }
+            toml::Value::Array(a) => {
+                for item in a {
+                    changed |= walk(item);
+                }
+            }
+            _ => {}
+        }
+        changed
+    }
+    match value.parse::<toml::Table>() {
+        Ok(t) => {
+            let mut doc = toml::Value::Table(t);
+            if walk(&mut doc) {
+                toml::to_string(&doc).unwrap_or_else(|_| "<redacted>".into())
+            } else {
+                value.to_string()
+            }
+        }
+        Err(_) => value.to_string(),
+    }
+}
+
 /// Appends one change-log entry inside the caller's transaction, stamped
 /// with the current epoch. Returns its sequence number and epoch.
 pub(crate) async fn append_log(
@@ -506,9 +551,14 @@ pub(crate) async fn run(
             .bind(at)
             .execute(&mut *tx)
             .await?;
+            // The change log shows values, never the secrets in them.
             Ok(Effect::logged(
                 "setting.set",
-                json!({ "key": key, "value": value, "before": before }),
+                json!({
+                    "key": key,
+                    "value": redact_secrets(&value),
+                    "before": before.as_deref().map(redact_secrets),
+                }),
             ))
         }
         Plan::BumpEpoch => {
@@ -731,5 +781,27 @@ impl Store {
             cert: effect.cert,
             replicated: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod redaction {
+    use super::redact_secrets;
+
+    #[test]
+    fn secrets_in_a_document_are_redacted_and_other_values_kept() {
+        let doc = "[[field_servers]]\nname = \"plc\"\nidentity = { kind = \"username\", username = \"op\", password = \"s3cret!\" }\n";
+        let shown = redact_secrets(doc);
+        assert!(!shown.contains("s3cret!"), "{shown}");
+        assert!(
+            shown.contains("<redacted>") && shown.contains("plc") && shown.contains("op"),
+            "{shown}"
+        );
+        assert_eq!(redact_secrets("42"), "42");
+        assert_eq!(
+            redact_secrets("[server]\nmax_session_count = 5\n"),
+            "[server]\nmax_session_count = 5\n"
+        );
+        assert_eq!(redact_secrets("not = = toml"), "not = = toml");
     }
 }
