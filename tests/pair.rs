@@ -268,3 +268,176 @@ fn a_forced_promotion_and_the_old_primary_stepping_down() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains(&b_pair));
 }
+
+/// A TCP relay in front of one member (what the others dial: its
+/// advertised address), on its own thread. It drops connections from
+/// blocked source addresses (or all) and cuts the live ones whenever the
+/// blocking changes: a network partition between processes.
+struct Relay {
+    state: std::sync::Arc<std::sync::Mutex<RelayState>>,
+}
+
+#[derive(Default)]
+struct RelayState {
+    all: bool,
+    blocked: Vec<std::net::IpAddr>,
+    live: Vec<std::net::TcpStream>,
+}
+
+impl Relay {
+    fn start(listen: std::net::SocketAddr, target: std::net::SocketAddr) -> Relay {
+        let listener = std::net::TcpListener::bind(listen).unwrap();
+        let state: std::sync::Arc<std::sync::Mutex<RelayState>> = std::sync::Arc::default();
+        let s = state.clone();
+        std::thread::spawn(move || {
+            for inbound in listener.incoming() {
+                let Ok(inbound) = inbound else { continue };
+                let Ok(peer) = inbound.peer_addr() else {
+                    continue;
+                };
+                let mut st = s.lock().unwrap();
+                if st.all || st.blocked.contains(&peer.ip()) {
+                    continue;
+                }
+                let Ok(outbound) = std::net::TcpStream::connect(target) else {
+                    continue;
+                };
+                for stream in [&inbound, &outbound] {
+                    if let Ok(c) = stream.try_clone() {
+                        st.live.push(c);
+                    }
+                }
+                drop(st);
+                let (mut a, mut b) = (inbound.try_clone().unwrap(), outbound.try_clone().unwrap());
+                let (mut c, mut d) = (inbound, outbound);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut a, &mut b);
+                    let _ = b.shutdown(std::net::Shutdown::Both);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut d, &mut c);
+                    let _ = c.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        Relay { state }
+    }
+
+    /// Blocks everything (`all`) or the sources in `from`, and cuts every
+    /// live connection.
+    fn set(&self, all: bool, from: Vec<std::net::IpAddr>) {
+        let mut st = self.state.lock().unwrap();
+        st.all = all;
+        st.blocked = from;
+        for s in st.live.drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// Pair + witness as processes on 127.x addresses, each member behind a
+/// relay: the leader is cut off. It stops acknowledging writes (the CLI's
+/// change is refused as not acknowledged) and says quorum=lost; the others
+/// elect a leader and take writes; after healing all three converge on
+/// the new leader's state, without the unacknowledged write.
+#[test]
+fn a_partitioned_leader_stops_acknowledging_and_the_others_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, w) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("w"),
+    );
+    let ip = |s: &str| -> std::net::IpAddr { s.parse().unwrap() };
+    let (pa, pb, pw) = (free_port(), free_port(), free_port());
+    // Each member listens on its own address and is advertised (and
+    // reached) at its relay's.
+    let conf = |own: &str, relay: &str, port: u16| {
+        format!("[listen]\nopc_tcp = \"127.0.0.1:0\"\npair = \"{own}:{port}\"\npublic_host = \"{relay}\"\n")
+    };
+    let (_ga, _) = run_gateway_with(
+        &a,
+        &dir.path().join("a.toml"),
+        &conf("127.0.0.11", "127.0.0.21", pa),
+    );
+    let (_gb, _) = run_gateway_with(
+        &b,
+        &dir.path().join("b.toml"),
+        &conf("127.0.0.12", "127.0.0.22", pb),
+    );
+    let mut gw = KillOnDrop(
+        uagate(&w)
+            .args(["witness", "--listen", &format!("127.0.0.13:{pw}")])
+            .args(["--advertise", &format!("127.0.0.23:{pw}")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let out = lines(gw.0.stdout.take().unwrap());
+    wait_for_line(&out, "PAIR ", Duration::from_secs(60));
+    let relay = |r: &str, own: &str, port: u16| {
+        Relay::start(
+            format!("{r}:{port}").parse().unwrap(),
+            format!("{own}:{port}").parse().unwrap(),
+        )
+    };
+    let ra = relay("127.0.0.21", "127.0.0.11", pa);
+    let rb = relay("127.0.0.22", "127.0.0.12", pb);
+    let rw = relay("127.0.0.23", "127.0.0.13", pw);
+    let (a_pair, b_pair) = (format!("127.0.0.21:{pa}"), format!("127.0.0.22:{pb}"));
+
+    join(&b, &a, &a_pair);
+    join(&w, &a, &a_pair);
+    for data in [&a, &b, &w] {
+        wait_status(data, &["voters=3", "quorum=ok"], Duration::from_secs(30));
+    }
+    assert!(
+        status(&a).starts_with(&format!("role=primary leader={a_pair} ")),
+        "{}",
+        status(&a)
+    );
+    ok(user_add(&a, "anna", "operator"));
+
+    // A is cut off: nobody reaches it, it reaches nobody.
+    ra.set(true, Vec::new());
+    rb.set(false, vec![ip("127.0.0.11")]);
+    rw.set(false, vec![ip("127.0.0.11")]);
+    let lost = user_add(&a, "lost", "viewer");
+    assert!(!lost.status.success());
+    let err = String::from_utf8_lossy(&lost.stderr);
+    assert!(err.contains("not acknowledged"), "{err}");
+    wait_status(&a, &["quorum=lost"], Duration::from_secs(15));
+    wait_status(
+        &b,
+        &["role=primary", &format!("leader={b_pair}")],
+        Duration::from_secs(30),
+    );
+    ok(user_add(&b, "bert", "viewer"));
+
+    // Healed: A follows B; all three end with the same users.
+    ra.set(false, Vec::new());
+    rb.set(false, Vec::new());
+    rw.set(false, Vec::new());
+    wait_status(
+        &a,
+        &["role=standby", &format!("leader={b_pair}"), "quorum=ok"],
+        Duration::from_secs(30),
+    );
+    let t0 = Instant::now();
+    loop {
+        let all: Vec<Vec<String>> = [&a, &b, &w].iter().map(|d| users(d)).collect();
+        if all.iter().all(|u| u.contains(&"bert".to_string())) {
+            for u in &all {
+                assert!(
+                    u.contains(&"anna".to_string()) && !u.contains(&"lost".to_string()),
+                    "{all:?}"
+                );
+            }
+            assert!(all.windows(2).all(|p| p[0] == p[1]), "{all:?}");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{all:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
