@@ -78,18 +78,7 @@ fn config_export_prints_the_imported_document_with_its_per_appliance_settings() 
     let doc = "[listen]\nopc_tcp = \"127.0.0.1:4840\"\npair = \"127.0.0.1:4999\"\n\n\
                [server]\napplication_uri = \"urn:plant:gw-a\"\nmax_session_count = 40\n";
     std::fs::write(&file, doc).unwrap();
-    let import = |file: &std::path::Path| {
-        let out = uagate(&data)
-            .args(["config", "import"])
-            .arg(file)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let import = |file: &std::path::Path| config_import(&data, file);
     let export = || {
         let out = uagate(&data).args(["config", "export"]).output().unwrap();
         assert!(out.status.success());

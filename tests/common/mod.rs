@@ -63,9 +63,15 @@ pub fn run_gateway_with(
     toml: &str,
 ) -> (KillOnDrop, String) {
     std::fs::write(conf, toml).unwrap();
+    config_import(data, conf);
+    start_gateway(data)
+}
+
+/// `uagate config import FILE` on `data`, which must succeed.
+pub fn config_import(data: &std::path::Path, file: &std::path::Path) {
     let out = uagate(data)
         .args(["config", "import"])
-        .arg(conf)
+        .arg(file)
         .output()
         .unwrap();
     assert!(
@@ -73,7 +79,6 @@ pub fn run_gateway_with(
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    start_gateway(data)
 }
 
 /// `uagate run` on `data` with what is stored there; the gateway and its

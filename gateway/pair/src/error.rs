@@ -51,19 +51,4 @@ pub enum PairError {
     /// progress).
     #[error("{0}")]
     Raft(String),
-    /// A write on a member that is not the leader.
-    #[error("not the configuration leader: {}", match (leader, console) {
-        (Some(l), Some(c)) => format!("write on {l} (console {c})"),
-        (Some(l), None) => format!("write on {l}"),
-        _ => "no leader is known now; try again shortly".to_string(),
-    })]
-    NotLeader {
-        /// The leader's pair address.
-        leader: Option<String>,
-        /// The leader's console URL.
-        console: Option<String>,
-    },
-    /// The change was not acknowledged by a quorum in time.
-    #[error("{0}")]
-    NotAcknowledged(String),
 }

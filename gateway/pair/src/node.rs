@@ -534,15 +534,7 @@ impl PairNode {
         *self.mark.lock() = mark;
         self.reset_log().await?;
         let raft = self.raft.read().await.clone();
-        let me = PeerNode {
-            addr: self.advertise.clone(),
-            fingerprint: self.fingerprint().to_string(),
-            public_key: self.identity.public_key(),
-            application_uri: self.application_uri.clone(),
-            witness: false,
-            console: self.console.clone(),
-        };
-        raft.initialize(BTreeMap::from([(self.id, me)]))
+        raft.initialize(BTreeMap::from([(self.id, self.me())]))
             .await
             .map_err(|e| PairError::Raft(e.to_string()))?;
         let mut metrics = raft.metrics();
@@ -632,6 +624,19 @@ impl PairNode {
             .collect())
     }
 
+    /// This node as a member of a membership it starts (standalone again,
+    /// or promoted).
+    fn me(&self) -> PeerNode {
+        PeerNode {
+            addr: self.advertise.clone(),
+            fingerprint: self.fingerprint().to_string(),
+            public_key: self.identity.public_key(),
+            application_uri: self.application_uri.clone(),
+            witness: self.witness,
+            console: self.console.clone(),
+        }
+    }
+
     /// The address this node connects from (see [`source_of`]).
     fn source(&self) -> Option<std::net::IpAddr> {
         source_of(self.local_addr)
@@ -687,22 +692,22 @@ impl PairNode {
         };
         let Ok(written) = tokio::time::timeout(WRITE_TIMEOUT, raft.client_write(signed)).await
         else {
-            return Err(PairError::NotAcknowledged(format!(
+            return Err(PairError::Store(StoreError::NotAcknowledged(format!(
                 "the change was not acknowledged by the pair within {WRITE_TIMEOUT:?} \
                  (this appliance cannot reach the other members); it did not happen"
-            )));
+            ))));
         };
         let written = match written {
             Ok(r) => r,
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                return Err(PairError::NotLeader {
+                return Err(PairError::Store(StoreError::NotLeader {
                     leader: f.leader_node.as_ref().map(|n| n.addr.clone()),
                     console: f
                         .leader_node
                         .as_ref()
                         .map(|n| n.console.clone())
                         .filter(|c| !c.is_empty()),
-                })
+                }))
             }
             Err(e) => return Err(PairError::Raft(e.to_string())),
         };
@@ -1141,14 +1146,7 @@ impl PairNode {
         }
         self.reset_log().await?;
         let raft = self.raft.read().await.clone();
-        let me = PeerNode {
-            addr: self.advertise.clone(),
-            fingerprint: self.fingerprint().to_string(),
-            public_key: self.identity.public_key(),
-            application_uri: self.application_uri.clone(),
-            witness: self.witness,
-            console: self.console.clone(),
-        };
+        let me = self.me();
         if self.witness {
             tracing::info!("left the pair: the witness waits to be joined again");
             return Ok(());
@@ -1319,10 +1317,9 @@ fn outcome(
         Ok(other) => Err(StoreError::Replication(format!(
             "the change was not applied: {other:?}"
         ))),
-        Err(PairError::NotLeader { leader, console }) => {
-            Err(StoreError::NotLeader { leader, console })
-        }
-        Err(PairError::NotAcknowledged(m)) => Err(StoreError::NotAcknowledged(m)),
+        Err(PairError::Store(
+            e @ (StoreError::NotLeader { .. } | StoreError::NotAcknowledged(_)),
+        )) => Err(e),
         Err(e) => Err(StoreError::Replication(e.to_string())),
     }
 }
