@@ -439,6 +439,7 @@ async fn follow_pair(
             leader: status.leader,
             epoch: status.epoch,
             applied: status.applied,
+            committed: status.committed,
             fingerprint: status.fingerprint,
             members: status
                 .members
@@ -452,6 +453,7 @@ async fn follow_pair(
                     console: m.console,
                     lag_entries: m.lag_entries,
                     lag_seconds: m.lag_seconds,
+                    reachable: m.reachable,
                 })
                 .collect(),
             diverged: status

@@ -285,7 +285,14 @@ test("the Pair page: invite, join, standby banner, promotion, diverged", async (
     const diverged = await page.textContent("#pair-diverged");
     assert.match(diverged, /user\.add/);
     assert.match(diverged, /zed/);
-    assert.ok(await page.$("#follower-banner"));
+    // The banner links to B once A knows its new leader.
+    const t1 = Date.now();
+    while (!(await page.$("#leader-console"))) {
+      assert.ok(Date.now() - t1 < 15_000, "no banner linking to B on A");
+      await page.waitForTimeout(300);
+      await page.goto("/pair");
+    }
+    assert.equal(await page.getAttribute("#leader-console", "href"), `${appliances.b.console}pair`);
     await shot(page, "pair-06-diverged-1366");
     const narrow = await newPage("a", NARROW);
     await login(narrow, ...ADMIN);

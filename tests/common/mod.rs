@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 /// `uagate --data DATA` with quiet logs.
 pub fn uagate(data: &std::path::Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_uagate"));
-    c.arg("--data").arg(data).env("RUST_LOG", "warn");
+    let level = std::env::var("UAGATE_TEST_RUST_LOG").unwrap_or_else(|_| "warn".into());
+    c.arg("--data").arg(data).env("RUST_LOG", level);
     c
 }
 
@@ -88,7 +89,7 @@ pub fn start_gateway(data: &std::path::Path) -> (KillOnDrop, String) {
         uagate(data)
             .arg("run")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log_sink(data))
             .spawn()
             .unwrap(),
     );
@@ -140,4 +141,23 @@ pub fn ok(out: std::process::Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Where a gateway's log goes: nowhere, or with `UAGATE_TEST_LOGS=DIR`
+/// appended to `DIR/<data dir name>.log` (to read after a failure).
+pub fn log_sink(data: &std::path::Path) -> Stdio {
+    let Some(dir) = std::env::var_os("UAGATE_TEST_LOGS") else {
+        return Stdio::null();
+    };
+    let name = data
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(std::path::Path::new(&dir).join(format!("{name}.log")))
+        .unwrap();
+    Stdio::from(file)
 }

@@ -275,6 +275,27 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     }
     r.register(Box::new(lag_entries))?;
     r.register(Box::new(lag_seconds))?;
+    let commit = IntGauge::new(
+        "pair_commit_index",
+        "Index of the last replicated change known committed here (compare with pair_applied_index).",
+    )?;
+    commit.set(i64::try_from(pair.committed).unwrap_or(i64::MAX));
+    r.register(Box::new(commit))?;
+    let reachable = IntGaugeVec::new(
+        Opts::new(
+            "pair_peer_reachable",
+            "1 while Raft messages go to or come from the member (the leader knows every member, a follower its leader).",
+        ),
+        &["member"],
+    )?;
+    for m in &pair.members {
+        if let Some(r) = m.reachable {
+            reachable
+                .with_label_values(&[m.addr.as_str()])
+                .set(i64::from(r));
+        }
+    }
+    r.register(Box::new(reachable))?;
 
     let field_state = IntGaugeVec::new(
         Opts::new(

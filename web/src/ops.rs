@@ -130,6 +130,8 @@ pub struct PairStatusView {
     pub epoch: i64,
     /// Index of the last replicated change applied here.
     pub applied: u64,
+    /// Index of the last replicated change known committed here.
+    pub committed: u64,
     /// SHA-256 fingerprint of this appliance's pair certificate.
     pub fingerprint: String,
     /// The members.
@@ -179,6 +181,10 @@ pub struct PairMemberView {
     pub lag_entries: Option<u64>,
     /// Age in seconds of the oldest change it lacks (on the leader only).
     pub lag_seconds: Option<f64>,
+    /// Whether Raft messages went to or came from it in the last 3 s (on
+    /// the leader for every member, on a follower for the leader; null for
+    /// this appliance and where unknown).
+    pub reachable: Option<bool>,
 }
 
 /// The word for a pair role in REST and the metrics.
@@ -199,7 +205,9 @@ pub fn follower_of(state: &WebState) -> Option<String> {
     if v.role != uagate_server::level::PairRole::Standby {
         return None;
     }
-    let leader = v.leader.as_deref()?;
+    // A standby that knows no leader right now (an election, a step-down
+    // in progress) is read-only all the same.
+    let leader = v.leader.as_deref().unwrap_or_default();
     Some(
         v.members
             .iter()
@@ -218,6 +226,7 @@ pub fn pair(state: &WebState) -> PairStatusView {
         leader: v.leader,
         epoch: v.epoch,
         applied: v.applied,
+        committed: v.committed,
         fingerprint: v.fingerprint,
         members: v
             .members
@@ -230,6 +239,7 @@ pub fn pair(state: &WebState) -> PairStatusView {
                 witness: m.witness,
                 lag_entries: m.lag_entries,
                 lag_seconds: m.lag_seconds,
+                reachable: m.reachable,
             })
             .collect(),
         integrity_fault: v.integrity_fault,

@@ -562,6 +562,7 @@ async fn the_pair_is_shown_by_rest_and_metrics_and_moves_the_service_level() {
         leader: Some("10.0.0.1:4850".into()),
         epoch: 3,
         applied: 42,
+        committed: 44,
         fingerprint: "ab".repeat(32),
         members: vec![
             uagate_server::level::PairMember {
@@ -573,6 +574,7 @@ async fn the_pair_is_shown_by_rest_and_metrics_and_moves_the_service_level() {
                 console: "https://10.0.0.1:8443/".into(),
                 lag_entries: Some(0),
                 lag_seconds: Some(0.0),
+                reachable: Some(true),
             },
             uagate_server::level::PairMember {
                 node_id: 7,
@@ -583,6 +585,7 @@ async fn the_pair_is_shown_by_rest_and_metrics_and_moves_the_service_level() {
                 console: "https://10.0.0.2:8443/".into(),
                 lag_entries: Some(3),
                 lag_seconds: Some(1.5),
+                reachable: None,
             },
         ],
         integrity_fault: None,
@@ -605,6 +608,8 @@ async fn the_pair_is_shown_by_rest_and_metrics_and_moves_the_service_level() {
     assert_eq!(b["members"][1]["voter"], false, "{b}");
     assert_eq!(b["members"][1]["lag_entries"], 3, "{b}");
     assert_eq!(b["members"][1]["lag_seconds"], 1.5, "{b}");
+    assert_eq!(b["members"][0]["reachable"], true, "{b}");
+    assert_eq!(b["committed"], 44, "{b}");
     assert_eq!(b["diverged"][0]["kind"], "user.add", "{b}");
     assert_eq!(b["diverged"][0]["subject"], "zed (viewer)", "{b}");
 
@@ -647,6 +652,8 @@ async fn the_pair_is_shown_by_rest_and_metrics_and_moves_the_service_level() {
         "uagate_pair_members 2",
         "uagate_pair_integrity_fault 1",
         "uagate_pair_replication_lag_entries{member=\"10.0.0.1:4850\"} 0",
+        "uagate_pair_commit_index 44",
+        "uagate_pair_peer_reachable{member=\"10.0.0.1:4850\"} 1",
         "uagate_pair_replication_lag_seconds{member=\"10.0.0.1:4850\"} 0",
     ] {
         assert!(metrics.contains(line), "{line} missing: {metrics}");

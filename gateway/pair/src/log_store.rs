@@ -104,6 +104,16 @@ impl LogStore {
         self.pool.close().await;
     }
 
+    /// Index of the last entry known committed (as last saved by
+    /// openraft), for the pair's status.
+    pub async fn committed_index(&self) -> Result<Option<u64>, PairError> {
+        Ok(self
+            .read_state::<Option<LogId>>("committed")
+            .await?
+            .flatten()
+            .map(|l| l.index))
+    }
+
     async fn read_state<T: DeserializeOwned>(
         &self,
         key: &'static str,

@@ -70,6 +70,10 @@ const QUORUM_LOST_AFTER: Duration = Duration::from_secs(3);
 /// dropped by a new leader).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A member is reachable while a Raft message went to or came from it
+/// this recently (the leader's heartbeats go every 250 ms).
+pub const REACHABLE_WITHIN: Duration = Duration::from_secs(3);
+
 /// How long a write on the leader waits for every other member to have it
 /// before answering `replicated: false` (the change is committed either
 /// way; the other member gets it when it is reachable again).
@@ -140,6 +144,9 @@ pub struct PairStatus {
     /// for review, never applied or dropped silently.
     #[serde(default)]
     pub diverged: Vec<Diverged>,
+    /// Index of the last entry known committed here.
+    #[serde(default)]
+    pub committed: u64,
 }
 
 /// One change in the diverged list ([`PairStatus::diverged`]).
@@ -165,7 +172,7 @@ impl PairStatus {
     /// then more fields.
     pub fn line(&self) -> String {
         format!(
-            "role={} leader={} epoch={} applied={} node={} members={} voters={} integrity={} quorum={} diverged={}",
+            "role={} leader={} epoch={} applied={} node={} members={} voters={} integrity={} quorum={} diverged={} committed={}",
             self.role.as_str(),
             self.leader.as_deref().unwrap_or("-"),
             self.epoch,
@@ -179,7 +186,8 @@ impl PairStatus {
                 "ok"
             },
             if self.quorum_lost { "lost" } else { "ok" },
-            self.diverged.len()
+            self.diverged.len(),
+            self.committed
         )
     }
 }
@@ -209,6 +217,11 @@ pub struct Member {
     /// seconds (known on the leader only).
     #[serde(default)]
     pub lag_seconds: Option<f64>,
+    /// Whether a Raft message went to or came from it within
+    /// [`REACHABLE_WITHIN`]: known on the leader for every member, on a
+    /// follower for the leader; `None` for this node and where unknown.
+    #[serde(default)]
+    pub reachable: Option<bool>,
 }
 
 /// What the node keeps in [`NODE_FILE`].
@@ -325,7 +338,15 @@ pub struct PairNode {
     /// The log index of recent writes with the time they were proposed:
     /// a member's lag in seconds is the age of the oldest it lacks.
     appended: Mutex<std::collections::VecDeque<(u64, Instant)>>,
+    /// When a Raft message last went to (answered) or came from each
+    /// member: its reachability.
+    contact: Contact,
+    /// The Raft log (a handle beside openraft's), for the committed index.
+    log: Mutex<LogStore>,
 }
+
+/// When a Raft message last went to or came from each member.
+type Contact = Arc<Mutex<std::collections::HashMap<NodeId, Instant>>>;
 
 /// The Raft timing of the pair.
 fn raft_config() -> Result<Arc<Config>, PairError> {
@@ -361,7 +382,8 @@ impl PairNode {
             .unwrap_or_else(|| local_addr.to_string());
         let mark = Arc::new(Mutex::new(effective_mark(&file, store.epoch().await?)));
         let (stale, mut stale_rx) = tokio::sync::mpsc::unbounded_channel();
-        let (raft, fault) = open_raft(
+        let contact = Contact::default();
+        let (raft, fault, log) = open_raft(
             &settings.dir,
             file.node_id,
             &store,
@@ -371,6 +393,7 @@ impl PairNode {
                 source: source_of(local_addr),
                 mark: mark.clone(),
                 stale: stale.clone(),
+                contact: contact.clone(),
             },
         )
         .await?;
@@ -412,6 +435,8 @@ impl PairNode {
             mark,
             stale,
             appended: Mutex::new(std::collections::VecDeque::new()),
+            contact,
+            log: Mutex::new(log),
         });
         // A higher epoch seen on the wire: step down (one at a time).
         let weak = Arc::downgrade(&node);
@@ -840,7 +865,7 @@ impl PairNode {
             _ => {}
         }
         self.store.forget_replica().await?;
-        let (new, fault) = open_raft(
+        let (new, fault, log) = open_raft(
             &self.dir,
             self.id,
             &self.store,
@@ -850,9 +875,11 @@ impl PairNode {
                 source: self.source(),
                 mark: self.mark.clone(),
                 stale: self.stale.clone(),
+                contact: self.contact.clone(),
             },
         )
         .await?;
+        *self.log.lock() = log;
         if self.maintenance.load(std::sync::atomic::Ordering::SeqCst) {
             new.runtime_config().elect(false);
             new.runtime_config().heartbeat(false);
@@ -914,6 +941,21 @@ impl PairNode {
                 m.current_leader.is_none()
             };
         let diverged = self.file.lock().diverged.clone();
+        let log = self.log.lock().clone();
+        let committed = log.committed_index().await?.unwrap_or(0);
+        let leads = m.current_leader == Some(self.id);
+        let contact = self.contact.lock().clone();
+        let reachable = |id: NodeId| -> Option<bool> {
+            if id == self.id {
+                return None;
+            }
+            let recent = contact.get(&id).map(|at| at.elapsed() < REACHABLE_WITHIN);
+            if leads || m.current_leader == Some(id) {
+                Some(recent.unwrap_or(false))
+            } else {
+                recent.filter(|r| *r)
+            }
+        };
         // On the leader: how far behind each member is.
         let mut lag: BTreeMap<NodeId, (u64, f64)> = BTreeMap::new();
         if m.current_leader == Some(self.id) {
@@ -937,6 +979,7 @@ impl PairNode {
             }
         }
         Ok(PairStatus {
+            committed,
             diverged,
             quorum_lost,
             node_id: self.id,
@@ -956,6 +999,7 @@ impl PairNode {
                     console: n.console,
                     lag_entries: lag.get(&node_id).map(|l| l.0),
                     lag_seconds: lag.get(&node_id).map(|l| l.1),
+                    reachable: reachable(node_id),
                 })
                 .collect(),
             integrity_fault: self.fault.lock().lock().ok().and_then(|f| f.clone()),
@@ -987,6 +1031,14 @@ impl PairNode {
             if !self.is_peer(fp).await {
                 tracing::warn!(fingerprint = %fp, "pair: Raft message from an unknown certificate refused");
                 return Response::Refused("this certificate is not a member of the pair".into());
+            }
+            if let Some((id, _, _)) = self
+                .members()
+                .await
+                .into_iter()
+                .find(|(_, n, _)| n.fingerprint == fp)
+            {
+                self.contact.lock().insert(id, Instant::now());
             }
             // Fail closed: after an integrity fault this node takes nothing
             // more until an operator has looked (leave and join again).
@@ -1455,6 +1507,8 @@ struct RaftLinks {
     mark: Arc<Mutex<EpochMark>>,
     /// Where a higher epoch in an answer is reported.
     stale: tokio::sync::mpsc::UnboundedSender<EpochMark>,
+    /// Where an answered Raft message is recorded.
+    contact: Contact,
 }
 
 /// The mark a node's messages carry: the promotion it took part in, or,
@@ -1477,12 +1531,13 @@ async fn open_raft(
     store: &Store,
     identity: &Identity,
     links: RaftLinks,
-) -> Result<(Raft<PairConfig>, crate::Fault), PairError> {
+) -> Result<(Raft<PairConfig>, crate::Fault, LogStore), PairError> {
     let RaftLinks {
         witness,
         source,
         mark,
         stale,
+        contact,
     } = links;
     let mut log = LogStore::open(&dir.join(RAFT_DB)).await?;
     let committed = openraft::storage::RaftLogStorage::read_committed(&mut log)
@@ -1490,11 +1545,13 @@ async fn open_raft(
         .map_err(|e| PairError::Raft(e.to_string()))?;
     let sm = StateMachine::new(store.clone(), &dir.join(SNAPSHOT_DIR)).await?;
     let mut fault = sm.fault();
+    let mut handle = log.clone();
     let network = || Network {
         identity: identity.clone(),
         source,
         mark: mark.clone(),
         stale: stale.clone(),
+        contact: contact.clone(),
     };
     // The committed entries not applied yet are applied as the node
     // starts: one that fails its check (the stored log was altered while
@@ -1530,6 +1587,7 @@ async fn open_raft(
                 .ok_or(PairError::Raft(e))?;
             tracing::error!(fault = %why, "pair: replication stopped at start on an integrity fault");
             let log = LogStore::open(&dir.join(RAFT_DB)).await?;
+            handle = log.clone();
             let sm = StateMachine::halted(store.clone(), &dir.join(SNAPSHOT_DIR), committed, why)
                 .await?;
             fault = sm.fault();
@@ -1542,7 +1600,7 @@ async fn open_raft(
         // It votes, but never stands: the appliances lead.
         raft.runtime_config().elect(false);
     }
-    Ok((raft, fault))
+    Ok((raft, fault, handle))
 }
 
 /// Accepts pair connections until `cancel`.
@@ -1686,6 +1744,7 @@ struct Network {
     source: Option<std::net::IpAddr>,
     mark: Arc<Mutex<EpochMark>>,
     stale: tokio::sync::mpsc::UnboundedSender<EpochMark>,
+    contact: Contact,
 }
 
 impl RaftNetworkFactory<PairConfig> for Network {
@@ -1699,6 +1758,7 @@ impl RaftNetworkFactory<PairConfig> for Network {
             source: self.source,
             mark: self.mark.clone(),
             stale: self.stale.clone(),
+            contact: self.contact.clone(),
             conn: None,
         }
     }
@@ -1714,6 +1774,7 @@ struct Peer {
     source: Option<std::net::IpAddr>,
     mark: Arc<Mutex<EpochMark>>,
     stale: tokio::sync::mpsc::UnboundedSender<EpochMark>,
+    contact: Contact,
     conn: Option<Conn<tokio_rustls::client::TlsStream<TcpStream>>>,
 }
 
@@ -1746,6 +1807,9 @@ impl Peer {
         .unwrap_or_else(|_| Err(PairError::Refused("no answer in time".into())));
         if result.is_err() {
             self.conn = None;
+        }
+        if let Ok(Response::Append(_) | Response::Vote(_) | Response::Snapshot(_)) = &result {
+            self.contact.lock().insert(self.target, Instant::now());
         }
         if let Ok(Response::Stale(mark)) = &result {
             tracing::warn!(

@@ -584,6 +584,13 @@ async fn a_partitioned_leader_stops_acknowledging_and_the_others_go_on() {
     let e = lost.await.unwrap().unwrap_err().to_string();
     assert!(e.contains("not acknowledged"), "{e}");
     wait_status(&a, "A cut off", |st| st.quorum_lost).await;
+    // A (still the leader of its term) sees the others unreachable.
+    wait_status(&a, "A sees B unreachable", |st| {
+        st.members
+            .iter()
+            .any(|m| m.node_id == b.node.id() && m.reachable == Some(false))
+    })
+    .await;
     assert!(a
         .node
         .status()
@@ -606,6 +613,16 @@ async fn a_partitioned_leader_stops_acknowledging_and_the_others_go_on() {
     for n in [&a, &b, &w] {
         assert_eq!(users(&n.store).await, vec!["anna", "bert"]);
     }
+    // B, the leader now, reaches both; what is applied is committed.
+    wait_status(&b, "B reaches A and the witness", |st| {
+        st.members
+            .iter()
+            .filter(|m| m.node_id != b.node.id())
+            .all(|m| m.reachable == Some(true))
+    })
+    .await;
+    let sb = b.node.status().await.unwrap();
+    assert!(sb.committed >= sb.applied && sb.applied > 0, "{sb:?}");
     a.node.stop().await;
     b.node.stop().await;
     w.node.stop().await;

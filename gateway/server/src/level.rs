@@ -76,6 +76,8 @@ pub struct PairView {
     pub epoch: i64,
     /// Index of the last log entry applied to the store.
     pub applied: u64,
+    /// Index of the last log entry known committed here.
+    pub committed: u64,
     /// SHA-256 fingerprint of this appliance's pair certificate.
     pub fingerprint: String,
     /// The members.
@@ -126,6 +128,10 @@ pub struct PairMember {
     pub lag_entries: Option<u64>,
     /// Age in seconds of the oldest change it lacks (leader only).
     pub lag_seconds: Option<f64>,
+    /// Whether Raft messages reached it or came from it in the last
+    /// seconds (see the pair's status); `None` for this appliance and
+    /// where unknown.
+    pub reachable: Option<bool>,
 }
 
 /// What the computed ServiceLevel is made of; gathered by the engine every

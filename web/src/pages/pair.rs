@@ -64,6 +64,10 @@ fn rows(p: &PairStatusView) -> Vec<MemberRow> {
             let this = m.node_id == p.node_id;
             let (health, behind) = match (m.lag_entries, m.lag_seconds) {
                 _ if this => ("this appliance".to_string(), false),
+                _ if m.reachable == Some(false) => match m.lag_entries {
+                    Some(n) if n > 0 => (format!("not reachable, {n} change(s) behind"), true),
+                    _ => ("not reachable".to_string(), true),
+                },
                 (Some(0), _) => ("in step".to_string(), false),
                 (Some(n), Some(s)) if s >= BEHIND_AFTER_S => (
                     format!("{n} change(s) behind for {s:.0} s: not reachable?"),
