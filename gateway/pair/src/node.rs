@@ -329,9 +329,6 @@ pub struct PairNode {
     /// The appliance is in maintenance: it does not stand for election
     /// (see [`PairNode::set_maintenance`]).
     maintenance: std::sync::atomic::AtomicBool,
-    /// This node's epoch mark, as its Raft messages carry it (kept current
-    /// by [`PairNode::mark`]).
-    mark: Arc<Mutex<EpochMark>>,
     /// Where a Raft message's answer or request reports a higher epoch:
     /// the step-down task takes it from there.
     stale: tokio::sync::mpsc::UnboundedSender<EpochMark>,
@@ -380,7 +377,7 @@ impl PairNode {
             .advertise
             .clone()
             .unwrap_or_else(|| local_addr.to_string());
-        let mark = Arc::new(Mutex::new(effective_mark(&file, store.epoch().await?)));
+        let mark = effective_mark(&file, store.epoch().await?);
         let (stale, mut stale_rx) = tokio::sync::mpsc::unbounded_channel();
         let contact = Contact::default();
         let (raft, fault, log) = open_raft(
@@ -391,7 +388,7 @@ impl PairNode {
             RaftLinks {
                 witness: settings.witness,
                 source: source_of(local_addr),
-                mark: mark.clone(),
+                mark,
                 stale: stale.clone(),
                 contact: contact.clone(),
             },
@@ -432,7 +429,6 @@ impl PairNode {
             cancel: CancellationToken::new(),
             local_addr,
             maintenance: std::sync::atomic::AtomicBool::new(false),
-            mark,
             stale,
             appended: Mutex::new(std::collections::VecDeque::new()),
             contact,
@@ -499,13 +495,12 @@ impl PairNode {
         }
     }
 
-    /// This node's epoch mark now (see [`effective_mark`]); also what its
-    /// outgoing Raft messages carry from here on.
+    /// This node's epoch mark now (see [`effective_mark`]): what an
+    /// incoming Raft message is checked against, and what a Raft instance
+    /// opened now sends.
     async fn mark(&self) -> Result<EpochMark, PairError> {
         let epoch = self.store.epoch().await?;
-        let mark = effective_mark(&self.file.lock(), epoch);
-        *self.mark.lock() = mark;
-        Ok(mark)
+        Ok(effective_mark(&self.file.lock(), epoch))
     }
 
     /// `uagate pair promote --force` on a standby whose primary is lost:
@@ -556,7 +551,6 @@ impl PairNode {
             file.mark = mark;
             file.save(&self.dir.join(NODE_FILE))?;
         }
-        *self.mark.lock() = mark;
         self.reset_log().await?;
         let raft = self.raft.read().await.clone();
         raft.initialize(BTreeMap::from([(self.id, self.me())]))
@@ -610,7 +604,6 @@ impl PairNode {
             file.diverged.extend(diverged.iter().cloned());
             file.save(&self.dir.join(NODE_FILE))?;
         }
-        *self.mark.lock() = mark;
         self.reset_log().await?;
         tracing::warn!(
             epoch = mark.epoch,
@@ -839,6 +832,7 @@ impl PairNode {
         {
             let mut file = self.file.lock();
             file.pinned.insert(leader_fp.clone());
+            file.mark = welcome.mark;
             file.save(&self.dir.join(NODE_FILE))?;
         }
         self.reset_log().await?;
@@ -873,7 +867,7 @@ impl PairNode {
             RaftLinks {
                 witness: self.witness,
                 source: self.source(),
-                mark: self.mark.clone(),
+                mark: self.mark().await?,
                 stale: self.stale.clone(),
                 contact: self.contact.clone(),
             },
@@ -1006,21 +1000,23 @@ impl PairNode {
         })
     }
 
-    /// Whether `fp` may send Raft messages: a member's certificate, or the
-    /// one pinned when this appliance joined.
-    async fn is_peer(&self, fp: &str) -> bool {
-        self.file.lock().pinned.contains(fp)
-            || self
-                .members()
-                .await
-                .iter()
-                .any(|(id, n, _)| *id != self.id && n.fingerprint == fp)
+    /// Whether `fp` may send Raft messages (a member's certificate, or the
+    /// one pinned when this appliance joined), with the member's id when it
+    /// is one: `None` when refused, `Some(None)` for a pinned certificate
+    /// not (yet) in the membership.
+    async fn peer(&self, fp: &str) -> Option<Option<NodeId>> {
+        let member = self
+            .members()
+            .await
+            .into_iter()
+            .find(|(id, n, _)| *id != self.id && n.fingerprint == fp)
+            .map(|(id, _, _)| id);
+        (member.is_some() || self.file.lock().pinned.contains(fp)).then_some(member)
     }
 
     /// Answers one request from `peer`.
     async fn handle(&self, peer: &PeerCert, request: Request) -> Response {
         let fp = peer.fingerprint.as_str();
-        let raft = self.raft.read().await.clone();
         let raft_mark = match &request {
             Request::Append { mark, .. }
             | Request::Vote { mark, .. }
@@ -1028,16 +1024,11 @@ impl PairNode {
             _ => None,
         };
         if let Some(theirs) = raft_mark {
-            if !self.is_peer(fp).await {
+            let Some(member) = self.peer(fp).await else {
                 tracing::warn!(fingerprint = %fp, "pair: Raft message from an unknown certificate refused");
                 return Response::Refused("this certificate is not a member of the pair".into());
-            }
-            if let Some((id, _, _)) = self
-                .members()
-                .await
-                .into_iter()
-                .find(|(_, n, _)| n.fingerprint == fp)
-            {
+            };
+            if let Some(id) = member {
                 self.contact.lock().insert(id, Instant::now());
             }
             // Fail closed: after an integrity fault this node takes nothing
@@ -1062,6 +1053,9 @@ impl PairNode {
                 ));
             }
         }
+        // Taken after the epoch check: a step-down in progress replaces the
+        // instance, and a message of the new epoch goes to the new one.
+        let raft = self.raft.read().await.clone();
         match request {
             Request::Append { rpc, .. } => Response::Append(raft.append_entries(rpc).await),
             Request::Vote { rpc, .. } => Response::Vote(raft.vote(rpc).await),
@@ -1152,6 +1146,7 @@ impl PairNode {
         Ok(JoinWelcome {
             node_id: self.id,
             proof: pairing::welcome_proof(&code, self.fingerprint(), fp),
+            mark: self.mark().await.map_err(|e| e.to_string())?,
         })
     }
 
@@ -1503,8 +1498,10 @@ struct RaftLinks {
     witness: bool,
     /// The address it dials from.
     source: Option<std::net::IpAddr>,
-    /// Its epoch mark, sent with every Raft message.
-    mark: Arc<Mutex<EpochMark>>,
+    /// Its epoch mark, sent with every Raft message: fixed for the
+    /// instance's life (a new epoch means a new instance), so an instance
+    /// being shut down never speaks for the next one.
+    mark: EpochMark,
     /// Where a higher epoch in an answer is reported.
     stale: tokio::sync::mpsc::UnboundedSender<EpochMark>,
     /// Where an answered Raft message is recorded.
@@ -1549,7 +1546,7 @@ async fn open_raft(
     let network = || Network {
         identity: identity.clone(),
         source,
-        mark: mark.clone(),
+        mark,
         stale: stale.clone(),
         contact: contact.clone(),
     };
@@ -1742,7 +1739,7 @@ pub async fn admin(
 struct Network {
     identity: Identity,
     source: Option<std::net::IpAddr>,
-    mark: Arc<Mutex<EpochMark>>,
+    mark: EpochMark,
     stale: tokio::sync::mpsc::UnboundedSender<EpochMark>,
     contact: Contact,
 }
@@ -1756,7 +1753,7 @@ impl RaftNetworkFactory<PairConfig> for Network {
             node: node.clone(),
             identity: self.identity.clone(),
             source: self.source,
-            mark: self.mark.clone(),
+            mark: self.mark,
             stale: self.stale.clone(),
             contact: self.contact.clone(),
             conn: None,
@@ -1772,7 +1769,7 @@ struct Peer {
     node: PeerNode,
     identity: Identity,
     source: Option<std::net::IpAddr>,
-    mark: Arc<Mutex<EpochMark>>,
+    mark: EpochMark,
     stale: tokio::sync::mpsc::UnboundedSender<EpochMark>,
     contact: Contact,
     conn: Option<Conn<tokio_rustls::client::TlsStream<TcpStream>>>,
@@ -1824,7 +1821,7 @@ impl Peer {
 
     /// This node's epoch mark, for a message.
     fn mark(&self) -> EpochMark {
-        *self.mark.lock()
+        self.mark
     }
 }
 

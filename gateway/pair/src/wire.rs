@@ -121,6 +121,10 @@ pub struct JoinWelcome {
     pub node_id: NodeId,
     /// [`crate::pairing::welcome_proof`] over the fingerprints it saw.
     pub proof: Vec<u8>,
+    /// The pair's epoch mark: the joiner adopts it, so the leader's
+    /// messages are not taken for a later epoch.
+    #[serde(default)]
+    pub mark: EpochMark,
 }
 
 /// What the appliance's own CLI asks its running pair node.

@@ -122,14 +122,7 @@ fn render(state: &WebState, who: &Authed, shown: Shown) -> Response {
 /// How the page shows a form post the router refused for the caller's
 /// role: the page again, with the error above it.
 pub async fn refused(state: WebState, who: Authed, error: ApiError, _: Request) -> Response {
-    render(
-        &state,
-        &who,
-        Shown {
-            error: Some(error),
-            ..Shown::default()
-        },
-    )
+    answer(&state, &who, Err(error))
 }
 
 /// `GET /pair`.
@@ -158,32 +151,41 @@ fn refusal(e: uagate_pair::PairError) -> ApiError {
     ApiError::Conflict(e.to_string())
 }
 
+/// The page after an action: its answer, or the page with the error.
+fn answer(state: &WebState, who: &Authed, result: Result<Response, ApiError>) -> Response {
+    result.unwrap_or_else(|e| {
+        render(
+            state,
+            who,
+            Shown {
+                error: Some(e),
+                ..Shown::default()
+            },
+        )
+    })
+}
+
 /// `POST /pair/invite`: a new one-time code, shown on the page (not in a
 /// redirect: it must not land in the browser history).
 pub async fn invite(State(state): State<WebState>, who: Authed) -> Response {
-    let shown = match node(&state) {
-        Ok(n) => match n.invite().await {
-            Ok((code, fingerprint)) => {
-                tracing::info!(actor = %who.user, "pairing code issued from the console");
-                Shown {
-                    invite: Some(InviteShown {
-                        code: code.to_string(),
-                        fingerprint,
-                    }),
-                    ..Shown::default()
-                }
-            }
-            Err(e) => Shown {
-                error: Some(refusal(e)),
+    let result = async {
+        let (code, fingerprint) = node(&state)?.invite().await.map_err(refusal)?;
+        tracing::info!(actor = %who.user, "pairing code issued from the console");
+        let invite = Some(InviteShown {
+            code: code.to_string(),
+            fingerprint,
+        });
+        Ok(render(
+            &state,
+            &who,
+            Shown {
+                invite,
                 ..Shown::default()
             },
-        },
-        Err(e) => Shown {
-            error: Some(e),
-            ..Shown::default()
-        },
-    };
-    render(&state, &who, shown)
+        ))
+    }
+    .await;
+    answer(&state, &who, result)
 }
 
 /// `POST /pair/join` form.
@@ -195,31 +197,23 @@ pub struct JoinForm {
 
 /// `POST /pair/join`: this appliance joins the one at `addr`.
 pub async fn join(State(state): State<WebState>, who: Authed, Form(f): Form<JoinForm>) -> Response {
-    let addr = f.addr.trim();
-    if addr.is_empty() {
-        return error(
-            &state,
-            &who,
-            ApiError::invalid(
+    let result = async {
+        let addr = f.addr.trim();
+        if addr.is_empty() {
+            return Err(ApiError::invalid(
                 "addr",
                 "the other appliance's pair address (HOST:PORT) is missing",
-            ),
-        );
-    }
-    let result = match node(&state) {
-        Ok(n) => n.join(addr, &f.code).await.map_err(refusal),
-        Err(e) => Err(e),
-    };
-    match result {
-        Ok(_) => {
-            tracing::info!(actor = %who.user, %addr, "joined a pair from the console");
-            done(
-                "/pair",
-                &format!("Joined the pair of {addr}: this appliance takes its configuration now."),
-            )
+            ));
         }
-        Err(e) => error(&state, &who, e),
+        node(&state)?.join(addr, &f.code).await.map_err(refusal)?;
+        tracing::info!(actor = %who.user, %addr, "joined a pair from the console");
+        Ok(done(
+            "/pair",
+            &format!("Joined the pair of {addr}: this appliance takes its configuration now."),
+        ))
     }
+    .await;
+    answer(&state, &who, result)
 }
 
 /// `POST /pair/leave` and `/pair/promote` form: the confirmation step.
@@ -236,22 +230,21 @@ pub async fn leave(
     Form(f): Form<ConfirmForm>,
 ) -> Response {
     if f.confirm.as_deref() != Some("yes") {
-        return render(
-            &state,
-            &who,
-            Shown {
-                confirm_leave: true,
-                ..Shown::default()
-            },
-        );
+        let shown = Shown {
+            confirm_leave: true,
+            ..Shown::default()
+        };
+        return render(&state, &who, shown);
     }
-    match node(&state) {
-        Ok(n) => match n.leave().await {
-            Ok(()) => done("/pair", "Left the pair: this appliance is standalone."),
-            Err(e) => error(&state, &who, refusal(e)),
-        },
-        Err(e) => error(&state, &who, e),
+    let result = async {
+        node(&state)?.leave().await.map_err(refusal)?;
+        Ok(done(
+            "/pair",
+            "Left the pair: this appliance is standalone.",
+        ))
     }
+    .await;
+    answer(&state, &who, result)
 }
 
 /// `POST /pair/promote`: first the confirmation step (what is set aside),
@@ -262,37 +255,20 @@ pub async fn promote(
     Form(f): Form<ConfirmForm>,
 ) -> Response {
     if f.confirm.as_deref() != Some("yes") {
-        return render(
-            &state,
-            &who,
-            Shown {
-                confirm_promote: true,
-                ..Shown::default()
-            },
-        );
-    }
-    match node(&state) {
-        Ok(n) => match n.promote(true).await {
-            Ok(mark) => {
-                tracing::warn!(actor = %who.user, epoch = mark.epoch, "standby promoted from the console");
-                done(
-                    "/pair",
-                    &format!("This appliance is the primary now (epoch {}).", mark.epoch),
-                )
-            }
-            Err(e) => error(&state, &who, refusal(e)),
-        },
-        Err(e) => error(&state, &who, e),
-    }
-}
-
-fn error(state: &WebState, who: &Authed, e: ApiError) -> Response {
-    render(
-        state,
-        who,
-        Shown {
-            error: Some(e),
+        let shown = Shown {
+            confirm_promote: true,
             ..Shown::default()
-        },
-    )
+        };
+        return render(&state, &who, shown);
+    }
+    let result = async {
+        let mark = node(&state)?.promote(true).await.map_err(refusal)?;
+        tracing::warn!(actor = %who.user, epoch = mark.epoch, "standby promoted from the console");
+        Ok(done(
+            "/pair",
+            &format!("This appliance is the primary now (epoch {}).", mark.epoch),
+        ))
+    }
+    .await;
+    answer(&state, &who, result)
 }
