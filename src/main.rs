@@ -324,6 +324,21 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
     )
     .context("cannot record the pair listener's address")?;
     let gateway = uagate_server::start(config, store.clone(), data).await?;
+    // Maintenance hands the configuration leadership over first.
+    let handing = std::sync::Arc::downgrade(&pair);
+    gateway
+        .engine
+        .set_handover(uagate_server::level::handover(move |entering| {
+            let pair = handing.clone();
+            async move {
+                let pair = pair.upgrade()?;
+                if !entering {
+                    pair.set_maintenance(false).await;
+                    return None;
+                }
+                pair.hand_over(uagate_pair::HANDOVER_TIMEOUT).await.note()
+            }
+        }));
     let pair_task = tokio::spawn(follow_pair(
         pair.clone(),
         gateway.engine.clone(),
@@ -425,7 +440,7 @@ async fn follow_pair(
         let Ok(status) = pair.status().await else {
             continue;
         };
-        pair.set_maintenance(engine.in_maintenance()).await;
+        pair.follow_maintenance(engine.in_maintenance()).await;
         let role = match status.role {
             uagate_pair::PairRole::Standalone => uagate_server::level::PairRole::Standalone,
             uagate_pair::PairRole::Primary => uagate_server::level::PairRole::Leader,

@@ -251,6 +251,22 @@ test("the Pair page: invite, join, standby banner, promotion, diverged", async (
     assert.ok(await page.$("#follower-banner"));
   });
 
+  await t.test("maintenance on the primary says where the configuration leadership goes", async () => {
+    await pa.goto("/maintenance");
+    await pa.selectOption("#maintenance-state", "suspended");
+    await pa.click("#maintenance-submit");
+    await pa.waitForSelector("#confirm");
+    // Pair without witness: the primary keeps the leadership.
+    assert.match(await pa.textContent("#confirm-summary"), /keeps it \(without a witness/);
+    await shot(pa, "pair-05-maintenance-confirm-1366");
+    await pa.click("#confirm");
+    assert.match(await notice(pa), /leadership stays on this appliance.*Server state is now suspended/s);
+    await pa.click("#back-to-running");
+    await pa.click("#confirm");
+    assert.match(await notice(pa), /Server state is now running/);
+    await waitRole(pa, "primary");
+  });
+
   await t.test("A changes alone, dies; B is promoted after a confirmation", async () => {
     // B down while A makes a change B never gets.
     await kill("b");

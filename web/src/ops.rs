@@ -548,12 +548,14 @@ pub struct MaintenanceRequest {
 }
 
 /// Changes the server state like Server.RequestServerStateChange, through
-/// the same engine call (persisted, audited, evented).
+/// the same engine call (persisted, audited, evented; a maintenance state
+/// first hands the pair's configuration leadership over). Answers what the
+/// hand-over did, if there was one, for the operator.
 pub async fn change_state(
     state: &WebState,
     who: &Authed,
     req: &MaintenanceRequest,
-) -> Result<(), ApiError> {
+) -> Result<Option<String>, ApiError> {
     let wanted = SERVER_STATES
         .iter()
         .position(|s| *s == req.state)

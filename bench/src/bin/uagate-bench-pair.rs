@@ -1,6 +1,8 @@
 //! Benchmark of the appliance pair's configuration writes (issue 18), not a
 //! test: write latency (p50/p99) standalone, pair only and pair + witness,
-//! and the standby's replication lag under a steady 50 writes/s. Nodes run
+//! the standby's replication lag under a steady 50 writes/s, and how long
+//! maintenance takes to hand the configuration leadership over (pair +
+//! witness), back and forth between the two appliances. Nodes run
 //! in this process on loopback with real TLS, real SQLite files and the
 //! real Raft log; each write is a user added through the pair.
 //!
@@ -28,6 +30,9 @@ struct Args {
     /// Writes per second of the steady-rate run.
     #[arg(long, default_value_t = 50)]
     rate: u32,
+    /// Hand-overs timed (pair + witness).
+    #[arg(long, default_value_t = 10)]
+    handovers: usize,
 }
 
 const HASH: &str =
@@ -56,6 +61,14 @@ async fn node(name: &str, witness: bool) -> Result<Node> {
         store,
     )
     .await?;
+    // A one-member log elects itself within moments of starting.
+    let t0 = Instant::now();
+    while !witness && node.raft_metrics().await.current_leader != Some(node.id()) {
+        if t0.elapsed() > Duration::from_secs(10) {
+            bail!("{name} never led its own log");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     Ok(Node {
         _dir: dir,
         node,
@@ -144,8 +157,43 @@ async fn settle(leader: &PairNode) -> Result<()> {
     }
 }
 
+/// Maintenance on the leader, `n` times, alternating between the two
+/// appliances: the time [`PairNode::hand_over`] takes until the other one
+/// leads. The leader has led for 3 s each time (a leader younger than
+/// openraft's leader lease, 2 s, cannot vote for its successor at once;
+/// then the successor is elected when the lease ends).
+async fn handovers(a: &Arc<PairNode>, b: &Arc<PairNode>, n: usize) -> Result<()> {
+    let mut took = Vec::new();
+    let (mut from, mut to) = (a, b);
+    for _ in 0..n {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let t0 = Instant::now();
+        let outcome = from.hand_over(uagate_pair::HANDOVER_TIMEOUT).await;
+        took.push(t0.elapsed());
+        if outcome != uagate_pair::Handover::HandedTo(to.local_addr().to_string()) {
+            bail!("hand-over: {outcome:?}");
+        }
+        from.set_maintenance(false).await;
+        std::mem::swap(&mut from, &mut to);
+    }
+    took.sort_unstable();
+    println!(
+        "pair + witness: maintenance hand-over, {n} times: p50 {:.1} ms, max {:.1} ms",
+        ms(percentile(&took, 0.5)),
+        ms(*took.last().unwrap_or(&Duration::ZERO)),
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "error".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let args = Args::parse();
     println!(
         "uagate-bench-pair: {} writes per topology, then {} writes/s for {} s",
@@ -221,6 +269,7 @@ async fn main() -> Result<()> {
     }
     settle(&a.node).await?;
     latency("pair + witness", &a.node, 300_000, args.writes).await?;
+    handovers(&a.node, &b.node, args.handovers).await?;
 
     a.node.stop().await;
     b.node.stop().await;

@@ -42,7 +42,7 @@ use uagate_store::{Change, Proposal};
 
 pub use error::PairError;
 pub use log_store::{LogStore, MAX_ENTRIES_PER_READ};
-pub use node::{Member, NodeSettings, PairNode, PairRole, PairStatus};
+pub use node::{Handover, Member, NodeSettings, PairNode, PairRole, PairStatus, HANDOVER_TIMEOUT};
 pub use state_machine::{Fault, SnapshotBuilder, StateMachine, SNAPSHOT_FILE};
 
 /// A Raft node id.

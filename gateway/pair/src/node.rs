@@ -86,6 +86,57 @@ const MAX_APPENDED_TIMES: usize = 4096;
 /// How long a pairing exchange or an administrative request may take.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long going into maintenance waits for the other appliance to take
+/// the configuration leadership ([`PairNode::hand_over`]); it usually
+/// takes one election round trip.
+pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long after a hand-over's bound the maintenance flag stays held for
+/// the gateway to record its new state.
+const HANDOVER_GRACE: Duration = Duration::from_secs(5);
+
+/// What [`PairNode::hand_over`] did before this appliance went into
+/// maintenance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handover {
+    /// This appliance did not lead (a standby or a witness): nothing to
+    /// hand over.
+    NotLeading,
+    /// Not paired: there is nobody to hand over to.
+    Standalone,
+    /// Pair without witness: the primary is the only voter and keeps the
+    /// configuration leadership (the standby cannot be elected).
+    NoOtherVoter,
+    /// The other appliance (its pair address) leads now.
+    HandedTo(String),
+    /// The other appliance (its pair address) did not lead within the
+    /// bound; it is elected when it can (this one no longer stands).
+    TimedOut(String),
+}
+
+impl Handover {
+    /// A sentence for the operator (console, log), `None` when there was
+    /// nothing to hand over.
+    pub fn note(&self) -> Option<String> {
+        match self {
+            Handover::NotLeading | Handover::Standalone => None,
+            Handover::NoOtherVoter => Some(
+                "The configuration leadership stays on this appliance: without a witness the \
+                 standby cannot take it (make changes here or promote the standby)."
+                    .into(),
+            ),
+            Handover::HandedTo(addr) => Some(format!(
+                "The configuration leadership moved to the other appliance ({addr}) first."
+            )),
+            Handover::TimedOut(addr) => Some(format!(
+                "The other appliance ({addr}) did not take the configuration leadership within \
+                 {} s; it takes it as soon as it can.",
+                HANDOVER_TIMEOUT.as_secs()
+            )),
+        }
+    }
+}
+
 /// This appliance's place in a pair, as `uagate pair status` prints it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -327,8 +378,13 @@ pub struct PairNode {
     cancel: CancellationToken,
     local_addr: SocketAddr,
     /// The appliance is in maintenance: it does not stand for election
-    /// (see [`PairNode::set_maintenance`]).
+    /// (see [`PairNode::set_maintenance`] and [`PairNode::hand_over`]).
     maintenance: std::sync::atomic::AtomicBool,
+    /// Until when a hand-over holds the maintenance flag on although the
+    /// appliance is not in maintenance yet (the gateway's state follows
+    /// once the hand-over is done): [`PairNode::set_maintenance`] does not
+    /// clear it meanwhile.
+    handing_over: Mutex<Option<Instant>>,
     /// Where a Raft message's answer or request reports a higher epoch:
     /// the step-down task takes it from there.
     stale: tokio::sync::mpsc::UnboundedSender<EpochMark>,
@@ -429,6 +485,7 @@ impl PairNode {
             cancel: CancellationToken::new(),
             local_addr,
             maintenance: std::sync::atomic::AtomicBool::new(false),
+            handing_over: Mutex::new(None),
             stale,
             appended: Mutex::new(std::collections::VecDeque::new()),
             contact,
@@ -465,16 +522,36 @@ impl PairNode {
         let _ = self.raft.read().await.shutdown().await;
     }
 
-    /// Follows the appliance's maintenance state (called by the gateway
-    /// when its requested ServerState changes, and again every second).
-    /// In maintenance the node stops standing for election; when it leads
-    /// a set with a witness it also stops its heartbeats, so the other
-    /// appliance is elected within an election timeout (the witness
-    /// votes): the configuration leadership leaves the appliance before
-    /// clients do. Back to Running it stands again (leadership stays where
-    /// it went). Without a witness the primary is the only voter and keeps
-    /// the leadership.
+    /// Sets the appliance's maintenance state (called by the gateway when a
+    /// requested ServerState takes it out of maintenance, and by tests).
+    /// In maintenance the node stops standing for election and, when it
+    /// leads, stops its heartbeats, so with a witness the other appliance
+    /// is elected within an election timeout even if nobody asked it
+    /// ([`PairNode::hand_over`] does). Back to Running it stands again
+    /// (the leadership stays where it went). Without a witness the primary
+    /// is the only voter and keeps the leadership.
     pub async fn set_maintenance(&self, on: bool) {
+        *self.handing_over.lock() = None;
+        self.apply_maintenance(on).await;
+    }
+
+    /// Follows the gateway's maintenance state, every second (`uagate run`
+    /// after a restart in maintenance, an operator's ServiceLevel
+    /// override of 0). While a hand-over holds the flag (the gateway's
+    /// state follows once the hand-over is done) it does not clear it.
+    pub async fn follow_maintenance(&self, on: bool) {
+        {
+            let mut held = self.handing_over.lock();
+            match *held {
+                Some(until) if !on && Instant::now() < until => return,
+                _ => *held = None,
+            }
+        }
+        self.apply_maintenance(on).await;
+    }
+
+    /// Stops (or resumes) standing for election and the heartbeats.
+    async fn apply_maintenance(&self, on: bool) {
         use std::sync::atomic::Ordering;
         if self.witness || self.maintenance.swap(on, Ordering::SeqCst) == on {
             return;
@@ -492,6 +569,54 @@ impl PairNode {
             }
         } else {
             tracing::info!("maintenance over: standing for election again");
+        }
+    }
+
+    /// Called before this appliance goes into maintenance (console or
+    /// RequestServerStateChange), and awaited: stops standing for
+    /// election ([`PairNode::set_maintenance`]) and, when this appliance
+    /// leads a set whose other appliance votes (pair + witness), asks that
+    /// appliance to stand for election now and waits, at most `bound`,
+    /// until it leads. So the configuration leadership has left this
+    /// appliance before its ServiceLevel drops to 0 and clients leave it.
+    /// Pair only, the primary is the only voter and keeps the leadership.
+    pub async fn hand_over(&self, bound: Duration) -> Handover {
+        // The gateway's state says maintenance only once this returns:
+        // until then (and a grace for writing it) its once-a-second
+        // follower must not take the flag back.
+        *self.handing_over.lock() = Some(Instant::now() + bound + HANDOVER_GRACE);
+        self.apply_maintenance(true).await;
+        if self.witness || self.raft.read().await.metrics().borrow().current_leader != Some(self.id)
+        {
+            return Handover::NotLeading;
+        }
+        let members = self.members().await;
+        if members.len() <= 1 {
+            return Handover::Standalone;
+        }
+        let Some((other, node, _)) = members
+            .into_iter()
+            .find(|(id, n, voter)| *id != self.id && *voter && !n.witness)
+        else {
+            return Handover::NoOtherVoter;
+        };
+        let t0 = Instant::now();
+        if let Err(e) = self.ask_to_take_over(&node).await {
+            // Its election timer still runs: without heartbeats from here
+            // it stands within an election timeout or two.
+            tracing::warn!(peer = %node.addr, error = %e, "maintenance: the other appliance did not start an election at once");
+        }
+        loop {
+            let leader = self.raft.read().await.metrics().borrow().current_leader;
+            if leader == Some(other) {
+                tracing::info!(peer = %node.addr, took_ms = t0.elapsed().as_millis() as u64, "maintenance: the configuration leadership moved to the other appliance");
+                return Handover::HandedTo(node.addr);
+            }
+            if t0.elapsed() >= bound {
+                tracing::warn!(peer = %node.addr, ?bound, "maintenance: the other appliance did not take the leadership in time; it takes it when it can");
+                return Handover::TimedOut(node.addr);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -1078,6 +1203,64 @@ impl PairNode {
             Request::Leave { node_id } => {
                 Response::Left(self.drop_member(fp, node_id, &raft).await)
             }
+            Request::TakeOver { leader } => {
+                Response::TakingOver(self.take_over(fp, leader, &raft).await)
+            }
+        }
+    }
+
+    /// The other appliance's side of [`PairNode::hand_over`]: when the
+    /// request comes from the certificate of the member that leads, this
+    /// appliance stands for election at once (the leader, going into
+    /// maintenance, votes for it). Refused on a witness, in maintenance and
+    /// after an integrity fault.
+    async fn take_over(
+        &self,
+        fp: &str,
+        leader: NodeId,
+        raft: &Raft<PairConfig>,
+    ) -> Result<(), String> {
+        use std::sync::atomic::Ordering;
+        if self.peer(fp).await != Some(Some(leader))
+            || raft.metrics().borrow().current_leader != Some(leader)
+        {
+            tracing::warn!(fingerprint = %fp, leader, "pair: take-over request not from the leader; refused");
+            return Err("only the leader hands the leadership over".into());
+        }
+        if self.witness {
+            return Err("a witness never leads".into());
+        }
+        if self.maintenance.load(Ordering::SeqCst) {
+            return Err("this appliance is in maintenance too".into());
+        }
+        if let Some(why) = self.fault.lock().lock().ok().and_then(|f| f.clone()) {
+            return Err(format!(
+                "replication stopped here on an integrity fault: {why}"
+            ));
+        }
+        tracing::info!(
+            leader,
+            "the leader goes into maintenance: standing for election"
+        );
+        raft.trigger().elect().await.map_err(|e| e.to_string())
+    }
+
+    /// Asks the appliance `node` (member `id`) to stand for election now.
+    async fn ask_to_take_over(&self, node: &PeerNode) -> Result<(), PairError> {
+        let (mut conn, fp) = connect(&self.identity, &node.addr, self.source()).await?;
+        if fp != node.fingerprint {
+            return Err(PairError::Refused(format!(
+                "{} presented a certificate that is not the pinned one",
+                node.addr
+            )));
+        }
+        conn.send(&Request::TakeOver { leader: self.id }).await?;
+        match tokio::time::timeout(CONNECT_TIMEOUT, conn.recv::<Response>()).await {
+            Ok(Ok(Some(Response::TakingOver(Ok(()))))) => Ok(()),
+            Ok(Ok(Some(Response::TakingOver(Err(why))))) => Err(PairError::Refused(why)),
+            Ok(Ok(other)) => Err(PairError::Refused(format!("unexpected answer {other:?}"))),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(PairError::Refused("no answer in time".into())),
         }
     }
 

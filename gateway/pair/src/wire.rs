@@ -56,6 +56,13 @@ pub enum Request {
         /// The leaving member's node id.
         node_id: NodeId,
     },
+    /// The leader is going into maintenance and asks the other appliance
+    /// to stand for election now ([`crate::node::PairNode::hand_over`]).
+    /// Only from the certificate of the member that leads.
+    TakeOver {
+        /// The leader's node id.
+        leader: NodeId,
+    },
 }
 
 /// The answer to a [`Request`].
@@ -74,6 +81,8 @@ pub enum Response {
     Admin(Result<AdminResponse, String>),
     /// To [`Request::Leave`].
     Left(Result<(), String>),
+    /// To [`Request::TakeOver`]: the election started, or why not.
+    TakingOver(Result<(), String>),
     /// The request is not allowed from this peer (unknown certificate).
     Refused(String),
     /// A Raft message from an older epoch: another member was promoted.

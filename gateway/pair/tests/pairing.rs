@@ -12,7 +12,7 @@ use tempfile::TempDir;
 use uagate_pair::node::admin;
 use uagate_pair::tls::Identity;
 use uagate_pair::wire::{AdminRequest, AdminResponse, Conn, Request, Response};
-use uagate_pair::{ApplyResponse, NodeSettings, PairNode, PairRole};
+use uagate_pair::{ApplyResponse, Handover, NodeSettings, PairNode, PairRole, HANDOVER_TIMEOUT};
 use uagate_store::{Change, PasswordHash, Proposal, Role, Store};
 
 const HASH: &str =
@@ -287,6 +287,20 @@ async fn a_standby_joins_with_a_code_and_follows_the_primary() {
         "{e}"
     );
 
+    // Pair only, maintenance on the primary keeps the leadership there
+    // (the standby is a learner); a standby has nothing to hand over.
+    assert_eq!(
+        a.node.hand_over(HANDOVER_TIMEOUT).await,
+        Handover::NoOtherVoter
+    );
+    assert_eq!(a.node.status().await.unwrap().role, PairRole::Primary);
+    a.node.set_maintenance(false).await;
+    assert_eq!(
+        b.node.hand_over(HANDOVER_TIMEOUT).await,
+        Handover::NotLeading
+    );
+    b.node.set_maintenance(false).await;
+
     // The code was single use: a third appliance cannot reuse it.
     let c = appliance("c").await;
     let reused = join(&c, &a, &code).await.unwrap_err();
@@ -380,6 +394,17 @@ async fn strangers_are_refused_on_the_pair_listener() {
         Some(Response::Left(Err(why))) => assert!(why.contains("only a member"), "{why}"),
         other => panic!("{other:?}"),
     }
+    // A forged take-over (as if this were A's leader): refused, no
+    // election.
+    conn.send(&Request::TakeOver {
+        leader: a.node.id(),
+    })
+    .await
+    .unwrap();
+    match conn.recv::<Response>().await.unwrap() {
+        Some(Response::TakingOver(Err(why))) => assert!(why.contains("only the leader"), "{why}"),
+        other => panic!("{other:?}"),
+    }
     // A is unaffected: still the leader of its term, and writes work.
     let st = a.node.status().await.unwrap();
     assert_eq!(st.role, PairRole::Standalone);
@@ -456,11 +481,24 @@ async fn with_a_witness_the_pair_elects_its_leader() {
         })
         .await;
     }
-    a.node.set_maintenance(true).await;
-    wait_status(&b, "B leads after A's maintenance", |st| {
-        st.role == PairRole::Primary
-    })
-    .await;
+    // A standby has nothing to hand over (and stops standing for
+    // election until it is back).
+    assert_eq!(
+        b.node.hand_over(HANDOVER_TIMEOUT).await,
+        Handover::NotLeading
+    );
+    b.node.set_maintenance(false).await;
+    let t0 = Instant::now();
+    let handed = a.node.hand_over(HANDOVER_TIMEOUT).await;
+    let took = t0.elapsed();
+    assert_eq!(
+        handed,
+        Handover::HandedTo(b.node.local_addr().to_string()),
+        "A's hand-over after {took:?}"
+    );
+    // When the hand-over returns, B already leads: not eventually.
+    let sb = b.node.status().await.unwrap();
+    assert_eq!(sb.role, PairRole::Primary, "{sb:?}");
     wait_status(&w, "the witness follows B", |st| {
         st.role == PairRole::Witness && st.leader == Some(b.node.local_addr().to_string())
     })

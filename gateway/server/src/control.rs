@@ -9,7 +9,7 @@ use uagate_config::{Config, Redundancy};
 use uagate_store::Store;
 
 use crate::health::{self, RequestedState};
-use crate::level::{Computed, Health, LevelMachine, PairRole, PairView};
+use crate::level::{Computed, Handover, Health, LevelMachine, PairRole, PairView};
 use crate::reconfigure::ReconfigureStatus;
 use crate::space::AddressSpace;
 
@@ -26,6 +26,8 @@ pub(crate) struct ServerControl {
     level: Mutex<(LevelMachine, Computed)>,
     /// The appliance pair as the pair node last told.
     pair: Mutex<PairView>,
+    /// What the pair does before this appliance goes into maintenance.
+    handover: Mutex<Option<Handover>>,
     /// `[redundancy]` of the start-up configuration (ServerRedundancy).
     redundancy: Redundancy,
     /// This server's application URI (its entry in the redundant set).
@@ -71,6 +73,7 @@ impl ServerControl {
                 Mutex::new((machine, first))
             },
             pair: Mutex::new(PairView::default()),
+            handover: Mutex::new(None),
             redundancy: config.redundancy.clone(),
             application_uri: application_uri.to_string(),
             applied: Mutex::new(config.clone()),
@@ -186,6 +189,16 @@ impl ServerControl {
         let changed = servers(&pair) != servers(&view) || pair.node_id != view.node_id;
         *pair = view;
         changed
+    }
+
+    /// Installs what the pair does before maintenance.
+    pub(crate) fn set_handover(&self, handover: Handover) {
+        *self.handover.lock() = Some(handover);
+    }
+
+    /// What the pair does before maintenance, if a pair node told it.
+    pub(crate) fn handover(&self) -> Option<Handover> {
+        self.handover.lock().clone()
     }
 
     /// The pair's state as last recorded.

@@ -119,6 +119,14 @@ impl Engine {
         }
     }
 
+    /// Installs what the appliance pair does before this appliance goes
+    /// into maintenance ([`crate::level::Handover`]): called once by
+    /// `uagate run` after the pair node started; a standalone engine
+    /// without it goes into maintenance at once.
+    pub fn set_handover(&self, handover: crate::level::Handover) {
+        self.control.set_handover(handover);
+    }
+
     /// The pair's state, as last told.
     pub fn pair_view(&self) -> crate::level::PairView {
         self.control.pair_view()

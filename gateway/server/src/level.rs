@@ -61,6 +61,26 @@ pub enum PairRole {
     Standby,
 }
 
+/// How the engine tells the appliance pair about maintenance (see
+/// [`crate::Engine::set_handover`]). Called with `true` before this
+/// appliance goes into maintenance, and awaited: the pair hands the
+/// configuration leadership to the other appliance, waiting a bounded
+/// time, and answers a sentence for the operator (`None` when there was
+/// nothing to hand over). Called with `false` when a requested state
+/// takes the appliance out of maintenance: it stands for election again.
+pub type Handover = std::sync::Arc<
+    dyn Fn(bool) -> futures_util::future::BoxFuture<'static, Option<String>> + Send + Sync,
+>;
+
+/// Makes a [`Handover`] of an async function.
+pub fn handover<F, Fut>(f: F) -> Handover
+where
+    F: Fn(bool) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Option<String>> + Send + 'static,
+{
+    std::sync::Arc::new(move |entering| Box::pin(f(entering)))
+}
+
 /// What the engine knows of the appliance pair: told every second by the
 /// pair node's follower task (`uagate run`), shown by REST
 /// `GET /api/v1/pair` and the metrics, and fed into the ServiceLevel.

@@ -130,7 +130,7 @@ impl Engine {
         let on_server = call.object_id == NodeId::new(0, SERVER_OBJECT);
         if on_server && is_ns0(&call.method_id, &REQUEST_SERVER_STATE_CHANGE) {
             return match self.request_server_state_change(caller, inputs).await {
-                Ok(()) => call_result(StatusCode::Good, None, Vec::new()),
+                Ok(_) => call_result(StatusCode::Good, None, Vec::new()),
                 Err(status) => call_result(status, None, Vec::new()),
             };
         }
@@ -160,7 +160,7 @@ impl Engine {
         &self,
         caller: &Caller,
         inputs: &[Variant],
-    ) -> Result<(), StatusCode> {
+    ) -> Result<Option<String>, StatusCode> {
         if !caller.is_secure_admin() {
             tracing::warn!(user = %caller.actor(), "RequestServerStateChange refused: not an administrator on a SignAndEncrypt channel");
             return Err(StatusCode::BadUserAccessDenied);
@@ -197,12 +197,28 @@ impl Engine {
     /// EstimatedReturnTime and ServiceLevel, and emits the state-change
     /// event. The one code path of the OPC UA method and the console's
     /// maintenance operation; callers check authorization first.
+    ///
+    /// A maintenance state (ServiceLevel 0) first lets the appliance pair
+    /// hand the configuration leadership to the other appliance and waits
+    /// for it (bounded, [`crate::level::Handover`]), so the leadership has
+    /// moved before clients see ServiceLevel 0 and move; any other state
+    /// tells the pair afterwards that the appliance stands for election
+    /// again. Answers the hand-over's sentence for the operator, if there
+    /// was one.
     pub async fn change_server_state(
         &self,
         actor: &str,
         requested: RequestedState,
-    ) -> Result<(), StatusCode> {
+    ) -> Result<Option<String>, StatusCode> {
         let state = requested.state;
+        let entering = crate::health::level_for_state(state) == Some(crate::health::MAINTENANCE);
+        let handover = match self.control.handover() {
+            Some(hand_over) if entering => hand_over(true).await,
+            _ => None,
+        };
+        if let Some(note) = &handover {
+            tracing::info!(user = %actor, "{note}");
+        }
         self.store
             .set_setting(
                 actor,
@@ -216,11 +232,14 @@ impl Engine {
             })?;
         self.control.request(requested);
         self.refresh_server_state();
+        if let (false, Some(hand_over)) = (entering, self.control.handover()) {
+            hand_over(false).await;
+        }
         tracing::info!(user = %actor, ?state, "server state changed");
         for event in GatewayEvent::state_change(state, actor) {
             self.sessions.emit_event(&event);
         }
-        Ok(())
+        Ok(handover)
     }
 }
 

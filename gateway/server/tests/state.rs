@@ -391,3 +391,92 @@ async fn a_drained_maintenance_state_refuses_new_sessions() {
     existing.close().await;
     gw.stop().await;
 }
+
+/// With a pair installed, maintenance first lets the pair hand the
+/// configuration leadership over and waits for it: while the hand-over
+/// runs, clients still read Running and the ServiceLevel of before; once
+/// it is done the level is 0. Only maintenance states (level 0) hand over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_waits_for_the_pair_to_hand_over_first() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let gw = TestGateway::start("").await;
+    gw.add_user(ADMIN, ADMIN_PW, Role::Admin).await;
+    let (admin, admin_token) = admin_session(&gw, "admin").await;
+    let (watcher, wt) = gw.anon_session("watcher").await;
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let left = Arc::new(AtomicUsize::new(0));
+    {
+        let (release, calls, left) = (release.clone(), calls.clone(), left.clone());
+        gw.engine()
+            .set_handover(uagate_server::level::handover(move |entering| {
+                let (started, release) = (started_tx.clone(), release.clone());
+                if !entering {
+                    left.fetch_add(1, Ordering::SeqCst);
+                    return futures_util::future::Either::Left(async { None });
+                }
+                calls.fetch_add(1, Ordering::SeqCst);
+                futures_util::future::Either::Right(async move {
+                    let _ = started.send(());
+                    release.notified().await;
+                    Some("moved first".to_string())
+                })
+            }));
+    }
+    let before = service_level(&watcher, &wt).await;
+    assert!(before > 0, "{before}");
+
+    let call = request_state(&admin, &admin_token, SUSPENDED, return_time(), "swap");
+    let during = async {
+        tokio::time::timeout(Duration::from_secs(10), started.recv())
+            .await
+            .expect("the hand-over was never asked for");
+        // The hand-over is still running: nothing has changed yet.
+        let seen = (
+            service_level(&watcher, &wt).await,
+            state(&watcher, &wt).await,
+        );
+        release.notify_one();
+        seen
+    };
+    let (result, seen) = tokio::join!(call, during);
+    assert_eq!(result.status_code, StatusCode::Good);
+    assert_eq!(seen, (before, RUNNING));
+    assert_eq!(service_level(&watcher, &wt).await, 0);
+    assert_eq!(state(&watcher, &wt).await, SUSPENDED);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // NoData states and Running do not hand over; they tell the pair the
+    // appliance stands again.
+    for s in [FAILED, RUNNING] {
+        let r = request_state(&admin, &admin_token, s, DateTime::null(), "").await;
+        assert_eq!(r.status_code, StatusCode::Good);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(left.load(Ordering::SeqCst), 2);
+    assert_eq!(service_level(&watcher, &wt).await, before);
+
+    // The console's path answers the hand-over's sentence.
+    release.notify_one();
+    let note = gw
+        .engine()
+        .change_server_state(
+            "console-user",
+            uagate_server::health::RequestedState {
+                state: opcua_types::ServerState::Test,
+                estimated_return_time: DateTime::null(),
+                seconds_till_shutdown: 0,
+                reason: LocalizedText::null(),
+                drain: false,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(note.as_deref(), Some("moved first"));
+    assert_eq!(service_level(&watcher, &wt).await, 0);
+    admin.close().await;
+    watcher.close().await;
+    gw.stop().await;
+}

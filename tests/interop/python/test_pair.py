@@ -10,7 +10,10 @@ primary, B the standby (a learner; no witness). What the tests prove:
   field session, and publish ServerRedundancy (Hot, the other's ApplicationUri) and
   ServiceLevel (255 primary, 230 standby) as non-transparent redundancy (Part 4 §6.6.2);
 - asyncua's HaClient (Warm, Part 4 §6.6.2.4.5, Table 111) given both URLs keeps receiving a
-  field value when the primary goes into maintenance and when it is killed (SIGKILL).
+  field value when the primary goes into maintenance and when it is killed (SIGKILL);
+- with a witness (`uagate witness`, the third voter), RequestServerStateChange on the primary
+  hands the configuration leadership to the standby first: B leads by the time A's
+  ServiceLevel reads 0.
 
 Every wait is bounded; every process and field server is stopped at teardown.
 """
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import queue
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +32,17 @@ from typing import Any
 import pytest
 from asyncua import Client, ua
 from asyncua.client.ha.ha_client import HaClient, HaConfig, HaMode
-from conftest import ClientCert, PairStatus, ServerTarget, console_request, free_port
+from conftest import (
+    PAIR_RE,
+    READY_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    UAGATE_BIN,
+    ClientCert,
+    PairStatus,
+    ServerTarget,
+    console_request,
+    free_port,
+)
 from test_asyncua_client import MODE, REQUEST_TIMEOUT_S, bounded, secure_client
 from test_asyncua_field import (
     _true,
@@ -421,3 +436,112 @@ async def test_ha_client_keeps_receiving_across_maintenance_and_a_killed_primary
                 await asyncio.wait_for(ha.stop(), 15.0)
             except Exception:  # noqa: BLE001 - the outcome is decided; do not mask it
                 pass
+
+
+# -- 5. Maintenance with a witness: the leadership moves first --------------------------------
+@pytest.fixture
+def witness(tmp_path) -> Iterator[ServerTarget]:
+    """`uagate witness` on its own data directory (a ServerTarget for its CLI: `pair join`,
+    `pair status`), listening on an ephemeral loopback port; stopped at teardown."""
+    w = ServerTarget(tmp_path / "w")
+    log = w.log_path.open("a")
+    proc = subprocess.Popen(
+        [str(UAGATE_BIN), "--data", str(w.data_dir), "witness", "--listen", "127.0.0.1:0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    log.close()
+    lines: queue.Queue[str] = queue.Queue()
+    assert proc.stdout is not None
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+    try:
+        line = lines.get(timeout=READY_TIMEOUT_S).strip()
+        assert PAIR_RE.match(line), f"unexpected first line of uagate witness: {line!r}\n{w.log_tail()}"
+        yield w
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def test_maintenance_with_a_witness_moves_the_leadership_before_clients_move(
+    appliances: tuple[ServerTarget, ServerTarget], witness: ServerTarget, client_cert: ClientCert
+) -> None:
+    """A primary, B standby and a witness W (three voters). An administrator calls
+    RequestServerStateChange (Suspended) on A. A client polling A's ServiceLevel sees 0 only
+    once B leads the configuration (B's `pair status` says primary at that moment); the Call
+    returns with A a standby following B; configuration writes go to B and A refuses them
+    naming B. Back to Running, A's ServiceLevel is restored and the leadership stays on B."""
+    a, b = appliances
+    a.user_add(ADMIN[0], "admin", ADMIN[1])
+    a.trust_client(client_cert.cert_der)
+    await start_pair(a, b)
+    await asyncio.to_thread(witness.pair_join, a)
+
+    async def three_voters() -> bool:
+        sa, sb, sw = await pair_status(a), await pair_status(b), await pair_status(witness)
+        return (
+            sa.role == "primary"
+            and all(s.fields.get("voters") == "3" for s in (sa, sb, sw))
+            and sb.role == "standby"
+            and sw.role == "witness"
+            and sw.leader == a.pair_addr
+        )
+
+    await eventually("A leads three voters (A, B and the witness)", three_voters, PAIR_TIMEOUT_S, period=0.2)
+    assert a.url is not None and b.url is not None
+
+    async with connected(a.url) as watcher:
+        level = watcher.get_node(SERVICE_LEVEL)
+        assert await bounded(level.read_value(), REQUEST_TIMEOUT_S) == 255
+        seen: dict[str, Any] = {}
+
+        async def watch() -> None:
+            """Reads A's ServiceLevel until it is 0, then asks B who leads."""
+            deadline = time.monotonic() + FAILOVER_BOUND_S
+            while time.monotonic() < deadline:
+                if await bounded(level.read_value(), REQUEST_TIMEOUT_S) == 0:
+                    seen["at"] = time.monotonic()
+                    seen["b"] = await pair_status(b)
+                    return
+                await asyncio.sleep(0.01)
+
+        watching = asyncio.create_task(watch())
+        async with connected_client(await secure_client(a.url, client_cert, user=ADMIN)) as admin:
+            t0 = time.monotonic()
+            assert await request_state(admin, ua.ServerState.Suspended) == "Good"
+            took = time.monotonic() - t0
+            print(f"MAINTENANCE CALL (hand-over included) {took:.2f}s")
+            await asyncio.wait_for(watching, FAILOVER_BOUND_S)
+            assert "b" in seen, "A's ServiceLevel never read 0"
+            assert seen["b"].role == "primary", f"A read ServiceLevel 0 while B was {seen['b'].fields}"
+            assert seen["b"].leader == b.pair_addr
+
+            sa, sw = await pair_status(a), await pair_status(witness)
+            assert sa.role == "standby" and sa.leader == b.pair_addr, sa.fields
+            assert sw.leader == b.pair_addr, sw.fields
+            # Configuration writes now go to B; A names B when refusing one.
+            await asyncio.to_thread(b.user_add, "after-handover", "viewer", "a long password 1")
+            refused = await asyncio.to_thread(
+                a.cli, "user", "add", "on-a", "--role", "viewer", stdin="a long password 1\n", check=False
+            )
+            assert refused.returncode != 0 and b.pair_addr in refused.stderr, refused.stderr
+
+            # Back to Running: A serves with a standby's level, B keeps the leadership.
+            assert await request_state(admin, ua.ServerState.Running) == "Good"
+        await eventually(
+            "A's ServiceLevel back above 0",
+            lambda: _equals_above(level.read_value(), 0),
+            FAILOVER_BOUND_S,
+            period=0.1,
+        )
+        assert (await pair_status(b)).role == "primary"
+
+
+async def _equals_above(value: Any, floor: int) -> bool:
+    return (await value) > floor

@@ -22,7 +22,7 @@ pub struct Confirm {
     seconds_till_shutdown: String,
     reason: String,
     drain: bool,
-    effect: &'static str,
+    effect: String,
 }
 
 #[derive(Template)]
@@ -82,6 +82,25 @@ pub struct MaintenanceForm {
     confirm: Option<String>,
 }
 
+/// What maintenance does to the pair's configuration leadership, for the
+/// confirmation step: `None` when this appliance does not lead a pair.
+fn handover_effect(pair: &uagate_server::level::PairView) -> Option<&'static str> {
+    if pair.role != uagate_server::level::PairRole::Leader {
+        return None;
+    }
+    let other_votes = pair
+        .members
+        .iter()
+        .any(|m| m.node_id != pair.node_id && m.voter && !m.witness);
+    Some(if other_votes {
+        "This appliance leads the pair's configuration: the leadership moves to the other \
+         appliance first (within 5 s), then the state changes."
+    } else {
+        "This appliance leads the pair's configuration and keeps it (without a witness the \
+         standby cannot take it over): configuration changes are still made here."
+    })
+}
+
 /// `POST /maintenance`: first the confirmation step, then the
 /// state change through the same engine call as the OPC UA method.
 pub async fn submit(
@@ -100,13 +119,21 @@ pub async fn submit(
         Err(e) => return render_maintenance(&state, &who, None, None, Some(e)),
     };
     if f.confirm.as_deref() != Some("yes") {
-        let effect = if f.state == "running" {
-            "Clients will see ServiceLevel return to its computed value."
-        } else if matches!(f.state.as_str(), "suspended" | "shutdown" | "test") {
+        let maintenance = matches!(f.state.as_str(), "suspended" | "shutdown" | "test");
+        let mut effect = if f.state == "running" {
+            "Clients will see ServiceLevel return to its computed value.".to_string()
+        } else if maintenance {
             "Clients will see ServiceLevel 0 (maintenance) and should fail over to the partner."
+                .to_string()
         } else {
             "Clients will see ServiceLevel 1 (no data) and should fail over to the partner."
+                .to_string()
         };
+        if maintenance {
+            if let Some(pair) = handover_effect(&state.engine.pair_view()) {
+                effect = format!("{pair} {effect}");
+            }
+        }
         let confirm = Confirm {
             state: f.state,
             estimated_return_time: f.estimated_return_time,
@@ -118,9 +145,12 @@ pub async fn submit(
         return render_maintenance(&state, &who, None, Some(confirm), None);
     }
     match ops::change_state(&state, &who, &req).await {
-        Ok(()) => done(
+        Ok(handover) => done(
             "/maintenance",
-            &format!("Server state is now {}.", req.state),
+            &match handover {
+                Some(note) => format!("{note} Server state is now {}.", req.state),
+                None => format!("Server state is now {}.", req.state),
+            },
         ),
         Err(e) => render_maintenance(&state, &who, None, None, Some(e)),
     }
