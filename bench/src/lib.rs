@@ -19,6 +19,18 @@ pub mod service;
 pub mod stats;
 pub mod uacp;
 
+/// Logs to standard error at `RUST_LOG`, or at `default` (e.g. `"error"`)
+/// when it is not set. Called first by each benchmark binary.
+pub fn init_logging(default: &str) {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default.into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 /// The ten Value attributes read by every benchmark request: namespace-0
 /// Server nodes that both uagate and async-opcua-server implement.
 pub const NODES: [VariableId; 10] = [

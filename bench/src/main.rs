@@ -237,13 +237,7 @@ async fn session_loop(
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    uagate_bench::init_logging("error");
     let args = Args::parse();
 
     let mut client = client(&args.pki)?;

@@ -61,12 +61,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    uagate_bench::init_logging("warn");
     let args = Args::parse();
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

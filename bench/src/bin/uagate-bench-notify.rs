@@ -451,13 +451,7 @@ async fn subscribe(
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    uagate_bench::init_logging("error");
     let args = Args::parse();
     if args.sessions == 0 || args.items == 0 || args.duration == 0 || args.sampling_ms == 0 {
         bail!("--sessions, --items, --duration and --sampling-ms must be at least 1");

@@ -187,13 +187,7 @@ async fn handovers(a: &Arc<PairNode>, b: &Arc<PairNode>, n: usize) -> Result<()>
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    uagate_bench::init_logging("error");
     let args = Args::parse();
     println!(
         "uagate-bench-pair: {} writes per topology, then {} writes/s for {} s",

@@ -1245,8 +1245,24 @@ impl PairNode {
         raft.trigger().elect().await.map_err(|e| e.to_string())
     }
 
-    /// Asks the appliance `node` (member `id`) to stand for election now.
+    /// Asks the appliance `node` to stand for election now.
     async fn ask_to_take_over(&self, node: &PeerNode) -> Result<(), PairError> {
+        let request = Request::TakeOver { leader: self.id };
+        match self.ask_member(node, &request, CONNECT_TIMEOUT).await? {
+            Response::TakingOver(Ok(())) => Ok(()),
+            Response::TakingOver(Err(why)) => Err(PairError::Refused(why)),
+            other => Err(PairError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// Sends `request` to the member `node` (refused unless it presents
+    /// its pinned certificate) and waits at most `wait` for the answer.
+    async fn ask_member(
+        &self,
+        node: &PeerNode,
+        request: &Request,
+        wait: Duration,
+    ) -> Result<Response, PairError> {
         let (mut conn, fp) = connect(&self.identity, &node.addr, self.source()).await?;
         if fp != node.fingerprint {
             return Err(PairError::Refused(format!(
@@ -1254,11 +1270,10 @@ impl PairNode {
                 node.addr
             )));
         }
-        conn.send(&Request::TakeOver { leader: self.id }).await?;
-        match tokio::time::timeout(CONNECT_TIMEOUT, conn.recv::<Response>()).await {
-            Ok(Ok(Some(Response::TakingOver(Ok(()))))) => Ok(()),
-            Ok(Ok(Some(Response::TakingOver(Err(why))))) => Err(PairError::Refused(why)),
-            Ok(Ok(other)) => Err(PairError::Refused(format!("unexpected answer {other:?}"))),
+        conn.send(request).await?;
+        match tokio::time::timeout(wait, conn.recv::<Response>()).await {
+            Ok(Ok(Some(answer))) => Ok(answer),
+            Ok(Ok(None)) => Err(PairError::Refused("closed without an answer".into())),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(PairError::Refused("no answer in time".into())),
         }
@@ -1390,20 +1405,11 @@ impl PairNode {
 
     /// Asks the primary `node` to drop this appliance from the membership.
     async fn ask_to_drop(&self, node: &PeerNode) -> Result<(), PairError> {
-        let (mut conn, fp) = connect(&self.identity, &node.addr, self.source()).await?;
-        if fp != node.fingerprint {
-            return Err(PairError::Refused(format!(
-                "{} presented a certificate that is not the pinned one",
-                node.addr
-            )));
-        }
-        conn.send(&Request::Leave { node_id: self.id }).await?;
-        match tokio::time::timeout(ADMIN_TIMEOUT, conn.recv::<Response>()).await {
-            Ok(Ok(Some(Response::Left(Ok(()))))) => Ok(()),
-            Ok(Ok(Some(Response::Left(Err(why))))) => Err(PairError::Refused(why)),
-            Ok(Ok(other)) => Err(PairError::Refused(format!("unexpected answer {other:?}"))),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(PairError::Refused("no answer in time".into())),
+        let request = Request::Leave { node_id: self.id };
+        match self.ask_member(node, &request, ADMIN_TIMEOUT).await? {
+            Response::Left(Ok(())) => Ok(()),
+            Response::Left(Err(why)) => Err(PairError::Refused(why)),
+            other => Err(PairError::Refused(format!("unexpected answer {other:?}"))),
         }
     }
 
