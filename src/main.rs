@@ -205,6 +205,75 @@ use uagate_server::config_store::{self, ConfigStoreError};
 /// The actor recorded in the change log for CLI changes.
 const CLI_ACTOR: &str = "cli";
 
+/// The demo's own data directory, under the data directory.
+const DEMO_DIR: &str = "demo";
+/// The file that marks [`DEMO_DIR`] as the demo's (it is only ever
+/// removed when it carries it).
+const DEMO_MARK: &str = ".uagate-demo";
+
+/// Empties (or creates) the demo's data directory `DATA/demo` and returns
+/// it. Refuses a `demo` directory that the demo did not make.
+fn rebuild_demo_dir(data: &Path) -> Result<PathBuf> {
+    let dir = data.join(DEMO_DIR);
+    if dir.exists() {
+        if !dir.join(DEMO_MARK).exists() {
+            anyhow::bail!(
+                "{} exists but was not made by `uagate demo`; the demo rebuilds that directory \
+                 at every start, so move it away or choose another --data",
+                dir.display()
+            );
+        }
+        std::fs::remove_dir_all(&dir)
+            .with_context(|| format!("cannot empty the demo directory {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the demo directory {}", dir.display()))?;
+    std::fs::write(
+        dir.join(DEMO_MARK),
+        "uagate demo data: rebuilt at every `uagate demo` start\n",
+    )
+    .with_context(|| format!("cannot mark the demo directory {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// The demo's start-up box: where to connect, how to log in to the
+/// console, what to watch and what may be written.
+fn demo_box(started: &Started, sims: &[String], data: &Path) -> String {
+    let console = match started.setup_code {
+        Some(code) => format!(
+            "{} (first open {}setup, enter the setup code {code} and choose an admin)",
+            started.console, started.console
+        ),
+        None => started.console.to_string(),
+    };
+    let lines = [
+        "uagate demo".to_string(),
+        format!("OPC UA    {} (anonymous reads)", started.opc_tcp),
+        format!("Console   {console}"),
+        format!(
+            "Watch     Objects/plant/Simulation: Counter (+1 every 0.5 s), Sine, Random; \
+             the pair: Objects/Gateway/FieldConnections/plant ({} and {}, hot)",
+            sims.first().map(String::as_str).unwrap_or("-"),
+            sims.get(1).map(String::as_str).unwrap_or("-")
+        ),
+        "Write     Objects/plant/Simulation/Setpoint (Double), as a user with the operator \
+         or admin role (add one on the console's Users page)"
+            .to_string(),
+        format!(
+            "Data      {} (rebuilt at every demo start; nothing of `uagate run` is touched)",
+            data.display()
+        ),
+    ];
+    let mut out = String::from("+--------------------------------------------------------------\n");
+    for line in lines {
+        out.push_str("| ");
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push_str("+--------------------------------------------------------------\n");
+    out
+}
+
 /// The demo configuration compiled into the binary.
 const DEMO_CONFIG: &str = r#"
 [server]
@@ -273,7 +342,23 @@ async fn wait_for_stop() {
     }
 }
 
-async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
+/// What a started gateway tells the demo for its start-up box.
+struct Started<'a> {
+    /// The opc.tcp endpoint URL.
+    opc_tcp: &'a str,
+    /// The console's URL.
+    console: &'a str,
+    /// The one-time setup code while no console user exists.
+    setup_code: Option<&'a str>,
+}
+
+/// What the demo prints once its gateway serves (see [`serve`]).
+type Welcome = Box<dyn FnOnce(&Started)>;
+
+/// Runs the gateway on `data` with `config` until SIGTERM or Ctrl-C:
+/// `uagate run`, and `uagate demo` with `welcome`, which prints its box
+/// once everything listens (and the setup code, logged otherwise).
+async fn serve(data: &Path, config: Config, store: Store, welcome: Option<Welcome>) -> Result<()> {
     // The isolation plan is validated (and logged, one line per stage)
     // before anything listens; enforcement uses it in a later release.
     let plan = uagate_isolation::plan::Plan::build(&config)
@@ -348,7 +433,8 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
     let mut web = uagate_web::WebState::new(store, gateway.engine.clone(), data)
         .context("cannot prepare the console token key")?;
     web.pair = Some(pair.clone());
-    if let Some(code) = web.prepare_setup().await? {
+    let setup_code = web.prepare_setup().await?;
+    if let (Some(code), None) = (&setup_code, &welcome) {
         // The one-time code is meant to be read here (the log and the
         // terminal); it stops working once the first admin exists.
         tracing::warn!(
@@ -407,6 +493,13 @@ async fn serve(data: &Path, config: Config, store: Store) -> Result<()> {
         pair.local_addr(),
         pair.fingerprint()
     );
+    if let Some(welcome) = welcome {
+        welcome(&Started {
+            opc_tcp: &gateway.endpoint_url,
+            console: &console_url,
+            setup_code: setup_code.as_deref(),
+        });
+    }
     wait_for_stop().await;
     gateway.shutdown().await;
     let _ = pair_task.await;
@@ -632,23 +725,28 @@ async fn run() -> Result<()> {
         Command::Run => {
             let store = open_store(&cli.data).await?;
             let config = load_config(&store).await?;
-            serve(&cli.data, config, store).await
+            serve(&cli.data, config, store, None).await
         }
         Command::Demo { listen } => {
-            let store = open_store(&cli.data).await?;
+            // The demo's own data directory, rebuilt at every start: what
+            // is changed in its console never reaches `uagate run` on the
+            // data directory, nor the next demo.
+            let data = rebuild_demo_dir(&cli.data)?;
+            let store = open_store(&data).await?;
             // Two simulated field servers forming a hot redundant pair.
             let mut sims = Vec::new();
             for name in ["a", "b"] {
                 let sim = uagate_sim::start(uagate_sim::SimConfig {
                     listen: ([127, 0, 0, 1], 0).into(),
-                    pki_dir: cli.data.join(format!("sim-pki-{name}")),
+                    pki_dir: data.join(format!("sim-pki-{name}")),
                     application_uri: format!("urn:uagate:sim:{name}"),
                     ..Default::default()
                 })
                 .await?;
-                eprintln!("simulated field server {name} at {}", sim.endpoint_url);
+                // They are the hot pair the demo declares.
+                sim.set_redundancy_support(uagate_sim::RedundancySupport::Hot);
                 // The demo trusts its own in-process simulators' certificates.
-                let cert = std::fs::read(cli.data.join(format!("sim-pki-{name}/own/cert.der")))
+                let cert = std::fs::read(data.join(format!("sim-pki-{name}/own/cert.der")))
                     .context("cannot read the simulator certificate")?;
                 store.trust_add(CLI_ACTOR, &cert, CertKind::Trusted).await?;
                 sims.push(sim);
@@ -659,8 +757,12 @@ async fn run() -> Result<()> {
                 sims[0].endpoint_url, sims[1].endpoint_url
             ));
             let config = Config::from_toml(&text)?;
-            eprintln!("mounted under Objects/plant (hot pair); status under Objects/Gateway/FieldConnections/plant");
-            let r = serve(&cli.data, config, store).await;
+            let sim_urls: Vec<String> = sims.iter().map(|s| s.endpoint_url.clone()).collect();
+            let shown = data.clone();
+            let welcome: Welcome = Box::new(move |started: &Started| {
+                print!("{}", demo_box(started, &sim_urls, &shown));
+            });
+            let r = serve(&data, config, store, Some(welcome)).await;
             for sim in sims {
                 sim.cancel();
             }

@@ -553,3 +553,24 @@ fn pair_invite_join_status_and_replicated_cli_changes() {
         "{err}"
     );
 }
+
+/// `uagate demo` rebuilds DATA/demo at every start, so it refuses a
+/// `demo` directory it did not make (and leaves it as it was).
+#[test]
+fn demo_refuses_a_demo_directory_it_did_not_make() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    std::fs::create_dir_all(data.join("demo")).unwrap();
+    std::fs::write(data.join("demo").join("mine.txt"), "keep me").unwrap();
+    let out = uagate(&data)
+        .args(["demo", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("was not made by `uagate demo`"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(data.join("demo").join("mine.txt")).unwrap(),
+        "keep me"
+    );
+}

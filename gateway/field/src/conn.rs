@@ -1451,7 +1451,7 @@ async fn connect(
     // `retry`: how often the library retries a failed connect by itself
     // (-1: until stopped).
     let client_with = |retry: i32| {
-        base_client(su)
+        base_client(su, url)
             .recreate_subscriptions(false)
             .request_timeout(s.request_timeout)
             .session_timeout(u32::try_from(s.session_timeout.as_millis()).unwrap_or(u32::MAX))
@@ -3235,9 +3235,11 @@ fn filter_of(key: &ItemKey) -> ExtensionObject {
 /// The server certificate is checked against the gateway's trust list by
 /// the caller (exact certificate); the channel is then bound to it, so
 /// the library's own checks are off. No retries: the reconnect policy
-/// decides.
-fn base_client(su: &ClientSetup) -> ClientBuilder {
+/// decides. `url` is the field server's (the client configuration's one
+/// endpoint; the library warns about a configuration without any).
+fn base_client(su: &ClientSetup, url: &str) -> ClientBuilder {
     ClientBuilder::new()
+        .endpoint("field", opcua_client::ClientEndpoint::new(url))
         .application_name(su.application_name.clone())
         .application_uri(su.application_uri.clone())
         .product_uri("urn:uagate")
@@ -3260,7 +3262,7 @@ async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Durati
         matches_config: false,
         certificate: None,
     };
-    let client = base_client(su).request_timeout(timeout).client();
+    let client = base_client(su, url).request_timeout(timeout).client();
     let client = match client {
         Ok(c) => c,
         Err(e) => {

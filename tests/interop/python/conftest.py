@@ -325,10 +325,10 @@ class ServerTarget:
         # (The process and queue are this run's: a restart gets new ones.)
         assert proc.stdout is not None
         # The first lines (READY, then uagate's TLS, CONSOLE, when configured METRICS, and
-        # PAIR lines) are handed over.
+        # PAIR lines, and the demo's start-up box) are handed over.
         handed = 0
         for raw in proc.stdout:
-            if handed < 5:
+            if handed < 20:
                 lines.put(raw.rstrip("\r\n"))
                 handed += 1
         if handed < 2:

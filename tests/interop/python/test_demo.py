@@ -2,13 +2,20 @@
 
 The demo runs two in-process simulated field servers as a hot redundant pair, mounted under
 Objects/plant over SignAndEncrypt. An asyncua client checks that the pair is connected, that
-the mount shows the simulator's objects and that values are live.
+the mount shows the simulator's objects and that values are live. The demo keeps its data in
+DATA/demo, rebuilt at every start: a change made in its console reaches neither a later
+`uagate run` on DATA nor the next demo.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+import ssl
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 from asyncua import Client, ua
@@ -51,3 +58,61 @@ async def test_demo_mounts_a_live_hot_pair(target: ServerTarget) -> None:
             assert await counter.read_value() != first, "the demo's values are live"
         finally:
             await client.disconnect()
+
+
+def demo_box(target: ServerTarget) -> str:
+    """The start-up box the demo prints after its PAIR line (bounded wait per line)."""
+    _ = target.pair_addr  # reads through the PAIR line
+    lines: list[str] = []
+    while sum(1 for line in lines if line.startswith("+--")) < 2:
+        line = target.next_stdout_line()
+        assert line is not None, f"the demo printed no box; so far {lines}\n{target.log_tail()}"
+        lines.append(line.rstrip("\n"))
+    return "\n".join(lines)
+
+
+def demo_console(target: ServerTarget, method: str, path: str, body: dict) -> tuple[int, object]:
+    """One REST call to the demo's console, verified against the demo's own TLS certificate
+    (in DATA/demo)."""
+    assert target.console_url
+    context = ssl.create_default_context(cafile=str(target.data_dir / "demo" / "tls" / "cert.pem"))
+    req = urllib.request.Request(
+        target.console_url + path.lstrip("/"), data=json.dumps(body).encode(), method=method
+    )
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=context) as resp:
+            raw = resp.read()
+            return resp.status, (json.loads(raw) if raw else None)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_a_demo_leaves_nothing_a_later_run_or_demo_picks_up(target: ServerTarget) -> None:
+    """The demo's box names the URLs, the setup code, what to watch and what may be written. An
+    admin created in the demo's console exists neither for `uagate run` on the same data
+    directory (`user list`) nor in the next demo, which asks for a new setup code."""
+    url = target.start("demo", "--listen", "127.0.0.1:0")
+    box = demo_box(target)
+    assert url in box and str(target.console_url) in box, box
+    assert "Simulation/Setpoint" in box and "operator" in box, box
+    assert "rebuilt at every demo start" in box, box
+    code = re.search(r"setup code ([0-9a-f]{16})", box)
+    assert code, box
+    status, answer = demo_console(
+        target,
+        "POST",
+        "/api/v1/setup",
+        {"code": code.group(1), "username": "demo-admin", "password": "demo admin pass 1"},
+    )
+    assert status in (200, 201), answer
+    target.stop()
+
+    # `uagate run` on the data directory: nothing of the demo.
+    assert "demo-admin" not in target.cli("user", "list").stdout
+
+    # The next demo: a clean directory again (no user: a new setup code).
+    target.restart("demo", "--listen", "127.0.0.1:0")
+    again = demo_box(target)
+    second = re.search(r"setup code ([0-9a-f]{16})", again)
+    assert second and second.group(1) != code.group(1), again
