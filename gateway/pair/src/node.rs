@@ -1121,7 +1121,7 @@ impl PairNode {
                     reachable: reachable(node_id),
                 })
                 .collect(),
-            integrity_fault: self.fault.lock().lock().ok().and_then(|f| f.clone()),
+            integrity_fault: self.integrity_fault(),
         })
     }
 
@@ -1158,7 +1158,7 @@ impl PairNode {
             }
             // Fail closed: after an integrity fault this node takes nothing
             // more until an operator has looked (leave and join again).
-            if let Some(why) = self.fault.lock().lock().ok().and_then(|f| f.clone()) {
+            if let Some(why) = self.integrity_fault() {
                 return Response::Refused(format!(
                     "replication stopped here on an integrity fault: {why}"
                 ));
@@ -1209,6 +1209,11 @@ impl PairNode {
         }
     }
 
+    /// Why replication stopped here on an integrity fault, if it did.
+    fn integrity_fault(&self) -> Option<String> {
+        self.fault.lock().lock().ok().and_then(|f| f.clone())
+    }
+
     /// The other appliance's side of [`PairNode::hand_over`]: when the
     /// request comes from the certificate of the member that leads, this
     /// appliance stands for election at once (the leader, going into
@@ -1233,7 +1238,7 @@ impl PairNode {
         if self.maintenance.load(Ordering::SeqCst) {
             return Err("this appliance is in maintenance too".into());
         }
-        if let Some(why) = self.fault.lock().lock().ok().and_then(|f| f.clone()) {
+        if let Some(why) = self.integrity_fault() {
             return Err(format!(
                 "replication stopped here on an integrity fault: {why}"
             ));

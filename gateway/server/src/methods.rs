@@ -212,7 +212,8 @@ impl Engine {
     ) -> Result<Option<String>, StatusCode> {
         let state = requested.state;
         let entering = crate::health::level_for_state(state) == Some(crate::health::MAINTENANCE);
-        let handover = match self.control.handover() {
+        let hook = self.control.handover();
+        let handover = match &hook {
             Some(hand_over) if entering => hand_over(true).await,
             _ => None,
         };
@@ -232,7 +233,7 @@ impl Engine {
             })?;
         self.control.request(requested);
         self.refresh_server_state();
-        if let (false, Some(hand_over)) = (entering, self.control.handover()) {
+        if let (false, Some(hand_over)) = (entering, &hook) {
             hand_over(false).await;
         }
         tracing::info!(user = %actor, ?state, "server state changed");

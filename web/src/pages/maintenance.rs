@@ -84,7 +84,7 @@ pub struct MaintenanceForm {
 
 /// What maintenance does to the pair's configuration leadership, for the
 /// confirmation step: `None` when this appliance does not lead a pair.
-fn handover_effect(pair: &uagate_server::level::PairView) -> Option<&'static str> {
+fn handover_effect(pair: &uagate_server::level::PairView) -> Option<String> {
     if pair.role != uagate_server::level::PairRole::Leader {
         return None;
     }
@@ -93,11 +93,15 @@ fn handover_effect(pair: &uagate_server::level::PairView) -> Option<&'static str
         .iter()
         .any(|m| m.node_id != pair.node_id && m.voter && !m.witness);
     Some(if other_votes {
-        "This appliance leads the pair's configuration: the leadership moves to the other \
-         appliance first (within 5 s), then the state changes."
+        format!(
+            "This appliance leads the pair's configuration: the leadership moves to the other \
+             appliance first (within {} s), then the state changes.",
+            uagate_pair::HANDOVER_TIMEOUT.as_secs()
+        )
     } else {
         "This appliance leads the pair's configuration and keeps it (without a witness the \
          standby cannot take it over): configuration changes are still made here."
+            .to_string()
     })
 }
 
