@@ -185,14 +185,21 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/v1/fields",
-            "Add or replace a field connection (at the next restart)",
+            "Add or replace a field connection (applied at once)",
             doc_part("One [[field_servers]] entry"),
             schema::<ConfigChange>(),
         ),
         op(
+            "post",
+            "/api/v1/field-test",
+            "Probe every URL of a field connection entry before saving it",
+            doc_part("One [[field_servers]] entry"),
+            list::<ProbeView>(),
+        ),
+        op(
             "delete",
             "/api/v1/fields/{name}",
-            "Remove a field connection (at the next restart)",
+            "Remove a field connection (unmounted at once)",
             None,
             schema::<ConfigChange>(),
         ),

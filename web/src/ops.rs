@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use uagate_config::{Config, ConfigError};
 use uagate_isolation::plan::{Plan, PlanError};
 use uagate_server::config_store::{self, ConfigStoreError};
-use uagate_server::{CONFIG_KEY, NODE_CONFIG_KEY};
+use uagate_server::{ReconfigureStatus, CONFIG_KEY, NODE_CONFIG_KEY};
 use uagate_store::Role;
 
 use crate::auth::Authed;
@@ -512,17 +512,27 @@ async fn apply_locked(
             ConfigStoreError::Store(e) => ApiError::from(e),
             other => ApiError::internal(other),
         })?;
-    // Applied now rather than at the store watcher's next look.
-    state.engine.reconfigure(&new);
-    tracing::info!(user = %who.user, live = ?report.live, restart = ?report.restart, "configuration replaced");
-    Ok(ConfigChange {
-        live: if report.applies_live() {
-            report.live
-        } else {
-            Vec::new()
-        },
-        restart: report.restart,
-    })
+    // Applied now rather than at the store watcher's next look; the answer
+    // says what the running gateway did (a restart-only change stored
+    // earlier holds live ones back until the restart too).
+    let (live, restart) = match state.engine.reconfigure(&new) {
+        ReconfigureStatus::Applied(live) => (live, Vec::new()),
+        ReconfigureStatus::RestartRequired(restart) => (Vec::new(), restart),
+        // Applied already (the store watcher was first).
+        ReconfigureStatus::Unchanged if report.applies_live() => (report.live, Vec::new()),
+        ReconfigureStatus::Unchanged => (Vec::new(), report.restart),
+        ReconfigureStatus::Refused(e) => {
+            // Not applicable after all: the previous document goes back,
+            // so that nothing of the change stays stored.
+            config_store::save(&state.store, &who.user, previous)
+                .await
+                .map_err(ApiError::internal)?;
+            state.engine.reconfigure(previous);
+            return Err(ApiError::invalid("field_servers", e));
+        }
+    };
+    tracing::info!(user = %who.user, ?live, ?restart, "configuration replaced");
+    Ok(ConfigChange { live, restart })
 }
 
 /// `POST /api/v1/maintenance` body: Server.RequestServerStateChange's
@@ -1076,9 +1086,8 @@ pub fn redact_payload(payload: &str) -> serde_json::Value {
 // -------------------------------------------------------- field connections
 
 /// Adds a field connection, or replaces the one with the same name (the
-/// name is case-insensitive); validated with the whole document. Field
-/// connections are set up at start, so the answer lists the change under
-/// `restart`.
+/// name is case-insensitive); validated with the whole document and
+/// applied at once (the running gateway remounts it, see docs/field.md).
 pub async fn upsert_field(
     state: &WebState,
     who: &Authed,
@@ -1098,7 +1107,64 @@ pub async fn upsert_field(
     .await
 }
 
-/// Removes a field connection (at the next restart).
+/// Saves the field connection `field` from the console's form: replaces
+/// the entry named `original` (renaming it when the name changed) or adds
+/// a new one when `original` is empty; one validated change, applied at
+/// once. Refused when a new name is taken by another entry.
+pub async fn save_field(
+    state: &WebState,
+    who: &Authed,
+    original: &str,
+    field: uagate_config::FieldServer,
+) -> Result<ConfigChange, ApiError> {
+    edit_config(state, who, |c| {
+        let servers = &mut c.field_servers;
+        let taken = servers.iter().any(|f| {
+            f.name.eq_ignore_ascii_case(&field.name) && !f.name.eq_ignore_ascii_case(original)
+        });
+        if taken {
+            return Err(ApiError::invalid(
+                "name",
+                format!("a field connection named {:?} exists already", field.name),
+            ));
+        }
+        match servers
+            .iter_mut()
+            .find(|f| !original.is_empty() && f.name.eq_ignore_ascii_case(original))
+        {
+            Some(f) => {
+                if let (
+                    uagate_config::FieldIdentity::Username { password, .. },
+                    uagate_config::FieldIdentity::Username { password: kept, .. },
+                ) = (&field.identity, &f.identity)
+                {
+                    // A renamed entry keeps its stored password too.
+                    if password == KEEP_PASSWORD && f.name != field.name {
+                        let mut field = field.clone();
+                        if let uagate_config::FieldIdentity::Username { password, .. } =
+                            &mut field.identity
+                        {
+                            *password = kept.clone();
+                        }
+                        *f = field;
+                        return Ok(());
+                    }
+                }
+                *f = field;
+            }
+            None if original.is_empty() => servers.push(field),
+            None => {
+                return Err(ApiError::NotFound(format!(
+                    "no field connection {original:?}"
+                )))
+            }
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Removes a field connection; applied at once (unmounted, closed).
 pub async fn remove_field(
     state: &WebState,
     who: &Authed,
@@ -1179,16 +1245,60 @@ pub struct ProbeView {
     /// For a secured connection: `trusted`, or why the certificate is not
     /// (an unknown certificate is now on the rejected list).
     pub certificate: Option<String>,
+    /// The server's certificate when it is not trusted: what the operator
+    /// checks before trusting it (with its OPC UA thumbprint, which
+    /// `POST /api/v1/certificates/{thumbprint}/trust` takes).
+    pub untrusted: Option<OfferedCert>,
 }
 
-/// Probes every URL of a running field connection.
-pub async fn probe_field(state: &WebState, name: &str) -> Result<Vec<ProbeView>, ApiError> {
-    let probes = state
-        .engine
-        .field_probe(name, PROBE_TIMEOUT)
-        .await
-        .ok_or_else(|| ApiError::NotFound(format!("no running field connection {name:?}")))?;
-    Ok(probes
+/// A field server certificate the gateway does not trust yet, as "Test
+/// connection" shows it for one-click trust.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct OfferedCert {
+    /// Subject distinguished name.
+    pub subject: String,
+    /// The application URI it names, if any.
+    pub application_uri: Option<String>,
+    /// End of validity (`YYYY-MM-DD HH:MM UTC`).
+    pub not_after: String,
+    /// SHA-256 fingerprint, colon-separated upper-case hex (compare it with
+    /// the one the field server shows).
+    pub sha256: String,
+    /// SHA-1 thumbprint, lower-case hex: the OPC UA thumbprint the trust
+    /// list is keyed by.
+    pub thumbprint: String,
+}
+
+impl OfferedCert {
+    /// What `der` says about itself; `None` when it cannot be parsed.
+    pub fn of(der: &[u8]) -> Option<OfferedCert> {
+        use sha2::Digest;
+        let summary = uagate_store::describe_certificate(der).ok()?;
+        let sha256 = sha2::Sha256::digest(der)
+            .iter()
+            .map(|b| format!("{b:02X}"))
+            .collect::<Vec<_>>()
+            .join(":");
+        let not_after = chrono::DateTime::parse_from_rfc3339(&summary.not_after)
+            .map(|d| {
+                d.with_timezone(&chrono::Utc)
+                    .format("%Y-%m-%d %H:%M UTC")
+                    .to_string()
+            })
+            .unwrap_or(summary.not_after.clone());
+        Some(OfferedCert {
+            subject: summary.subject,
+            application_uri: summary.application_uri,
+            not_after,
+            sha256,
+            thumbprint: summary.thumbprint,
+        })
+    }
+}
+
+/// The view of what a probe found.
+fn probe_views(probes: Vec<uagate_field::Probe>) -> Vec<ProbeView> {
+    probes
         .into_iter()
         .map(|p| ProbeView {
             server: p.server + 1,
@@ -1201,8 +1311,45 @@ pub async fn probe_field(state: &WebState, name: &str) -> Result<Vec<ProbeView>,
                 Ok(()) => "trusted".to_string(),
                 Err(e) => e,
             }),
+            untrusted: p.untrusted_der.as_deref().and_then(OfferedCert::of),
         })
-        .collect())
+        .collect()
+}
+
+/// Probes every URL of a field connection entry that is not saved (the
+/// form's or REST's "Test connection" before saving), after checking it
+/// with the stored document as saving would (errors name the setting).
+pub async fn probe_entry(
+    state: &WebState,
+    entry: &uagate_config::FieldServer,
+) -> Result<Vec<ProbeView>, ApiError> {
+    let mut config = stored_config(state).await?;
+    let servers = &mut config.field_servers;
+    match servers
+        .iter_mut()
+        .find(|f| f.name.eq_ignore_ascii_case(&entry.name))
+    {
+        Some(f) => *f = entry.clone(),
+        None => servers.push(entry.clone()),
+    }
+    // The probe does not log in: a kept password need not be restored.
+    config.validate().map_err(config_error)?;
+    Ok(probe_views(
+        state
+            .engine
+            .field_probe_settings(entry, PROBE_TIMEOUT)
+            .await,
+    ))
+}
+
+/// Probes every URL of a running field connection.
+pub async fn probe_field(state: &WebState, name: &str) -> Result<Vec<ProbeView>, ApiError> {
+    let probes = state
+        .engine
+        .field_probe(name, PROBE_TIMEOUT)
+        .await
+        .ok_or_else(|| ApiError::NotFound(format!("no running field connection {name:?}")))?;
+    Ok(probe_views(probes))
 }
 
 /// One history event in the REST answer and on the page.

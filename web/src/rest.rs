@@ -234,7 +234,8 @@ pub async fn crl_add(
 pub struct FieldEntry {
     /// The `[[field_servers]]` entry.
     pub config: uagate_config::FieldServer,
-    /// The live status, when the connection runs (it may wait for a restart).
+    /// The live status, when the connection runs (every stored entry runs
+    /// once the change is applied, a moment after it is stored).
     pub status: Option<ops::FieldView>,
 }
 
@@ -256,7 +257,7 @@ pub async fn fields(State(state): State<WebState>) -> Result<Json<Vec<FieldEntry
 }
 
 /// `POST /api/v1/fields`: adds a field connection or replaces the one with
-/// the same name (takes effect at the next restart).
+/// the same name (applied at once).
 pub async fn field_put(
     State(state): State<WebState>,
     who: Authed,
@@ -264,6 +265,17 @@ pub async fn field_put(
 ) -> Result<Json<ConfigChange>, ApiError> {
     let Json(field) = body.map_err(json_error)?;
     Ok(Json(ops::upsert_field(&state, &who, field).await?))
+}
+
+/// `POST /api/v1/field-test`: "Test connection" of a field connection
+/// entry before it is saved (JSON like `POST /api/v1/fields`): what each of
+/// its URLs answers, and an untrusted server certificate to trust.
+pub async fn field_test_entry(
+    State(state): State<WebState>,
+    body: Result<Json<uagate_config::FieldServer>, JsonRejection>,
+) -> Result<Json<Vec<ops::ProbeView>>, ApiError> {
+    let Json(field) = body.map_err(json_error)?;
+    Ok(Json(ops::probe_entry(&state, &field).await?))
 }
 
 /// `DELETE /api/v1/fields/{name}`.

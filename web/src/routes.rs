@@ -196,6 +196,7 @@ pub fn table() -> Vec<Route> {
         api(POST, "/api/v1/crls", OPERATOR, rest::crl_add),
         api(GET, "/api/v1/fields", VIEWER, rest::fields),
         api(POST, "/api/v1/fields", OPERATOR, rest::field_put),
+        api(POST, "/api/v1/field-test", OPERATOR, rest::field_test_entry),
         api(
             DELETE,
             "/api/v1/fields/{name}",
@@ -282,6 +283,7 @@ pub fn table() -> Vec<Route> {
         page(GET, "/partials/fields", VIEWER, fields::partial),
         page(POST, "/fields/remove", OPERATOR, fields::remove).shown_by(fields::refused),
         page(POST, "/fields/test", OPERATOR, fields::test).shown_by(fields::refused),
+        page(POST, "/fields/check", OPERATOR, fields::check).shown_by(fields::refused),
         page(POST, "/fields/failover", OPERATOR, fields::failover).shown_by(fields::refused),
         page(POST, "/fields/reconnect", OPERATOR, fields::reconnect).shown_by(fields::refused),
         page(GET, "/sessions", VIEWER, sessions::show),

@@ -737,7 +737,11 @@ async fn field_connections_sessions_and_secrets() {
         ))
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
-    // Add one (restart-only), and an invalid one naming the setting.
+    // Add one, and an invalid one naming the setting. Field connections
+    // change live, but the restart-only change above (max_queue_size) is
+    // still waiting for a restart, which holds every later change back: the
+    // answer says so instead of claiming it live.
+
     let (s, body, _) = f
         .call(json_request(
             Method::POST,
@@ -748,7 +752,21 @@ async fn field_connections_sessions_and_secrets() {
         ))
         .await;
     assert_eq!(s, StatusCode::OK, "{body}");
-    assert!(!body["restart"].as_array().unwrap().is_empty());
+    assert_eq!(body["restart"], json!(["server.max_queue_size"]), "{body}");
+    assert_eq!(body["live"], json!([]), "{body}");
+    // Tested before saving: its URL does not answer.
+    let (s, probes, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/field-test",
+            Some(&op),
+            json!({"name": "plc3", "security_mode": "none", "security_policy": "None",
+                   "endpoints": [{"url": "opc.tcp://127.0.0.1:2"}]}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{probes}");
+    assert_eq!(probes[0]["url"], "opc.tcp://127.0.0.1:2", "{probes}");
+    assert_eq!(probes[0]["reachable"], false, "{probes}");
     let (s, body, _) = f
         .call(json_request(
             Method::POST,
@@ -916,6 +934,7 @@ async fn every_page_needs_a_session() {
         "/fields",
         "/fields/remove",
         "/fields/test",
+        "/fields/check",
         "/fields/failover",
         "/fields/reconnect",
         "/sessions/close",

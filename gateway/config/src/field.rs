@@ -456,6 +456,10 @@ fn check_range(
 
 /// The checks of `[[field_servers]]`; the error names the first offending
 /// setting, e.g. `field_servers[1].reconnect.max_delay`.
+/// Names a field connection cannot have: the gateway's own folders under
+/// Objects, where each mount folder goes too.
+pub const RESERVED_FIELD_NAMES: [&str; 1] = ["Gateway"];
+
 pub(crate) fn validate_field_servers(servers: &[FieldServer]) -> Result<(), ConfigError> {
     if servers.len() > MAX_FIELD_SERVERS {
         return Err(invalid(
@@ -475,6 +479,18 @@ pub(crate) fn validate_field_servers(servers: &[FieldServer]) -> Result<(), Conf
                 &at("name"),
                 format!(
                     "must be 1 to {MAX_FIELD_SERVER_NAME_LEN} characters of A-Z, a-z, 0-9, _ and -"
+                ),
+            ));
+        }
+        if RESERVED_FIELD_NAMES
+            .iter()
+            .any(|r| r.eq_ignore_ascii_case(&fs.name))
+        {
+            return Err(invalid(
+                &at("name"),
+                format!(
+                    "`{}` is the name of the gateway's own folder under Objects; choose another",
+                    fs.name
                 ),
             ));
         }
@@ -944,6 +960,7 @@ alternates = ["opc.tcp://d2b:4840"]
             (one("").replace("\"a\"", "\"line 1\""), "field_servers[0].name"),
             (one("").replace("\"a\"", "\"line.1\""), "field_servers[0].name"),
             (one("").replace("\"a\"", "\"lïne\""), "field_servers[0].name"),
+            (one("").replace("\"a\"", "\"gateway\""), "field_servers[0].name"),
             (
                 format!(
                     "{}[[field_servers]]\nname = \"A\"\nendpoints = [\"opc.tcp://b:4840\"]\n",

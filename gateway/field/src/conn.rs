@@ -631,6 +631,9 @@ pub struct Probe {
     /// For a secured connection: whether the server's certificate is
     /// trusted (an unknown one is now on the rejected list).
     pub certificate: Option<Result<(), String>>,
+    /// The server's certificate (DER) when it is not trusted, for the
+    /// operator to look at and trust.
+    pub untrusted_der: Option<Vec<u8>>,
 }
 
 /// A managed field connection (see the module docs). Created with
@@ -771,6 +774,27 @@ impl FieldConnection {
         out
     }
 
+    /// Probes the URLs of `settings` like [`FieldConnection::probe`],
+    /// without a running connection: the console's "Test connection" of a
+    /// form not saved yet. Nothing is started and no session is made.
+    pub async fn probe_settings(
+        settings: FieldSettings,
+        setup: ClientSetup,
+        timeout: Duration,
+    ) -> Vec<Probe> {
+        let name = settings.name.clone();
+        let idle = FieldConnection::start(
+            settings,
+            setup,
+            NodeId::null(),
+            Arc::new(Mutex::new(NamespaceTable::new(u16::MAX))),
+            Arc::new(|_: &NamespaceTable| {}),
+            false,
+        );
+        tracing::debug!(field = %name, "probing unsaved field settings");
+        idle.probe(timeout).await
+    }
+
     /// The active session when calls can go through it now, without
     /// waiting (the proxied services' fast path).
     pub fn link_now(&self) -> Option<Arc<LinkSession>> {
@@ -866,6 +890,30 @@ impl FieldConnection {
             self.inner.requests_parked.load(Relaxed),
             self.inner.requests_retried.load(Relaxed),
         )
+    }
+
+    /// Takes over the shared items of `old`, the connection this one
+    /// replaces when its settings changed while running (see
+    /// [`ItemTable::carry_from`]); the southbound items are created on this
+    /// connection's link as soon as it is up. Called by the gateway right
+    /// after [`FieldConnection::start`].
+    ///
+    /// A disabled connection delivers nothing: its items get one value
+    /// with `BadOutOfService` so that northbound clients see it.
+    pub fn carry_items_from(&self, old: &FieldConnection) {
+        let disabled = self.task.lock().is_none();
+        let taken = {
+            let from = old.inner.items.lock();
+            let mut to = self.inner.items.lock();
+            to.carry_from(&from);
+            if disabled {
+                to.mark_all(StatusCode::BadOutOfService, DateTime::now());
+            }
+            !to.is_empty()
+        };
+        if taken {
+            self.inner.items_changed.notify_one();
+        }
     }
 
     /// Replaces the demand for shared items (key → number of northbound
@@ -3261,6 +3309,7 @@ async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Durati
         result: Err(String::new()),
         matches_config: false,
         certificate: None,
+        untrusted_der: None,
     };
     let client = base_client(su, url).request_timeout(timeout).client();
     let client = match client {
@@ -3292,7 +3341,11 @@ async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Durati
         probe.certificate = Some(if der.is_empty() {
             Err("no server certificate".to_string())
         } else {
-            (su.trust)(der).await.map_err(|st| st.to_string())
+            let checked = (su.trust)(der.clone()).await.map_err(|st| st.to_string());
+            if checked.is_err() {
+                probe.untrusted_der = Some(der);
+            }
+            checked
         });
     }
     probe.result = Ok(endpoints

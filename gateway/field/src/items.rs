@@ -84,7 +84,7 @@ impl ItemKey {
 /// them yet (a burst after a reconnect; about 6 s of a 100 ms item).
 pub const VALUE_HISTORY: usize = 64;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Entry {
     id: u32,
     refs: usize,
@@ -171,6 +171,19 @@ impl ItemTable {
             self.revision += 1;
         }
         changed
+    }
+
+    /// Takes over the items of `old`, the table of the connection this one
+    /// replaces (a field connection changed while running): same keys,
+    /// reference counts, last values and value numbers, so northbound items
+    /// keep their value and their place in the value history until the new
+    /// link delivers, instead of seeing `BadWaitingForInitialData`. Called
+    /// once, right after the new connection starts, before any demand.
+    pub fn carry_from(&mut self, old: &ItemTable) {
+        self.entries = old.entries.clone();
+        self.by_id = old.by_id.clone();
+        self.next_id = old.next_id;
+        self.revision += 1;
     }
 
     /// Incremented each time the key set changes.
@@ -337,6 +350,35 @@ mod tests {
             source_timestamp: Some(DateTime::from(ts_ms * 10_000)),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_carried_table_keeps_values_and_numbers_for_the_items_cursors() {
+        let mut old = ItemTable::default();
+        let mut demand = HashMap::new();
+        demand.insert(key(1, 100.0), 2);
+        old.set_demand(demand.clone());
+        let id = old.keys()[0].0;
+        assert!(old.offer(id, dv(1, 1), false));
+        assert!(old.offer(id, dv(2, 2), false));
+        let mut cursor = None;
+        assert_eq!(old.values_since(&key(1, 100.0), &mut cursor).len(), 1);
+        assert!(old.offer(id, dv(3, 3), false));
+
+        let mut new = ItemTable::default();
+        new.carry_from(&old);
+        // The same demand changes nothing: the items are there already.
+        assert!(!new.set_demand(demand));
+        assert_eq!(new.refs(&key(1, 100.0)), 2);
+        // The item's cursor goes on where it was: value 3 is still due.
+        let got = new.values_since(&key(1, 100.0), &mut cursor);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].value, Some(Variant::Int32(3)));
+        // The new link's first value comes next, nothing in between.
+        assert!(new.offer(id, dv(4, 4), false));
+        let got = new.values_since(&key(1, 100.0), &mut cursor);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].value, Some(Variant::Int32(4)));
     }
 
     #[test]

@@ -53,7 +53,8 @@ pub struct Answer<R> {
 type Batch<R> = (Vec<R>, Option<Vec<DiagnosticInfo>>, Option<Vec<UAString>>);
 
 /// Prefix of a northbound continuation point that stands for a field
-/// server's continuation point: `[MARK, mount index (u16 LE), field bytes…]`.
+/// server's continuation point: `[MARK, mount tag (u16 LE), field bytes…]`;
+/// the gateway gives each field connection its own tag.
 pub const CP_MARK: u8 = 0xF1;
 
 /// Wraps a field continuation point for the northbound client.
@@ -71,7 +72,7 @@ pub fn wrap_cp(mount: u16, cp: &ByteString) -> ByteString {
 }
 
 /// Unwraps a northbound continuation point made by [`wrap_cp`]:
-/// (mount index, field continuation point).
+/// (mount tag, field continuation point).
 pub fn unwrap_cp(cp: &ByteString) -> Option<(u16, ByteString)> {
     let b = cp.value.as_ref()?;
     if b.len() < 4 || b[0] != CP_MARK {

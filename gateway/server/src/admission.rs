@@ -139,6 +139,17 @@ impl Admission {
         self.plan.read()
     }
 
+    /// Whether [`Admission::apply`] would take `new` now (the settings
+    /// that need a restart otherwise); changes nothing.
+    pub fn check(&self, new: &Plan) -> Result<(), Vec<&'static str>> {
+        let restart = self.plan.read().restart_required(new);
+        if restart.is_empty() {
+            Ok(())
+        } else {
+            Err(restart)
+        }
+    }
+
     /// Applies a new plan while running when it changes only weights and
     /// ingress rules; otherwise nothing changes and the error lists the
     /// settings that need a restart.

@@ -147,6 +147,16 @@ impl Pipeline {
             .map_err(|settings| format!("these settings need a restart: {}", settings.join(", ")))
     }
 
+    /// Whether [`Pipeline::apply_isolation`] would take `config` now;
+    /// changes nothing. Called first, so that a change of several parts is
+    /// refused before any of them is applied.
+    pub(crate) fn check_isolation(&self, config: &Config) -> Result<(), String> {
+        let plan = Plan::build(config).map_err(|e| e.to_string())?;
+        self.admission
+            .check(&plan)
+            .map_err(|settings| format!("these settings need a restart: {}", settings.join(", ")))
+    }
+
     /// The RetryAfterMs hint for a refusal now (see [`retry_after_hint`]).
     pub(crate) fn retry_after(&self) -> Duration {
         let queued = self.queue.lock().len();

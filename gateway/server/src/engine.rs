@@ -42,6 +42,8 @@ pub struct Engine {
     pub(crate) space: AddressSpace,
     /// Clients' condition refreshes in progress (see `alarms.rs`).
     pub(crate) refreshes: parking_lot::Mutex<crate::alarms::Refreshes>,
+    /// What starting a field connection needs; set by `start_fields`.
+    pub(crate) field_kit: std::sync::OnceLock<crate::fields::FieldKit>,
 }
 
 impl Engine {
@@ -331,6 +333,26 @@ impl Engine {
     ) -> Option<Vec<uagate_field::Probe>> {
         let conn = self.space.field(name)?;
         Some(conn.probe(timeout).await)
+    }
+
+    /// Probes every URL of a field connection entry that is not saved yet
+    /// (the console's "Test connection" before saving): GetEndpoints on
+    /// each, and the server certificate checked against the trust list as
+    /// a connect would (an unknown one lands on the rejected list).
+    pub async fn field_probe_settings(
+        &self,
+        entry: &uagate_config::FieldServer,
+        timeout: Duration,
+    ) -> Vec<uagate_field::Probe> {
+        let Some(kit) = self.field_kit.get() else {
+            return Vec::new();
+        };
+        uagate_field::FieldConnection::probe_settings(
+            crate::fields::settings(entry),
+            kit.setup(),
+            timeout,
+        )
+        .await
     }
 
     /// The status of a running field connection, `None` for an unknown one.

@@ -23,6 +23,7 @@ use opcua_types::{
     SimpleAttributeOperand, StatusCode, Variant,
 };
 use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
 use uagate_field::proxy::Ctx;
 use uagate_field::remap::NamespaceTable;
 use uagate_field::{EventKey, FieldConnection, ItemKey, Taken};
@@ -39,15 +40,48 @@ pub const NAMESPACES_SETTING: &str = uagate_store::FIELD_NAMESPACES_SETTING;
 /// 1 = our application URI, 2 = the gateway namespace).
 pub const FIRST_FIELD_NS: u16 = 3;
 
-/// The mounted field connections of a running gateway.
+/// The mounted field connections of a running gateway: one set, replaced
+/// as a whole when a configuration change adds, removes or changes a field
+/// connection (see [`crate::Engine::remount`]).
 pub struct Fields {
-    /// One per mount, index = mount index (also in continuation points).
+    /// One per mount, index = mount index within this set.
     pub conns: Vec<Arc<FieldConnection>>,
+    /// The continuation-point tag of each mount (same order as `conns`):
+    /// given to a connection when it starts and never reused by another
+    /// one while the gateway runs, so a continuation point from before a
+    /// change never reaches another field session.
+    pub tags: Vec<u16>,
+    /// Stops the task that mirrors each connection's status onto its
+    /// status nodes (same order as `conns`).
+    pub stops: Vec<CancellationToken>,
     /// Namespace allocation shared with the connections.
     pub table: Arc<Mutex<NamespaceTable>>,
 }
 
+impl Default for Fields {
+    fn default() -> Fields {
+        Fields {
+            conns: Vec::new(),
+            tags: Vec::new(),
+            stops: Vec::new(),
+            table: Arc::new(Mutex::new(NamespaceTable::new(FIRST_FIELD_NS))),
+        }
+    }
+}
+
 impl Fields {
+    /// The continuation-point tag of mount `m`.
+    pub fn tag(&self, m: usize) -> u16 {
+        self.tags.get(m).copied().unwrap_or(u16::MAX)
+    }
+
+    /// The mount whose continuation points carry `tag`, if it is still
+    /// mounted (a continuation point of a removed or changed connection
+    /// has none).
+    pub fn mount_of_tag(&self, tag: u16) -> Option<usize> {
+        self.tags.iter().position(|t| *t == tag)
+    }
+
     /// Mount index of a mount name.
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.conns.iter().position(|c| c.name() == name)
@@ -298,20 +332,76 @@ pub fn settings(fs: &uagate_config::FieldServer) -> uagate_field::FieldSettings 
     }
 }
 
+/// What the gateway needs to start a field connection at any time: made
+/// once by [`crate::Engine::start_fields`], used again for every field
+/// connection a configuration change adds or changes.
+pub(crate) struct FieldKit {
+    setup: uagate_field::ClientSetup,
+    hook: uagate_field::NamespaceHook,
+    /// The gateway's own token: the status tasks end with the gateway.
+    cancel: CancellationToken,
+    /// The next continuation-point tag.
+    next_tag: Mutex<u16>,
+}
+
+/// What a configuration change does to the field connections, by name.
+#[derive(Debug, Default, PartialEq)]
+pub struct FieldChange {
+    /// Mounted now (new entries).
+    pub added: Vec<String>,
+    /// Unmounted; their northbound items read `BadNodeIdUnknown`.
+    pub removed: Vec<String>,
+    /// Restarted with their new settings; their items carry over.
+    pub changed: Vec<String>,
+}
+
+impl FieldKit {
+    /// The client identity and trust decisions of every field connection.
+    pub(crate) fn setup(&self) -> uagate_field::ClientSetup {
+        self.setup.clone()
+    }
+}
+
+impl FieldChange {
+    /// Compares the `[[field_servers]]` of two documents (names are unique
+    /// within one, see the configuration's validation).
+    pub fn between(
+        old: &[uagate_config::FieldServer],
+        new: &[uagate_config::FieldServer],
+    ) -> FieldChange {
+        let mut c = FieldChange::default();
+        for n in new {
+            match old.iter().find(|o| o.name == n.name) {
+                None => c.added.push(n.name.clone()),
+                Some(o) if o != n => c.changed.push(n.name.clone()),
+                Some(_) => {}
+            }
+        }
+        for o in old {
+            if !new.iter().any(|n| n.name == o.name) {
+                c.removed.push(o.name.clone());
+            }
+        }
+        c
+    }
+
+    /// Whether nothing changes.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}
+
 impl crate::Engine {
     /// Mounts every configured field server and starts the enabled ones.
-    /// Called once by [`crate::start`]; returns the tasks that publish the
-    /// connections' status on the gateway status nodes.
+    /// Called once by [`crate::start`]; keeps what later changes need to
+    /// start connections ([`FieldKit`]).
     pub(crate) async fn start_fields(
         self: &Arc<Self>,
         application_uri: &str,
         pki_dir: &std::path::Path,
-        cancel: &tokio_util::sync::CancellationToken,
-    ) -> Vec<tokio::task::JoinHandle<()>> {
+        cancel: &CancellationToken,
+    ) {
         let configured = self.config.field_servers.clone();
-        if configured.is_empty() {
-            return Vec::new();
-        }
         let entries: Vec<uagate_field::remap::NamespaceEntry> =
             match self.store.setting(NAMESPACES_SETTING).await {
                 Ok(Some(text)) => serde_json::from_str(&text).unwrap_or_else(|e| {
@@ -368,35 +458,178 @@ impl crate::Engine {
                 }
             });
         });
-        let mut conns = Vec::new();
-        let mut tasks = Vec::new();
-        for fs in configured.iter() {
-            let folder = LocalSpace::mount_folder_id(&fs.name);
-            let conn = Arc::new(FieldConnection::start(
-                settings(fs),
-                setup.clone(),
-                folder,
-                table.clone(),
-                hook.clone(),
-                fs.enabled,
-            ));
-            tasks.push(
-                self.clone()
-                    .publish_field_status(conn.clone(), fs.enabled, cancel.clone()),
-            );
-            conns.push(conn);
+        let kit = FieldKit {
+            setup,
+            hook,
+            cancel: cancel.clone(),
+            next_tag: Mutex::new(0),
+        };
+        let mut fields = Fields {
+            table,
+            ..Fields::default()
+        };
+        for fs in &configured {
+            self.start_field(&kit, &mut fields, fs, None);
         }
-        self.space.mount(Fields { conns, table });
-        tasks
+        let _ = self.field_kit.set(kit);
+        let all: Vec<usize> = (0..fields.conns.len()).collect();
+        self.space.mount(fields);
+        self.publish_statuses(&configured, &all);
+    }
+
+    /// Starts the status mirrors of the mounted connections `which` (mount
+    /// indexes in the set now mounted; `entries` is the configuration of
+    /// that set, in order).
+    fn publish_statuses(self: &Arc<Self>, entries: &[uagate_config::FieldServer], which: &[usize]) {
+        let Some(fields) = self.space.fields() else {
+            return;
+        };
+        for &m in which {
+            if let (Some(conn), Some(stop), Some(fs)) =
+                (fields.conns.get(m), fields.stops.get(m), entries.get(m))
+            {
+                self.clone()
+                    .publish_field_status(conn.clone(), fs.enabled, stop.clone());
+            }
+        }
+    }
+
+    /// Starts the field connection of `fs` into `fields` (taking over the
+    /// shared items of `previous`, the connection it replaces, if any).
+    /// Once the set is mounted, `publish_statuses` starts the
+    /// task that mirrors its status.
+    fn start_field(
+        self: &Arc<Self>,
+        kit: &FieldKit,
+        fields: &mut Fields,
+        fs: &uagate_config::FieldServer,
+        previous: Option<&FieldConnection>,
+    ) {
+        let folder = LocalSpace::mount_folder_id(&fs.name);
+        let conn = Arc::new(FieldConnection::start(
+            settings(fs),
+            kit.setup.clone(),
+            folder,
+            fields.table.clone(),
+            kit.hook.clone(),
+            fs.enabled,
+        ));
+        if let Some(old) = previous {
+            conn.carry_items_from(old);
+        }
+        let stop = kit.cancel.child_token();
+        let tag = {
+            let mut next = kit.next_tag.lock();
+            let tag = *next;
+            *next = next.wrapping_add(1);
+            tag
+        };
+        fields.conns.push(conn);
+        fields.tags.push(tag);
+        fields.stops.push(stop);
+    }
+
+    /// Applies a change of the `[[field_servers]]` while running, as one
+    /// unit: mount folders of added connections first (nothing changes
+    /// when one cannot be made), then a new set in which unchanged
+    /// connections go on untouched, changed ones restart with their new
+    /// settings and keep their shared items, added ones start; removed
+    /// ones are unmounted and closed, as are the connections the changed
+    /// ones replace (in the background, bounded). Called by
+    /// [`crate::Engine::reconfigure`] with the document in force and the
+    /// new one.
+    pub(crate) fn remount(
+        self: &Arc<Self>,
+        old: &[uagate_config::FieldServer],
+        new: &[uagate_config::FieldServer],
+    ) -> Result<FieldChange, String> {
+        let change = FieldChange::between(old, new);
+        if change.is_empty() {
+            return Ok(change);
+        }
+        let Some(kit) = self.field_kit.get() else {
+            return Err("field connections are not started yet".to_string());
+        };
+        {
+            let mut space = self.space.local_mut();
+            let now = opcua_types::DateTime::now();
+            for (i, name) in change.added.iter().enumerate() {
+                if let Err(e) = space.add_mount(name, now) {
+                    for undo in &change.added[..i] {
+                        let _ = space.remove_mount(undo);
+                    }
+                    return Err(format!("field_servers: cannot mount {name:?}: {e}"));
+                }
+            }
+        }
+        let current = self.space.all_fields();
+        let mut next = Fields {
+            table: current.table.clone(),
+            ..Fields::default()
+        };
+        let mut replaced = Vec::new();
+        let mut fresh = Vec::new();
+        for (i, fs) in new.iter().enumerate() {
+            let was = current.index_of(&fs.name);
+            match was {
+                Some(m) if !change.changed.contains(&fs.name) => {
+                    next.conns.push(current.conns[m].clone());
+                    next.tags.push(current.tags[m]);
+                    next.stops.push(current.stops[m].clone());
+                }
+                _ => {
+                    let previous = was.map(|m| current.conns[m].clone());
+                    self.start_field(kit, &mut next, fs, previous.as_deref());
+                    fresh.push(i);
+                    if let Some(m) = was {
+                        replaced.push(m);
+                    }
+                }
+            }
+        }
+        for name in &change.removed {
+            if let Some(m) = current.index_of(name) {
+                replaced.push(m);
+            }
+        }
+        {
+            // Under the space lock: see `publish_field_status`.
+            let mut space = self.space.local_mut();
+            self.space.mount(next);
+            for name in &change.removed {
+                if let Err(e) = space.remove_mount(name) {
+                    tracing::warn!(field = %name, error = %e, "cannot unmount field server");
+                }
+            }
+        }
+        self.publish_statuses(new, &fresh);
+        for m in replaced {
+            current.stops[m].cancel();
+            let conn = current.conns[m].clone();
+            tokio::spawn(async move {
+                let _ = conn.close(Duration::from_secs(2)).await;
+            });
+        }
+        // The new connections learn what the northbound items want now.
+        self.sync_field_demand();
+        tracing::info!(
+            added = ?change.added,
+            removed = ?change.removed,
+            changed = ?change.changed,
+            "field connections changed live"
+        );
+        Ok(change)
     }
 
     /// Mirrors a field connection's status onto its gateway status nodes.
+    /// Runs until `cancel` (the connection is replaced or removed, or the
+    /// gateway stops).
     fn publish_field_status(
         self: Arc<Self>,
         conn: Arc<FieldConnection>,
         enabled: bool,
-        cancel: tokio_util::sync::CancellationToken,
-    ) -> tokio::task::JoinHandle<()> {
+        cancel: CancellationToken,
+    ) {
         tokio::spawn(async move {
             let mut rx = conn.status();
             loop {
@@ -410,19 +643,31 @@ impl crate::Engine {
                     last_error: st.last_error.unwrap_or(StatusCode::Good),
                     enabled,
                 };
-                if let Err(e) = self.space.local_mut().set_field_status(
-                    conn.name(),
-                    &values,
-                    opcua_types::DateTime::now(),
-                ) {
-                    tracing::warn!(error = %e, "field status update failed");
-                    break;
+                {
+                    // Checked under the space lock, which a change holds
+                    // while it replaces the set: a replaced connection
+                    // never writes over its successor's status.
+                    let mut space = self.space.local_mut();
+                    let mounted = self
+                        .space
+                        .field(conn.name())
+                        .is_some_and(|c| Arc::ptr_eq(&c, &conn));
+                    if !mounted || cancel.is_cancelled() {
+                        break;
+                    }
+                    if let Err(e) =
+                        space.set_field_status(conn.name(), &values, opcua_types::DateTime::now())
+                    {
+                        tracing::warn!(error = %e, "field status update failed");
+                        break;
+                    }
                 }
                 tokio::select! {
+                    biased;
                     _ = cancel.cancelled() => break,
                     r = rx.changed() => if r.is_err() { break },
                 }
             }
-        })
+        });
     }
 }

@@ -309,12 +309,13 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         control: ServerControl::new(&config, &application_uri, requested),
         space: AddressSpace::new(space),
         refreshes: Default::default(),
+        field_kit: Default::default(),
         config,
         store,
     });
     engine.refresh_server_state();
     let cancel = CancellationToken::new();
-    let field_tasks = engine
+    engine
         .start_fields(&application_uri, &data_dir.join("pki"), &cancel)
         .await;
     let accept = tokio::spawn(tcp::accept_loop(engine.clone(), listener, cancel.clone()));
@@ -359,7 +360,6 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         ]
         .into_iter()
         .chain(demo_counter)
-        .chain(field_tasks)
         .collect(),
     })
 }

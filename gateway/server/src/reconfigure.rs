@@ -7,9 +7,12 @@
 //! them take effect; when any needs a restart, nothing changes now and the
 //! whole document takes effect at the next start. Nothing is half-applied.
 //!
-//! Live today: trusted owners' weights, `isolation.default_weight` and the
-//! ingress rules (the isolation plan decides, see
-//! `Plan::restart_required`). Everything else needs a restart.
+//! Live today: the field connections (`field_servers`: added, removed,
+//! enabled, disabled or changed in any setting, see
+//! [`crate::Engine::remount`]), trusted owners' weights,
+//! `isolation.default_weight` and the ingress rules (the isolation plan
+//! decides, see `Plan::restart_required`). Everything else needs a
+//! restart.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -76,7 +79,8 @@ pub fn classify_change(old: &Config, new: &Config) -> Result<ChangeReport, PlanE
     };
     for setting in changed {
         let isolation = setting == "isolation" || setting.starts_with("isolation.");
-        if isolation && !isolation_restart.iter().any(|r| covers(r, &setting)) {
+        let field = setting == "field_servers" || setting.starts_with("field_servers.");
+        if field || isolation && !isolation_restart.iter().any(|r| covers(r, &setting)) {
             report.live.push(setting);
         } else {
             report.restart.push(setting);
@@ -137,9 +141,9 @@ pub enum ReconfigureStatus {
 
 impl Engine {
     /// Applies a new document as a unit (see the module docs) and records
-    /// the outcome. Called by the store watcher; the console will call it
-    /// directly.
-    pub fn reconfigure(&self, new: &Config) -> ReconfigureStatus {
+    /// the outcome. Called by the store watcher and by the console right
+    /// after it stored a document.
+    pub fn reconfigure(self: &Arc<Self>, new: &Config) -> ReconfigureStatus {
         let current = self.control.applied();
         let status = match classify_change(&current, new) {
             Err(e) => ReconfigureStatus::Refused(e.to_string()),
@@ -147,12 +151,21 @@ impl Engine {
             Ok(report) if !report.restart.is_empty() => {
                 ReconfigureStatus::RestartRequired(report.restart)
             }
-            Ok(report) => match self.pipeline.apply_isolation(new) {
-                Ok(()) => {
-                    self.control.set_applied(new.clone());
-                    ReconfigureStatus::Applied(report.live)
-                }
+            Ok(report) => match self.pipeline.check_isolation(new) {
                 Err(e) => ReconfigureStatus::Refused(e),
+                // Field connections first: the only part that can still
+                // fail (a mount folder that cannot be made), and when it
+                // does nothing has changed.
+                Ok(()) => match self.remount(&current.field_servers, &new.field_servers) {
+                    Err(e) => ReconfigureStatus::Refused(e),
+                    Ok(_) => match self.pipeline.apply_isolation(new) {
+                        Ok(()) => {
+                            self.control.set_applied(new.clone());
+                            ReconfigureStatus::Applied(report.live)
+                        }
+                        Err(e) => ReconfigureStatus::Refused(e),
+                    },
+                },
             },
         };
         match &status {

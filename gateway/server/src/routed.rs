@@ -84,7 +84,8 @@ enum OnLoss {
     Fail,
 }
 
-/// Runs `call` on mount `m`'s active session. When the field connection is
+/// Runs `call` on mount `m`'s active session (with the mount's
+/// continuation-point tag). When the field connection is
 /// not available the request parks (gives its execution slot back, see
 /// [`crate::park`]) and waits for it until the request's deadline; an
 /// idempotent call cut off by a lost connection is retried once after the
@@ -99,10 +100,9 @@ async fn on_mount<R, Fut>(
 where
     Fut: std::future::Future<Output = std::result::Result<Answer<R>, StatusCode>>,
 {
-    let conn = fields
-        .and_then(|f| f.conns.get(m))
+    let (conn, mount) = fields
+        .and_then(|f| Some((f.conns.get(m)?, f.tag(m))))
         .ok_or(StatusCode::BadServerNotConnected)?;
-    let mount = u16::try_from(m).unwrap_or(u16::MAX);
     let link = crate::park::field_link(conn, ctx.deadline).await?;
     let losses = link.losses();
     match call(link.clone(), mount).await {
@@ -232,6 +232,7 @@ impl Engine {
         self.check_read(chan, r)?;
         let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
         let fields = self.space.fields();
+        let fields = fields.as_deref();
         let split = Split::new(nodes.len(), |i| route_node(fields, &nodes[i].node_id, true));
         let ctx = ctx_of(&r.request_header);
         let (ts, max_age) = (r.timestamps_to_return, r.max_age);
@@ -270,6 +271,7 @@ impl Engine {
             .caller(chan, &r.request_header.authentication_token)?;
         let can_write = caller.can_write(self.config.server.allow_anonymous_write);
         let fields = self.space.fields();
+        let fields = fields.as_deref();
         let split = Split::new(items.len(), |i| {
             match route_node(fields, &items[i].node_id, true) {
                 Route::Mount(_) if !can_write => Route::Answered(StatusCode::BadUserAccessDenied),
@@ -330,6 +332,7 @@ impl Engine {
         self.sessions
             .with_session(chan, &r.request_header, |_| Ok(()))?;
         let fields = self.space.fields();
+        let fields = fields.as_deref();
         let split = Split::new(nodes.len(), |i| {
             match route_node(fields, &nodes[i].node_id, false) {
                 Route::Mount(m)
@@ -379,10 +382,15 @@ impl Engine {
         self.sessions
             .with_session(chan, &r.request_header, |_| Ok(()))?;
         let fields = self.space.fields();
-        let mounts = fields.map_or(0, |f| f.conns.len());
+        let fields = fields.as_deref();
+        // A continuation point names its mount by the tag of the
+        // connection that made it: one of a connection since removed or
+        // changed is invalid.
         let split = Split::new(cps.len(), |i| match proxy::unwrap_cp(&cps[i]) {
-            Some((m, _)) if usize::from(m) < mounts => Route::Mount(usize::from(m)),
-            Some(_) => Route::Answered(StatusCode::BadContinuationPointInvalid),
+            Some((tag, _)) => match fields.and_then(|f| f.mount_of_tag(tag)) {
+                Some(m) => Route::Mount(m),
+                None => Route::Answered(StatusCode::BadContinuationPointInvalid),
+            },
             None => Route::Local,
         });
         let ctx = ctx_of(&r.request_header);
@@ -436,12 +444,13 @@ impl Engine {
                 .with_session(chan, &r.request_header, |_| Ok(()))?;
             let local = space.translate(paths);
             let remote = match self.space.fields() {
-                Some(fields) => remote_paths(fields, &space, paths, &local),
+                Some(fields) => remote_paths(&fields, &space, paths, &local),
                 None => HashMap::new(),
             };
             (local, remote)
         };
         let fields = self.space.fields();
+        let fields = fields.as_deref();
         let split = Split::new(paths.len(), |i| match remote.get(&i) {
             Some((m, _)) => Route::Mount(*m),
             None => Route::Local,
@@ -492,6 +501,7 @@ impl Engine {
             .sessions
             .caller(chan, &r.request_header.authentication_token)?;
         let fields = self.space.fields();
+        let fields = fields.as_deref();
         // ConditionRefresh(2) name a northbound subscription: always ours.
         let split = Split::new(calls.len(), |i| {
             if crate::alarms::is_condition_refresh(&calls[i].method_id) {
@@ -543,6 +553,7 @@ impl Engine {
         self.sessions
             .with_session(chan, &r.request_header, |_| Ok(()))?;
         let fields = self.space.fields();
+        let fields = fields.as_deref();
         let split = Split::new(nodes.len(), |i| {
             match route_node(fields, &nodes[i].node_id, false) {
                 Route::Local => Route::Answered(StatusCode::BadHistoryOperationUnsupported),

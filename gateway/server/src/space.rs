@@ -4,7 +4,7 @@
 //! the sessions lock, never the other way round.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use opcua_types::{
@@ -22,8 +22,10 @@ use crate::fields::{ctx_of, Fields};
 /// The aggregated address space of the engine.
 pub(crate) struct AddressSpace {
     local: RwLock<LocalSpace>,
-    /// Mounted field connections (set once at start-up).
-    fields: OnceLock<Fields>,
+    /// Mounted field connections: set at start-up, replaced as a whole
+    /// when the configuration changes them (see `fields.rs`). A request
+    /// holds the set it started with to its end.
+    fields: RwLock<Arc<Fields>>,
 }
 
 impl AddressSpace {
@@ -32,7 +34,7 @@ impl AddressSpace {
     pub(crate) fn new(local: LocalSpace) -> AddressSpace {
         AddressSpace {
             local: RwLock::new(local),
-            fields: OnceLock::new(),
+            fields: RwLock::new(Arc::new(Fields::default())),
         }
     }
 
@@ -46,21 +48,28 @@ impl AddressSpace {
         self.local.write()
     }
 
-    /// Mounts the field connections; called once at start-up (a second
-    /// call changes nothing).
-    pub(crate) fn mount(&self, fields: Fields) {
-        let _ = self.fields.set(fields);
+    /// Installs a set of mounted field connections; called at start-up
+    /// and when a configuration change adds, removes or changes field
+    /// connections. Returns the set it replaces.
+    pub(crate) fn mount(&self, fields: Fields) -> Arc<Fields> {
+        std::mem::replace(&mut *self.fields.write(), Arc::new(fields))
     }
 
-    /// The mounted field connections, when any are configured.
-    pub(crate) fn fields(&self) -> Option<&Fields> {
-        self.fields.get().filter(|f| !f.conns.is_empty())
+    /// The mounted field connections, when any are mounted now.
+    pub(crate) fn fields(&self) -> Option<Arc<Fields>> {
+        let f = self.fields.read();
+        (!f.conns.is_empty()).then(|| f.clone())
+    }
+
+    /// The whole set, empty or not (for replacing it).
+    pub(crate) fn all_fields(&self) -> Arc<Fields> {
+        self.fields.read().clone()
     }
 
     /// The field connection mounted as `name` (console).
-    pub(crate) fn field(&self, name: &str) -> Option<&Arc<FieldConnection>> {
+    pub(crate) fn field(&self, name: &str) -> Option<Arc<FieldConnection>> {
         let f = self.fields()?;
-        f.conns.get(f.index_of(name)?)
+        f.conns.get(f.index_of(name)?).cloned()
     }
 
     /// Shows the session count in the address space. Lock order: the space
@@ -94,10 +103,9 @@ impl AddressSpace {
 
     /// Closes every field connection (bounded), at shutdown.
     pub(crate) async fn close_fields(&self) {
-        if let Some(f) = self.fields.get() {
-            for c in &f.conns {
-                let _ = c.close(Duration::from_secs(2)).await;
-            }
+        let f = self.all_fields();
+        for c in &f.conns {
+            let _ = c.close(Duration::from_secs(2)).await;
         }
     }
 

@@ -315,8 +315,9 @@ impl Engine {
         header: &RequestHeader,
         f: impl FnOnce(&mut Session, &SpaceSource<'_>) -> Result<T>,
     ) -> Result<T> {
+        let fields = self.space.fields();
         let space = self.space.local();
-        let source = SpaceSource(&space, self.space.fields());
+        let source = SpaceSource(&space, fields.as_deref());
         let result = self.sessions.with_session(chan, header, |s| f(s, &source));
         drop(space);
         self.sessions.notify_changed();
@@ -608,8 +609,9 @@ impl Engine {
             .map(|f| f.take_events())
             .unwrap_or_default();
         {
+            let fields = self.space.fields();
             let space = self.space.local();
-            let source = SpaceSource(&space, self.space.fields());
+            let source = SpaceSource(&space, fields.as_deref());
             let mut sessions = self.sessions.lock();
             self.deliver_field_events(&mut sessions, field_events);
             for s in sessions.iter_mut() {

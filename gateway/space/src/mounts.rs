@@ -1,7 +1,8 @@
 //! Nodes for mounted field connections.
 //!
-//! Every configured field connection `<name>` gets, at start-up
-//! ([`LocalSpace::add_mount`]):
+//! Every configured field connection `<name>` gets, at start-up or when it
+//! is added while running ([`LocalSpace::add_mount`]; removed with
+//! [`LocalSpace::remove_mount`]):
 //!
 //! * the mount folder `Objects/<name>` (FolderType, node id
 //!   `ns=GATEWAY_NS;s=Field.<name>`), under which the engine proxies the
@@ -281,6 +282,25 @@ impl LocalSpace {
             self.space.insert_reference(id, &base_var, has_td);
         }
         self.mounts.push(name.to_string());
+        Ok(())
+    }
+
+    /// Removes the nodes [`LocalSpace::add_mount`] made for `name` (mount
+    /// folder, status object and its variables) with every reference to
+    /// them. Called when a field connection is removed while running; a
+    /// northbound item on one of these nodes then reads `BadNodeIdUnknown`.
+    /// The `Gateway/FieldConnections` folder stays. [`SpaceError::UnknownMount`]
+    /// (nothing changed) when `name` is not mounted.
+    pub fn remove_mount(&mut self, name: &str) -> Result<(), SpaceError> {
+        let Some(pos) = self.mounts.iter().position(|m| m == name) else {
+            return Err(SpaceError::UnknownMount(name.to_string()));
+        };
+        for var in FIELD_STATUS_VARS {
+            self.space.delete(&Self::field_status_id(name, var), true);
+        }
+        self.space.delete(&Self::field_status_object_id(name), true);
+        self.space.delete(&Self::mount_folder_id(name), true);
+        self.mounts.remove(pos);
         Ok(())
     }
 

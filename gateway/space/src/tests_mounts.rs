@@ -219,6 +219,46 @@ fn browse_objects_lists_mount_folder() {
 }
 
 #[test]
+fn remove_mount_takes_its_nodes_and_references_away_and_leaves_the_others() {
+    let mut s = mounted(&["line1", "line2"]);
+    assert!(s.remove_mount("line1").is_ok());
+    assert_eq!(s.mounts(), ["line2".to_string()]);
+    let under_objects = refs(&browse(&s, objects(), BrowseDirection::Forward));
+    assert!(!under_objects
+        .iter()
+        .any(|(_, _, n)| *n == LocalSpace::mount_folder_id("line1")));
+    assert!(under_objects
+        .iter()
+        .any(|(_, _, n)| *n == LocalSpace::mount_folder_id("line2")));
+    let server = refs(&browse(
+        &s,
+        ObjectId::Server.into(),
+        BrowseDirection::Forward,
+    ));
+    assert!(!server
+        .iter()
+        .any(|(_, _, n)| *n == LocalSpace::mount_folder_id("line1")));
+    let status = read_attr(
+        &s,
+        LocalSpace::field_status_id("line1", "State"),
+        AttributeId::Value,
+    );
+    assert_eq!(status.status, Some(StatusCode::BadNodeIdUnknown));
+    let conns = refs(&browse(&s, connections(), BrowseDirection::Forward));
+    assert!(!conns
+        .iter()
+        .any(|(_, _, n)| *n == LocalSpace::field_status_object_id("line1")));
+    // Unknown now; a second removal changes nothing.
+    assert!(matches!(
+        s.remove_mount("line1"),
+        Err(SpaceError::UnknownMount(n)) if n == "line1"
+    ));
+    // Mounted again under the same name, as after a live re-add.
+    assert!(s.add_mount("line1", later()).is_ok());
+    assert_eq!(s.mounts(), ["line2".to_string(), "line1".to_string()]);
+}
+
+#[test]
 fn browse_mount_folder_shows_type_and_inverse_organizes() {
     let s = mounted(&["line1"]);
     let got = refs(&browse(

@@ -2,17 +2,18 @@
 //! ServiceLevel, counters, last error and recent events, with the live
 //! table (`/partials/fields`) refreshed by htmx; an operator tests a
 //! connection, forces a failover, asks for a reconnect now, and adds, edits
-//! or removes an entry.
+//! (a structured form, tested before it is saved, see
+//! [`super::field_form`]) or removes an entry, which takes effect at once.
 
 use askama::Template;
-use axum::extract::{Request, State};
+use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Form;
 use serde::Deserialize;
-use uagate_config::Config;
 use uagate_store::Role;
 
+use super::field_form::{self, FieldFormView};
 use super::{change_notice, done, error_page, page, take_flash, Chrome, NameForm};
 use crate::auth::Authed;
 use crate::error::ApiError;
@@ -49,7 +50,12 @@ fn field_rows(state: &WebState) -> Vec<FieldRow> {
             let st = engine.field_status(&f.name)?;
             Some(FieldRow {
                 name: f.name.clone(),
-                state: ops::conn_state(st.state),
+                // A disabled connection is off on purpose, not broken.
+                state: if f.enabled {
+                    ops::conn_state(st.state)
+                } else {
+                    "disabled"
+                },
                 active_endpoint: st.active_endpoint,
                 service_level: st.service_level,
                 reconnects: st.reconnect_count,
@@ -59,12 +65,13 @@ fn field_rows(state: &WebState) -> Vec<FieldRow> {
                 next_cycle: st
                     .next_cycle_at
                     .map(|t| t.as_chrono().format("%H:%M:%S UTC").to_string()),
-                can_reconnect: matches!(
-                    st.state,
-                    uagate_field::ConnState::GaveUp
-                        | uagate_field::ConnState::Reconnecting
-                        | uagate_field::ConnState::Connecting
-                ) || st.servers.iter().any(|v| !v.reachable),
+                can_reconnect: f.enabled
+                    && (matches!(
+                        st.state,
+                        uagate_field::ConnState::GaveUp
+                            | uagate_field::ConnState::Reconnecting
+                            | uagate_field::ConnState::Connecting
+                    ) || st.servers.iter().any(|v| !v.reachable)),
                 servers: st
                     .servers
                     .iter()
@@ -82,11 +89,22 @@ struct FieldsPage {
     fields: Vec<FieldRow>,
     operator: bool,
     csrf: String,
+    /// A running connection's test: (name, what each URL answered).
     probe: Option<(String, Vec<ops::ProbeView>)>,
     histories: Vec<(String, Vec<ops::HistoryView>)>,
-    /// (name, TOML of its entry, passwords redacted).
+    /// The stored entries: (name, summary line).
     entries: Vec<(String, String)>,
-    template: &'static str,
+    /// The add/edit form, and whether it is shown open (editing, or after
+    /// a test or an error).
+    form: FieldFormView,
+    form_open: bool,
+    /// What "Test connection" of the form found.
+    form_probe: Option<Vec<ops::ProbeView>>,
+    modes: &'static [(&'static str, &'static str)],
+    policies: &'static [&'static str],
+    identities: &'static [(&'static str, &'static str)],
+    redundancy: &'static [(&'static str, &'static str)],
+    strategies: &'static [(&'static str, &'static str)],
 }
 
 #[derive(Template)]
@@ -97,32 +115,43 @@ struct FieldsLive {
     csrf: String,
 }
 
-/// What the add form starts with.
-const FIELD_TEMPLATE: &str = r#"name = "line3"
-security_mode = "sign_and_encrypt"
-security_policy = "Basic256Sha256"
-identity = { kind = "anonymous" }
-
-[[endpoints]]
-url = "opc.tcp://10.0.3.10:4840"
-alternates = []
-"#;
-
-/// One `[[field_servers]]` entry as TOML (passwords redacted).
-fn field_toml(f: &uagate_config::FieldServer) -> String {
-    let mut c = Config::default();
-    c.field_servers.push(f.clone());
-    ops::redact(&mut c);
-    toml::to_string(&c.field_servers[0]).unwrap_or_default()
+/// One line saying what an entry is, for the list of stored entries.
+fn summary(f: &uagate_config::FieldServer) -> String {
+    let servers = f.endpoints.len();
+    let urls: Vec<&str> = f.endpoints.iter().map(|e| e.url.as_str()).collect();
+    format!(
+        "{}{}; security {} / {}; identity {}{}",
+        urls.join(", "),
+        match (servers, f.redundancy) {
+            (1, _) => String::new(),
+            (_, r) => format!(" ({} redundancy)", r.as_str().replace('_', " ")),
+        },
+        match f.security_mode {
+            uagate_config::SecurityMode::None => "none",
+            uagate_config::SecurityMode::Sign => "sign",
+            uagate_config::SecurityMode::SignAndEncrypt => "sign and encrypt",
+        },
+        f.security_policy,
+        match &f.identity {
+            uagate_config::FieldIdentity::Anonymous => "anonymous".to_string(),
+            uagate_config::FieldIdentity::Username { username, .. } => format!("user {username}"),
+            uagate_config::FieldIdentity::Certificate { .. } => "user certificate".to_string(),
+        },
+        if f.enabled { "" } else { "; disabled" },
+    )
 }
 
-async fn render_fields(
-    state: &WebState,
-    who: &Authed,
+/// What the page shows besides the live table.
+#[derive(Default)]
+struct Shown {
     flash: Option<String>,
     probe: Option<(String, Vec<ops::ProbeView>)>,
     error: Option<ApiError>,
-) -> Response {
+    form: Option<FieldFormView>,
+    form_probe: Option<Vec<ops::ProbeView>>,
+}
+
+async fn render_fields(state: &WebState, who: &Authed, shown: Shown) -> Response {
     let config = match ops::stored_config(state).await {
         Ok(c) => c,
         Err(e) => return error_page(e),
@@ -136,21 +165,39 @@ async fn render_fields(
             (f.name.clone(), h)
         })
         .collect();
-    let (chrome, status) = Chrome::with_error(who, "Field connections", "/fields", flash, error);
+    let form_open = shown.form.is_some();
+    let mut form = shown.form.unwrap_or_else(FieldFormView::blank);
+    if let Some(e) = &shown.error {
+        form.mark(e);
+    }
+    let (chrome, status) = Chrome::with_error(
+        who,
+        "Field connections",
+        "/fields",
+        shown.flash,
+        shown.error,
+    );
     page(
         &FieldsPage {
             operator: who.can(Role::Operator),
             csrf: who.csrf.clone(),
             chrome,
             fields,
-            probe,
+            probe: shown.probe,
             histories,
             entries: config
                 .field_servers
                 .iter()
-                .map(|f| (f.name.clone(), field_toml(f)))
+                .map(|f| (f.name.clone(), summary(f)))
                 .collect(),
-            template: FIELD_TEMPLATE,
+            form,
+            form_open,
+            form_probe: shown.form_probe,
+            modes: &field_form::MODES,
+            policies: field_form::policies(),
+            identities: &field_form::IDENTITIES,
+            redundancy: &field_form::REDUNDANCY,
+            strategies: &field_form::STRATEGIES,
         },
         status,
     )
@@ -159,13 +206,53 @@ async fn render_fields(
 /// How the page shows a form post the router refused for the caller's
 /// role: the page again, with the error above it.
 pub async fn refused(state: WebState, who: Authed, error: ApiError, _: Request) -> Response {
-    render_fields(&state, &who, None, None, Some(error)).await
+    render_fields(
+        &state,
+        &who,
+        Shown {
+            error: Some(error),
+            ..Shown::default()
+        },
+    )
+    .await
+}
+
+/// `GET /fields` query: `edit=<name>` opens the form on that entry.
+#[derive(Debug, Default, Deserialize)]
+pub struct FieldsQuery {
+    #[serde(default)]
+    edit: Option<String>,
 }
 
 /// `GET /fields`.
-pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap) -> Response {
+pub async fn show(
+    State(state): State<WebState>,
+    who: Authed,
+    headers: HeaderMap,
+    Query(q): Query<FieldsQuery>,
+) -> Response {
     let flash = take_flash(&headers);
-    render_fields(&state, &who, flash, None, None).await
+    let form = match q.edit.as_deref() {
+        Some(name) => match ops::stored_config(&state).await {
+            Ok(c) => c
+                .field_servers
+                .iter()
+                .find(|f| f.name == name)
+                .map(|f| FieldFormView::of(f, true)),
+            Err(e) => return error_page(e),
+        },
+        None => None,
+    };
+    render_fields(
+        &state,
+        &who,
+        Shown {
+            flash,
+            form,
+            ..Shown::default()
+        },
+    )
+    .await
 }
 
 /// `GET /partials/fields`: the live table, refreshed by htmx.
@@ -180,37 +267,102 @@ pub async fn partial(State(state): State<WebState>, who: Authed) -> Response {
     )
 }
 
-/// `POST /fields` form: one entry as TOML.
-#[derive(Debug, Deserialize)]
-pub struct FieldForm {
-    toml: String,
+/// The stored entry the form edits, if any (for the settings the form
+/// does not show).
+async fn edited(state: &WebState, form: &FieldFormView) -> Option<uagate_config::FieldServer> {
+    if !form.editing() {
+        return None;
+    }
+    ops::stored_config(state)
+        .await
+        .ok()?
+        .field_servers
+        .into_iter()
+        .find(|f| f.name == form.original)
 }
 
-/// Parses one `[[field_servers]]` entry; errors name `field_servers`.
-pub fn parse_field(text: &str) -> Result<uagate_config::FieldServer, ApiError> {
-    toml::from_str(text).map_err(|e| {
-        ApiError::invalid(
-            "field_servers",
-            format!("not a valid field server entry: {}", e.message()),
-        )
-    })
-}
-
-/// `POST /fields`: adds or replaces a field connection.
+/// `POST /fields`: saves the form (adds, or replaces the edited entry);
+/// applied at once.
 pub async fn save(
     State(state): State<WebState>,
     who: Authed,
-    Form(f): Form<FieldForm>,
+    Form(pairs): Form<Vec<(String, String)>>,
 ) -> Response {
+    let form = FieldFormView::posted(&pairs);
     let result = async {
-        let field = parse_field(&f.toml)?;
-        ops::upsert_field(&state, &who, field).await
+        let base = edited(&state, &form).await;
+        let entry = form.entry(base.as_ref())?;
+        let name = entry.name.clone();
+        let change = ops::save_field(&state, &who, &form.original, entry).await?;
+        Ok::<_, ApiError>((name, change))
     }
     .await;
     match result {
-        Ok(change) => done("/fields", &change_notice(&change)),
-        Err(e) => render_fields(&state, &who, None, None, Some(e)).await,
+        Ok((name, change)) => done("/fields", &saved_notice(&name, &change)),
+        Err(e) => {
+            render_fields(
+                &state,
+                &who,
+                Shown {
+                    error: Some(e),
+                    form: Some(form),
+                    ..Shown::default()
+                },
+            )
+            .await
+        }
     }
+}
+
+/// What saving a field connection did, in a sentence.
+fn saved_notice(name: &str, change: &ops::ConfigChange) -> String {
+    if change.live.is_empty() && change.restart.is_empty() {
+        format!("{name}: nothing changed.")
+    } else if change.restart.is_empty() {
+        format!("{name} saved and applied; it is live now.")
+    } else {
+        change_notice(change)
+    }
+}
+
+/// `POST /fields/check`: "Test connection" of the form as entered, before
+/// saving; with `trust=<thumbprint>`, trusts that (just rejected)
+/// certificate first. The form stays as it was.
+pub async fn check(
+    State(state): State<WebState>,
+    who: Authed,
+    Form(pairs): Form<Vec<(String, String)>>,
+) -> Response {
+    let form = FieldFormView::posted(&pairs);
+    let trust = pairs
+        .iter()
+        .find(|(k, _)| k == "trust")
+        .map(|(_, v)| v.clone());
+    let result = async {
+        let mut flash = None;
+        if let Some(t) = trust.filter(|t| !t.is_empty()) {
+            let c = ops::trust_rejected(&state, &who, &t).await?;
+            flash = Some(format!("Trusted {}.", c.subject));
+        }
+        let base = edited(&state, &form).await;
+        let entry = form.entry(base.as_ref())?;
+        Ok::<_, ApiError>((flash, ops::probe_entry(&state, &entry).await?))
+    }
+    .await;
+    let shown = match result {
+        Ok((flash, probes)) => Shown {
+            flash,
+            form_probe: Some(probes),
+            form: Some(form),
+            ..Shown::default()
+        },
+        Err(e) => Shown {
+            error: Some(e),
+            form: Some(form),
+            ..Shown::default()
+        },
+    };
+    render_fields(&state, &who, shown).await
 }
 
 /// `POST /fields/remove`.
@@ -220,18 +372,38 @@ pub async fn remove(
     Form(f): Form<NameForm>,
 ) -> Response {
     match ops::remove_field(&state, &who, &f.name).await {
-        Ok(change) => done("/fields", &change_notice(&change)),
-        Err(e) => render_fields(&state, &who, None, None, Some(e)).await,
+        Ok(_) => done(
+            "/fields",
+            &format!("{} removed; it is unmounted now.", f.name),
+        ),
+        Err(e) => {
+            render_fields(
+                &state,
+                &who,
+                Shown {
+                    error: Some(e),
+                    ..Shown::default()
+                },
+            )
+            .await
+        }
     }
 }
 
-/// `POST /fields/test`: probes the connection's URLs and shows
+/// `POST /fields/test`: probes a running connection's URLs and shows
 /// what each answered.
 pub async fn test(State(state): State<WebState>, who: Authed, Form(f): Form<NameForm>) -> Response {
-    match ops::probe_field(&state, &f.name).await {
-        Ok(p) => render_fields(&state, &who, None, Some((f.name, p)), None).await,
-        Err(e) => render_fields(&state, &who, None, None, Some(e)).await,
-    }
+    let shown = match ops::probe_field(&state, &f.name).await {
+        Ok(p) => Shown {
+            probe: Some((f.name, p)),
+            ..Shown::default()
+        },
+        Err(e) => Shown {
+            error: Some(e),
+            ..Shown::default()
+        },
+    };
+    render_fields(&state, &who, shown).await
 }
 
 /// `POST /fields/reconnect`: Reconnect now.
@@ -245,7 +417,17 @@ pub async fn reconnect(
             "/fields",
             &format!("Reconnect of {} started; see its recent events.", f.name),
         ),
-        Err(e) => render_fields(&state, &who, None, None, Some(e)).await,
+        Err(e) => {
+            render_fields(
+                &state,
+                &who,
+                Shown {
+                    error: Some(e),
+                    ..Shown::default()
+                },
+            )
+            .await
+        }
     }
 }
 
@@ -260,6 +442,16 @@ pub async fn failover(
             "/fields",
             &format!("Failover of {} requested; see its recent events.", f.name),
         ),
-        Err(e) => render_fields(&state, &who, None, None, Some(e)).await,
+        Err(e) => {
+            render_fields(
+                &state,
+                &who,
+                Shown {
+                    error: Some(e),
+                    ..Shown::default()
+                },
+            )
+            .await
+        }
     }
 }

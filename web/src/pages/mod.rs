@@ -17,6 +17,7 @@ pub mod assets;
 pub mod audit;
 pub mod certificates;
 pub mod dashboard;
+pub mod field_form;
 pub mod fields;
 pub mod limits;
 pub mod login;

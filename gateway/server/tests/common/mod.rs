@@ -111,7 +111,7 @@ impl TestGateway {
     }
 
     /// The running engine.
-    pub fn engine(&self) -> &uagate_server::Engine {
+    pub fn engine(&self) -> &std::sync::Arc<uagate_server::Engine> {
         &self.gw.as_ref().unwrap().engine
     }
 

@@ -1,0 +1,227 @@
+// The Field connections page in headless Chromium against a real `uagate run` and a real
+// `uagate sim` (a secured simulated PLC): an operator fills the structured form, tests the
+// connection before saving, trusts the PLC's certificate shown by the test, adds the connection
+// and sees it connect without a restart; then edits and disables it. Screenshots of the page at
+// 1366x768 and 390 px wide go to $UAGATE_TEST_OUTPUT (default target/test-output/browser).
+
+import { execFile, spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import readline from "node:readline";
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+
+import { chromium } from "playwright-core";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ROOT = path.resolve(HERE, "..", "..");
+const UAGATE_BIN = process.env.UAGATE_BIN || path.join(ROOT, "target", "debug", "uagate");
+const CHROMIUM = process.env.UAGATE_CHROMIUM || "/usr/bin/chromium";
+const OUT = process.env.UAGATE_TEST_OUTPUT || path.join(ROOT, "target", "test-output", "browser");
+const STEP_MS = 15_000;
+const ADMIN = ["flo", "flo-console-pass-1"];
+
+let tmp;
+let gateway;
+let sim;
+let sim_url;
+let console_url;
+let setup_code;
+let browser;
+let log = "";
+
+function run(cmd, args) {
+  return new Promise((resolve, reject) => {
+    execFile(cmd, args, { timeout: 60_000, killSignal: "SIGKILL" }, (err, stdout, stderr) => {
+      if (err && typeof err.code !== "number") reject(new Error(`${cmd}: ${err.message}\n${stderr}`));
+      else resolve({ code: err ? err.code : 0, stdout, stderr });
+    });
+  });
+}
+
+const timeout = (ms, what) =>
+  new Promise((_, rej) => setTimeout(() => rej(new Error(`${what} within ${ms} ms\n${log}`)), ms).unref());
+
+/** The first `n` stdout lines of `proc`. */
+function firstLines(proc, n, what) {
+  const lines = readline.createInterface({ input: proc.stdout });
+  const got = [];
+  const seen = new Promise((resolve, reject) => {
+    lines.on("line", (l) => {
+      got.push(l);
+      if (got.length === n) resolve(got);
+    });
+    proc.on("exit", (c) => reject(new Error(`${what} exited (${c}):\n${log}`)));
+  });
+  return Promise.race([seen, timeout(60_000, `${what}: no ${n} lines`)]);
+}
+
+before(async () => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "uagate-fields-"));
+  fs.mkdirSync(OUT, { recursive: true });
+  sim = spawn(UAGATE_BIN, ["sim", "--listen", "127.0.0.1:0", "--pki", path.join(tmp, "sim-pki")], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  sim.stderr.on("data", (c) => (log += c.toString()));
+  const [simReady] = await firstLines(sim, 1, "uagate sim");
+  sim_url = simReady.match(/^READY opc\.tcp=(\S+)$/)[1];
+
+  const data = path.join(tmp, "data");
+  const cfg = path.join(tmp, "uagate.toml");
+  fs.writeFileSync(cfg, `[listen]\nopc_tcp = "127.0.0.1:0"\n[server]\napplication_name = "uagate-fields"\n`);
+  const r = await run(UAGATE_BIN, ["--data", data, "config", "import", cfg]);
+  assert.equal(r.code, 0, r.stderr);
+  gateway = spawn(UAGATE_BIN, ["--data", data, "run"], { stdio: ["ignore", "pipe", "pipe"] });
+  const codeSeen = new Promise((resolve) => {
+    gateway.stderr.on("data", (chunk) => {
+      log += chunk.toString();
+      const m = log.match(/setup code ([0-9a-f]{16})/);
+      if (m) resolve(m[1]);
+    });
+  });
+  const [, , consoleLine] = await firstLines(gateway, 3, "uagate run");
+  console_url = consoleLine.match(/^CONSOLE (https:\/\/127\.0\.0\.1:\d+\/)$/)[1];
+  setup_code = await Promise.race([codeSeen, timeout(10_000, "no setup code in the log")]);
+  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] });
+});
+
+after(async () => {
+  await browser?.close();
+  for (const p of [gateway, sim]) {
+    if (p && p.exitCode === null) {
+      p.kill("SIGTERM");
+      await Promise.race([new Promise((r) => p.on("exit", r)), new Promise((r) => setTimeout(r, 10_000).unref())]);
+      if (p.exitCode === null) p.kill("SIGKILL");
+    }
+  }
+  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(OUT, `${name}.png`), fullPage: true });
+}
+
+async function notice(page) {
+  await page.waitForSelector("#notice, #error");
+  const error = await page.$("#error");
+  if (error) assert.fail(`the console refused: ${await error.textContent()}`);
+  return page.textContent("#notice");
+}
+
+/** Whether the page is wider than the window (a horizontal scroll bar). */
+async function overflows(page) {
+  return page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth + 1);
+}
+
+test("field connections: a structured form, tested, trusted and applied live", async (t) => {
+  const context = await browser.newContext({
+    ignoreHTTPSErrors: true,
+    baseURL: console_url,
+    viewport: { width: 1366, height: 768 },
+  });
+  context.setDefaultTimeout(STEP_MS);
+  const page = await context.newPage();
+
+  await t.test("first administrator", async () => {
+    await page.goto("/setup");
+    await page.fill("input[name=code]", setup_code);
+    await page.fill("input[name=username]", ADMIN[0]);
+    await page.fill("input[name=password]", ADMIN[1]);
+    await page.click("button[type=submit]");
+    await page.waitForURL(console_url);
+  });
+
+  await t.test("test before saving shows the PLC's unknown certificate; one click trusts it", async () => {
+    await page.goto("/fields");
+    assert.match(await page.textContent("main"), /No field connections are configured/);
+    await page.click("#field-editor > summary");
+    await page.fill("#f-name", "press1");
+    await page.fill("#f-url0", sim_url);
+    assert.equal(await page.inputValue("#f-mode"), "sign_and_encrypt", "secure by default");
+    assert.equal(await page.inputValue("#f-policy"), "Basic256Sha256");
+    await page.selectOption("#f-redundancy", "none");
+    await page.click("#f-test");
+    await page.waitForSelector("#form-probe");
+    const probe = await page.textContent("#form-probe");
+    assert.match(probe, /answers, offers the chosen security/);
+    assert.match(probe, /not trusted yet/);
+    assert.match(await page.textContent(".fingerprint"), /^([0-9A-F]{2}:){31}[0-9A-F]{2}$/);
+    // The form kept what was typed.
+    assert.equal(await page.inputValue("#f-name"), "press1");
+    assert.equal(await page.inputValue("#f-url0"), sim_url);
+    await shot(page, "20-fields-test-untrusted");
+    await page.click("button.trust");
+    assert.match(await notice(page), /^Trusted /);
+    await page.waitForSelector("#form-probe");
+    assert.match(await page.textContent("#form-probe"), /certificate trusted/);
+    assert.equal(await page.$("button.trust"), null);
+    assert.equal(await page.inputValue("#f-url0"), sim_url);
+  });
+
+  await t.test("added and live without a restart", async () => {
+    await page.click("#f-save");
+    assert.match(await notice(page), /press1 saved and applied; it is live now/);
+    await page.waitForFunction(
+      () => document.querySelector("#fields tr[data-connection=press1] td.state-connected") !== null,
+      null,
+      { timeout: 20_000 },
+    );
+    assert.match(await page.textContent("#entries"), /press1/);
+    await shot(page, "21-fields-live");
+  });
+
+  await t.test("an invalid value is refused next to its input and nothing is saved", async () => {
+    await page.goto("/fields?edit=press1#field-editor");
+    assert.equal(await page.inputValue("#f-name"), "press1");
+    assert.equal(await page.inputValue("#f-url0"), sim_url);
+    await page.click("details.advanced > summary");
+    await page.fill("#f-max-delay", "soon");
+    await page.click("#f-save");
+    await page.waitForSelector("#error");
+    assert.match(await page.textContent("#f-max-delay + .field-error, label:has(#f-max-delay) .field-error"), /soon/);
+    assert.equal(await page.inputValue("#f-max-delay"), "soon", "the form keeps the input");
+    await shot(page, "22-fields-error");
+  });
+
+  await t.test("disabled from the form: applied at once", async () => {
+    await page.goto("/fields?edit=press1#field-editor");
+    await page.uncheck("#f-enabled");
+    await page.click("#f-save");
+    assert.match(await notice(page), /press1 saved and applied/);
+    await page.waitForFunction(
+      () => document.querySelector("#fields tr[data-connection=press1] td.state-disabled") !== null,
+      null,
+      { timeout: 20_000 },
+    );
+    assert.match(await page.textContent("#entries"), /disabled/);
+    assert.equal(await page.$("#fields tr[data-connection=press1] button.reconnect"), null, "nothing to reconnect");
+    await shot(page, "24-fields-disabled");
+  });
+
+  await t.test("the page at 390 px: no horizontal scrolling, the form usable", async () => {
+    const narrow = await browser.newContext({
+      ignoreHTTPSErrors: true,
+      baseURL: console_url,
+      viewport: { width: 390, height: 844 },
+      storageState: await context.storageState(),
+    });
+    const p = await narrow.newPage();
+    await p.goto("/fields?edit=press1#field-editor");
+    await shot(p, "23-fields-390");
+    const wide = await p.evaluate(() =>
+      [...document.querySelectorAll("body *")]
+        .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1)
+        .slice(0, 5)
+        .map((e) => `${e.tagName}#${e.id}.${e.className} right=${Math.round(e.getBoundingClientRect().right)}`),
+    );
+    assert.equal(await overflows(p), false, `no horizontal overflow at 390 px: ${wide.join("; ")}`);
+    const box = await p.locator("#f-url0").boundingBox();
+    assert.ok(box && box.x >= 0 && box.x + box.width <= 390, `URL input inside the screen: ${JSON.stringify(box)}`);
+    await shot(p, "23-fields-390");
+    await narrow.close();
+  });
+
+  await context.close();
+});
