@@ -76,6 +76,7 @@ impl FromRequestParts<WebState> for Authed {
             .map_err(ApiError::internal)?
             .ok_or(ApiError::Unauthenticated)?;
         who.follower_of = crate::ops::follower_of(state);
+        who.state_banner = crate::ops::state_banner(state);
         parts.extensions.insert(who.clone());
         Ok(who)
     }

@@ -143,6 +143,7 @@ impl TokenKeys {
             expires: c.exp,
             via_cookie: false,
             follower_of: None,
+            state_banner: None,
         })
     }
 
@@ -272,6 +273,9 @@ pub struct Authed {
     /// leader's console URL (empty when unknown). Every console page shows
     /// a read-only banner linking to it.
     pub follower_of: Option<String>,
+    /// While an operator's maintenance state is in force: what every
+    /// console page says about it in a banner.
+    pub state_banner: Option<crate::ops::StateBanner>,
 }
 
 impl Authed {

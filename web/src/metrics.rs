@@ -161,6 +161,13 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     evicted.inc_by(engine.sessions_evicted());
     r.register(Box::new(evicted))?;
 
+    let notifications = IntCounter::new(
+        "notifications_sent_total",
+        "Notifications (data changes and events) sent to clients in Publish responses.",
+    )?;
+    notifications.inc_by(engine.notifications_sent());
+    r.register(Box::new(notifications))?;
+
     let level = IntGauge::new("service_level", "The ServiceLevel published (0-255).")?;
     level.set(i64::from(engine.service_level()));
     r.register(Box::new(level))?;

@@ -196,6 +196,52 @@ pub fn role_name(role: uagate_server::level::PairRole) -> &'static str {
     }
 }
 
+/// What every console page says while an operator's state (maintenance,
+/// shutdown, test, ...) is in force.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StateBanner {
+    /// The state, in words ("in maintenance (Suspended)").
+    pub state: String,
+    /// The operator's reason; empty when none was given.
+    pub reason: String,
+    /// When it is expected back: (RFC 3339 UTC, `HH:MM UTC` or a date and
+    /// time when not today); `None` when not given.
+    pub back_at: Option<(String, String)>,
+    /// Whether new sessions are refused.
+    pub draining: bool,
+}
+
+/// The banner of the state in force, `None` while running normally.
+pub fn state_banner(state: &WebState) -> Option<StateBanner> {
+    let r = state.engine.requested_state()?;
+    use opcua_types::ServerState as S;
+    let words = match r.state {
+        S::Running => return None,
+        S::Suspended => "in maintenance (Suspended)",
+        S::Shutdown => "shutting down",
+        S::Test => "in test mode",
+        S::Failed => "marked failed",
+        S::NoConfiguration => "marked without configuration",
+        S::CommunicationFault => "marked with a communication fault",
+        _ => "in an unknown state",
+    };
+    let back_at = (!r.estimated_return_time.is_null()).then(|| {
+        let t = r.estimated_return_time.as_chrono();
+        let shown = if t.date_naive() == chrono::Utc::now().date_naive() {
+            t.format("%H:%M UTC").to_string()
+        } else {
+            t.format("%Y-%m-%d %H:%M UTC").to_string()
+        };
+        (t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true), shown)
+    });
+    Some(StateBanner {
+        state: words.to_string(),
+        reason: r.reason.text.to_string(),
+        back_at,
+        draining: r.drain,
+    })
+}
+
 /// On a pair member that is not the configuration leader: the leader's
 /// console URL (empty when no leader is known or it has none); `None` on
 /// the leader and on a standalone appliance. Configuration changes are
@@ -1272,28 +1318,38 @@ pub struct OfferedCert {
 impl OfferedCert {
     /// What `der` says about itself; `None` when it cannot be parsed.
     pub fn of(der: &[u8]) -> Option<OfferedCert> {
-        use sha2::Digest;
         let summary = uagate_store::describe_certificate(der).ok()?;
-        let sha256 = sha2::Sha256::digest(der)
-            .iter()
-            .map(|b| format!("{b:02X}"))
-            .collect::<Vec<_>>()
-            .join(":");
-        let not_after = chrono::DateTime::parse_from_rfc3339(&summary.not_after)
-            .map(|d| {
-                d.with_timezone(&chrono::Utc)
-                    .format("%Y-%m-%d %H:%M UTC")
-                    .to_string()
-            })
-            .unwrap_or(summary.not_after.clone());
         Some(OfferedCert {
             subject: summary.subject,
             application_uri: summary.application_uri,
-            not_after,
-            sha256,
+            not_after: when(&summary.not_after),
+            sha256: sha256_fingerprint(der),
             thumbprint: summary.thumbprint,
         })
     }
+}
+
+/// The SHA-256 fingerprint of a certificate as the console shows every
+/// fingerprint: colon-separated upper-case hex.
+pub fn sha256_fingerprint(der: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(der)
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// An RFC 3339 time as the console shows times: `YYYY-MM-DD HH:MM UTC`
+/// (the text unchanged when it is not RFC 3339).
+pub fn when(rfc3339: &str) -> String {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .map(|d| {
+            d.with_timezone(&chrono::Utc)
+                .format("%Y-%m-%d %H:%M UTC")
+                .to_string()
+        })
+        .unwrap_or_else(|_| rfc3339.to_string())
 }
 
 /// The view of what a probe found.

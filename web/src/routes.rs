@@ -239,6 +239,7 @@ pub fn table() -> Vec<Route> {
         // Console pages and their forms.
         page(GET, "/", VIEWER, dashboard::show),
         page(GET, "/partials/dashboard", VIEWER, dashboard::partial),
+        page(GET, "/partials/usage", VIEWER, pages::usage::partial),
         page(GET, "/login", PUBLIC, login::form),
         page(POST, "/login", PUBLIC, login::submit),
         page(GET, "/setup", PUBLIC, login::setup_form),

@@ -98,6 +98,7 @@ const ROLES: &[(&str, &str, &str)] = &[
     ("POST", "/users/password", "admin"),
     ("POST", "/users/remove", "admin"),
     ("GET", "/audit", "admin"),
+    ("GET", "/partials/usage", "viewer"),
     ("GET", "/fields", "viewer"),
     ("POST", "/fields", "operator"),
     ("GET", "/partials/fields", "viewer"),

@@ -260,6 +260,11 @@ impl ServerControl {
         current
     }
 
+    /// The state an operator requested and that is in force, if any.
+    pub(crate) fn requested(&self) -> Option<RequestedState> {
+        self.control.lock().requested.clone()
+    }
+
     /// Applies a requested state (Running clears the request).
     pub(crate) fn request(&self, requested: RequestedState) {
         self.control.lock().request(requested);

@@ -44,6 +44,10 @@ pub struct Engine {
     pub(crate) refreshes: parking_lot::Mutex<crate::alarms::Refreshes>,
     /// What starting a field connection needs; set by `start_fields`.
     pub(crate) field_kit: std::sync::OnceLock<crate::fields::FieldKit>,
+    /// The last quarter of an hour, sampled by housekeeping (dashboard).
+    pub(crate) samples: parking_lot::Mutex<crate::samples::Samples>,
+    /// When the gateway started (uptime).
+    pub(crate) started: std::time::Instant,
 }
 
 impl Engine {
@@ -215,6 +219,50 @@ impl Engine {
         self.pipeline.stats().services()
     }
 
+    /// Notifications (data changes and events) sent to clients since start.
+    pub fn notifications_sent(&self) -> u64 {
+        self.pipeline.stats().notifications()
+    }
+
+    /// The samples of the last quarter of an hour, oldest first (see
+    /// [`crate::samples`]).
+    pub fn samples(&self) -> Vec<crate::samples::Sample> {
+        self.samples.lock().all()
+    }
+
+    /// How long the gateway has been running.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Takes a sample for the dashboard; called by housekeeping every
+    /// [`crate::samples::SAMPLE_INTERVAL`].
+    pub(crate) fn take_sample(&self) {
+        let fields = self
+            .applied_config()
+            .field_servers
+            .iter()
+            .map(|f| {
+                let level = self
+                    .field_status(&f.name)
+                    .filter(|st| st.state == uagate_field::ConnState::Connected)
+                    .and_then(|st| st.service_level);
+                (f.name.clone(), level)
+            })
+            .collect();
+        let counters = crate::samples::Counters {
+            reads: self.pipeline.stats().answered("Read"),
+            notifications: self.notifications_sent(),
+            sessions: self.session_count(),
+            fields,
+        };
+        self.samples.lock().record(
+            std::time::Instant::now(),
+            chrono::Utc::now().timestamp(),
+            counters,
+        );
+    }
+
     /// Open (connections, secure channels) per transport.
     pub fn transport_stats(&self) -> Vec<(&'static str, i64, i64)> {
         self.pipeline.stats().transports()
@@ -223,6 +271,14 @@ impl Engine {
     /// Subscriptions and monitored items of all sessions.
     pub fn subscription_counts(&self) -> (usize, usize) {
         self.sessions.subscription_counts()
+    }
+
+    /// The state an operator requested (RequestServerStateChange or the
+    /// console) and that is in force now, with its reason and expected
+    /// return time; `None` while running normally. Every console page
+    /// shows it in a banner.
+    pub fn requested_state(&self) -> Option<crate::health::RequestedState> {
+        self.control.requested()
     }
 
     /// Whether new sessions are refused because a maintenance state was

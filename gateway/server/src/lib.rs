@@ -25,6 +25,7 @@ pub mod pki;
 pub mod reclaim;
 pub mod reconfigure;
 mod routed;
+pub mod samples;
 mod services;
 pub mod session;
 mod sessions;
@@ -310,6 +311,8 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         space: AddressSpace::new(space),
         refreshes: Default::default(),
         field_kit: Default::default(),
+        samples: Default::default(),
+        started: std::time::Instant::now(),
         config,
         store,
     });
@@ -410,6 +413,8 @@ fn spawn_tls_accept(
 /// field connections the items the sessions need.
 async fn housekeeping(engine: Arc<Engine>, cancel: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let every = samples::SAMPLE_INTERVAL.as_secs().max(1);
+    let mut n: u64 = 0;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => break,
@@ -417,6 +422,10 @@ async fn housekeeping(engine: Arc<Engine>, cancel: CancellationToken) {
                 engine.expire_sessions();
                 engine.sync_field_demand();
                 engine.update_service_level();
+                if n % every == 0 {
+                    engine.take_sample();
+                }
+                n += 1;
             }
         }
     }

@@ -139,6 +139,8 @@ pub struct Stats {
     /// Recent mean latency of an answer in ns (moving average over about
     /// the last 16 answers): the BadServerTooBusy retry hint's unit of work.
     recent_ns: AtomicU64,
+    /// Notifications (data changes and events) sent in Publish responses.
+    notifications: AtomicU64,
 }
 
 /// A snapshot of one service's answers.
@@ -217,6 +219,24 @@ impl Stats {
                 )
             })
             .collect()
+    }
+
+    /// Counts `n` notifications sent in a Publish response.
+    pub fn count_notifications(&self, n: u64) {
+        self.notifications.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Notifications sent since start.
+    pub fn notifications(&self) -> u64 {
+        self.notifications.load(Ordering::Relaxed)
+    }
+
+    /// Answers of the service `name` (one of [`SERVICES`]) since start.
+    pub fn answered(&self, name: &str) -> u64 {
+        SERVICES
+            .iter()
+            .position(|s| *s == name)
+            .map_or(0, |i| self.latency[i].count.load(Ordering::Relaxed))
     }
 
     /// Every service that answered at least once.

@@ -277,9 +277,28 @@ impl EventFields for GatewayEvent {
     }
 }
 
-fn publish_answer(r: ResponseOrFault) -> ResponseMessage {
+/// The Publish answer to send, counting its notifications in `stats`.
+fn publish_answer(stats: &crate::stats::Stats, r: ResponseOrFault) -> ResponseMessage {
     match r {
-        ResponseOrFault::Response(p) => p.into(),
+        ResponseOrFault::Response(p) => {
+            let n: usize = p
+                .notification_message
+                .notification_data
+                .iter()
+                .flatten()
+                .map(|eo| {
+                    if let Some(d) = eo.inner_as::<opcua_types::DataChangeNotification>() {
+                        d.monitored_items.as_ref().map_or(0, Vec::len)
+                    } else if let Some(e) = eo.inner_as::<opcua_types::EventNotificationList>() {
+                        e.events.as_ref().map_or(0, Vec::len)
+                    } else {
+                        0
+                    }
+                })
+                .sum();
+            stats.count_notifications(n as u64);
+            p.into()
+        }
         ResponseOrFault::Fault {
             request_handle,
             status,
@@ -416,9 +435,13 @@ impl Engine {
         let mut now_answer = None;
         for (id, answer) in answers {
             if id == request_id {
-                now_answer = Some(publish_answer(answer));
+                now_answer = Some(publish_answer(self.pipeline.stats(), answer));
             } else {
-                self.respond(chan.channel_id, id, publish_answer(answer));
+                self.respond(
+                    chan.channel_id,
+                    id,
+                    publish_answer(self.pipeline.stats(), answer),
+                );
             }
         }
         Ok(now_answer)
@@ -626,7 +649,7 @@ impl Engine {
             }
         }
         for (channel, id, answer) in out {
-            self.respond(channel, id, publish_answer(answer));
+            self.respond(channel, id, publish_answer(self.pipeline.stats(), answer));
         }
         next
     }

@@ -21,13 +21,48 @@ use crate::state::WebState;
 pub struct CertList {
     title: &'static str,
     kind: &'static str,
-    certs: Vec<CertInfo>,
+    certs: Vec<CertRow>,
 }
 
-/// The TLS certificate as the page shows it.
-pub struct TlsRow {
+/// One certificate as the page shows it: one date format, the SHA-256
+/// fingerprint to compare, the SHA-1 thumbprint only as OPC UA's key.
+pub struct CertRow {
     subject: String,
-    fingerprint: String,
+    application_uri: Option<String>,
+    sha256: String,
+    thumbprint: String,
+    not_before: String,
+    not_after: String,
+    since: String,
+    /// Past its end of validity.
+    expired: bool,
+}
+
+impl CertRow {
+    fn of(c: &CertInfo) -> CertRow {
+        let expired = chrono::DateTime::parse_from_rfc3339(&c.not_after)
+            .is_ok_and(|t| t < chrono::Utc::now());
+        CertRow {
+            subject: c.subject.clone(),
+            application_uri: c.application_uri.clone(),
+            sha256: ops::sha256_fingerprint(&c.der),
+            thumbprint: c.thumbprint.clone(),
+            not_before: ops::when(&c.not_before),
+            not_after: ops::when(&c.not_after),
+            since: ops::when(&c.first_seen),
+            expired,
+        }
+    }
+}
+
+/// This appliance's own certificates as the page shows them.
+pub struct OwnRow {
+    what: &'static str,
+    subject: String,
+    sha256: String,
+    /// The OPC UA thumbprint (SHA-1), for the application instance
+    /// certificate only.
+    thumbprint: Option<String>,
     not_after: String,
 }
 
@@ -35,8 +70,7 @@ pub struct TlsRow {
 #[template(path = "certificates.html")]
 struct CertificatesPage {
     chrome: Chrome,
-    app_cert: Option<CertSummary>,
-    tls: Option<TlsRow>,
+    own: Vec<OwnRow>,
     lists: Vec<CertList>,
     crl_count: usize,
 }
@@ -57,21 +91,41 @@ async fn render_certificates(
             Ok(certs) => lists.push(CertList {
                 title,
                 kind: kind.as_str(),
-                certs,
+                certs: certs.iter().map(CertRow::of).collect(),
             }),
             Err(e) => return error_page(e.into()),
         }
     }
     let crl_count = state.store.crls().await.map(|c| c.len()).unwrap_or(0);
     let (chrome, status) = Chrome::with_error(who, "Certificates", "/certificates", flash, error);
+    let app_der = state.engine.application_certificate();
+    let mut own: Vec<OwnRow> = uagate_store::describe_certificate(&app_der)
+        .ok()
+        .map(|a: CertSummary| OwnRow {
+            what: "OPC UA application instance",
+            subject: a.subject,
+            sha256: ops::sha256_fingerprint(&app_der),
+            thumbprint: Some(a.thumbprint),
+            not_after: ops::when(&a.not_after),
+        })
+        .into_iter()
+        .collect();
+    own.extend(state.engine.tls_certificate().map(|t| {
+        OwnRow {
+            what: "TLS (console, opc.wss, opc.https)",
+            subject: t.subject,
+            sha256: t.fingerprint.to_ascii_uppercase(),
+            thumbprint: None,
+            not_after: t
+                .not_after
+                .with_timezone(&chrono::Utc)
+                .format("%Y-%m-%d %H:%M UTC")
+                .to_string(),
+        }
+    }));
     let t = CertificatesPage {
         chrome,
-        app_cert: uagate_store::describe_certificate(&state.engine.application_certificate()).ok(),
-        tls: state.engine.tls_certificate().map(|t| TlsRow {
-            subject: t.subject,
-            fingerprint: t.fingerprint,
-            not_after: t.not_after.to_rfc3339(),
-        }),
+        own,
         lists,
         crl_count,
     };

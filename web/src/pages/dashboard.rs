@@ -1,7 +1,9 @@
-//! The dashboard (`/`): the gateway at a glance (role, ServiceLevel,
-//! server state, sessions, isolation usage per stage, field connections,
-//! rejections, recently rejected certificates), with its live part
-//! (`/partials/dashboard`) refreshed by htmx.
+//! The dashboard (`/`): the gateway at a glance for an operator (version,
+//! uptime, role, ServiceLevel and why, server state, sessions, field
+//! connections, memory), charts of the last quarter of an hour from the
+//! gateway's own samples, and recently rejected certificates; its live
+//! part (`/partials/dashboard`) is refreshed by htmx. The isolation
+//! internals are on the Limits page.
 
 use askama::Template;
 use axum::extract::State;
@@ -9,57 +11,131 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use uagate_store::CertKind;
 
+use super::charts::{self, line_chart, Series};
 use super::{page, take_flash, Chrome};
 use crate::auth::Authed;
 use crate::ops::{self, StatusView};
 use crate::state::WebState;
 
-/// One stage's usage bar.
-pub struct UsageBar {
-    stage: &'static str,
-    used: u64,
-    total: u64,
-    percent: u64,
-}
-
-/// What the dashboard's live part shows.
+/// What the dashboard shows; refreshed every few seconds.
 pub struct Live {
     status: StatusView,
-    usage: Vec<UsageBar>,
-    owners: usize,
-    rejections: Vec<(&'static str, &'static str, u64)>,
+    /// The product version.
+    version: &'static str,
+    /// Uptime, for people.
+    uptime: String,
+    /// Sessions, formatted, and the most allowed.
+    sessions: String,
+    max_sessions: String,
+    /// "2 of 3 up", or empty without field connections.
+    fields_up: String,
+    /// Resident memory of the gateway process, when known.
+    memory: Option<String>,
+    /// The charts (title, inline SVG).
+    charts: Vec<(&'static str, String)>,
     rejected_certs: Vec<String>,
 }
 
-async fn live(state: &WebState) -> Live {
-    let snap = state.engine.isolation_snapshot();
-    let plan = uagate_isolation::plan::Plan::build(&state.engine.applied_config()).ok();
-    let usage = snap
-        .usage
-        .iter()
-        .map(|(stage, used)| {
-            let total = plan
-                .as_ref()
-                .and_then(|p| p.stages().iter().find(|s| s.stage == *stage))
-                .map(|s| s.total)
-                .unwrap_or(0);
-            UsageBar {
-                stage: stage.name(),
-                used: *used,
-                total,
-                percent: (used.saturating_mul(100))
-                    .checked_div(total)
-                    .unwrap_or(0)
-                    .min(100),
+/// Resident memory of this process (Linux; `None` elsewhere).
+fn resident_memory() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// The four charts of the last quarter of an hour, from the engine's
+/// samples.
+fn charts(state: &WebState) -> Vec<(&'static str, String)> {
+    let samples = state.engine.samples();
+    let at: Vec<i64> = samples.iter().map(|s| s.at).collect();
+    let one = |label: &str, f: &dyn Fn(&uagate_server::samples::Sample) -> f64| {
+        vec![Series {
+            label: label.to_string(),
+            values: samples.iter().map(|s| Some(f(s))).collect(),
+        }]
+    };
+    let mut names: Vec<String> = Vec::new();
+    for s in &samples {
+        for (n, _) in &s.fields {
+            if !names.contains(n) {
+                names.push(n.clone());
             }
+        }
+    }
+    let levels: Vec<Series> = names
+        .iter()
+        .map(|n| Series {
+            label: n.clone(),
+            values: samples
+                .iter()
+                .map(|s| {
+                    s.fields
+                        .iter()
+                        .find(|(f, _)| f == n)
+                        .and_then(|(_, l)| l.map(f64::from))
+                })
+                .collect(),
         })
         .collect();
-    let rejections = snap
-        .rejections
+    vec![
+        (
+            "Reads per second",
+            line_chart(
+                "Reads per second",
+                &at,
+                &one("Reads per second", &|s| s.reads_per_s),
+                None,
+                "/s",
+            ),
+        ),
+        (
+            "Notifications per second",
+            line_chart(
+                "Notifications per second",
+                &at,
+                &one("Notifications per second", &|s| s.notifications_per_s),
+                None,
+                "/s",
+            ),
+        ),
+        (
+            "Sessions",
+            line_chart(
+                "Sessions",
+                &at,
+                &one("Sessions", &|s| s.sessions as f64),
+                None,
+                "",
+            ),
+        ),
+        (
+            "Field connections' ServiceLevel",
+            line_chart(
+                "Field connections' ServiceLevel",
+                &at,
+                &levels,
+                Some(255.0),
+                "",
+            ),
+        ),
+    ]
+}
+
+async fn live(state: &WebState) -> Live {
+    let status = ops::status(state);
+    let config = state.engine.applied_config();
+    let enabled = config.field_servers.iter().filter(|f| f.enabled).count();
+    let up = status
+        .fields
         .iter()
-        .filter(|(_, _, n)| *n > 0)
-        .map(|(s, r, n)| (s.name(), r.label(), *n))
-        .collect();
+        .filter(|f| f.state == "connected")
+        .count();
     let rejected_certs = state
         .store
         .certs(CertKind::Rejected)
@@ -70,10 +146,18 @@ async fn live(state: &WebState) -> Live {
         .map(|c| c.subject)
         .collect();
     Live {
-        status: ops::status(state),
-        usage,
-        owners: snap.tracked_owners,
-        rejections,
+        version: env!("CARGO_PKG_VERSION"),
+        uptime: charts::uptime(state.engine.uptime()),
+        sessions: charts::thousands(i64::try_from(status.sessions).unwrap_or(i64::MAX)),
+        max_sessions: charts::thousands(i64::from(config.server.max_session_count)),
+        fields_up: if config.field_servers.is_empty() {
+            String::new()
+        } else {
+            format!("{up} of {enabled} up")
+        },
+        memory: resident_memory().map(charts::bytes),
+        charts: charts(state),
+        status,
         rejected_certs,
     }
 }
@@ -91,7 +175,7 @@ struct DashboardLive {
     live: Live,
 }
 
-/// `GET /`: the dashboard.
+/// `GET /`: the appliance at a glance.
 pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap) -> Response {
     let flash = take_flash(&headers);
     let t = DashboardPage {

@@ -211,6 +211,8 @@ struct LimitsPage {
     form: LimitsForm,
     preview: Preview,
     chrome_admin: bool,
+    /// The isolation usage now (see [`super::usage`]).
+    usage: super::usage::Usage,
 }
 
 #[derive(Template)]
@@ -228,6 +230,7 @@ pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap
         Err(e) => return error_page(e),
     };
     let t = LimitsPage {
+        usage: super::usage::usage(&state),
         chrome_admin: who.can(Role::Admin),
         chrome: Chrome::new(&who, "Limits", "/limits", flash),
         modes: MODES,
@@ -263,6 +266,7 @@ pub async fn preview(
     }
     let form = form.with_defaults(&base);
     let t = LimitsPage {
+        usage: super::usage::usage(&state),
         chrome_admin: who.can(Role::Admin),
         chrome: Chrome::new(&who, "Limits", "/limits", None),
         modes: MODES,
@@ -326,6 +330,7 @@ async fn render_with_error(
     };
     let (chrome, status) = Chrome::with_error(who, "Limits", "/limits", None, Some(error));
     let t = LimitsPage {
+        usage: super::usage::usage(&state),
         chrome_admin: who.can(Role::Admin),
         chrome,
         modes: MODES,

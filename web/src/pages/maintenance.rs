@@ -70,8 +70,16 @@ pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap
 #[derive(Debug, Deserialize)]
 pub struct MaintenanceForm {
     state: String,
+    /// RFC 3339 (the confirmation step carries it so).
     #[serde(default)]
     estimated_return_time: String,
+    /// The date-time picker's value (`YYYY-MM-DDTHH:MM`, browser local time).
+    #[serde(default)]
+    return_local: String,
+    /// The browser's offset from UTC at that time, minutes (JavaScript's
+    /// `getTimezoneOffset`: UTC minus local); 0 without JavaScript.
+    #[serde(default)]
+    tz_offset: String,
     #[serde(default)]
     seconds_till_shutdown: String,
     #[serde(default)]
@@ -105,13 +113,41 @@ fn handover_effect(pair: &uagate_server::level::PairView) -> Option<String> {
     })
 }
 
+/// The picker's local date-time as RFC 3339 UTC, with the browser's
+/// offset (minutes, UTC minus local).
+fn picked_time(local: &str, offset: &str) -> Result<String, ApiError> {
+    let local = local.trim();
+    let naive = chrono::NaiveDateTime::parse_from_str(local, "%Y-%m-%dT%H:%M")
+        .or_else(|_| chrono::NaiveDateTime::parse_from_str(local, "%Y-%m-%dT%H:%M:%S"))
+        .map_err(|_| {
+            ApiError::invalid(
+                "estimated_return_time",
+                format!("{local:?} is not a date and time"),
+            )
+        })?;
+    let minutes: i64 = offset.trim().parse().unwrap_or(0);
+    if minutes.abs() > 18 * 60 {
+        return Err(ApiError::invalid("tz_offset", "not a time zone offset"));
+    }
+    let utc = naive + chrono::Duration::minutes(minutes);
+    Ok(utc
+        .and_utc()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+}
+
 /// `POST /maintenance`: first the confirmation step, then the
 /// state change through the same engine call as the OPC UA method.
 pub async fn submit(
     State(state): State<WebState>,
     who: Authed,
-    Form(f): Form<MaintenanceForm>,
+    Form(mut f): Form<MaintenanceForm>,
 ) -> Response {
+    if !f.return_local.trim().is_empty() {
+        match picked_time(&f.return_local, &f.tz_offset) {
+            Ok(t) => f.estimated_return_time = t,
+            Err(e) => return render_maintenance(&state, &who, None, None, Some(e)),
+        }
+    }
     let req = match number::<u32>("seconds_till_shutdown", &f.seconds_till_shutdown) {
         Ok(seconds) => ops::MaintenanceRequest {
             state: f.state.clone(),
@@ -157,5 +193,30 @@ pub async fn submit(
             },
         ),
         Err(e) => render_maintenance(&state, &who, None, None, Some(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_picked_local_time_becomes_utc() {
+        // Berlin in winter: getTimezoneOffset() is -60.
+        assert_eq!(
+            picked_time("2026-12-02T14:30", "-60").ok().as_deref(),
+            Some("2026-12-02T13:30:00Z")
+        );
+        // New York: +300; without JavaScript: 0 (UTC).
+        assert_eq!(
+            picked_time("2026-12-02T14:30", "300").ok().as_deref(),
+            Some("2026-12-02T19:30:00Z")
+        );
+        assert_eq!(
+            picked_time("2026-12-02T14:30", "").ok().as_deref(),
+            Some("2026-12-02T14:30:00Z")
+        );
+        assert!(picked_time("tomorrow", "0").is_err());
+        assert!(picked_time("2026-12-02T14:30", "5000").is_err());
     }
 }

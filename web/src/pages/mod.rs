@@ -16,6 +16,7 @@
 pub mod assets;
 pub mod audit;
 pub mod certificates;
+pub mod charts;
 pub mod dashboard;
 pub mod field_form;
 pub mod fields;
@@ -26,6 +27,7 @@ pub mod owners;
 pub mod pair;
 pub mod service_level;
 pub mod sessions;
+pub mod usage;
 pub mod users;
 
 use std::future::Future;
@@ -84,6 +86,8 @@ pub struct Chrome {
     /// On a pair member that is not the leader: the leader's console URL
     /// (empty when unknown); the page shows a read-only banner.
     pub follower_of: Option<String>,
+    /// While an operator's state is in force: the banner every page shows.
+    pub state_banner: Option<ops::StateBanner>,
 }
 
 impl Chrome {
@@ -109,6 +113,7 @@ impl Chrome {
             notice,
             error: None,
             follower_of: who.follower_of.clone(),
+            state_banner: who.state_banner.clone(),
         }
     }
 }

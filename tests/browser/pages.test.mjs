@@ -1,0 +1,200 @@
+// Every console page in headless Chromium against a real `uagate demo` (two simulated PLCs as a
+// hot pair, live data): the dashboard's charts draw the gateway's own samples; maintenance set
+// with the date-time picker puts a banner with state, reason and return time on every page; every
+// page is screenshotted at 1366x768 and at 390 px wide (no horizontal scrolling) into
+// $UAGATE_TEST_OUTPUT (default target/test-output/browser).
+
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import readline from "node:readline";
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+
+import { chromium } from "playwright-core";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ROOT = path.resolve(HERE, "..", "..");
+const UAGATE_BIN = process.env.UAGATE_BIN || path.join(ROOT, "target", "debug", "uagate");
+const CHROMIUM = process.env.UAGATE_CHROMIUM || "/usr/bin/chromium";
+const OUT = process.env.UAGATE_TEST_OUTPUT || path.join(ROOT, "target", "test-output", "browser");
+const STEP_MS = 15_000;
+const ADMIN = ["pia", "pia-console-pass-1"];
+const PAGES = [
+  ["/", "dashboard"],
+  ["/limits", "limits"],
+  ["/owners", "owners"],
+  ["/service-level", "service-level"],
+  ["/maintenance", "maintenance"],
+  ["/pair", "pair"],
+  ["/fields", "fields"],
+  ["/certificates", "certificates"],
+  ["/sessions", "sessions"],
+  ["/users", "users"],
+  ["/audit", "audit"],
+];
+
+let tmp;
+let demo;
+let console_url;
+let setup_code;
+let browser;
+let log = "";
+
+const timeout = (ms, what) =>
+  new Promise((_, rej) => setTimeout(() => rej(new Error(`${what} within ${ms} ms\n${log}`)), ms).unref());
+
+before(async () => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "uagate-pages-"));
+  fs.mkdirSync(OUT, { recursive: true });
+  demo = spawn(UAGATE_BIN, ["--data", tmp, "demo", "--listen", "127.0.0.1:0"], { stdio: ["ignore", "pipe", "pipe"] });
+  demo.stderr.on("data", (c) => (log += c.toString()));
+  const lines = readline.createInterface({ input: demo.stdout });
+  const seen = new Promise((resolve, reject) => {
+    let url;
+    lines.on("line", (l) => {
+      log += l + "\n";
+      const c = l.match(/^CONSOLE (https:\/\/127\.0\.0\.1:\d+\/)$/);
+      if (c) url = c[1];
+      const code = l.match(/setup code[^0-9a-f]*([0-9a-f]{16})/);
+      if (code && url) resolve([url, code[1]]);
+    });
+    demo.on("exit", (c) => reject(new Error(`uagate demo exited (${c}):\n${log}`)));
+  });
+  const fromLog = new Promise((resolve) => {
+    const t = setInterval(() => {
+      const m = log.match(/setup code ([0-9a-f]{16})/);
+      const c = log.match(/^CONSOLE (https:\/\/127\.0\.0\.1:\d+\/)$/m);
+      if (m && c) {
+        clearInterval(t);
+        resolve([c[1], m[1]]);
+      }
+    }, 100);
+    t.unref();
+  });
+  [console_url, setup_code] = await Promise.race([seen, fromLog, timeout(90_000, "demo console and setup code")]);
+  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] });
+});
+
+after(async () => {
+  await browser?.close();
+  if (demo && demo.exitCode === null) {
+    demo.kill("SIGTERM");
+    await Promise.race([new Promise((r) => demo.on("exit", r)), new Promise((r) => setTimeout(r, 10_000).unref())]);
+    if (demo.exitCode === null) demo.kill("SIGKILL");
+  }
+  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(OUT, `${name}.png`), fullPage: true });
+}
+
+/** Elements sticking out of the window on the right (what makes a page scroll sideways). */
+async function overflow(page) {
+  return page.evaluate(() => {
+    if (document.documentElement.scrollWidth <= window.innerWidth + 1) return [];
+    return [...document.querySelectorAll("body *")]
+      .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1)
+      .slice(0, 4)
+      .map((e) => `${e.tagName.toLowerCase()}#${e.id}.${e.className}`);
+  });
+}
+
+/** Screenshots of every page at both widths; fails on sideways scrolling at 390 px. */
+async function everyPage(context, narrowContext, suffix, check) {
+  const sideways = [];
+  for (const [width, ctx] of [["1366", context], ["390", narrowContext]]) {
+    const page = await ctx.newPage();
+    for (const [url, name] of PAGES) {
+      const r = await page.goto(url);
+      assert.equal(r.status(), 200, url);
+      if (check) await check(page, url);
+      await shot(page, `page-${name}${suffix}-${width}`);
+      if (width === "390") {
+        const out = await overflow(page);
+        if (out.length) sideways.push(`${url}: ${out.join(", ")}`);
+      }
+    }
+    await page.close();
+  }
+  assert.deepEqual(sideways, [], "pages that scroll sideways at 390 px");
+}
+
+test("every page, the dashboard charts and the maintenance banner", async (t) => {
+  const context = await browser.newContext({
+    ignoreHTTPSErrors: true,
+    baseURL: console_url,
+    viewport: { width: 1366, height: 768 },
+  });
+  context.setDefaultTimeout(STEP_MS);
+  const page = await context.newPage();
+  await page.goto("/setup");
+  await page.fill("input[name=code]", setup_code);
+  await page.fill("input[name=username]", ADMIN[0]);
+  await page.fill("input[name=password]", ADMIN[1]);
+  await page.click("button[type=submit]");
+  await page.waitForURL(console_url);
+  const narrow = await browser.newContext({
+    ignoreHTTPSErrors: true,
+    baseURL: console_url,
+    viewport: { width: 390, height: 844 },
+    storageState: await context.storageState(),
+  });
+  narrow.setDefaultTimeout(STEP_MS);
+
+  await t.test("the dashboard: what an operator needs, and charts drawing the last minutes", async () => {
+    await page.goto("/");
+    assert.match(await page.textContent("#uptime"), /\d+ (s|min)/);
+    assert.match(await page.textContent("main"), /uagate \d+\.\d+\.\d+/);
+    assert.equal(await page.$("table.usage"), null, "isolation internals are on the Limits page");
+    // A sample every 5 s: after a few the lines are drawn (htmx refreshes every 2 s).
+    await page.waitForFunction(() => document.querySelectorAll("#charts svg.chart polyline").length >= 4, null, {
+      timeout: 30_000,
+    });
+    const captions = await page.$$eval("#charts figcaption", (f) => f.map((x) => x.textContent));
+    assert.deepEqual(captions, [
+      "Reads per second",
+      "Notifications per second",
+      "Sessions",
+      "Field connections' ServiceLevel",
+    ]);
+    // The demo's field connection serves ServiceLevel 255 (or close) from its hot pair.
+    const level = await page.getAttribute("#charts figure:nth-child(4) svg", "aria-label");
+    assert.match(level, /plant (2\d\d|1\d\d)/, level);
+    assert.match(await page.textContent("#fields-up"), /1 of 1 up/);
+    await page.goto("/limits");
+    assert.ok(await page.$("#usage table.usage, table#usage"), "usage on the Limits page");
+  });
+
+  await t.test("every page at both widths", async () => {
+    await everyPage(context, narrow, "", async (p) => {
+      assert.equal(await p.$("#state-banner"), null, "no banner while running");
+    });
+  });
+
+  await t.test("maintenance with a return time picked: a banner on every page", async () => {
+    await page.goto("/maintenance");
+    await page.selectOption("#maintenance-state", "suspended");
+    await page.fill("#maintenance-reason", "PLC firmware update, line 3");
+    await page.fill("#maintenance-return", "2030-06-01T14:30");
+    await page.click("#maintenance-submit");
+    await page.waitForSelector("#confirm");
+    await page.click("#confirm");
+    await page.waitForSelector("#notice");
+    await everyPage(context, narrow, "-maintenance", async (p, url) => {
+      const banner = await p.textContent("#state-banner");
+      assert.match(banner, /The gateway is in maintenance \(Suspended\): PLC firmware update, line 3; back at 2030-06-01 \d\d:30 UTC/, `${url}: ${banner}`);
+    });
+    await page.goto("/maintenance");
+    await page.click("#back-to-running");
+    await page.click("#confirm");
+    await page.waitForSelector("#notice");
+    assert.equal(await page.$("#state-banner"), null);
+  });
+
+  await narrow.close();
+  await context.close();
+});
