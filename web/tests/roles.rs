@@ -97,6 +97,7 @@ const ROLES: &[(&str, &str, &str)] = &[
     ("POST", "/users/password", "admin"),
     ("POST", "/users/remove", "admin"),
     ("GET", "/audit", "admin"),
+    ("GET", "/audit.csv", "admin"),
     ("GET", "/fields", "viewer"),
     ("POST", "/fields", "operator"),
     ("GET", "/partials/fields", "viewer"),
@@ -108,6 +109,7 @@ const ROLES: &[(&str, &str, &str)] = &[
     ("POST", "/sessions/close", "operator"),
     ("GET", "/static/htmx.min.js", "none"),
     ("GET", "/static/console.css", "none"),
+    ("GET", "/static/console.js", "none"),
 ];
 
 /// A route's path with its parameters filled in.
