@@ -109,6 +109,11 @@ async function notice(page) {
   return page.textContent("#notice");
 }
 
+/** Whether the page fits its viewport's width (no horizontal scrolling). */
+async function noOverflow(page) {
+  return page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
+}
+
 async function shot(page, name) {
   await page.screenshot({ path: path.join(OUT, `${name}.png`), fullPage: true });
 }
@@ -265,12 +270,75 @@ test("the console end to end", async (t) => {
       assert.equal(r.status(), 200, p);
       await shot(page, name);
     }
-    await page.goto("/audit?kind=setting.set");
+    // The audit log: a sentence per entry, no raw kinds, no OPC UA ticks.
+    await page.setViewportSize({ width: 1366, height: 768 });
+    await page.goto("/audit");
     const audit = await page.textContent("#audit");
-    assert.match(audit, /isolation\.stages\[0\]\.capacity|isolation\.mode/);
-    assert.match(audit, /trusted_reservations/);
-    assert.match(audit, new RegExp(ADMIN[0]));
+    const me = ADMIN[0];
+    assert.match(audit, new RegExp(`${me} put the gateway into maintenance \\(suspended\\): firmware update`));
+    assert.match(audit, new RegExp(`${me} ended maintenance: the gateway is running again \\(it was suspended\\)`));
+    assert.match(audit, /The gateway rejected the untrusted certificate "[^"]*uagate-browser-test/);
+    assert.match(audit, new RegExp(`${me} trusted the certificate "[^"]*uagate-browser-test[^"]*".*which had been rejected`));
+    assert.match(audit, new RegExp(`${me} changed (the configuration|\\d+ settings of the configuration)`));
+    assert.doesNotMatch(audit, /setting\.set|trust\.add|estimated_return|\b\d{15,}\b/);
+    assert.ok(await noOverflow(page), "no horizontal scrolling at 1366 px");
+    await shot(page, "audit-1366");
+
+    // The kind filter: only configuration changes, each listing only what changed.
+    await page.selectOption("#audit-kind", "configuration");
+    await page.click("#audit-filters button[type=submit]");
+    await page.waitForURL(/kind=configuration/);
+    const kinds = await page.$$eval("#audit tbody tr", (rows) => rows.map((r) => r.dataset.kind));
+    assert.ok(kinds.length >= 2, `configuration entries: ${kinds}`);
+    assert.deepEqual([...new Set(kinds)], ["configuration"]);
+    const config = await page.textContent("#audit");
+    assert.match(config, /isolation\.stages\[request_execution\]\.capacity: .*→ 24/);
+    assert.match(config, /isolation\.mode: \S+ → trusted_reservations/);
+    assert.match(config, new RegExp(me));
+    assert.doesNotMatch(config, /put the gateway into maintenance/);
+    const unchanged = await page.$$eval("ul.changes li", (items) =>
+      items.filter((li) => li.querySelector(".before").textContent === li.querySelector(".after").textContent).length,
+    );
+    assert.equal(unchanged, 0, "a setting listed with the same value before and after");
     await shot(page, "14-audit");
+
+    // Export CSV: the same filter, downloaded with the session.
+    const [download] = await Promise.all([page.waitForEvent("download"), page.click("#audit-csv")]);
+    assert.equal(download.suggestedFilename(), "uagate-audit.csv");
+    const csv = fs.readFileSync(await download.path(), "utf8");
+    const lines = csv.split("\n");
+    assert.equal(lines[0], "time_utc,user,kind,sentence,changes");
+    assert.match(csv, new RegExp(`^\\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z,${me},configuration,`, "m"));
+    assert.match(csv, /isolation\.stages\[request_execution\]\.capacity: .* -> 24/);
+    assert.doesNotMatch(csv, /,maintenance,/);
+    const r = await page.request.get("/audit.csv?kind=maintenance");
+    assert.equal(r.status(), 200);
+    assert.match(r.headers()["content-type"], /^text\/csv/);
+    assert.match(r.headers()["content-disposition"], /^attachment/);
+    assert.match(await r.text(), new RegExp(`,${me},maintenance,"?${me} put the gateway into maintenance`));
+
+    // A time range in the future holds nothing.
+    await page.goto("/audit");
+    await page.fill("#audit-from", "2099-01-01T00:00");
+    await page.click("#audit-filters button[type=submit]");
+    await page.waitForURL(/from=2099/);
+    await page.waitForSelector("#audit-empty");
+
+    // At 390 px in another time zone: local times (UTC on hover), nothing scrolls sideways.
+    const narrow = await newPage({ viewport: { width: 390, height: 844 }, timezoneId: "Asia/Kolkata" });
+    await narrow.context().addCookies(await page.context().cookies());
+    await narrow.goto("/audit");
+    // Chromium's ICU may still call it by its older name.
+    assert.match(await narrow.textContent("th.when .tz-name"), /^Asia\/(Kolkata|Calcutta)$/);
+    const first = narrow.locator("#audit tbody td.when time").first();
+    const iso = await first.getAttribute("datetime");
+    const utc = new Date(iso);
+    const kolkata = new Date(utc.getTime() + 330 * 60_000).toISOString().replace("T", " ").slice(0, 19);
+    assert.equal(await first.textContent(), kolkata);
+    assert.equal(await first.getAttribute("title"), `${utc.toISOString().replace("T", " ").slice(0, 19)} UTC`);
+    assert.ok(await noOverflow(narrow), "no horizontal scrolling at 390 px");
+    await shot(narrow, "audit-390");
+    await narrow.context().close();
   });
 
   await t.test("without JavaScript the pages still read and forms still post", async () => {

@@ -14,12 +14,14 @@
 //! it): [`error`] the error type; [`auth`] tokens, roles and the login
 //! throttle; [`state`] the shared state; [`access`] what every request
 //! passes (CSRF, renewal, the caller, the role check); [`ops`] the
-//! operations both the REST API and the pages call; [`api`], [`rest`],
+//! operations both the REST API and the pages call; [`audit_text`] the
+//! audit log in words; [`api`], [`rest`],
 //! [`users`], [`metrics`] and [`openapi`] the REST side; [`pages`] the
 //! console, one module per page; [`routes`] the router over all of them.
 
 pub mod access;
 pub mod api;
+pub mod audit_text;
 pub mod auth;
 pub mod error;
 pub mod listener;

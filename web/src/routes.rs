@@ -279,6 +279,7 @@ pub fn table() -> Vec<Route> {
         page(POST, "/users/password", ADMIN, user_pages::password),
         page(POST, "/users/remove", ADMIN, user_pages::remove),
         page(GET, "/audit", ADMIN, audit::show),
+        page(GET, "/audit.csv", ADMIN, audit::export_csv),
         page(GET, "/fields", VIEWER, fields::show),
         page(POST, "/fields", OPERATOR, fields::save).shown_by(fields::refused),
         page(GET, "/partials/fields", VIEWER, fields::partial),
@@ -291,6 +292,7 @@ pub fn table() -> Vec<Route> {
         page(POST, "/sessions/close", OPERATOR, sessions::close).shown_by(sessions::refused),
         page(GET, "/static/htmx.min.js", PUBLIC, assets::htmx),
         page(GET, "/static/console.css", PUBLIC, assets::css),
+        page(GET, "/static/console.js", PUBLIC, assets::script),
     ]
 }
 

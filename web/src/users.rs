@@ -151,6 +151,13 @@ pub struct AuditEntry {
     pub at: String,
     /// What kind of change, e.g. `user.add`.
     pub kind: String,
+    /// The kind group the console filters by: maintenance, service_level,
+    /// trust, users, configuration, field_connections, sessions, pair or
+    /// other.
+    pub group: String,
+    /// What happened, in one sentence with its details (times in UTC; no
+    /// secrets), as the console's audit log shows it.
+    pub sentence: String,
     /// What changed (no secrets).
     pub payload: serde_json::Value,
 }
@@ -160,24 +167,32 @@ pub async fn audit(
     State(state): State<WebState>,
     Query(q): Query<AuditQuery>,
 ) -> Result<Json<Vec<AuditEntry>>, ApiError> {
-    let limit = usize::try_from(q.limit.unwrap_or(100).clamp(1, 1000)).unwrap_or(100);
-    let mut out = Vec::new();
-    crate::ops::scan_log(
-        &state,
-        q.after.max(0),
-        q.actor.as_deref(),
-        q.kind.as_deref(),
-        |e| {
-            out.push(AuditEntry {
-                seq: e.seq,
-                actor: e.actor,
-                at: e.at,
-                kind: e.kind,
-                payload: crate::ops::redact_payload(&e.payload),
-            });
-            out.len() < limit
-        },
-    )
-    .await?;
-    Ok(Json(out))
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let filter = uagate_store::LogFilter {
+        actor: q.actor.filter(|a| !a.is_empty()),
+        kind_prefixes: q.kind.filter(|k| !k.is_empty()).into_iter().collect(),
+        after_seq: Some(q.after.max(0)),
+        ..uagate_store::LogFilter::default()
+    };
+    let entries = state
+        .store
+        .change_log_filtered(&filter, uagate_store::LogOrder::OldestFirst, limit)
+        .await?;
+    Ok(Json(
+        entries
+            .into_iter()
+            .map(|e| {
+                let described = crate::audit_text::describe(&e.actor, &e.kind, &e.payload);
+                AuditEntry {
+                    seq: e.seq,
+                    group: described.group.name().to_string(),
+                    sentence: described.sentence.to_string(),
+                    payload: crate::ops::redact_payload(&e.payload),
+                    actor: e.actor,
+                    at: e.at,
+                    kind: e.kind,
+                }
+            })
+            .collect(),
+    ))
 }

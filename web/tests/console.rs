@@ -948,3 +948,197 @@ async fn every_page_needs_a_session() {
     }
     f.stop().await;
 }
+
+/// Reads a body that is not JSON (HTML, CSV) as text.
+fn text_of(body: &Value) -> String {
+    body.as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| body.to_string())
+}
+
+#[tokio::test]
+async fn the_audit_log_reads_as_sentences_filters_and_exports_csv() {
+    let f = Fixture::start().await;
+    let admin = f.token("admin").await;
+    let operator = f.token("operator").await;
+    // A first configuration, then one setting changed.
+    let (_, doc, _) = f.call(get("/api/v1/config", Some(&admin))).await;
+    for count in [41, 42] {
+        let mut changed = doc.clone();
+        changed["server"]["max_session_count"] = json!(count);
+        let (s, b) = f.put_config(&admin, changed).await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+    }
+    // Maintenance with a reason and a return time, by the operator.
+    let (s, b, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/maintenance",
+            Some(&operator),
+            json!({"state": "suspended", "reason": "PLC firmware update, line 3",
+                   "estimated_return_time": "2030-01-01T14:30:00Z"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let ticks = opcua_types::DateTime::from(
+        chrono::DateTime::parse_from_rfc3339("2030-01-01T14:30:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc),
+    )
+    .checked_ticks();
+
+    let b = browser(&f, "admin").await;
+    // The maintenance kind: the sentence, its return time as a time, no ticks.
+    let (s, html, _) = f.call(page("/audit?kind=maintenance", &b)).await;
+    assert_eq!(s, StatusCode::OK);
+    let html = text_of(&html);
+    assert!(
+        html.contains(
+            "operator put the gateway into maintenance (suspended): PLC firmware update, line 3, back at "
+        ),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"<time datetime="2030-01-01T14:30:00.000Z" title="2030-01-01 14:30 UTC""#),
+        "{html}"
+    );
+    assert!(
+        !html.contains(&ticks.to_string()),
+        "ticks on the page: {html}"
+    );
+    assert!(
+        !html.contains("max_session_count"),
+        "another kind shown: {html}"
+    );
+    assert!(html.contains(r#"<option value="maintenance" selected>"#));
+    assert!(
+        html.contains(r#"href="/audit.csv?kind=maintenance""#),
+        "{html}"
+    );
+    // Entry times: UTC in the title and the text, the machine form in datetime.
+    assert!(html.contains("UTC</time>"));
+
+    // The configuration kind: the second change lists only the changed setting.
+    let (_, html, _) = f.call(page("/audit?kind=configuration", &b)).await;
+    let html = text_of(&html);
+    assert!(
+        html.contains("admin changed the configuration: server.max_session_count"),
+        "{html}"
+    );
+    assert!(html.contains("admin set up the configuration ("), "{html}");
+    let second = html
+        .split("admin changed the configuration")
+        .nth(1)
+        .and_then(|rest| rest.split("</tr>").next())
+        .unwrap();
+    assert!(
+        second.contains("<code class=\"setting\">server.max_session_count</code>"),
+        "{second}"
+    );
+    assert!(
+        second.contains("<span class=\"before\">41</span>"),
+        "{second}"
+    );
+    assert!(
+        second.contains("<span class=\"after\">42</span>"),
+        "{second}"
+    );
+    assert_eq!(
+        second.matches("<li>").count(),
+        1,
+        "unchanged settings listed: {second}"
+    );
+    assert!(!html.contains("operator put the gateway"), "{html}");
+
+    // By user.
+    let (_, html, _) = f.call(page("/audit?actor=operator", &b)).await;
+    let html = text_of(&html);
+    assert!(html.contains("operator put the gateway into maintenance"));
+    assert!(!html.contains("admin changed the configuration"), "{html}");
+
+    // By time: a range in the future is empty, the last hour (written in
+    // the browser's zone, UTC+2 here) holds them.
+    let (_, html, _) = f
+        .call(page("/audit?from=2099-01-01T00%3A00&to=&tz=0", &b))
+        .await;
+    let html = text_of(&html);
+    assert!(html.contains("id=\"audit-empty\""), "{html}");
+    let local = (chrono::Utc::now() + chrono::Duration::hours(2) - chrono::Duration::hours(1))
+        .format("%Y-%m-%dT%H:%M")
+        .to_string();
+    let (_, html, _) = f
+        .call(page(
+            &format!(
+                "/audit?kind=maintenance&from={}&tz=120",
+                local.replace(':', "%3A")
+            ),
+            &b,
+        ))
+        .await;
+    let html = text_of(&html);
+    assert!(
+        html.contains("operator put the gateway into maintenance"),
+        "{html}"
+    );
+    let earlier = (chrono::Utc::now() - chrono::Duration::hours(1))
+        .format("%Y-%m-%dT%H:%M")
+        .to_string();
+    let (_, html, _) = f
+        .call(page(
+            &format!("/audit?to={}&tz=0", earlier.replace(':', "%3A")),
+            &b,
+        ))
+        .await;
+    assert!(text_of(&html).contains("id=\"audit-empty\""));
+    // A time that is none: the page says which field.
+    let (s, html, _) = f.call(page("/audit?from=yesterday", &b)).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(text_of(&html).contains("from"), "{html}");
+
+    // CSV: the same filter, as an attachment, properly quoted.
+    let (s, csv, h) = f.call(page("/audit.csv?kind=maintenance", &b)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(h[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
+    let disposition = h[header::CONTENT_DISPOSITION].to_str().unwrap();
+    assert!(disposition.starts_with("attachment"), "{disposition}");
+    assert!(disposition.contains(".csv"), "{disposition}");
+    let csv = text_of(&csv);
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("time_utc,user,kind,sentence,changes"));
+    let row = lines.next().expect("a maintenance row");
+    assert!(row.contains(",operator,maintenance,\"operator put the gateway into maintenance (suspended): PLC firmware update, line 3, back at 2030-01-01 14:30 UTC\","), "{row}");
+    assert_eq!(lines.next(), None, "only the maintenance entry: {csv}");
+    let (_, csv, _) = f.call(page("/audit.csv?kind=configuration", &b)).await;
+    let csv = text_of(&csv);
+    assert!(csv.contains("server.max_session_count: "), "{csv}");
+    assert!(csv.contains("server.max_session_count: 41 -> 42"), "{csv}");
+
+    // Admin only, like /audit.
+    let ob = browser(&f, "operator").await;
+    let (s, _, _) = f.call(page("/audit.csv", &ob)).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _, h) = f.call(get("/audit.csv", None)).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert!(h[header::LOCATION].to_str().unwrap().starts_with("/login"));
+
+    // REST carries the sentence too.
+    let (s, entries, _) = f
+        .call(get("/api/v1/audit?actor=operator", Some(&admin)))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let e = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["group"] == "maintenance")
+        .expect("the maintenance entry");
+    assert_eq!(
+        e["sentence"],
+        "operator put the gateway into maintenance (suspended): PLC firmware update, line 3, \
+         back at 2030-01-01 14:30 UTC"
+    );
+    f.stop().await;
+}

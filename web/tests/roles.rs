@@ -99,6 +99,7 @@ const ROLES: &[(&str, &str, &str)] = &[
     ("POST", "/users/remove", "admin"),
     ("GET", "/audit", "admin"),
     ("GET", "/partials/usage", "viewer"),
+    ("GET", "/audit.csv", "admin"),
     ("GET", "/fields", "viewer"),
     ("POST", "/fields", "operator"),
     ("GET", "/partials/fields", "viewer"),
@@ -111,6 +112,7 @@ const ROLES: &[(&str, &str, &str)] = &[
     ("POST", "/sessions/close", "operator"),
     ("GET", "/static/htmx.min.js", "none"),
     ("GET", "/static/console.css", "none"),
+    ("GET", "/static/console.js", "none"),
 ];
 
 /// A route's path with its parameters filled in.

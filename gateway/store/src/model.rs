@@ -156,3 +156,32 @@ pub struct ChangeLogEntry {
     /// never sees it).
     pub scope: Scope,
 }
+
+/// Which change-log entries [`crate::Store::change_log_filtered`] returns:
+/// every condition that is set must hold. Built by the console's audit
+/// page, its CSV export and the REST audit trail.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogFilter {
+    /// Only this actor's entries (exact name).
+    pub actor: Option<String>,
+    /// Only kinds starting with one of these (compared as plain text, so
+    /// `_` and `%` are not wildcards); empty: every kind.
+    pub kind_prefixes: Vec<String>,
+    /// Only entries made at or after this time.
+    pub from: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only entries made before this time.
+    pub to: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only entries with a smaller sequence number (paging newest first).
+    pub before_seq: Option<i64>,
+    /// Only entries with a larger sequence number (paging oldest first).
+    pub after_seq: Option<i64>,
+}
+
+/// The order [`crate::Store::change_log_filtered`] returns entries in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogOrder {
+    /// Ascending sequence numbers.
+    OldestFirst,
+    /// Descending sequence numbers.
+    NewestFirst,
+}

@@ -571,3 +571,106 @@ async fn concurrent_writers_all_succeed() {
     }
     assert_eq!(log_len(&store).await, 80);
 }
+
+#[tokio::test]
+async fn the_filtered_change_log_matches_actor_kind_time_and_sequence_in_sql() {
+    use chrono::{TimeZone, Utc};
+    use uagate_store::{LocalChange, LogFilter, LogOrder, Proposal};
+    let (_dir, _path, store) = open_temp().await;
+    let at = |h: u32, m: u32| Utc.with_ymd_and_hms(2025, 3, 1, h, m, 0).unwrap();
+    let event = |kind: &str| LocalChange::Event {
+        kind: kind.to_string(),
+        payload: "{}".to_string(),
+    };
+    for (actor, kind, when) in [
+        ("alice", "event.field_failover", at(8, 0)),
+        ("bob", "event.fieldXfailover", at(9, 0)),
+        ("alice", "event.session_close", at(10, 0)),
+        ("bob", "event.field_reconnect", at(11, 0)),
+        ("alice", "event.service_level", at(12, 0)),
+    ] {
+        store
+            .apply(Proposal::new(actor, when, event(kind)))
+            .await
+            .unwrap();
+    }
+    let kinds = |entries: Vec<uagate_store::ChangeLogEntry>| -> Vec<String> {
+        entries.into_iter().map(|e| e.kind).collect()
+    };
+    let all = store
+        .change_log_filtered(&LogFilter::default(), LogOrder::NewestFirst, 100)
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 5);
+    assert!(all.windows(2).all(|w| w[0].seq > w[1].seq), "newest first");
+
+    // `_` in a prefix is a plain character, not a LIKE wildcard.
+    let filter = LogFilter {
+        kind_prefixes: vec!["event.field_".into()],
+        ..LogFilter::default()
+    };
+    assert_eq!(
+        kinds(
+            store
+                .change_log_filtered(&filter, LogOrder::OldestFirst, 100)
+                .await
+                .unwrap()
+        ),
+        ["event.field_failover", "event.field_reconnect"]
+    );
+    // Several prefixes, one actor.
+    let filter = LogFilter {
+        actor: Some("alice".into()),
+        kind_prefixes: vec!["event.field_".into(), "event.service".into()],
+        ..LogFilter::default()
+    };
+    assert_eq!(
+        kinds(
+            store
+                .change_log_filtered(&filter, LogOrder::NewestFirst, 100)
+                .await
+                .unwrap()
+        ),
+        ["event.service_level", "event.field_failover"]
+    );
+    // From inclusive, to exclusive.
+    let filter = LogFilter {
+        from: Some(at(9, 0)),
+        to: Some(at(11, 0)),
+        ..LogFilter::default()
+    };
+    assert_eq!(
+        kinds(
+            store
+                .change_log_filtered(&filter, LogOrder::OldestFirst, 100)
+                .await
+                .unwrap()
+        ),
+        ["event.fieldXfailover", "event.session_close"]
+    );
+    // Paging by sequence number in both directions, and the limit.
+    let filter = LogFilter {
+        before_seq: Some(all[1].seq),
+        ..LogFilter::default()
+    };
+    let older = store
+        .change_log_filtered(&filter, LogOrder::NewestFirst, 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds(older),
+        ["event.session_close", "event.fieldXfailover"]
+    );
+    let filter = LogFilter {
+        after_seq: Some(all[2].seq),
+        ..LogFilter::default()
+    };
+    let newer = store
+        .change_log_filtered(&filter, LogOrder::OldestFirst, 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds(newer),
+        ["event.field_reconnect", "event.service_level"]
+    );
+}

@@ -1,5 +1,6 @@
 //! The console's static files: htmx (vendored from the npm package
-//! htmx.org) and the style sheet, compiled into the binary.
+//! htmx.org), the style sheet and the console's own small script,
+//! compiled into the binary.
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -8,6 +9,15 @@ use axum::response::{IntoResponse, Response};
 pub async fn htmx() -> Response {
     static_asset(
         include_bytes!("../../../static/htmx.min.js"),
+        "text/javascript",
+    )
+}
+
+/// `GET /static/console.js`: shows the UTC times the pages write in the
+/// browser's time zone (see `static/console.js`).
+pub async fn script() -> Response {
+    static_asset(
+        include_bytes!("../../../static/console.js"),
         "text/javascript",
     )
 }
