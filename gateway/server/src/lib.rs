@@ -422,7 +422,7 @@ async fn housekeeping(engine: Arc<Engine>, cancel: CancellationToken) {
                 engine.expire_sessions();
                 engine.sync_field_demand();
                 engine.update_service_level();
-                if n % every == 0 {
+                if n.is_multiple_of(every) {
                     engine.take_sample();
                 }
                 n += 1;

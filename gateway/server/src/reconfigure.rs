@@ -80,22 +80,16 @@ pub fn classify_change(old: &Config, new: &Config) -> Result<ChangeReport, PlanE
     for setting in changed {
         let isolation = setting == "isolation" || setting.starts_with("isolation.");
         let field = setting == "field_servers" || setting.starts_with("field_servers.");
-        if field || isolation && !isolation_restart.iter().any(|r| covers(r, &setting)) {
+        // When the plan names any isolation change that needs a restart
+        // (some of its names are groups, not settings), every changed
+        // isolation setting waits with it.
+        if field || isolation && isolation_restart.is_empty() {
             report.live.push(setting);
         } else {
             report.restart.push(setting);
         }
     }
     Ok(report)
-}
-
-/// Whether restart-required setting `r` (as the plan names it) covers the
-/// changed setting `changed` (as the document diff names it).
-fn covers(r: &str, changed: &str) -> bool {
-    changed == r
-        || changed.starts_with(&format!("{r}."))
-        || r.starts_with(&format!("{changed}."))
-        || r.starts_with(&format!("{changed}["))
 }
 
 /// Collects the dotted names of settings that differ. Tables are compared
@@ -302,6 +296,28 @@ mod tests {
         assert!(!r.applies_live(), "{r:?}");
         assert!(
             r.restart.contains(&"server.max_session_count".to_string()),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn a_stage_capacity_needs_a_restart_even_with_live_changes_beside_it() {
+        let old = config("");
+        let mut new = old.clone();
+        new.isolation.trusted_owners[0].weight = 7;
+        new.isolation.stages.push(
+            uagate_config::Config::from_toml(
+                "[[isolation.stages]]\nstage = \"request_execution\"\ncapacity = 24\n",
+            )
+            .unwrap_or_else(|e| panic!("{e}"))
+            .isolation
+            .stages
+            .remove(0),
+        );
+        let r = classify_change(&old, &new).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!r.applies_live(), "{r:?}");
+        assert!(
+            r.restart.iter().any(|s| s.starts_with("isolation.stages")),
             "{r:?}"
         );
     }

@@ -330,7 +330,7 @@ async fn render_with_error(
     };
     let (chrome, status) = Chrome::with_error(who, "Limits", "/limits", None, Some(error));
     let t = LimitsPage {
-        usage: super::usage::usage(&state),
+        usage: super::usage::usage(state),
         chrome_admin: who.can(Role::Admin),
         chrome,
         modes: MODES,
