@@ -53,5 +53,42 @@
   });
   document.addEventListener("htmx:afterSwap", function (e) {
     rewrite(e.target);
+    limitsHints();
+  });
+  // Limits page: the plan preview's error goes next to the input it names, the placeholders
+  // follow the capacity as typed, and the notice of the last change goes once the form changes.
+  function limitsHints() {
+    var form = document.getElementById("limits-form");
+    if (!form) return;
+    form.querySelectorAll(".field-error.plan").forEach(function (s) { s.remove(); });
+    form.querySelectorAll("[aria-invalid]").forEach(function (i) { i.removeAttribute("aria-invalid"); });
+    var error = document.getElementById("plan-error");
+    var at = error && error.getAttribute("data-input");
+    var input = at && form.querySelector('[name="' + at.replace(/"/g, "") + '"]');
+    if (input) {
+      var span = document.createElement("span");
+      span.className = "field-error plan";
+      span.setAttribute("role", "alert");
+      span.textContent = error.textContent;
+      input.setAttribute("aria-invalid", "true");
+      input.insertAdjacentElement("afterend", span);
+    }
+    var hints = document.getElementById("plan-hints");
+    var raw = hints && hints.getAttribute("data-placeholders");
+    if (raw) {
+      try {
+        var map = JSON.parse(raw);
+        Object.keys(map).forEach(function (name) {
+          var i = form.querySelector('[name="' + name + '"]');
+          if (i) i.setAttribute("placeholder", map[name]);
+        });
+      } catch (err) { /* no hints */ }
+    }
+  }
+  document.addEventListener("input", function (e) {
+    if (e.target && e.target.closest && e.target.closest("#limits-form")) {
+      var n = document.getElementById("notice");
+      if (n) n.remove();
+    }
   });
 })();

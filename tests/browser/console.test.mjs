@@ -167,15 +167,25 @@ test("the console end to end", async (t) => {
     const beforeLine = await planLine();
     assert.ok(beforeLine, "the plan lists RequestExecution");
     const input = page.locator("input[name='request_execution.capacity']");
+    const ownerLimit = page.locator("input[name='request_execution.owner_hard_limit']");
+    const placeholderBefore = await ownerLimit.getAttribute("placeholder");
     await input.fill("24");
     await page.waitForFunction(() =>
       (document.querySelector("#plan-lines")?.textContent || "").split("\n").some((l) => l.startsWith("RequestExecution") && /\b24\b/.test(l)),
     );
     assert.notEqual(await planLine(), beforeLine);
+    // What an empty field means follows the capacity as typed.
+    await page.waitForFunction(
+      (before) => document.querySelector("input[name='request_execution.owner_hard_limit']").placeholder !== before,
+      placeholderBefore,
+    );
     assert.equal(await page.isEnabled("#apply"), true);
     await input.fill("lots");
     await page.waitForSelector("#plan-error");
     assert.match(await page.textContent("#plan-error"), /isolation\.stages\.request_execution\.capacity/);
+    // ... and next to the field that causes it.
+    await page.waitForSelector("td:has(input[name='request_execution.capacity']) .field-error");
+    assert.equal(await input.getAttribute("aria-invalid"), "true");
     assert.equal(await page.isDisabled("#apply"), true);
     await shot(page, "03-limits-invalid");
     await input.fill("24");
@@ -186,7 +196,12 @@ test("the console end to end", async (t) => {
     // (it used to claim "applied live" while the gateway refused it).
     assert.match(await notice(page), /takes effect at the next restart: isolation\.stages/);
     assert.equal(await page.inputValue("input[name='request_execution.capacity']"), "24");
+    assert.equal(await page.$("td .field-error"), null, "no stale error");
     await shot(page, "04-limits-applied");
+    // The notice of that change goes as soon as the form changes again.
+    await input.fill("25");
+    assert.equal(await page.$("#notice"), null);
+    await input.fill("24");
   });
 
   await t.test("a trusted owner with an ingress rule", async () => {

@@ -167,6 +167,11 @@ test("every page, the dashboard charts and the maintenance banner", async (t) =>
     assert.match(await page.textContent("#fields-up"), /1 of 1 up/);
     await page.goto("/limits");
     assert.ok(await page.$("#usage table.usage, table#usage"), "usage on the Limits page");
+    // A favicon in the tab.
+    assert.equal(await page.getAttribute("link[rel=icon]", "href"), "/static/favicon.svg");
+    const icon = await page.request.get("/favicon.ico");
+    assert.equal(icon.status(), 200);
+    assert.match(icon.headers()["content-type"], /image\/svg\+xml/);
   });
 
   await t.test("every page at both widths", async () => {

@@ -293,6 +293,8 @@ pub fn table() -> Vec<Route> {
         page(GET, "/static/htmx.min.js", PUBLIC, assets::htmx),
         page(GET, "/static/console.css", PUBLIC, assets::css),
         page(GET, "/static/console.js", PUBLIC, assets::script),
+        page(GET, "/static/favicon.svg", PUBLIC, assets::favicon),
+        page(GET, "/favicon.ico", PUBLIC, assets::favicon),
     ]
 }
 

@@ -112,6 +112,8 @@ const ROLES: &[(&str, &str, &str)] = &[
     ("POST", "/sessions/close", "operator"),
     ("GET", "/static/htmx.min.js", "none"),
     ("GET", "/static/console.css", "none"),
+    ("GET", "/static/favicon.svg", "none"),
+    ("GET", "/favicon.ico", "none"),
     ("GET", "/static/console.js", "none"),
 ];
 

@@ -22,6 +22,15 @@ pub async fn script() -> Response {
     )
 }
 
+/// `GET /static/favicon.svg` and `GET /favicon.ico`: the console's icon
+/// in the browser tab (SVG; browsers take it under either name).
+pub async fn favicon() -> Response {
+    static_asset(
+        include_bytes!("../../../static/favicon.svg"),
+        "image/svg+xml",
+    )
+}
+
 /// `GET /static/console.css`.
 pub async fn css() -> Response {
     static_asset(include_bytes!("../../../static/console.css"), "text/css")

@@ -5,10 +5,10 @@
 use std::fmt::Write as _;
 
 /// Chart size in SVG units (it scales with the page).
-const W: f64 = 600.0;
+const W: f64 = 360.0;
 const H: f64 = 150.0;
 /// Left margin for the axis labels, bottom margin for the time labels.
-const LEFT: f64 = 44.0;
+const LEFT: f64 = 36.0;
 const BOTTOM: f64 = 18.0;
 
 /// Line colours, one per series (colour-blind safe palette).
@@ -66,7 +66,7 @@ pub fn line_chart(
     let mut svg = String::new();
     let _ = write!(
         svg,
-        r#"<svg class="chart" viewBox="0 0 {W} {H}" role="img" aria-label="{}: {}" preserveAspectRatio="none">"#,
+        r#"<svg class="chart" viewBox="0 0 {W} {H}" role="img" aria-label="{}: {}">"#,
         escape(title),
         escape(&latest.join(", "))
     );
@@ -84,8 +84,10 @@ pub fn line_chart(
     }
     let _ = write!(
         svg,
-        r#"<text x="{LEFT}" y="{H}" class="axis">{}</text><text x="{W}" y="{H}" text-anchor="end" class="axis">now</text>"#,
-        escape(&ago(at))
+        r#"<text x="{LEFT}" y="{:.1}" class="axis">{}</text><text x="{W}" y="{:.1}" text-anchor="end" class="axis">now</text>"#,
+        H - 3.0,
+        escape(&ago(at)),
+        H - 3.0
     );
     for (k, s) in series.iter().enumerate() {
         let colour = COLOURS[k % COLOURS.len()];

@@ -182,21 +182,83 @@ const MODE_VALUES: [IsolationMode; 4] = [
 pub struct Preview {
     lines: Vec<String>,
     error: Option<String>,
+    /// The form input the error is about (shown next to it), if known.
+    error_input: String,
+    /// The placeholders that follow the form's values (JSON object: input
+    /// name → what an empty field means now), for the page's script.
+    placeholders: String,
     /// Also swap the Apply button (enabled only for a valid plan).
     oob: bool,
 }
 
+/// The limits form input a setting is edited in
+/// (`isolation.stages.request_execution.capacity` → `request_execution.capacity`).
+fn input_of(setting: &str) -> String {
+    setting
+        .strip_prefix("isolation.stages.")
+        .or_else(|| setting.strip_prefix("isolation."))
+        .unwrap_or(setting)
+        .to_string()
+}
+
+/// What each empty stage field means for the candidate document: the
+/// profile's capacity, and the reserves and owner limit the plan derives
+/// from the capacity as typed.
+fn placeholders(candidate: &Config) -> String {
+    let profile = stage_defaults(candidate);
+    let mut with_capacities = candidate.clone();
+    for o in &mut with_capacities.isolation.stages {
+        o.bootstrap_reserved = None;
+        o.reconnect_reserved = None;
+        o.control_reserved = None;
+        o.owner_hard_limit = None;
+    }
+    let plan = uagate_isolation::plan::Plan::build(&with_capacities).ok();
+    let mut map = serde_json::Map::new();
+    for (stage, defaults) in Stage::ALL.iter().zip(profile) {
+        let derived = plan
+            .as_ref()
+            .and_then(|p| p.stages().iter().find(|s| s.stage == *stage))
+            .map(|s| [s.bootstrap, s.reconnect, s.control, s.owner_limit]);
+        map.insert(
+            format!("{}.capacity", stage.key()),
+            defaults[0].clone().into(),
+        );
+        for (i, field) in [
+            "bootstrap_reserved",
+            "reconnect_reserved",
+            "control_reserved",
+            "owner_hard_limit",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let v = derived.map_or_else(|| defaults[i + 1].clone(), |d| d[i].to_string());
+            map.insert(format!("{}.{field}", stage.key()), v.into());
+        }
+    }
+    serde_json::Value::Object(map).to_string()
+}
+
 impl Preview {
     fn of(config: Result<Config, ApiError>, oob: bool) -> Preview {
+        let hints = config.as_ref().map(placeholders).unwrap_or_default();
         match config.and_then(|c| ops::check_config(&c)) {
             Ok(plan) => Preview {
                 lines: ops::plan_view(&plan).into_iter().map(|s| s.line).collect(),
                 error: None,
+                error_input: String::new(),
+                placeholders: hints,
                 oob,
             },
             Err(e) => Preview {
                 lines: Vec::new(),
+                error_input: match &e {
+                    ApiError::Invalid { field: Some(f), .. } => input_of(f),
+                    _ => String::new(),
+                },
                 error: Some(e.to_string()),
+                placeholders: hints,
                 oob,
             },
         }
@@ -324,6 +386,8 @@ async fn render_with_error(
             Preview {
                 lines: Vec::new(),
                 error: None,
+                error_input: String::new(),
+                placeholders: String::new(),
                 oob: false,
             },
         ),
@@ -338,4 +402,48 @@ async fn render_with_error(
         preview,
     };
     page(&t, status)
+}
+
+#[cfg(test)]
+mod input_tests {
+    use super::*;
+
+    #[test]
+    fn errors_point_at_their_input_and_placeholders_follow_the_capacity() {
+        assert_eq!(
+            input_of("isolation.stages.request_execution.capacity"),
+            "request_execution.capacity"
+        );
+        assert_eq!(input_of("isolation.default_weight"), "default_weight");
+        let base = Config::default();
+        let before: serde_json::Value =
+            serde_json::from_str(&placeholders(&base)).unwrap_or_default();
+        let mut bigger = base.clone();
+        let halved = before["request_execution.capacity"]
+            .as_str()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(10)
+            / 2;
+        bigger.isolation.stages.push(uagate_config::StageOverride {
+            stage: Stage::RequestExecution,
+            capacity: Some(halved),
+            bootstrap_reserved: None,
+            reconnect_reserved: None,
+            control_reserved: None,
+            owner_hard_limit: None,
+        });
+        let after: serde_json::Value =
+            serde_json::from_str(&placeholders(&bigger)).unwrap_or_default();
+        // The capacity's placeholder stays the profile's; what derives from
+        // it follows the typed capacity.
+        assert_eq!(
+            after["request_execution.capacity"],
+            before["request_execution.capacity"]
+        );
+        assert_ne!(
+            after["request_execution.owner_hard_limit"],
+            before["request_execution.owner_hard_limit"],
+            "{before} {after}"
+        );
+    }
 }
