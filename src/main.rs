@@ -733,9 +733,20 @@ async fn run() -> Result<()> {
             // data directory, nor the next demo.
             let data = rebuild_demo_dir(&cli.data)?;
             let store = open_store(&data).await?;
+            // The gateway's certificate first, so that its simulators trust
+            // it from the start (and it theirs, below): the demo's parts
+            // know each other without warnings about unknown certificates.
+            let gateway_cert = uagate_server::prepare_instance_certificate(
+                &Config::from_toml(&format!("[listen]\nopc_tcp = \"{listen}\"\n{DEMO_CONFIG}"))?,
+                &data,
+            )?;
             // Two simulated field servers forming a hot redundant pair.
             let mut sims = Vec::new();
             for name in ["a", "b"] {
+                uagate_server::pki::place_trusted(
+                    &data.join(format!("sim-pki-{name}")),
+                    &gateway_cert,
+                )?;
                 let sim = uagate_sim::start(uagate_sim::SimConfig {
                     listen: ([127, 0, 0, 1], 0).into(),
                     pki_dir: data.join(format!("sim-pki-{name}")),
@@ -749,6 +760,7 @@ async fn run() -> Result<()> {
                 let cert = std::fs::read(data.join(format!("sim-pki-{name}/own/cert.der")))
                     .context("cannot read the simulator certificate")?;
                 store.trust_add(CLI_ACTOR, &cert, CertKind::Trusted).await?;
+                uagate_server::pki::place_trusted(&data.join("pki"), &cert)?;
                 sims.push(sim);
             }
             let mut text = format!("[listen]\nopc_tcp = \"{listen}\"\n{DEMO_CONFIG}");

@@ -257,6 +257,34 @@ fn local_space(config: &Config, application_uri: &str, hostname: &str) -> LocalS
     space
 }
 
+/// Creates the application instance certificate `start` would create for
+/// `config` in `data_dir` (or loads the one there) and returns it (DER),
+/// before the gateway starts: `uagate demo` places it in its simulators'
+/// trust lists first. `start` then finds and uses it (same names: the
+/// listen address's IP, the host name, localhost).
+pub fn prepare_instance_certificate(
+    config: &Config,
+    data_dir: &Path,
+) -> Result<Vec<u8>, StartError> {
+    let addr = config.listen.opc_tcp;
+    let hostname = host_name();
+    let host = match &config.listen.public_host {
+        Some(h) => h.clone(),
+        None if addr.ip().is_unspecified() => hostname.clone(),
+        None => addr.ip().to_string(),
+    };
+    let identity = pki::load_or_create(
+        data_dir,
+        &config.server.application_name,
+        &application_uri(config, &hostname),
+        &certificate_hosts(&hostname, &host, addr),
+    )?;
+    identity
+        .cert
+        .to_der()
+        .map_err(|e| StartError::DataDir(e.to_string()))
+}
+
 /// Starts the gateway: binds the listeners, loads or creates the instance
 /// certificate in `data_dir`, and spawns the accept loop and housekeeping.
 pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gateway, StartError> {

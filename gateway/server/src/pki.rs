@@ -67,6 +67,21 @@ pub fn load_or_create(
     })
 }
 
+/// Puts `der` into the trusted directory of the PKI at `pki_dir` under the
+/// name the OPC UA certificate store looks it up by, so that the store
+/// trusts it without first storing it as an unknown certificate (and
+/// warning about it). Used by `uagate demo` for its own simulators and
+/// gateway, which trust each other by construction.
+pub fn place_trusted(pki_dir: &Path, der: &[u8]) -> Result<(), StartError> {
+    let cert = X509::from_der(der).map_err(|e| StartError::DataDir(e.to_string()))?;
+    let store = CertificateStore::new(pki_dir);
+    let dir = store.trusted_certs_dir();
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| StartError::DataDir(format!("{}: {e}", dir.display())))?;
+    let path = dir.join(CertificateStore::cert_file_name(&cert));
+    std::fs::write(&path, der).map_err(|e| StartError::DataDir(format!("{}: {e}", path.display())))
+}
+
 /// Sets the Unix permission bits of a key file or directory.
 #[cfg(unix)]
 fn restrict(path: &Path, mode: u32) -> Result<(), StartError> {

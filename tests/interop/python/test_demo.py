@@ -58,6 +58,11 @@ async def test_demo_mounts_a_live_hot_pair(target: ServerTarget) -> None:
             assert await counter.read_value() != first, "the demo's values are live"
         finally:
             await client.disconnect()
+    # The demo's parts trust each other by construction: its start-up warns about nothing
+    # (no unknown certificates stored, no missing endpoints, no redundancy mismatch).
+    log = re.sub(r"\x1b\[[0-9;]*m", "", target.log_path.read_text(errors="replace"))
+    warnings = [line for line in log.splitlines() if " WARN " in line or " ERROR " in line]
+    assert warnings == [], "\n".join(warnings)
 
 
 def demo_box(target: ServerTarget) -> str:
