@@ -64,6 +64,7 @@ if ! step setup 20m bash scripts/test-setup.sh || ! step build 45m "${build[@]}"
   exit 1
 fi
 
+step build-reuse 10m bash scripts/check-build-reuse.sh
 step rust 30m "${tests[@]}"
 
 if [ "$UAGATE_INTEROP_TARGET" = "uagate" ] && [ ! -x "$UAGATE_BIN" ]; then

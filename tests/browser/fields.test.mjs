@@ -11,15 +11,10 @@ import path from "node:path";
 import readline from "node:readline";
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 
 import { chromium } from "playwright-core";
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const ROOT = path.resolve(HERE, "..", "..");
-const UAGATE_BIN = process.env.UAGATE_BIN || path.join(ROOT, "target", "debug", "uagate");
-const CHROMIUM = process.env.UAGATE_CHROMIUM || "/usr/bin/chromium";
-const OUT = process.env.UAGATE_TEST_OUTPUT || path.join(ROOT, "target", "test-output", "browser");
+import { CHROMIUM, OUT, UAGATE_BIN, overflow, shot, stop, timeout as within } from "./common.mjs";
 const STEP_MS = 15_000;
 const ADMIN = ["flo", "flo-console-pass-1"];
 
@@ -41,8 +36,7 @@ function run(cmd, args) {
   });
 }
 
-const timeout = (ms, what) =>
-  new Promise((_, rej) => setTimeout(() => rej(new Error(`${what} within ${ms} ms\n${log}`)), ms).unref());
+const timeout = (ms, what) => within(ms, what, () => log);
 
 /** The first `n` stdout lines of `proc`. */
 function firstLines(proc, n, what) {
@@ -89,30 +83,16 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
-  for (const p of [gateway, sim]) {
-    if (p && p.exitCode === null) {
-      p.kill("SIGTERM");
-      await Promise.race([new Promise((r) => p.on("exit", r)), new Promise((r) => setTimeout(r, 10_000).unref())]);
-      if (p.exitCode === null) p.kill("SIGKILL");
-    }
-  }
+  await stop(gateway);
+  await stop(sim);
   if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
 });
-
-async function shot(page, name) {
-  await page.screenshot({ path: path.join(OUT, `${name}.png`), fullPage: true });
-}
 
 async function notice(page) {
   await page.waitForSelector("#notice, #error");
   const error = await page.$("#error");
   if (error) assert.fail(`the console refused: ${await error.textContent()}`);
   return page.textContent("#notice");
-}
-
-/** Whether the page is wider than the window (a horizontal scroll bar). */
-async function overflows(page) {
-  return page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth + 1);
 }
 
 test("field connections: a structured form, tested, trusted and applied live", async (t) => {
@@ -210,13 +190,7 @@ test("field connections: a structured form, tested, trusted and applied live", a
     const p = await narrow.newPage();
     await p.goto("/fields?edit=press1#field-editor");
     await shot(p, "23-fields-390");
-    const wide = await p.evaluate(() =>
-      [...document.querySelectorAll("body *")]
-        .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1)
-        .slice(0, 5)
-        .map((e) => `${e.tagName}#${e.id}.${e.className} right=${Math.round(e.getBoundingClientRect().right)}`),
-    );
-    assert.equal(await overflows(p), false, `no horizontal overflow at 390 px: ${wide.join("; ")}`);
+    assert.deepEqual(await overflow(p), [], "no horizontal overflow at 390 px");
     const box = await p.locator("#f-url0").boundingBox();
     assert.ok(box && box.x >= 0 && box.x + box.width <= 390, `URL input inside the screen: ${JSON.stringify(box)}`);
     await shot(p, "23-fields-390");

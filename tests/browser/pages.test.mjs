@@ -11,15 +11,10 @@ import path from "node:path";
 import readline from "node:readline";
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 
 import { chromium } from "playwright-core";
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const ROOT = path.resolve(HERE, "..", "..");
-const UAGATE_BIN = process.env.UAGATE_BIN || path.join(ROOT, "target", "debug", "uagate");
-const CHROMIUM = process.env.UAGATE_CHROMIUM || "/usr/bin/chromium";
-const OUT = process.env.UAGATE_TEST_OUTPUT || path.join(ROOT, "target", "test-output", "browser");
+import { CHROMIUM, OUT, UAGATE_BIN, overflow, shot, stop, timeout as within } from "./common.mjs";
 const STEP_MS = 15_000;
 const ADMIN = ["pia", "pia-console-pass-1"];
 const PAGES = [
@@ -43,8 +38,7 @@ let setup_code;
 let browser;
 let log = "";
 
-const timeout = (ms, what) =>
-  new Promise((_, rej) => setTimeout(() => rej(new Error(`${what} within ${ms} ms\n${log}`)), ms).unref());
+const timeout = (ms, what) => within(ms, what, () => log);
 
 before(async () => {
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), "uagate-pages-"));
@@ -80,28 +74,9 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
-  if (demo && demo.exitCode === null) {
-    demo.kill("SIGTERM");
-    await Promise.race([new Promise((r) => demo.on("exit", r)), new Promise((r) => setTimeout(r, 10_000).unref())]);
-    if (demo.exitCode === null) demo.kill("SIGKILL");
-  }
+  await stop(demo);
   if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
 });
-
-async function shot(page, name) {
-  await page.screenshot({ path: path.join(OUT, `${name}.png`), fullPage: true });
-}
-
-/** Elements sticking out of the window on the right (what makes a page scroll sideways). */
-async function overflow(page) {
-  return page.evaluate(() => {
-    if (document.documentElement.scrollWidth <= window.innerWidth + 1) return [];
-    return [...document.querySelectorAll("body *")]
-      .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1)
-      .slice(0, 4)
-      .map((e) => `${e.tagName.toLowerCase()}#${e.id}.${e.className}`);
-  });
-}
 
 /** Screenshots of every page at both widths; fails on sideways scrolling at 390 px. */
 async function everyPage(context, narrowContext, suffix, check) {

@@ -9,7 +9,7 @@ mod fieldkit;
 use std::time::{Duration, Instant};
 
 use common::{bounded, TestGateway};
-use fieldkit::{connect, ns_of, start_sim, subscribe, wait_active_on};
+use fieldkit::{connect, field_toml, ns_of, start_sim, subscribe, wait_active_on, wait_connected};
 use opcua_client::DataChangeCallback;
 use opcua_types::{
     BrowseDescription, BrowseDirection, BrowsePath, BrowseResultMask, CallMethodRequest, DataValue,
@@ -18,30 +18,6 @@ use opcua_types::{
 };
 use tokio::sync::mpsc;
 use uagate_sim::SimConfig;
-
-fn field_toml(name: &str, redundancy: &str, urls: &[&str]) -> String {
-    let eps: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
-    format!(
-        "[[field_servers]]\nname = \"{name}\"\nendpoints = [{}]\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\nredundancy = \"{redundancy}\"\nkeep_alive_interval = \"200ms\"\nrequest_timeout = \"3s\"\n[field_servers.reconnect]\ninitial_delay = \"200ms\"\nmax_delay = \"1s\"\n",
-        eps.join(", ")
-    )
-}
-
-async fn wait_connected(gw: &TestGateway, name: &str) {
-    let t0 = Instant::now();
-    loop {
-        if let Some(st) = gw.engine().field_status(name) {
-            if st.state == uagate_field::ConnState::Connected {
-                return;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(15),
-                "field {name} not connected: {st:?}"
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test]
 async fn read_write_browse_call_translate_through_the_mount() {

@@ -12,7 +12,9 @@ mod fieldkit;
 use std::time::{Duration, Instant};
 
 use common::{bounded, TestGateway};
-use fieldkit::{connect, sim_ns_of_mount, sim_summary, start_sim, subscribe};
+use fieldkit::{
+    connect, field_toml, sim_ns_of_mount, sim_summary, start_sim, subscribe, wait_connected,
+};
 use opcua_types::{
     BrowseDescription, BrowseDirection, BrowseResultMask, DataValue, NodeClassMask, NodeId,
     ObjectId, StatusCode, VariableId,
@@ -20,34 +22,10 @@ use opcua_types::{
 use tokio::sync::mpsc;
 use uagate_server::{ReconfigureStatus, CONFIG_KEY};
 
-fn field_toml(name: &str, redundancy: &str, urls: &[&str]) -> String {
-    let eps: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
-    format!(
-        "[[field_servers]]\nname = \"{name}\"\nendpoints = [{}]\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\nredundancy = \"{redundancy}\"\nkeep_alive_interval = \"200ms\"\nrequest_timeout = \"3s\"\n[field_servers.reconnect]\ninitial_delay = \"200ms\"\nmax_delay = \"1s\"\n",
-        eps.join(", ")
-    )
-}
-
 /// One `[[field_servers]]` entry as the configuration type.
 fn entry(name: &str, redundancy: &str, urls: &[&str]) -> uagate_config::FieldServer {
     let c = uagate_config::Config::from_toml(&field_toml(name, redundancy, urls)).unwrap();
     c.field_servers.into_iter().next().unwrap()
-}
-
-async fn wait_connected(gw: &TestGateway, name: &str) {
-    bounded("field connected", async {
-        loop {
-            if gw
-                .engine()
-                .field_status(name)
-                .is_some_and(|st| st.state == uagate_field::ConnState::Connected)
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
 }
 
 /// The values that arrive within `window`.
@@ -283,11 +261,13 @@ async fn a_field_connection_that_cannot_be_mounted_changes_nothing() {
     let gw = TestGateway::start(&field_toml("line1", "none", &[&sim.endpoint_url])).await;
     wait_connected(&gw, "line1").await;
     let before = gw.engine().applied_config();
-    // "Gateway" is taken under Objects by the gateway's own folder.
+    // "Gateway" is taken under Objects by the gateway's own folder (the
+    // configuration's validation refuses it too; the engine must hold
+    // even without that).
     let mut config = before.clone();
-    config
-        .field_servers
-        .push(entry("Gateway", "none", &[&sim.endpoint_url]));
+    let mut taken = entry("line2", "none", &[&sim.endpoint_url]);
+    taken.name = "Gateway".into();
+    config.field_servers.push(taken);
     config.isolation.default_weight += 1;
     let status = gw.engine().reconfigure(&config);
     assert!(

@@ -151,6 +151,16 @@ struct Shown {
     form_probe: Option<Vec<ops::ProbeView>>,
 }
 
+impl Shown {
+    /// The page after a refused request: the error above it.
+    fn failed(error: ApiError) -> Shown {
+        Shown {
+            error: Some(error),
+            ..Shown::default()
+        }
+    }
+}
+
 async fn render_fields(state: &WebState, who: &Authed, shown: Shown) -> Response {
     let config = match ops::stored_config(state).await {
         Ok(c) => c,
@@ -206,15 +216,7 @@ async fn render_fields(state: &WebState, who: &Authed, shown: Shown) -> Response
 /// How the page shows a form post the router refused for the caller's
 /// role: the page again, with the error above it.
 pub async fn refused(state: WebState, who: Authed, error: ApiError, _: Request) -> Response {
-    render_fields(
-        &state,
-        &who,
-        Shown {
-            error: Some(error),
-            ..Shown::default()
-        },
-    )
-    .await
+    render_fields(&state, &who, Shown::failed(error)).await
 }
 
 /// `GET /fields` query: `edit=<name>` opens the form on that entry.
@@ -376,17 +378,7 @@ pub async fn remove(
             "/fields",
             &format!("{} removed; it is unmounted now.", f.name),
         ),
-        Err(e) => {
-            render_fields(
-                &state,
-                &who,
-                Shown {
-                    error: Some(e),
-                    ..Shown::default()
-                },
-            )
-            .await
-        }
+        Err(e) => render_fields(&state, &who, Shown::failed(e)).await,
     }
 }
 
@@ -398,10 +390,7 @@ pub async fn test(State(state): State<WebState>, who: Authed, Form(f): Form<Name
             probe: Some((f.name, p)),
             ..Shown::default()
         },
-        Err(e) => Shown {
-            error: Some(e),
-            ..Shown::default()
-        },
+        Err(e) => Shown::failed(e),
     };
     render_fields(&state, &who, shown).await
 }
@@ -417,17 +406,7 @@ pub async fn reconnect(
             "/fields",
             &format!("Reconnect of {} started; see its recent events.", f.name),
         ),
-        Err(e) => {
-            render_fields(
-                &state,
-                &who,
-                Shown {
-                    error: Some(e),
-                    ..Shown::default()
-                },
-            )
-            .await
-        }
+        Err(e) => render_fields(&state, &who, Shown::failed(e)).await,
     }
 }
 
@@ -442,16 +421,6 @@ pub async fn failover(
             "/fields",
             &format!("Failover of {} requested; see its recent events.", f.name),
         ),
-        Err(e) => {
-            render_fields(
-                &state,
-                &who,
-                Shown {
-                    error: Some(e),
-                    ..Shown::default()
-                },
-            )
-            .await
-        }
+        Err(e) => render_fields(&state, &who, Shown::failed(e)).await,
     }
 }

@@ -247,3 +247,30 @@ pub async fn sim_ns_of_mount(session: &Session, name: &str) -> u16 {
     own.or(shared)
         .unwrap_or_else(|| panic!("no namespace for {name} in {uris:?}")) as u16
 }
+
+/// One `[[field_servers]]` entry (security None, quick keep-alive and
+/// reconnect) for the gateway's configuration.
+pub fn field_toml(name: &str, redundancy: &str, urls: &[&str]) -> String {
+    let eps: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
+    format!(
+        "[[field_servers]]\nname = \"{name}\"\nendpoints = [{}]\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\nredundancy = \"{redundancy}\"\nkeep_alive_interval = \"200ms\"\nrequest_timeout = \"3s\"\n[field_servers.reconnect]\ninitial_delay = \"200ms\"\nmax_delay = \"1s\"\n",
+        eps.join(", ")
+    )
+}
+
+/// Waits up to 15 s until field connection `name` is connected.
+pub async fn wait_connected(gw: &TestGateway, name: &str) {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = gw.engine().field_status(name) {
+            if st.state == uagate_field::ConnState::Connected {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "field {name} not connected: {st:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
