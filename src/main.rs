@@ -2,6 +2,8 @@
 //! The `uagate` binary: command-line parsing only; every command calls into
 //! the gateway crates.
 
+mod systemd;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -500,8 +502,25 @@ async fn serve(data: &Path, config: Config, store: Store, welcome: Option<Welcom
             setup_code: setup_code.as_deref(),
         });
     }
+    // Under systemd (Type=notify): ready now, and the watchdog fed while
+    // the gateway's housekeeping goes round.
+    systemd::ready(&format!(
+        "serving {} and {console_url}",
+        gateway.endpoint_url
+    ));
+    let watchdog = systemd::watchdog_period().map(|period| {
+        tokio::spawn(systemd::watchdog(
+            gateway.engine.clone(),
+            period,
+            gateway.cancel_token(),
+        ))
+    });
     wait_for_stop().await;
+    systemd::stopping();
     gateway.shutdown().await;
+    if let Some(w) = watchdog {
+        let _ = w.await;
+    }
     let _ = pair_task.await;
     pair.stop().await;
     let _ = console_task.await;

@@ -48,6 +48,9 @@ pub struct Engine {
     pub(crate) samples: parking_lot::Mutex<crate::samples::Samples>,
     /// When the gateway started (uptime).
     pub(crate) started: std::time::Instant,
+    /// Milliseconds after `started` of housekeeping's last round (the
+    /// service manager's watchdog is fed only while it goes round).
+    pub(crate) heartbeat_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Engine {
@@ -228,6 +231,22 @@ impl Engine {
     /// [`crate::samples`]).
     pub fn samples(&self) -> Vec<crate::samples::Sample> {
         self.samples.lock().all()
+    }
+
+    /// How long ago housekeeping last went round (once a second while the
+    /// gateway's runtime is healthy). The systemd watchdog is fed only
+    /// while this stays short, so a hung gateway is restarted.
+    pub fn heartbeat_age(&self) -> Duration {
+        let last =
+            Duration::from_millis(self.heartbeat_ms.load(std::sync::atomic::Ordering::Relaxed));
+        self.started.elapsed().saturating_sub(last)
+    }
+
+    /// Records a round of housekeeping (see [`Engine::heartbeat_age`]).
+    pub(crate) fn beat(&self) {
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.heartbeat_ms
+            .store(now, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// How long the gateway has been running.

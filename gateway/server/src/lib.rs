@@ -341,6 +341,7 @@ pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gate
         field_kit: Default::default(),
         samples: Default::default(),
         started: std::time::Instant::now(),
+        heartbeat_ms: Default::default(),
         config,
         store,
     });
@@ -450,6 +451,7 @@ async fn housekeeping(engine: Arc<Engine>, cancel: CancellationToken) {
                 engine.expire_sessions();
                 engine.sync_field_demand();
                 engine.update_service_level();
+                engine.beat();
                 if n.is_multiple_of(every) {
                     engine.take_sample();
                 }
