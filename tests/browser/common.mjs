@@ -39,3 +39,34 @@ export async function stop(proc) {
 export function timeout(ms, what, log = () => "") {
   return new Promise((_, rej) => setTimeout(() => rej(new Error(`${what} within ${ms} ms\n${log()}`)), ms).unref());
 }
+
+/** A 1366x768 browser context on `consoleUrl` and its page, logged in as the first
+ * administrator `[user, password]` made with the one-time `setupCode`. */
+export async function firstAdmin(browser, consoleUrl, setupCode, [user, password], stepMs) {
+  const context = await browser.newContext({
+    ignoreHTTPSErrors: true,
+    baseURL: consoleUrl,
+    viewport: { width: 1366, height: 768 },
+  });
+  context.setDefaultTimeout(stepMs);
+  const page = await context.newPage();
+  await page.goto("/setup");
+  await page.fill("input[name=code]", setupCode);
+  await page.fill("input[name=username]", user);
+  await page.fill("input[name=password]", password);
+  await page.click("button[type=submit]");
+  await page.waitForURL(consoleUrl);
+  return { context, page };
+}
+
+/** A 390 px wide context with the same login as `context` (a phone's view). */
+export async function narrowLike(browser, context, consoleUrl, stepMs) {
+  const narrow = await browser.newContext({
+    ignoreHTTPSErrors: true,
+    baseURL: consoleUrl,
+    viewport: { width: 390, height: 844 },
+    storageState: await context.storageState(),
+  });
+  narrow.setDefaultTimeout(stepMs);
+  return narrow;
+}

@@ -14,7 +14,7 @@ import assert from "node:assert/strict";
 
 import { chromium } from "playwright-core";
 
-import { CHROMIUM, OUT, UAGATE_BIN, overflow, shot, stop, timeout as within } from "./common.mjs";
+import { CHROMIUM, OUT, UAGATE_BIN, firstAdmin, narrowLike, overflow, shot, stop, timeout as within } from "./common.mjs";
 const STEP_MS = 15_000;
 const ADMIN = ["flo", "flo-console-pass-1"];
 
@@ -96,22 +96,7 @@ async function notice(page) {
 }
 
 test("field connections: a structured form, tested, trusted and applied live", async (t) => {
-  const context = await browser.newContext({
-    ignoreHTTPSErrors: true,
-    baseURL: console_url,
-    viewport: { width: 1366, height: 768 },
-  });
-  context.setDefaultTimeout(STEP_MS);
-  const page = await context.newPage();
-
-  await t.test("first administrator", async () => {
-    await page.goto("/setup");
-    await page.fill("input[name=code]", setup_code);
-    await page.fill("input[name=username]", ADMIN[0]);
-    await page.fill("input[name=password]", ADMIN[1]);
-    await page.click("button[type=submit]");
-    await page.waitForURL(console_url);
-  });
+  const { context, page } = await firstAdmin(browser, console_url, setup_code, ADMIN, STEP_MS);
 
   await t.test("test before saving shows the PLC's unknown certificate; one click trusts it", async () => {
     await page.goto("/fields");
@@ -181,12 +166,7 @@ test("field connections: a structured form, tested, trusted and applied live", a
   });
 
   await t.test("the page at 390 px: no horizontal scrolling, the form usable", async () => {
-    const narrow = await browser.newContext({
-      ignoreHTTPSErrors: true,
-      baseURL: console_url,
-      viewport: { width: 390, height: 844 },
-      storageState: await context.storageState(),
-    });
+    const narrow = await narrowLike(browser, context, console_url, STEP_MS);
     const p = await narrow.newPage();
     await p.goto("/fields?edit=press1#field-editor");
     await shot(p, "23-fields-390");

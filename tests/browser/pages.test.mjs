@@ -14,7 +14,7 @@ import assert from "node:assert/strict";
 
 import { chromium } from "playwright-core";
 
-import { CHROMIUM, OUT, UAGATE_BIN, overflow, shot, stop, timeout as within } from "./common.mjs";
+import { CHROMIUM, OUT, UAGATE_BIN, firstAdmin, narrowLike, overflow, shot, stop, timeout as within } from "./common.mjs";
 const STEP_MS = 15_000;
 const ADMIN = ["pia", "pia-console-pass-1"];
 const PAGES = [
@@ -99,26 +99,8 @@ async function everyPage(context, narrowContext, suffix, check) {
 }
 
 test("every page, the dashboard charts and the maintenance banner", async (t) => {
-  const context = await browser.newContext({
-    ignoreHTTPSErrors: true,
-    baseURL: console_url,
-    viewport: { width: 1366, height: 768 },
-  });
-  context.setDefaultTimeout(STEP_MS);
-  const page = await context.newPage();
-  await page.goto("/setup");
-  await page.fill("input[name=code]", setup_code);
-  await page.fill("input[name=username]", ADMIN[0]);
-  await page.fill("input[name=password]", ADMIN[1]);
-  await page.click("button[type=submit]");
-  await page.waitForURL(console_url);
-  const narrow = await browser.newContext({
-    ignoreHTTPSErrors: true,
-    baseURL: console_url,
-    viewport: { width: 390, height: 844 },
-    storageState: await context.storageState(),
-  });
-  narrow.setDefaultTimeout(STEP_MS);
+  const { context, page } = await firstAdmin(browser, console_url, setup_code, ADMIN, STEP_MS);
+  const narrow = await narrowLike(browser, context, console_url, STEP_MS);
 
   await t.test("the dashboard: what an operator needs, and charts drawing the last minutes", async () => {
     await page.goto("/");

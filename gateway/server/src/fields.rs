@@ -341,7 +341,7 @@ pub(crate) struct FieldKit {
     /// The gateway's own token: the status tasks end with the gateway.
     cancel: CancellationToken,
     /// The next continuation-point tag.
-    next_tag: Mutex<u16>,
+    next_tag: std::sync::atomic::AtomicU16,
 }
 
 /// What a configuration change does to the field connections, by name.
@@ -462,7 +462,7 @@ impl crate::Engine {
             setup,
             hook,
             cancel: cancel.clone(),
-            next_tag: Mutex::new(0),
+            next_tag: std::sync::atomic::AtomicU16::new(0),
         };
         let mut fields = Fields {
             table,
@@ -518,12 +518,9 @@ impl crate::Engine {
             conn.carry_items_from(old);
         }
         let stop = kit.cancel.child_token();
-        let tag = {
-            let mut next = kit.next_tag.lock();
-            let tag = *next;
-            *next = next.wrapping_add(1);
-            tag
-        };
+        let tag = kit
+            .next_tag
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         fields.conns.push(conn);
         fields.tags.push(tag);
         fields.stops.push(stop);

@@ -626,13 +626,9 @@ impl Engine {
         let mut next: Option<Instant> = None;
         // Events the field connections received go to their items first, so
         // they leave with this tick's messages.
-        let field_events = self
-            .space
-            .fields()
-            .map(|f| f.take_events())
-            .unwrap_or_default();
+        let fields = self.space.fields();
+        let field_events = fields.as_ref().map(|f| f.take_events()).unwrap_or_default();
         {
-            let fields = self.space.fields();
             let space = self.space.local();
             let source = SpaceSource(&space, fields.as_deref());
             let mut sessions = self.sessions.lock();

@@ -13,12 +13,10 @@ use std::time::{Duration, Instant};
 
 use common::{bounded, TestGateway};
 use fieldkit::{
-    connect, field_toml, sim_ns_of_mount, sim_summary, start_sim, subscribe, wait_connected,
+    children, connect, field_toml, sim_ns_of_mount, sim_summary, start_sim, subscribe,
+    wait_connected,
 };
-use opcua_types::{
-    BrowseDescription, BrowseDirection, BrowseResultMask, DataValue, NodeClassMask, NodeId,
-    ObjectId, StatusCode, VariableId,
-};
+use opcua_types::{DataValue, NodeId, ObjectId, StatusCode, VariableId};
 use tokio::sync::mpsc;
 use uagate_server::{ReconfigureStatus, CONFIG_KEY};
 
@@ -56,31 +54,6 @@ async fn until_good(rx: &mut mpsc::UnboundedReceiver<DataValue>, what: &str) -> 
 
 fn good(dv: &DataValue) -> bool {
     dv.status.is_none_or(|s| s.is_good())
-}
-
-/// The children of the Objects folder, by node id.
-async fn objects_children(s: &opcua_client::Session) -> Vec<NodeId> {
-    let br = s
-        .browse(
-            &[BrowseDescription {
-                node_id: ObjectId::ObjectsFolder.into(),
-                browse_direction: BrowseDirection::Forward,
-                reference_type_id: NodeId::new(0, 33u32),
-                include_subtypes: true,
-                node_class_mask: NodeClassMask::all().bits(),
-                result_mask: BrowseResultMask::All as u32,
-            }],
-            0,
-            None,
-        )
-        .await
-        .unwrap();
-    br[0]
-        .references
-        .iter()
-        .flatten()
-        .map(|r| r.node_id.node_id.clone())
-        .collect()
 }
 
 /// Stores the document as `uagate config import` does and waits for the
@@ -131,7 +104,9 @@ async fn field_connections_change_live_and_the_untouched_one_never_notices() {
     );
     let attempts_a = gw.engine().field_reconnect_stats("line1").unwrap();
     let folder2 = NodeId::new(2, "Field.line2");
-    assert!(objects_children(&s).await.contains(&folder2));
+    assert!(children(&s, ObjectId::ObjectsFolder.into())
+        .await
+        .contains(&folder2));
 
     // 1. line2 removed, through the store like `uagate config import`.
     let mut config = gw.engine().applied_config();
@@ -142,7 +117,9 @@ async fn field_connections_change_live_and_the_untouched_one_never_notices() {
         "{status:?}"
     );
     assert!(gw.engine().field_status("line2").is_none());
-    assert!(!objects_children(&s).await.contains(&folder2));
+    assert!(!children(&s, ObjectId::ObjectsFolder.into())
+        .await
+        .contains(&folder2));
     // Its item gets BadNodeIdUnknown once, then nothing.
     let after_removal = drain(&mut rx2, Duration::from_millis(1500)).await;
     let unknown: Vec<&DataValue> = after_removal
@@ -170,7 +147,9 @@ async fn field_connections_change_live_and_the_untouched_one_never_notices() {
         matches!(status, ReconfigureStatus::Applied(_)),
         "{status:?}"
     );
-    assert!(objects_children(&s).await.contains(&folder2));
+    assert!(children(&s, ObjectId::ObjectsFolder.into())
+        .await
+        .contains(&folder2));
     wait_connected(&gw, "line2").await;
     // The same northbound item receives again, from the new server.
     until_good(&mut rx2, "line2 delivers again").await;

@@ -155,8 +155,8 @@ impl AuditQuery {
 /// A filter bound: the time and the precision it was written with (the
 /// `to` bound takes in the whole minute, second or day). Accepts the
 /// `datetime-local` forms (`2025-06-01T14:30`, with seconds), a date, or
-/// RFC 3339.
-fn bound(
+/// RFC 3339. The maintenance form's return time is read with it too.
+pub(super) fn bound(
     field: &str,
     text: &str,
     tz_minutes: i32,

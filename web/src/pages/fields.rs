@@ -10,11 +10,10 @@ use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Form;
-use serde::Deserialize;
 use uagate_store::Role;
 
 use super::field_form::{self, FieldFormView};
-use super::{change_notice, done, error_page, page, take_flash, Chrome, NameForm};
+use super::{change_notice, done, error_page, page, take_flash, Chrome, EditQuery, NameForm};
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops;
@@ -219,19 +218,12 @@ pub async fn refused(state: WebState, who: Authed, error: ApiError, _: Request) 
     render_fields(&state, &who, Shown::failed(error)).await
 }
 
-/// `GET /fields` query: `edit=<name>` opens the form on that entry.
-#[derive(Debug, Default, Deserialize)]
-pub struct FieldsQuery {
-    #[serde(default)]
-    edit: Option<String>,
-}
-
 /// `GET /fields`.
 pub async fn show(
     State(state): State<WebState>,
     who: Authed,
     headers: HeaderMap,
-    Query(q): Query<FieldsQuery>,
+    Query(q): Query<EditQuery>,
 ) -> Response {
     let flash = take_flash(&headers);
     let form = match q.edit.as_deref() {

@@ -116,23 +116,15 @@ fn handover_effect(pair: &uagate_server::level::PairView) -> Option<String> {
 /// The picker's local date-time as RFC 3339 UTC, with the browser's
 /// offset (minutes, UTC minus local).
 fn picked_time(local: &str, offset: &str) -> Result<String, ApiError> {
-    let local = local.trim();
-    let naive = chrono::NaiveDateTime::parse_from_str(local, "%Y-%m-%dT%H:%M")
-        .or_else(|_| chrono::NaiveDateTime::parse_from_str(local, "%Y-%m-%dT%H:%M:%S"))
-        .map_err(|_| {
-            ApiError::invalid(
-                "estimated_return_time",
-                format!("{local:?} is not a date and time"),
-            )
-        })?;
-    let minutes: i64 = offset.trim().parse().unwrap_or(0);
+    let minutes: i32 = offset.trim().parse().unwrap_or(0);
     if minutes.abs() > 18 * 60 {
         return Err(ApiError::invalid("tz_offset", "not a time zone offset"));
     }
-    let utc = naive + chrono::Duration::minutes(minutes);
-    Ok(utc
-        .and_utc()
-        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+    // The audit filter's reading of a picker's value; its offset is
+    // minutes east of UTC, the opposite sign of getTimezoneOffset.
+    let (utc, _) = super::audit::bound("estimated_return_time", local, -minutes)?
+        .ok_or_else(|| ApiError::invalid("estimated_return_time", "no date and time given"))?;
+    Ok(utc.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
 
 /// `POST /maintenance`: first the confirmation step, then the

@@ -285,6 +285,14 @@ fn change_notice(change: &ops::ConfigChange) -> String {
     }
 }
 
+/// `?edit=NAME`: a page opens its form on that entry (trusted owners,
+/// field connections).
+#[derive(Debug, Default, Deserialize)]
+pub struct EditQuery {
+    #[serde(default)]
+    edit: Option<String>,
+}
+
 /// A form naming one user or field connection.
 #[derive(Debug, Deserialize)]
 pub struct NameForm {

@@ -10,7 +10,7 @@ use axum::Form;
 use serde::Deserialize;
 use uagate_config::{IngressClass, IngressRule, Reservation, Stage, TrustedOwner};
 
-use super::{change_notice, done, error_page, number, page, take_flash, Chrome};
+use super::{change_notice, done, error_page, number, page, take_flash, Chrome, EditQuery};
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops;
@@ -157,13 +157,6 @@ pub fn parse_reservations(text: &str) -> Result<Vec<Reservation>, ApiError> {
         });
     }
     Ok(out)
-}
-
-/// `GET /owners?edit=` query.
-#[derive(Debug, Deserialize)]
-pub struct EditQuery {
-    #[serde(default)]
-    edit: Option<String>,
 }
 
 /// `GET /owners` (`?edit=KEY` prefills the form with that owner).

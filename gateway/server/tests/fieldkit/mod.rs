@@ -274,3 +274,29 @@ pub async fn wait_connected(gw: &TestGateway, name: &str) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The node ids `node` organizes or has as components (hierarchical
+/// references, forward), through the gateway.
+pub async fn children(s: &Session, node: NodeId) -> Vec<NodeId> {
+    let br = s
+        .browse(
+            &[opcua_types::BrowseDescription {
+                node_id: node,
+                browse_direction: opcua_types::BrowseDirection::Forward,
+                reference_type_id: NodeId::new(0, 33u32),
+                include_subtypes: true,
+                node_class_mask: opcua_types::NodeClassMask::all().bits(),
+                result_mask: opcua_types::BrowseResultMask::All as u32,
+            }],
+            0,
+            None,
+        )
+        .await
+        .unwrap();
+    br[0]
+        .references
+        .iter()
+        .flatten()
+        .map(|r| r.node_id.node_id.clone())
+        .collect()
+}
