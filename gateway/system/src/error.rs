@@ -9,8 +9,8 @@ pub enum SystemError {
     /// The `rauc` program is not there: this gateway is not running on the
     /// appliance image. Returned by every operation that needs RAUC.
     #[error(
-        "this gateway is not running on the appliance image (no RAUC at {program}): \
-         it is updated by replacing the uagate program"
+        "this gateway is not running on the appliance image (no RAUC program): it is updated \
+         by replacing the uagate program"
     )]
     NotOnAppliance {
         /// Where the program was looked for.

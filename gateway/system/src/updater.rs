@@ -63,6 +63,16 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// No RAUC at all: the updater reports "not on the appliance image"
+    /// and refuses every change. What a gateway has until it is given
+    /// its real settings (tests that do not test updates, embedders).
+    pub fn absent() -> Settings {
+        Settings {
+            rauc: PathBuf::new(),
+            ..Settings::default()
+        }
+    }
+
     /// The defaults, each overridden by its environment variable when set
     /// and not empty. Called once by `uagate run`.
     pub fn from_env() -> Settings {
@@ -247,6 +257,9 @@ impl Updater {
     /// `PATH`).
     fn program(&self) -> Option<PathBuf> {
         let rauc = &self.settings.rauc;
+        if rauc.as_os_str().is_empty() {
+            return None;
+        }
         if rauc.components().count() > 1 || rauc.is_absolute() {
             return rauc.is_file().then(|| rauc.clone());
         }
@@ -364,16 +377,24 @@ impl Updater {
         Ok(upload)
     }
 
-    /// Asks for a restart of the appliance by creating the reboot request
-    /// file (the image's path unit reboots when it appears). Refused off
-    /// the appliance and while an update is under way.
-    pub async fn reboot(&self) -> Result<(), SystemError> {
+    /// Whether a restart may be asked for now: not off the appliance, not
+    /// while an update is under way. [`Updater::reboot`] checks it too;
+    /// callers check it first to answer before the restart is asked for.
+    pub fn can_reboot(&self) -> Result<(), SystemError> {
         if !self.on_appliance() {
             return Err(self.not_on_appliance());
         }
         if self.state.lock().busy() {
             return Err(SystemError::Busy);
         }
+        Ok(())
+    }
+
+    /// Asks for a restart of the appliance by creating the reboot request
+    /// file (the image's path unit reboots when it appears). Refused off
+    /// the appliance and while an update is under way.
+    pub async fn reboot(&self) -> Result<(), SystemError> {
+        self.can_reboot()?;
         let now = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs())
