@@ -368,7 +368,8 @@ pub async fn system_update(
     let mut upload = ops::begin_update(&state, declared_length(&headers)).await?;
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::invalid("body", format!("upload broken off: {e}")))?;
+        let chunk =
+            chunk.map_err(|e| ApiError::invalid("body", format!("upload broken off: {e}")))?;
         upload.write(&chunk).await?;
     }
     ops::install_update(&state, &who, upload).await?;

@@ -146,11 +146,9 @@ impl Route {
     /// framing), past the router's default limit.
     fn uploads(mut self) -> Route {
         let limit = uagate_system::MAX_BUNDLE_BYTES + (1 << 20);
-        self.endpoint = self
-            .endpoint
-            .layer(axum::extract::DefaultBodyLimit::max(
-                usize::try_from(limit).unwrap_or(usize::MAX),
-            ));
+        self.endpoint = self.endpoint.layer(axum::extract::DefaultBodyLimit::max(
+            usize::try_from(limit).unwrap_or(usize::MAX),
+        ));
         self
     }
 }

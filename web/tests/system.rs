@@ -26,11 +26,7 @@ impl FakeRauc {
     fn new() -> FakeRauc {
         let dir = tempfile::tempdir().unwrap();
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        std::fs::copy(
-            root.join("tests/fake-rauc/rauc"),
-            dir.path().join("rauc"),
-        )
-        .unwrap();
+        std::fs::copy(root.join("tests/fake-rauc/rauc"), dir.path().join("rauc")).unwrap();
         std::fs::copy(
             root.join("gateway/system/tests/data/booted-a-b-good.json"),
             dir.path().join("status.json"),
@@ -148,9 +144,7 @@ async fn an_install_runs_in_the_background_one_at_a_time_and_shows_installed() {
     let rauc = FakeRauc::new();
     let f = gateway(rauc.settings()).await;
     let admin = f.token("admin").await;
-    let (s, b, _) = f
-        .call(upload(&admin, "version=0.2.0\nslow\n"))
-        .await;
+    let (s, b, _) = f.call(upload(&admin, "version=0.2.0\nslow\n")).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{b}");
     // While RAUC works, the state says what goes where, and a second
     // bundle (or a restart) is refused.
@@ -172,7 +166,10 @@ async fn an_install_runs_in_the_background_one_at_a_time_and_shows_installed() {
     assert_eq!(s, StatusCode::CONFLICT, "{b}");
     assert_eq!(b["code"], "conflict");
     assert!(
-        b["message"].as_str().unwrap().contains("being installed already"),
+        b["message"]
+            .as_str()
+            .unwrap()
+            .contains("being installed already"),
         "{b}"
     );
     let (s, b, _) = f.call(post("/api/v1/system/reboot", &admin)).await;
@@ -199,7 +196,10 @@ async fn an_install_runs_in_the_background_one_at_a_time_and_shows_installed() {
     }
     assert_eq!(
         audit_kinds(&f, &admin).await,
-        ["event.system_update_finished", "event.system_update_started"]
+        [
+            "event.system_update_finished",
+            "event.system_update_started"
+        ]
     );
     f.stop().await;
 }

@@ -632,7 +632,9 @@ pub fn explain_failure(output: &str, compatible: Option<&str>) -> Failure {
         .find_map(|l| l.strip_prefix("LastError:").map(str::trim))
         .or_else(|| {
             lines.iter().rev().copied().find(|l| {
-                !(l.starts_with("Installing `") && l.ends_with("failed")) && !l.ends_with("failed.")
+                let raucs_verdict = l.starts_with("Installing `") && l.ends_with("failed");
+                let progress = l.ends_with("failed.");
+                !raucs_verdict && !progress
             })
         })
         .map(str::to_string);

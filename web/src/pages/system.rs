@@ -90,9 +90,10 @@ impl SlotCard {
                     None => "Bad: it did not come up.".to_string(),
                 },
             ),
-            (false, _) if slot.installed.is_none() => {
-                ("empty", "Empty: no update installed into it yet.".to_string())
-            }
+            (false, _) if slot.installed.is_none() => (
+                "empty",
+                "Empty: no update installed into it yet.".to_string(),
+            ),
             _ => ("good", "Good.".to_string()),
         };
         SlotCard {
@@ -211,11 +212,17 @@ async fn receive(state: &WebState, who: &Authed, mut m: Multipart) -> Result<(),
             upload.write(&chunk).await?;
         }
         if upload.written() == 0 {
-            return Err(ApiError::invalid("bundle", "choose an update bundle (.raucb)"));
+            return Err(ApiError::invalid(
+                "bundle",
+                "choose an update bundle (.raucb)",
+            ));
         }
         return ops::install_update(state, who, upload).await;
     }
-    Err(ApiError::invalid("bundle", "choose an update bundle (.raucb)"))
+    Err(ApiError::invalid(
+        "bundle",
+        "choose an update bundle (.raucb)",
+    ))
 }
 
 /// `POST /system/update` (multipart, field `bundle`): stores the bundle
