@@ -432,8 +432,12 @@ async fn serve(data: &Path, config: Config, store: Store, welcome: Option<Welcom
         gateway.cancel_token(),
     ));
     // The console: its own HTTPS listener with the appliance certificate.
+    // The System page's updater: where RAUC, the os-release file and the
+    // reboot request file are (UAGATE_RAUC, UAGATE_OS_RELEASE,
+    // UAGATE_REBOOT_REQUEST, read once here; the appliance's defaults).
     let mut web = uagate_web::WebState::new(store, gateway.engine.clone(), data)
-        .context("cannot prepare the console token key")?;
+        .context("cannot prepare the console token key")?
+        .with_system(uagate_system::Settings::from_env(), data);
     web.pair = Some(pair.clone());
     let setup_code = web.prepare_setup().await?;
     if let (Some(code), None) = (&setup_code, &welcome) {

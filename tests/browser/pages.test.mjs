@@ -27,6 +27,7 @@ const PAGES = [
   ["/fields", "fields"],
   ["/certificates", "certificates"],
   ["/sessions", "sessions"],
+  ["/system", "system"],
   ["/users", "users"],
   ["/audit", "audit"],
 ];
@@ -43,7 +44,12 @@ const timeout = (ms, what) => within(ms, what, () => log);
 before(async () => {
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), "uagate-pages-"));
   fs.mkdirSync(OUT, { recursive: true });
-  demo = spawn(UAGATE_BIN, ["--data", tmp, "demo", "--listen", "127.0.0.1:0"], { stdio: ["ignore", "pipe", "pipe"] });
+  // No RAUC (even where the rauc package is installed): the System page shows a gateway off the
+  // appliance image; tests/browser/system.test.mjs shows it on one.
+  demo = spawn(UAGATE_BIN, ["--data", tmp, "demo", "--listen", "127.0.0.1:0"], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, UAGATE_RAUC: path.join(tmp, "no-rauc") },
+  });
   demo.stderr.on("data", (c) => (log += c.toString()));
   const lines = readline.createInterface({ input: demo.stdout });
   const seen = new Promise((resolve, reject) => {

@@ -38,13 +38,15 @@ pub enum Group {
     Sessions,
     /// The appliance pair: replication epochs, leadership.
     Pair,
+    /// The appliance image: updates installed or refused, restarts.
+    System,
     /// Anything else.
     Other,
 }
 
 impl Group {
     /// Every group, in the order of the page's kind filter.
-    pub const ALL: [Group; 9] = [
+    pub const ALL: [Group; 10] = [
         Group::Maintenance,
         Group::ServiceLevel,
         Group::Trust,
@@ -53,6 +55,7 @@ impl Group {
         Group::FieldConnections,
         Group::Sessions,
         Group::Pair,
+        Group::System,
         Group::Other,
     ];
 
@@ -67,6 +70,7 @@ impl Group {
             Group::FieldConnections => "field_connections",
             Group::Sessions => "sessions",
             Group::Pair => "pair",
+            Group::System => "system",
             Group::Other => "other",
         }
     }
@@ -82,6 +86,7 @@ impl Group {
             Group::FieldConnections => "Field connections",
             Group::Sessions => "Sessions",
             Group::Pair => "Pair",
+            Group::System => "System",
             Group::Other => "Other",
         }
     }
@@ -103,6 +108,7 @@ impl Group {
             Group::FieldConnections => &["setting.set", "event.field_"],
             Group::Sessions => &["event.session_"],
             Group::Pair => &["epoch.", "event.pair"],
+            Group::System => &["event.system_"],
             Group::Other => &[],
         }
     }
@@ -240,6 +246,42 @@ pub fn describe(actor: &str, kind: &str, payload: &str) -> Described {
             }
             Group::Sessions
         }
+        "event.system_update_started" => {
+            let mb = v.get("bytes").and_then(Value::as_u64).unwrap_or(0) as f64 / 1e6;
+            s.text(format!(
+                "{who} uploaded an update bundle ({mb:.1} MB) and started its installation"
+            ));
+            Group::System
+        }
+        "event.system_update_finished" => {
+            let version = str_of(&v, "version");
+            let version = if version.is_empty() || version == "?" {
+                "the update".to_string()
+            } else {
+                version.to_string()
+            };
+            let slot = str_of(&v, "slot");
+            let into = if slot.is_empty() || slot == "?" {
+                String::new()
+            } else {
+                format!(" into slot {slot}")
+            };
+            s.text(format!(
+                "The update {who} started was installed: {version}{into}, used after the next restart"
+            ));
+            Group::System
+        }
+        "event.system_update_failed" => {
+            s.text(format!(
+                "The update {who} started was not installed: {}",
+                str_of(&v, "message")
+            ));
+            Group::System
+        }
+        "event.system_reboot" => {
+            s.text(format!("{who} restarted the appliance"));
+            Group::System
+        }
         "epoch.bump" => {
             s.text(format!(
                 "{who} started replication epoch {} after a change of the pair's leadership",
@@ -254,6 +296,8 @@ pub fn describe(actor: &str, kind: &str, payload: &str) -> Described {
                 Group::Sessions
             } else if other.starts_with("event.pair") || other.starts_with("epoch.") {
                 Group::Pair
+            } else if other.starts_with("event.system_") {
+                Group::System
             } else {
                 Group::Other
             };
@@ -1204,6 +1248,44 @@ mod tests {
                  pair's leadership"
                     .into()
             )
+        );
+    }
+
+    #[test]
+    fn system_updates_and_restarts() {
+        assert_eq!(
+            text(
+                "ada",
+                "event.system_update_started",
+                json!({"bytes": 268_435_456})
+            ),
+            (
+                Group::System,
+                "ada uploaded an update bundle (268.4 MB) and started its installation".into()
+            )
+        );
+        assert_eq!(
+            text(
+                "ada",
+                "event.system_update_finished",
+                json!({"version": "0.2.0", "slot": "B"})
+            )
+            .1,
+            "The update ada started was installed: 0.2.0 into slot B, used after the next restart"
+        );
+        assert_eq!(
+            text(
+                "ada",
+                "event.system_update_failed",
+                json!({"message": "Refused: the update bundle's signature is not valid for this appliance. Nothing was changed."})
+            )
+            .1,
+            "The update ada started was not installed: Refused: the update bundle's signature is \
+             not valid for this appliance. Nothing was changed."
+        );
+        assert_eq!(
+            text("ada", "event.system_reboot", json!({})),
+            (Group::System, "ada restarted the appliance".into())
         );
     }
 

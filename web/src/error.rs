@@ -47,6 +47,9 @@ pub enum ApiError {
     /// The thing to create exists already.
     #[error("{0}")]
     Conflict(String),
+    /// The request body is larger than the operation accepts.
+    #[error("{0}")]
+    TooLarge(String),
     /// A state-changing browser request without the session's CSRF token,
     /// or from another origin.
     #[error("missing or wrong CSRF token, or a request from another site")]
@@ -96,6 +99,21 @@ impl From<uagate_store::StoreError> for ApiError {
     }
 }
 
+impl From<uagate_system::SystemError> for ApiError {
+    /// Off the appliance, or while an update runs: 409 with the system's
+    /// message; a bundle too large: 413; anything else is internal.
+    fn from(e: uagate_system::SystemError) -> ApiError {
+        use uagate_system::SystemError;
+        match e {
+            e @ (SystemError::NotOnAppliance { .. }
+            | SystemError::Busy
+            | SystemError::Install { .. }) => ApiError::Conflict(e.to_string()),
+            e @ SystemError::TooLarge { .. } => ApiError::TooLarge(e.to_string()),
+            other => ApiError::internal(other),
+        }
+    }
+}
+
 impl ApiError {
     /// An invalid request naming `field`.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
@@ -122,6 +140,7 @@ impl ApiError {
             ApiError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
             ApiError::NotLeader { .. } => (StatusCode::CONFLICT, "not_leader"),
             ApiError::NotAcknowledged(_) => (StatusCode::SERVICE_UNAVAILABLE, "not_acknowledged"),
             ApiError::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),

@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use crate::api::{LoginRequest, LoginResponse};
 use crate::ops::{
     ConfigChange, HistoryView, LevelOverride, MaintenanceRequest, ProbeView, SessionView,
-    SetupRequest, StageView, StatusView,
+    SetupRequest, StageView, StatusView, SystemView,
 };
 use crate::rest::{CertView, Certificates, OwnerRequest};
 use crate::users::{AuditEntry, NewUser, UserChange, UserView};
@@ -317,6 +317,27 @@ fn operations() -> Vec<Op> {
         ),
         op(
             "get",
+            "/api/v1/system",
+            "The appliance image: versions, slots A and B, the update in progress",
+            None,
+            schema::<SystemView>(),
+        ),
+        op(
+            "post",
+            "/api/v1/system/update",
+            "Install a RAUC update bundle (the body, at most 2 GiB) into the other slot, in the background (202; 409 while one runs or off the appliance; 413 too large)",
+            Some(json!({"type": "string", "format": "binary", "description": "The RAUC bundle (.raucb)"})),
+            None,
+        ),
+        op(
+            "post",
+            "/api/v1/system/reboot",
+            "Restart the appliance (202; 409 while an update runs or off the appliance)",
+            None,
+            None,
+        ),
+        op(
+            "get",
             "/api/v1/openapi.json",
             "This document",
             None,
@@ -357,7 +378,10 @@ pub fn build(role: impl Fn(&str, &str) -> Option<&'static str>) -> Value {
             operation.insert("parameters".into(), Value::Array(params));
         }
         if let Some(req) = o.request {
-            let content_type = if o.path.contains("certificates") || o.path.contains("crls") {
+            let content_type = if o.path.contains("certificates")
+                || o.path.contains("crls")
+                || o.path == "/api/v1/system/update"
+            {
                 "application/octet-stream"
             } else {
                 "application/json"
@@ -375,7 +399,7 @@ pub fn build(role: impl Fn(&str, &str) -> Option<&'static str>) -> Value {
         };
         operation.insert(
             "responses".into(),
-            json!({"200": ok, "401": error, "403": error, "404": error, "409": error, "422": error, "429": error}),
+            json!({"200": ok, "401": error, "403": error, "404": error, "409": error, "413": error, "422": error, "429": error}),
         );
         let entry = paths
             .entry(o.path.to_string())
@@ -399,7 +423,7 @@ pub fn build(role: impl Fn(&str, &str) -> Option<&'static str>) -> Value {
                 "type": "object",
                 "required": ["code", "message"],
                 "properties": {
-                    "code": {"type": "string", "enum": ["unauthenticated", "bad_credentials", "forbidden", "csrf", "not_found", "conflict", "invalid", "throttled", "internal"]},
+                    "code": {"type": "string", "enum": ["unauthenticated", "bad_credentials", "forbidden", "csrf", "not_found", "conflict", "too_large", "invalid", "throttled", "internal"]},
                     "message": {"type": "string"},
                     "field": {"type": "string"}
                 }

@@ -1370,3 +1370,199 @@ pub async fn close_session(state: &WebState, who: &Authed, id: &str) -> Result<(
         .await?;
     Ok(())
 }
+
+// ------------------------------------------------------------------ system
+
+/// `GET /api/v1/system` answer: the appliance image underneath the
+/// gateway, its two root slots and the update in progress.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SystemView {
+    /// Whether the gateway runs on the appliance image (the `rauc` program
+    /// is there). Off the appliance there are no slots, and updates are
+    /// made by replacing the uagate program.
+    pub appliance: bool,
+    /// This gateway program's version.
+    pub version: String,
+    /// The appliance image's version (os-release `IMAGE_VERSION`, else
+    /// `VERSION_ID`).
+    pub image_version: Option<String>,
+    /// The appliance's RAUC `compatible`: bundles must be made for it.
+    pub compatible: Option<String>,
+    /// The bootname of the slot the system runs from (`A` or `B`).
+    pub booted_slot: Option<String>,
+    /// The root slots, A then B.
+    pub slots: Vec<SlotView>,
+    /// The update: idle, receiving, installing, installed or failed.
+    pub update: UpdateView,
+    /// Off the appliance, why; on it, why RAUC did not report the slots
+    /// (when it did not).
+    pub message: Option<String>,
+}
+
+/// One root slot in [`SystemView`].
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SlotView {
+    /// Its bootname: `A` or `B`.
+    pub slot: String,
+    /// RAUC's slot name, e.g. `rootfs.1`.
+    pub name: String,
+    /// `booted`, `active` (boots next) or `inactive`.
+    pub state: String,
+    /// `good` or `bad` (the boot loader's verdict); null when unknown.
+    pub boot_status: Option<String>,
+    /// The version of the bundle installed into it; null when RAUC knows
+    /// of none (never installed).
+    pub version: Option<String>,
+    /// When that bundle was installed (RFC 3339 UTC).
+    pub installed: Option<String>,
+}
+
+/// The update in [`SystemView`].
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct UpdateView {
+    /// `idle`, `receiving`, `installing`, `installed` or `failed`.
+    pub state: String,
+    /// The state in words ("Installing uagate 0.2.0 into slot B…").
+    pub message: Option<String>,
+    /// When the state began (RFC 3339 UTC).
+    pub since: Option<String>,
+}
+
+impl From<&uagate_system::UpdateState> for UpdateView {
+    fn from(s: &uagate_system::UpdateState) -> UpdateView {
+        UpdateView {
+            state: s.name().to_string(),
+            message: s.message(),
+            since: s.since().map(rfc3339),
+        }
+    }
+}
+
+/// What the System page and `GET /api/v1/system` show: asks RAUC for the
+/// slots (on the appliance) and reads the image version.
+pub async fn system(state: &WebState) -> SystemView {
+    let updater = &state.system;
+    let appliance = updater.on_appliance();
+    let update = UpdateView::from(&updater.state());
+    let mut view = SystemView {
+        appliance,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        image_version: updater.image_version().await,
+        compatible: None,
+        booted_slot: None,
+        slots: Vec::new(),
+        update,
+        message: None,
+    };
+    if !appliance {
+        view.message = Some(
+            "This gateway is not running on the appliance image: there are no slots, and it is \
+             updated by replacing the uagate program."
+                .into(),
+        );
+        return view;
+    }
+    match updater.status().await {
+        Ok(status) => {
+            view.booted_slot = status.booted_slot().map(|s| s.bootname.clone());
+            view.compatible = status.compatible.clone();
+            view.slots = status
+                .slots
+                .iter()
+                .map(|s| SlotView {
+                    slot: s.bootname.clone(),
+                    name: s.name.clone(),
+                    state: s.state.as_str().to_string(),
+                    boot_status: s.boot_status.map(|b| b.as_str().to_string()),
+                    version: s.version.clone(),
+                    installed: s.installed.clone(),
+                })
+                .collect();
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "rauc status failed");
+            view.message = Some(e.to_string());
+        }
+    }
+    view
+}
+
+/// Starts receiving an update bundle of `declared` bytes (when the
+/// request says): 413 past [`uagate_system::MAX_BUNDLE_BYTES`], 409 off
+/// the appliance or while another update runs. Write the body into the
+/// returned upload, then hand it to [`install_update`].
+pub async fn begin_update(
+    state: &WebState,
+    declared: Option<u64>,
+) -> Result<uagate_system::Upload, ApiError> {
+    if declared.is_some_and(|n| n > uagate_system::MAX_BUNDLE_BYTES) {
+        return Err(uagate_system::SystemError::TooLarge {
+            limit: uagate_system::MAX_BUNDLE_BYTES,
+        }
+        .into());
+    }
+    Ok(state.system.receive().await?)
+}
+
+/// Installs a received bundle in the background (audited as
+/// `event.system_update_started`, then `..._finished` or `..._failed`
+/// under the caller's name). An empty upload is refused (422).
+pub async fn install_update(
+    state: &WebState,
+    who: &Authed,
+    upload: uagate_system::Upload,
+) -> Result<(), ApiError> {
+    if upload.written() == 0 {
+        return Err(ApiError::invalid("bundle", "the update bundle is empty"));
+    }
+    state
+        .store
+        .record_event(
+            &who.user,
+            "event.system_update_started",
+            &serde_json::json!({ "bytes": upload.written() }),
+        )
+        .await?;
+    let store = state.store.clone();
+    let user = who.user.clone();
+    tokio::spawn(async move {
+        let (kind, payload) = match upload.install().await {
+            Ok(update) => (
+                "event.system_update_finished",
+                serde_json::json!({ "version": update.version, "slot": update.slot }),
+            ),
+            Err(e) => (
+                "event.system_update_failed",
+                serde_json::json!({ "message": e.to_string() }),
+            ),
+        };
+        if let Err(e) = store.record_event(&user, kind, &payload).await {
+            tracing::warn!(error = %e, "cannot record the end of an update in the audit trail");
+        }
+    });
+    Ok(())
+}
+
+/// How long a restart request waits, so the answer reaches the browser
+/// before the appliance goes down.
+const REBOOT_DELAY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Asks for a restart of the appliance (audited as `event.system_reboot`):
+/// 409 off the appliance or while an update is under way; otherwise the
+/// request file is created a moment after this returns.
+pub async fn reboot(state: &WebState, who: &Authed) -> Result<(), ApiError> {
+    state.system.can_reboot()?;
+    state
+        .store
+        .record_event(&who.user, "event.system_reboot", &serde_json::json!({}))
+        .await?;
+    let system = state.system.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(REBOOT_DELAY).await;
+        if let Err(e) = system.reboot().await {
+            tracing::error!(error = %e, "the restart request failed");
+        }
+    });
+    tracing::warn!(user = %who.user, "appliance restart requested");
+    Ok(())
+}

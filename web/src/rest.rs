@@ -337,3 +337,51 @@ pub async fn session_delete(
     ops::close_session(&state, &who, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+/// `GET /api/v1/system`: the appliance image, its slots and the update
+/// in progress.
+pub async fn system(State(state): State<WebState>) -> Json<ops::SystemView> {
+    Json(ops::system(&state).await)
+}
+
+/// The length a request declares, if any.
+pub fn declared_length(headers: &axum::http::HeaderMap) -> Option<u64> {
+    headers
+        .get(axum::http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// `POST /api/v1/system/update`: the body is the RAUC bundle
+/// (`application/octet-stream`), stored as it arrives and installed in
+/// the background: 202, then `GET /api/v1/system` shows the progress.
+/// 413 past 2 GiB; 409 while another update runs, or off the appliance.
+pub async fn system_update(
+    State(state): State<WebState>,
+    who: Authed,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> Result<StatusCode, ApiError> {
+    use futures_util::StreamExt;
+    let mut upload = ops::begin_update(&state, declared_length(&headers)).await?;
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk =
+            chunk.map_err(|e| ApiError::invalid("body", format!("upload broken off: {e}")))?;
+        upload.write(&chunk).await?;
+    }
+    ops::install_update(&state, &who, upload).await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+/// `POST /api/v1/system/reboot`: 202, then the appliance restarts; 409
+/// while an update is under way, or off the appliance.
+pub async fn system_reboot(
+    State(state): State<WebState>,
+    who: Authed,
+) -> Result<StatusCode, ApiError> {
+    ops::reboot(&state, &who).await?;
+    Ok(StatusCode::ACCEPTED)
+}

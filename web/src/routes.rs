@@ -21,7 +21,7 @@ use crate::metrics;
 use crate::openapi;
 use crate::pages::{self, audit, certificates, dashboard, fields, limits, login, maintenance};
 use crate::pages::{
-    assets, owners, pair as pair_page, service_level, sessions, users as user_pages,
+    assets, owners, pair as pair_page, service_level, sessions, system, users as user_pages,
 };
 use crate::rest;
 use crate::state::WebState;
@@ -140,6 +140,17 @@ impl Route {
         self.refusal = pages::refusal_on(shown);
         self
     }
+
+    /// A route that receives an update bundle: its body may be as large
+    /// as [`uagate_system::MAX_BUNDLE_BYTES`] (plus a multipart form's
+    /// framing), past the router's default limit.
+    fn uploads(mut self) -> Route {
+        let limit = uagate_system::MAX_BUNDLE_BYTES + (1 << 20);
+        self.endpoint = self.endpoint.layer(axum::extract::DefaultBodyLimit::max(
+            usize::try_from(limit).unwrap_or(usize::MAX),
+        ));
+        self
+    }
 }
 
 /// Every route of the console and the REST API with the least role it
@@ -234,6 +245,9 @@ pub fn table() -> Vec<Route> {
             OPERATOR,
             rest::session_delete,
         ),
+        api(GET, "/api/v1/system", VIEWER, rest::system),
+        api(POST, "/api/v1/system/update", ADMIN, rest::system_update).uploads(),
+        api(POST, "/api/v1/system/reboot", ADMIN, rest::system_reboot),
         api(GET, "/api/v1/openapi.json", PUBLIC, openapi_document),
         api(GET, "/metrics", VIEWER, metrics::metrics),
         // Console pages and their forms.
@@ -290,6 +304,12 @@ pub fn table() -> Vec<Route> {
         page(POST, "/fields/reconnect", OPERATOR, fields::reconnect).shown_by(fields::refused),
         page(GET, "/sessions", VIEWER, sessions::show),
         page(POST, "/sessions/close", OPERATOR, sessions::close).shown_by(sessions::refused),
+        page(GET, "/system", VIEWER, system::show),
+        page(GET, "/partials/system", VIEWER, system::partial),
+        page(POST, "/system/update", ADMIN, system::update)
+            .uploads()
+            .shown_by(system::refused),
+        page(POST, "/system/reboot", ADMIN, system::reboot).shown_by(system::refused),
         page(GET, "/static/htmx.min.js", PUBLIC, assets::htmx),
         page(GET, "/static/console.css", PUBLIC, assets::css),
         page(GET, "/static/console.js", PUBLIC, assets::script),

@@ -8,6 +8,9 @@ use uagate_store::Store;
 
 use crate::auth::{LoginThrottle, TokenKeys};
 
+/// The directory under the data directory that receives update bundles.
+pub const UPDATES_DIR: &str = "updates";
+
 /// What every handler shares; cheap to clone.
 #[derive(Clone)]
 pub struct WebState {
@@ -28,6 +31,10 @@ pub struct WebState {
     /// This appliance's pair node, for the Pair page's actions (invite,
     /// join, leave, promote); `None` where no pair node runs.
     pub pair: Option<Arc<uagate_pair::PairNode>>,
+    /// The appliance image underneath: RAUC's slots, the update in
+    /// progress, the restart request (the System page and
+    /// `/api/v1/system`).
+    pub system: Arc<uagate_system::Updater>,
 }
 
 impl WebState {
@@ -45,7 +52,28 @@ impl WebState {
             setup_code: Arc::default(),
             config_lock: Arc::default(),
             pair: None,
+            // No RAUC until `with_system` says where it is.
+            system: Arc::new(uagate_system::Updater::new(
+                uagate_system::Settings::absent(),
+                data_dir.join(UPDATES_DIR),
+            )),
         })
+    }
+
+    /// The same state with the updater's `settings` (where `rauc`, the
+    /// os-release file and the reboot request file are): `uagate run`
+    /// passes [`uagate_system::Settings::from_env`], tests their own.
+    /// Bundles are received into `<data dir>/updates`.
+    pub fn with_system(
+        mut self,
+        settings: uagate_system::Settings,
+        data_dir: &std::path::Path,
+    ) -> WebState {
+        self.system = Arc::new(uagate_system::Updater::new(
+            settings,
+            data_dir.join(UPDATES_DIR),
+        ));
+        self
     }
 
     /// Called once when the console starts: when no user exists yet, makes

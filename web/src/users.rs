@@ -152,8 +152,8 @@ pub struct AuditEntry {
     /// What kind of change, e.g. `user.add`.
     pub kind: String,
     /// The kind group the console filters by: maintenance, service_level,
-    /// trust, users, configuration, field_connections, sessions, pair or
-    /// other.
+    /// trust, users, configuration, field_connections, sessions, pair,
+    /// system or other.
     pub group: String,
     /// What happened, in one sentence with its details (times in UTC; no
     /// secrets), as the console's audit log shows it.

@@ -905,6 +905,7 @@ async fn every_page_needs_a_session() {
         "/fields",
         "/certificates",
         "/sessions",
+        "/system",
         "/users",
         "/audit",
     ] {
@@ -938,6 +939,7 @@ async fn every_page_needs_a_session() {
         "/fields/failover",
         "/fields/reconnect",
         "/sessions/close",
+        "/system/reboot",
     ] {
         let (s, _, h) = f.call(form(uri, &[("x", "1")], None)).await;
         assert_eq!(s, StatusCode::SEE_OTHER, "POST {uri}");

@@ -27,6 +27,7 @@ pub mod owners;
 pub mod pair;
 pub mod service_level;
 pub mod sessions;
+pub mod system;
 pub mod usage;
 pub mod users;
 
@@ -56,6 +57,7 @@ const NAV: &[(&str, &str, Role)] = &[
     ("/fields", "Field connections", Role::Viewer),
     ("/certificates", "Certificates", Role::Viewer),
     ("/sessions", "Sessions", Role::Viewer),
+    ("/system", "System", Role::Viewer),
     ("/users", "Users", Role::Admin),
     ("/audit", "Audit log", Role::Admin),
 ];
