@@ -4,6 +4,8 @@
 #   - tests/interop/node/node_modules from package-lock.json (node-opcua)
 #   - tests/browser/node_modules from package-lock.json (playwright-core)
 #   - Debian packages chromium (headless browser tests) and prometheus (promtool)
+#   - the appliance image's tools (image/build, image/test): mmdebstrap, squashfs, FAT, GPT,
+#     bmaptool, qemu-img, rauc, GRUB's EFI modules, QEMU and OVMF
 # Each part is skipped while its stamp (hash of its inputs and the interpreter version) matches.
 set -euo pipefail
 
@@ -76,12 +78,36 @@ else
   printf '%s\n' "$browser_want" >"$BROWSER_STAMP"
 fi
 
-# --- Debian packages: chromium (browser tests), prometheus (promtool) -------------------
+# --- Debian packages: chromium (browser tests), prometheus (promtool), image tools ------
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+# The appliance image: each tool or file and the package that has it.
+while read -r have pkg; do
+  case "$have" in
+    /*) [ -e "$have" ] || missing+=("$pkg") ;;
+    *) command -v "$have" >/dev/null 2>&1 || missing+=("$pkg") ;;
+  esac
+done <<'IMAGE_TOOLS'
+mmdebstrap mmdebstrap
+newuidmap uidmap
+tar2sqfs squashfs-tools-ng
+mksquashfs squashfs-tools
+mkfs.vfat dosfstools
+mcopy mtools
+sfdisk fdisk
+mkfs.ext4 e2fsprogs
+bmaptool bmap-tools
+rauc rauc
+grub-mkstandalone grub-common
+/usr/lib/grub/x86_64-efi/linux.mod grub-efi-amd64-bin
+qemu-system-x86_64 qemu-system-x86
+/usr/share/OVMF/OVMF_CODE_4M.fd ovmf
+qemu-img qemu-utils
+openssl openssl
+IMAGE_TOOLS
 if [ "${#missing[@]}" -eq 0 ]; then
-  log "chromium and promtool present"
+  log "chromium, promtool and the image tools present"
 else
   as_root=()
   if [ "$(id -u)" -ne 0 ]; then
@@ -97,6 +123,12 @@ else
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
     "${as_root[@]}" systemctl stop prometheus || true
   fi
+  # Installing qemu-system-x86 can replace the qemu-utils that has qemu-img (another suite's).
+  if ! command -v qemu-img >/dev/null 2>&1; then
+    log "qemu-img went missing: installing qemu-utils again"
+    "${as_root[@]}" apt-get install -y -q --no-install-recommends qemu-utils >/dev/null
+  fi
+  command -v qemu-img >/dev/null 2>&1 || { log "qemu-img is missing after the set-up"; exit 1; }
 fi
 
 log "done"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one test command: set-up, build, Rust tests, then the interop suites (Python asyncua,
 # node-opcua) and the console's browser tests (headless Chromium) against the freshly built
-# uagate binary. Every step is bounded in time.
+# uagate binary, then the appliance image built and booted under QEMU (image/test). Every step is
+# bounded in time.
 # Exit status is non-zero if any step failed; the last line summarises the steps.
 #
 # Environment:
@@ -73,6 +74,13 @@ fi
 step interop-python 20m .venv/bin/python -m pytest tests/interop/python
 step interop-node 20m node --test tests/interop/node/
 step browser 15m node --test tests/browser/
+# The appliance image, booted under QEMU: its own step, where its tools are (the set-up installs
+# them from Debian packages).
+if command -v qemu-system-x86_64 >/dev/null 2>&1 && command -v mmdebstrap >/dev/null 2>&1; then
+  step image 45m image/test
+else
+  echo "=== image: skipped (no qemu-system-x86_64 or mmdebstrap; scripts/test-setup.sh installs them)"
+fi
 
 summary
 [ "$failed" -eq 0 ]

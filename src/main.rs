@@ -437,7 +437,12 @@ async fn serve(data: &Path, config: Config, store: Store, welcome: Option<Welcom
     // UAGATE_REBOOT_REQUEST, read once here; the appliance's defaults).
     let mut web = uagate_web::WebState::new(store, gateway.engine.clone(), data)
         .context("cannot prepare the console token key")?
-        .with_system(uagate_system::Settings::from_env(), data);
+        .with_system(uagate_system::Settings::from_env(), data)
+        // The appliance image shows the setup code at its login prompt.
+        .with_setup_notice(
+            std::env::var_os("UAGATE_SETUP_ISSUE").map(std::path::PathBuf::from),
+            console.local_addr()?.port(),
+        );
     web.pair = Some(pair.clone());
     let setup_code = web.prepare_setup().await?;
     if let (Some(code), None) = (&setup_code, &welcome) {

@@ -93,7 +93,7 @@ pub async fn check_setup(
         .store
         .add_user("setup", &req.username, &req.password, Role::Admin)
         .await?;
-    *state.setup_code.lock() = None;
+    state.setup_done();
     tracing::info!(user = %req.username, "first console administrator created");
     state.keys.issue(&req.username, Role::Admin)
 }

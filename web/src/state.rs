@@ -35,6 +35,12 @@ pub struct WebState {
     /// progress, the restart request (the System page and
     /// `/api/v1/system`).
     pub system: Arc<uagate_system::Updater>,
+    /// Where the setup code is also written for the login prompt of the
+    /// appliance's local console (`UAGATE_SETUP_ISSUE`, an agetty issue
+    /// file); removed once the first administrator exists.
+    pub setup_notice: Option<std::path::PathBuf>,
+    /// The console's TCP port, for the address in the setup notice.
+    pub console_port: u16,
 }
 
 impl WebState {
@@ -57,6 +63,8 @@ impl WebState {
                 uagate_system::Settings::absent(),
                 data_dir.join(UPDATES_DIR),
             )),
+            setup_notice: None,
+            console_port: 8443,
         })
     }
 
@@ -76,6 +84,15 @@ impl WebState {
         self
     }
 
+    /// The same state writing the setup code to `path` too (see
+    /// [`WebState::setup_notice`]) with the console's `port`; `uagate run`
+    /// passes `UAGATE_SETUP_ISSUE`.
+    pub fn with_setup_notice(mut self, path: Option<std::path::PathBuf>, port: u16) -> WebState {
+        self.setup_notice = path;
+        self.console_port = port;
+        self
+    }
+
     /// Called once when the console starts: when no user exists yet, makes
     /// a one-time setup code (printed to the log by the caller) with which
     /// `POST /api/v1/setup` creates the first admin. `None` once users exist.
@@ -85,6 +102,33 @@ impl WebState {
         }
         let code = hex::encode(rand::random::<[u8; 8]>());
         *self.setup_code.lock() = Some(code.clone());
+        if let Some(path) = &self.setup_notice {
+            // agetty shows this under its banner; it replaces \4 by the
+            // appliance's IPv4 address.
+            let port = self.console_port;
+            let notice = format!(
+                "No console user yet. Open https://\\4:{port}/setup and enter the\n\
+                 setup code {code} to create the first administrator.\n\n"
+            );
+            if let Err(e) = std::fs::write(path, notice) {
+                tracing::warn!(path = %path.display(), "cannot write the setup notice: {e}");
+            }
+        }
         Ok(Some(code))
+    }
+
+    /// Called once the first administrator exists: the setup code is spent,
+    /// so the login prompt stops showing it.
+    pub fn setup_done(&self) {
+        *self.setup_code.lock() = None;
+        if let Some(path) = &self.setup_notice {
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "cannot remove the setup notice: {e}")
+                }
+            }
+        }
     }
 }

@@ -227,13 +227,23 @@ async fn unknown_paths_are_json_404s() {
 
 #[tokio::test]
 async fn first_start_setup_creates_one_admin_with_the_one_time_code() {
-    let f = Fixture::start_with_users(false).await;
+    let mut f = Fixture::start_with_users(false).await;
+    // The appliance's login prompt shows the code from this file.
+    let notice_dir = tempfile::tempdir().unwrap();
+    let notice = notice_dir.path().join("setup.issue");
+    f.state = f
+        .state
+        .clone()
+        .with_setup_notice(Some(notice.clone()), 9443);
     let code = f
         .state
         .prepare_setup()
         .await
         .unwrap()
         .expect("a code while no user exists");
+    let shown = std::fs::read_to_string(&notice).unwrap();
+    assert!(shown.contains(&code), "{shown}");
+    assert!(shown.contains("https://\\4:9443/setup"), "{shown}");
     let setup = |code: &str, user: &str, password: &str| {
         json_request(
             Method::POST,
@@ -247,8 +257,10 @@ async fn first_start_setup_creates_one_admin_with_the_one_time_code() {
     let (s, b, _) = f.call(setup(&code, "root", "short")).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
     assert_eq!(b["field"], "password", "{b}");
+    assert!(notice.exists(), "the code stays shown until it is used");
     let (s, b, _) = f.call(setup(&code, "root", "long enough pw")).await;
     assert_eq!(s, StatusCode::OK, "{b}");
+    assert!(!notice.exists(), "a spent code is no longer shown");
     let token = b["token"].as_str().unwrap().to_string();
     // The new admin may change the configuration.
     let (s, doc, _) = f.call(get("/api/v1/config", Some(&token))).await;
