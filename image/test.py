@@ -34,6 +34,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -75,7 +76,7 @@ class Appliance:
         self.opc = free_port()
         disk = self.dir / "disk.qcow2"
         subprocess.run(
-            ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(qcow2), "-F", "qcow2",
+            ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(qcow2.resolve()), "-F", "qcow2",
              str(disk), "4G"],
             check=True,
         )
@@ -90,24 +91,57 @@ class Appliance:
             f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.https}-:8443,"
             f"hostfwd=tcp:127.0.0.1:{self.opc}-:4840",
             "-device", "virtio-net-pci,netdev=n0",
-            "-serial", f"file:{self.serial}",
+            "-chardev", f"file,id=s0,path={self.serial},append=on", "-serial", "chardev:s0",
             "-monitor", "none",
+            # A reboot ends QEMU and the supervisor starts it again on the same disk and
+            # firmware variables: a power cycle. (A warm reset under TCG now and then hung
+            # before the kernel printed anything.)
+            "-no-reboot",
         ]
         self.proc: subprocess.Popen | None = None
         self.token: str | None = None
+        self.stopping = threading.Event()
+        self.failed: str | None = None
+        self.boots = 0
 
     def start(self) -> float:
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            self.cmd, stdin=subprocess.DEVNULL, stdout=open(self.dir / "qemu.out", "wb"),
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        self.supervisor = threading.Thread(target=self.supervise, daemon=True)
+        self.supervisor.start()
         return self.started
 
+    def supervise(self) -> None:
+        """Runs QEMU, and again after every reboot of the guest, until `stop`."""
+        out = open(self.dir / "qemu.out", "ab")
+        while not self.stopping.is_set():
+            self.boots += 1
+            self.proc = subprocess.Popen(
+                self.cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            rc = self.proc.wait()
+            if self.stopping.is_set():
+                break
+            if rc != 0:
+                self.failed = f"QEMU exited with {rc} (see {self.dir / 'qemu.out'})"
+                break
+            with open(self.serial, "ab") as f:
+                f.write(b"\n[image/test: the guest rebooted; power-cycled]\n")
+
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
+        self.stopping.set()
+        supervisor = getattr(self, "supervisor", None)
+        deadline = time.monotonic() + 30
+        while True:
+            proc = self.proc
+            if proc and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+            if not supervisor or time.monotonic() > deadline:
+                break
+            supervisor.join(timeout=0.5)
+            if not supervisor.is_alive():
+                break
 
     def log(self) -> str:
         try:
@@ -124,8 +158,8 @@ class Appliance:
         deadline = time.monotonic() + timeout
         rx = re.compile(pattern)
         while time.monotonic() < deadline:
-            if self.proc and self.proc.poll() is not None:
-                raise Failure(f"{self.name}: QEMU exited ({self.proc.returncode})\n{self.tail()}")
+            if self.failed:
+                raise Failure(f"{self.name}: {self.failed}\n{self.tail()}")
             text = self.log()
             m = rx.search(text, after)
             if m:
@@ -170,8 +204,8 @@ class Appliance:
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
-            if self.proc and self.proc.poll() is not None:
-                raise Failure(f"{self.name}: QEMU exited\n{self.tail()}")
+            if self.failed:
+                raise Failure(f"{self.name}: {self.failed}\n{self.tail()}")
             try:
                 status, _, cert = self.request("GET", "/login", timeout=10)
                 if status == 200 and cert:
