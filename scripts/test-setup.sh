@@ -3,7 +3,8 @@
 #   - .venv (python3 -m venv) with tests/interop/python/requirements.txt (asyncua, pytest, ...)
 #   - tests/interop/node/node_modules from package-lock.json (node-opcua)
 #   - tests/browser/node_modules from package-lock.json (playwright-core)
-#   - Debian packages chromium (headless browser tests) and prometheus (promtool)
+#   - Debian packages chromium (headless browser tests), prometheus (promtool), and rauc,
+#     squashfs-tools and openssl (the update tests make and check real RAUC bundles)
 # Each part is skipped while its stamp (hash of its inputs and the interpreter version) matches.
 set -euo pipefail
 
@@ -76,12 +77,16 @@ else
   printf '%s\n' "$browser_want" >"$BROWSER_STAMP"
 fi
 
-# --- Debian packages: chromium (browser tests), prometheus (promtool) -------------------
+# --- Debian packages: chromium (browser tests), prometheus (promtool), RAUC bundles ------
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+# The fake rauc of the update tests hands real bundles to /usr/bin/rauc.
+[ -x /usr/bin/rauc ] || missing+=(rauc)
+command -v mksquashfs >/dev/null 2>&1 || missing+=(squashfs-tools)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ "${#missing[@]}" -eq 0 ]; then
-  log "chromium and promtool present"
+  log "chromium, promtool, rauc, mksquashfs and openssl present"
 else
   as_root=()
   if [ "$(id -u)" -ne 0 ]; then
