@@ -5,7 +5,8 @@
 #   - tests/browser/node_modules from package-lock.json (playwright-core)
 #   - Debian packages chromium (headless browser tests) and prometheus (promtool)
 #   - the appliance image's tools (image/build, image/test): mmdebstrap, squashfs, FAT, GPT,
-#     bmaptool, qemu-img, rauc, GRUB's EFI modules, QEMU and OVMF
+#     bmaptool, qemu-img, rauc, GRUB's EFI modules, QEMU and OVMF (rauc, squashfs-tools and openssl
+#     also for the update tests, which make and check real RAUC bundles)
 # Each part is skipped while its stamp (hash of its inputs and the interpreter version) matches.
 set -euo pipefail
 

@@ -1,11 +1,13 @@
 // The System page in headless Chromium against a real `uagate demo` whose updater is pointed at the
 // fake `rauc` (tests/fake-rauc/rauc, copied into a temporary directory with a real-shaped status
 // sample beside it; UAGATE_RAUC, UAGATE_OS_RELEASE and UAGATE_REBOOT_REQUEST name them): the slots
-// at a glance, an install that shows its progress and then its result, a refused bundle in plain
-// words, and the restart with its confirmation step. Screenshots at 1366x768 and 390 px wide (no
-// sideways scrolling) into $UAGATE_TEST_OUTPUT (default target/test-output/browser).
+// at a glance, an install that shows its progress and then its result, refused bundles in plain
+// words (a bad signature; a real verity bundle altered after signing, which the gateway's own check
+// refuses before `rauc install`), and the restart with its confirmation step. Screenshots at
+// 1366x768 and 390 px wide (no sideways scrolling) into $UAGATE_TEST_OUTPUT (default
+// target/test-output/browser).
 
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -82,6 +84,44 @@ function bundle(name, text) {
   return p;
 }
 
+/**
+ * A real verity bundle made by `rauc bundle` (2 MB of noise as its image), signed with a throw-away
+ * key whose certificate the fake rauc's `info` uses as the keyring (fake/keyring.pem). Needs the
+ * Debian packages rauc, squashfs-tools and openssl (scripts/test-setup.sh installs them).
+ */
+function realBundle(name, version) {
+  for (const [program, pkg] of [["rauc", "rauc"], ["mksquashfs", "squashfs-tools"], ["openssl", "openssl"]]) {
+    const found = (process.env.PATH || "").split(":").some((d) => d && fs.existsSync(path.join(d, program)));
+    assert.ok(found, `${program} is not installed: install the Debian package ${pkg} (scripts/test-setup.sh does)`);
+  }
+  const dir = fs.mkdtempSync(path.join(tmp, "bundle-"));
+  const content = path.join(dir, "content");
+  fs.mkdirSync(content);
+  fs.writeFileSync(
+    path.join(content, "manifest.raucm"),
+    `[update]\ncompatible=uagate-appliance-x86_64\nversion=${version}\n\n[bundle]\nformat=verity\n\n[image.rootfs]\nfilename=rootfs.img\n`,
+  );
+  const noise = Buffer.alloc(2_000_000);
+  for (let i = 0, x = 0x2545f491; i < noise.length; i++) {
+    x ^= x << 13; x ^= x >>> 17; x ^= x << 5;
+    noise[i] = x & 0xff;
+  }
+  fs.writeFileSync(path.join(content, "rootfs.img"), noise);
+  const [key, cert] = [path.join(dir, "key.pem"), path.join(dir, "cert.pem")];
+  const quiet = { stdio: ["ignore", "ignore", "pipe"] };
+  execFileSync("openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "3650", "-subj", "/CN=uagate browser test", "-keyout", key, "-out", cert], quiet);
+  const out = path.join(tmp, name);
+  execFileSync("rauc", ["bundle", "--mksquashfs-args=-noI -noD -noF -noX", `--cert=${cert}`, `--key=${key}`, content, out], quiet);
+  fs.copyFileSync(cert, path.join(fake, "keyring.pem"));
+  return out;
+}
+
+/** How many times the fake rauc's `install` ran. */
+function installCalls() {
+  const p = path.join(fake, "install-calls");
+  return fs.existsSync(p) ? fs.readFileSync(p, "utf8").split("\n").filter(Boolean).length : 0;
+}
+
 /** Screenshots of /system at both widths; fails on sideways scrolling at 390 px. */
 async function bothWidths(page, narrow, name, prepare = async () => {}) {
   await shot(page, `system-${name}-1366`);
@@ -143,6 +183,29 @@ test("the System page: slots, an install with progress and result, a refusal, th
     assert.match(await page.textContent("#update-detail"), /RAUC said: signature verification failed: Verify error/);
     assert.match(await page.textContent("#other-slot"), /0\.2\.0/, "slot B still holds what was there");
     await bothWidths(page, narrow, "refused");
+  });
+
+  await t.test("a bundle altered after signing is refused before anything is written", async () => {
+    const p = realBundle("altered.raucb", "0.4.0");
+    const bytes = fs.readFileSync(p);
+    bytes[300 * 4096 + 7] ^= 0x40; // in the payload's block 300
+    fs.writeFileSync(p, bytes);
+    const calls = installCalls();
+    await page.setInputFiles("#bundle", p);
+    await page.click("#install");
+    await page.waitForSelector("#notice");
+    await page.waitForFunction(
+      () => /Refused: The update bundle's contents do not match its signature: it was damaged on the way or altered\. Nothing was changed\./.test(document.querySelector("#update-state")?.textContent || ""),
+      null,
+      { timeout: 20_000 },
+    );
+    assert.match(
+      await page.textContent("#update-detail"),
+      /The gateway's check found: the payload block at byte 1228800 does not match the signed hash tree/,
+    );
+    assert.equal(installCalls(), calls, "rauc install was not called");
+    assert.match(await page.textContent("#other-slot"), /0\.2\.0/, "slot B still holds what was there");
+    await bothWidths(page, narrow, "altered");
   });
 
   await t.test("the restart asks first", async () => {

@@ -3,10 +3,14 @@
 //! temporary directory with a real-shaped status sample beside it and
 //! passed to the web state in its updater settings (no process-wide
 //! environment). What an install does is written in the uploaded
-//! "bundle" (see the script).
+//! "bundle" (see the script), or the bundle is a real verity bundle made
+//! by `rauc bundle`, which the fake hands to the real `rauc info`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+
+#[path = "../../gateway/system/tests/support/bundles.rs"]
+mod bundles;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -62,12 +66,16 @@ async fn gateway(settings: uagate_system::Settings) -> Fixture {
 }
 
 fn upload(token: &str, bundle: &str) -> Request<Body> {
+    upload_bytes(token, bundle.as_bytes().to_vec())
+}
+
+fn upload_bytes(token: &str, bundle: Vec<u8>) -> Request<Body> {
     Request::builder()
         .method(Method::POST)
         .uri("/api/v1/system/update")
         .header(header::AUTHORIZATION, format!("Bearer {token}"))
         .header(header::CONTENT_TYPE, "application/octet-stream")
-        .body(Body::from(bundle.to_string()))
+        .body(Body::from(bundle))
         .unwrap()
 }
 
@@ -219,9 +227,11 @@ async fn a_bundle_with_a_bad_signature_is_refused_in_clear_words() {
          changed. RAUC: signature verification failed: Verify error:self-signed certificate in \
          certificate chain"
     );
-    // Nothing was installed: B still holds 0.1.0.
+    // Nothing was installed: B still holds 0.1.0, and RAUC refused it in
+    // `rauc info`, before any `rauc install`.
     assert_eq!(b["slots"][1]["version"], "0.1.0");
     assert!(!f.data_dir().join("updates/upload.raucb").exists());
+    assert!(!rauc.path("install-calls").exists());
     // Another device's bundle is named as such.
     let (s, _, _) = f.call(upload(&admin, "version=1.0\nmismatch\n")).await;
     assert_eq!(s, StatusCode::ACCEPTED);
@@ -332,5 +342,45 @@ async fn off_the_appliance_it_says_so_and_refuses_changes() {
     assert_eq!(s, StatusCode::CONFLICT, "{b}");
     assert!(!rauc.path("reboot").exists());
     assert!(!f.data_dir().join("updates/upload.raucb").exists());
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_tampered_verity_bundle_is_refused_before_anything_is_written() {
+    let bundle = bundles::make("uagate-appliance-x86_64", "0.4.0", 2_000_000, 21);
+    let rauc = FakeRauc::new();
+    std::fs::copy(&bundle.keyring, rauc.path("keyring.pem")).unwrap();
+    let f = gateway(rauc.settings()).await;
+    let admin = f.token("admin").await;
+    let mut bytes = std::fs::read(&bundle.bundle).unwrap();
+    // A byte of the payload's 300th block.
+    bytes[300 * 4096 + 1000] ^= 0x01;
+    let (s, b, _) = f.call(upload_bytes(&admin, bytes.clone())).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+    let b = settled(&f, &admin).await;
+    assert_eq!(b["update"]["state"], "failed", "{b}");
+    assert_eq!(
+        b["update"]["message"],
+        "Refused: the update bundle's contents do not match its signature: it was damaged on the \
+         way or altered. Nothing was changed. Check: the payload block at byte 1228800 does not \
+         match the signed hash tree"
+    );
+    assert!(
+        !rauc.path("install-calls").exists(),
+        "rauc install was called"
+    );
+    assert_eq!(b["slots"][1]["version"], "0.1.0");
+    assert!(!f.data_dir().join("updates/upload.raucb").exists());
+    // The same bundle unharmed is checked and installed.
+    bytes[300 * 4096 + 1000] ^= 0x01;
+    let (s, b, _) = f.call(upload_bytes(&admin, bytes)).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+    let b = settled(&f, &admin).await;
+    assert_eq!(b["update"]["state"], "installed", "{b}");
+    assert_eq!(
+        b["update"]["message"],
+        "Installed 0.4.0 into slot B. Restart the appliance to use it."
+    );
+    assert!(rauc.path("install-calls").exists());
     f.stop().await;
 }

@@ -9,6 +9,11 @@
 //! - reads what RAUC reports (`rauc status --detailed --output-format=json`)
 //!   into a [`SystemStatus`] ([`status`], pure parsing, no IO),
 //! - reads the image version from the os-release file ([`os_release`]),
+//! - reads what `rauc info` says about an update bundle: its version and
+//!   the signed dm-verity parameters of its payload ([`bundle`], pure),
+//! - checks a verity bundle's payload against its hash tree before
+//!   anything is written, so a damaged or altered bundle is refused
+//!   up front ([`verity`]),
 //! - runs `rauc install` on an uploaded bundle in the background, one at
 //!   a time, and keeps its [`UpdateState`] for the page and REST, and asks
 //!   for a reboot by creating a request file ([`updater`]).
@@ -20,13 +25,18 @@
 //! appliance image: status says so, and install and reboot are refused
 //! with [`SystemError::NotOnAppliance`].
 
+pub mod bundle;
 pub mod error;
 pub mod os_release;
 pub mod status;
 pub mod updater;
+pub mod verity;
 
+pub use bundle::{parse_info, BundleInfo, Verity};
 pub use error::SystemError;
 pub use status::{parse_status, BootStatus, Slot, SlotState, SystemStatus};
 pub use updater::{
-    explain_failure, Failure, Settings, Update, UpdateState, Updater, Upload, MAX_BUNDLE_BYTES,
+    explain_failure, DetailBy, Failure, Settings, Update, UpdateState, Updater, Upload,
+    MAX_BUNDLE_BYTES,
 };
+pub use verity::{check_payload, VerityError};

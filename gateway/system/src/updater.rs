@@ -5,21 +5,26 @@
 //! receiving a bundle; refused while another update runs or off the
 //! appliance) → [`Upload::write`] for each piece of the upload →
 //! [`Upload::install`], which the caller spawns in the background: it
-//! runs `rauc info` (for the version, when RAUC can tell without root),
-//! then `rauc install`, and records the outcome. The state
-//! ([`Updater::state`]) is what the System page and `GET /api/v1/system`
-//! show meanwhile. The uploaded file is removed when the install ends or
-//! the upload is abandoned.
+//! runs `rauc info` (RAUC checks the signature; the gateway reads the
+//! version and the payload's verity parameters), checks a verity bundle's
+//! payload against its hash tree ([`crate::verity`]), then runs `rauc
+//! install`, and records the outcome. A bundle whose signature or payload
+//! does not pass is refused before `rauc install` runs: nothing is
+//! written. The state ([`Updater::state`]) is what the System page and
+//! `GET /api/v1/system` show meanwhile. The uploaded file is removed when
+//! the install ends or the upload is abandoned.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 use tokio::io::AsyncWriteExt;
 
+use crate::bundle::{parse_info, BundleInfo};
+use crate::verity::{check_payload, VerityError};
 use crate::{parse_status, SystemError, SystemStatus};
 
 /// The largest update bundle accepted (2 GiB).
@@ -107,29 +112,61 @@ pub struct Update {
     pub slot: Option<String>,
 }
 
+/// Who wrote a [`Failure`]'s detail line: the page and the message name
+/// it ("RAUC said", "RAUC: …").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DetailBy {
+    /// RAUC's own line, from `rauc info` or `rauc install`.
+    #[default]
+    Rauc,
+    /// The gateway's check of the bundle's payload against its hash tree
+    /// ([`crate::verity`]).
+    Check,
+}
+
+impl DetailBy {
+    /// The label in front of the detail in [`Failure::message`]: `RAUC`
+    /// or `Check`.
+    pub fn label(self) -> &'static str {
+        match self {
+            DetailBy::Rauc => "RAUC",
+            DetailBy::Check => "Check",
+        }
+    }
+}
+
 /// Why an installation failed, in an operator's words.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
-    /// RAUC refused the bundle before writing anything (nothing changed).
+    /// The bundle was refused before anything was written (nothing
+    /// changed): by RAUC, or by the gateway's check of its payload.
     pub refused: bool,
     /// What happened, as a sentence: "the update bundle's signature is not
     /// valid for this appliance. Nothing was changed."
     pub reason: String,
-    /// RAUC's own line about it, when it printed one.
+    /// RAUC's own line about it, when it printed one, or what the
+    /// gateway's check found (see `detail_by`).
     pub detail: Option<String>,
+    /// Who wrote `detail`.
+    pub detail_by: DetailBy,
 }
 
 impl Failure {
-    /// The whole message: "Refused: <reason>" (or "Failed: <reason>"),
-    /// then RAUC's line.
+    /// The whole message: `Refused: <reason>` (or `Failed: <reason>`),
+    /// then the detail after its label ("RAUC: …", "Check: …").
     pub fn message(&self) -> String {
         let head = if self.refused { "Refused" } else { "Failed" };
         match &self.detail {
-            Some(d) => format!("{head}: {} RAUC: {d}", self.reason),
+            Some(d) => format!("{head}: {} {}: {d}", self.reason, self.detail_by.label()),
             None => format!("{head}: {}", self.reason),
         }
     }
 }
+
+/// The reason given when a bundle's payload does not match its signed
+/// hash tree (or the file is not laid out as its signature states).
+const ALTERED: &str = "the update bundle's contents do not match its signature: it was damaged \
+                       on the way or altered. Nothing was changed.";
 
 /// The state of the update, as the System page and REST show it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -415,48 +452,140 @@ impl Updater {
         })
     }
 
-    /// The version `rauc info` reads from a bundle, when it can (it may
-    /// need more rights than the gateway has for some bundle formats; then
-    /// the version is read from the slot after the install).
-    async fn bundle_version(&self, bundle: &Path) -> Option<String> {
-        let out = self
-            .rauc(
-                &[
-                    OsStr::new("info"),
-                    OsStr::new("--output-format=json"),
-                    bundle.as_os_str(),
-                ],
-                QUICK,
-            )
-            .await
-            .ok()?;
-        if !out.status.success() {
-            return None;
+    /// Runs `rauc info --output-format=readable` on `bundle`: RAUC checks
+    /// its signature with the appliance's keyring and prints the signed
+    /// manifest. `Ok(Some(info))` when it did; `Err` with the refusal when
+    /// RAUC refused the signature; `Ok(None)` when RAUC could not tell for
+    /// another reason (it did not run, or could not read this bundle
+    /// format without root): then `rauc install` checks the bundle, as it
+    /// always does. Called by [`Updater::install`] first.
+    async fn bundle_info(&self, bundle: &Path) -> Result<Option<BundleInfo>, Failure> {
+        let args = [
+            OsStr::new("info"),
+            OsStr::new("--output-format=readable"),
+            bundle.as_os_str(),
+        ];
+        let out = match self.rauc(&args, QUICK).await {
+            Ok(out) => out,
+            Err(e) => {
+                tracing::warn!(error = %e, "rauc info did not run; rauc install checks the bundle");
+                return Ok(None);
+            }
+        };
+        if out.status.success() {
+            let info = parse_info(&String::from_utf8_lossy(&out.stdout));
+            if info.is_none() {
+                tracing::warn!(
+                    "rauc info printed no bundle description; rauc install checks the bundle"
+                );
+            }
+            return Ok(info);
         }
-        let text = String::from_utf8_lossy(&out.stdout);
-        let json: serde_json::Value = serde_json::from_str(text.get(text.find('{')?..)?).ok()?;
-        json.get("version")
-            .and_then(|v| v.as_str())
-            .filter(|v| !v.is_empty())
-            .map(str::to_string)
+        let text = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if bad_signature(&text.to_ascii_lowercase()) {
+            return Err(explain_failure(&text, None));
+        }
+        tracing::warn!(output = %text.trim(), "rauc info failed; rauc install checks the bundle");
+        Ok(None)
     }
 
-    /// Installs `bundle` with `rauc install` and records the outcome in
-    /// the state. Called by [`Upload::install`].
+    /// Checks a verity bundle's payload against the hash tree its
+    /// signature vouches for ([`check_payload`], on a blocking thread):
+    /// `Err` with the refusal when it does not match. Bundles without
+    /// verity parameters pass (a plain bundle's payload RAUC checks whole
+    /// before writing). Called by [`Updater::install`] after
+    /// [`Updater::bundle_info`], before `rauc install`.
+    async fn check_bundle(&self, bundle: &Path, info: Option<&BundleInfo>) -> Result<(), Failure> {
+        let Some(info) = info else {
+            return Ok(());
+        };
+        let Some(verity) = info.verity.clone() else {
+            if info.verity_unreadable() {
+                tracing::warn!(
+                    format = ?info.format,
+                    "rauc info gave no verity parameters: the payload is checked while RAUC writes it"
+                );
+            }
+            return Ok(());
+        };
+        let path = bundle.to_path_buf();
+        let started = Instant::now();
+        let checked = tokio::task::spawn_blocking(move || check_payload(&path, &verity))
+            .await
+            .unwrap_or_else(|e| Err(VerityError::Io(std::io::Error::other(e))));
+        let took_ms = started.elapsed().as_millis();
+        match checked {
+            Ok(()) => {
+                tracing::info!(took_ms, "the bundle's payload matches its signed hash tree");
+                Ok(())
+            }
+            Err(VerityError::Io(e)) => {
+                tracing::warn!(error = %e, "cannot read the uploaded bundle for its check");
+                Err(Failure {
+                    refused: false,
+                    reason: "the uploaded bundle could not be read for its check. Nothing was \
+                             changed."
+                        .into(),
+                    detail: Some(e.to_string()),
+                    detail_by: DetailBy::Check,
+                })
+            }
+            Err(e) => {
+                tracing::warn!(took_ms, error = %e, "the bundle's payload does not match its signature");
+                Err(Failure {
+                    refused: true,
+                    reason: ALTERED.into(),
+                    detail: Some(e.to_string()),
+                    detail_by: DetailBy::Check,
+                })
+            }
+        }
+    }
+
+    /// Records `failure` as the update's end and returns it as the
+    /// install's error.
+    fn fail(&self, failure: Failure) -> SystemError {
+        self.set(UpdateState::Failed {
+            at: SystemTime::now(),
+            failure: failure.clone(),
+        });
+        SystemError::Install {
+            message: failure.message(),
+            refused: failure.refused,
+        }
+    }
+
+    /// Installs `bundle` and records the outcome in the state: `rauc
+    /// info`, the payload check, then `rauc install`. Called by
+    /// [`Upload::install`].
     async fn install(&self, bundle: &Path) -> Result<Update, SystemError> {
         let before = self.status().await.ok();
         let slot = before
             .as_ref()
             .and_then(|s| s.other_slot())
             .map(|s| s.bootname.clone());
+        let info = match self.bundle_info(bundle).await {
+            Ok(info) => info,
+            Err(failure) => {
+                tracing::warn!(message = %failure.message(), "update refused by rauc info");
+                return Err(self.fail(failure));
+            }
+        };
         let mut update = Update {
-            version: self.bundle_version(bundle).await,
+            version: info.as_ref().and_then(|i| i.version.clone()),
             slot,
         };
         self.set(UpdateState::Installing {
             since: SystemTime::now(),
             update: update.clone(),
         });
+        if let Err(failure) = self.check_bundle(bundle, info.as_ref()).await {
+            return Err(self.fail(failure));
+        }
         tracing::info!(bundle = %bundle.display(), version = ?update.version, slot = ?update.slot, "installing an update bundle");
         let result = self
             .rauc(&[OsStr::new("install"), bundle.as_os_str()], INSTALL)
@@ -464,19 +593,12 @@ impl Updater {
         let out = match result {
             Ok(out) => out,
             Err(e) => {
-                let failure = Failure {
+                return Err(self.fail(Failure {
                     refused: false,
                     reason: format!("the installation could not be run ({e})."),
                     detail: None,
-                };
-                self.set(UpdateState::Failed {
-                    at: SystemTime::now(),
-                    failure: failure.clone(),
-                });
-                return Err(SystemError::Install {
-                    message: failure.message(),
-                    refused: false,
-                });
+                    detail_by: DetailBy::Rauc,
+                }));
             }
         };
         let text = format!(
@@ -507,16 +629,8 @@ impl Updater {
             Ok(update)
         } else {
             let compatible = before.as_ref().and_then(|s| s.compatible.as_deref());
-            let failure = explain_failure(&text, compatible);
             tracing::warn!(output = %text.trim(), "update refused or failed");
-            self.set(UpdateState::Failed {
-                at: SystemTime::now(),
-                failure: failure.clone(),
-            });
-            Err(SystemError::Install {
-                message: failure.message(),
-                refused: failure.refused,
-            })
+            Err(self.fail(explain_failure(&text, compatible)))
         }
     }
 }
@@ -617,9 +731,21 @@ fn last_line(text: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Explains a failed `rauc install` from its output (stdout and stderr):
-/// RAUC prints its error as `LastError: ...` and ends with ``Installing
-/// `PATH` failed``. `compatible` is the appliance's own, when known.
+/// Whether RAUC's output (in lower case) says the bundle's signature is
+/// not valid: what `rauc info` and `rauc install` print then.
+fn bad_signature(lower: &str) -> bool {
+    lower.contains("signature verification failed")
+        || lower.contains("verify error")
+        || lower.contains("invalid signature")
+        || lower.contains("signature size")
+        || lower.contains("no signature")
+        || lower.contains("failed to verify")
+}
+
+/// Explains a failed `rauc install` (or `rauc info`) from its output
+/// (stdout and stderr): RAUC prints its error as `LastError: ...` and
+/// ends with ``Installing `PATH` failed``. `compatible` is the
+/// appliance's own, when known.
 pub fn explain_failure(output: &str, compatible: Option<&str>) -> Failure {
     let lines: Vec<&str> = output
         .lines()
@@ -643,14 +769,9 @@ pub fn explain_failure(output: &str, compatible: Option<&str>) -> Failure {
         refused: true,
         reason,
         detail: detail.clone(),
+        detail_by: DetailBy::Rauc,
     };
-    if lower.contains("signature verification failed")
-        || lower.contains("verify error")
-        || lower.contains("invalid signature")
-        || lower.contains("signature size")
-        || lower.contains("no signature")
-        || lower.contains("failed to verify")
-    {
+    if bad_signature(&lower) {
         return refused(
             "the update bundle's signature is not valid for this appliance. Nothing was changed."
                 .into(),
@@ -688,6 +809,7 @@ pub fn explain_failure(output: &str, compatible: Option<&str>) -> Failure {
     }
     Failure {
         refused: false,
+        detail_by: DetailBy::Rauc,
         reason: "the installation did not complete. The running system is unchanged; the other \
                  slot is not booted until an installation into it succeeds."
             .into(),

@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Form;
 use serde::Deserialize;
-use uagate_system::UpdateState;
+use uagate_system::{DetailBy, UpdateState};
 
 use super::{done, page, take_flash, Chrome};
 use crate::auth::Authed;
@@ -26,8 +26,12 @@ pub struct UpdateLine {
     kind: &'static str,
     /// The sentence ("Installing uagate 0.2.0 into slot B…").
     headline: String,
-    /// RAUC's own line, for a refusal or failure.
+    /// RAUC's own line, or what the gateway's check of the bundle found,
+    /// for a refusal or failure.
     detail: Option<String>,
+    /// Who said `detail`, in front of it: "RAUC said:" or "The gateway's
+    /// check found:".
+    detail_by: &'static str,
     /// When the state began (RFC 3339), for `<time>`.
     since: Option<String>,
 }
@@ -40,6 +44,7 @@ impl UpdateLine {
                 kind: "idle",
                 headline: "No update since the gateway started.".into(),
                 detail: None,
+                detail_by: "",
                 since,
             },
             UpdateState::Failed { failure, .. } => UpdateLine {
@@ -50,12 +55,17 @@ impl UpdateLine {
                     upper_first(&failure.reason)
                 ),
                 detail: failure.detail.clone(),
+                detail_by: match failure.detail_by {
+                    DetailBy::Rauc => "RAUC said:",
+                    DetailBy::Check => "The gateway's check found:",
+                },
                 since,
             },
             other => UpdateLine {
                 kind: if other.busy() { "working" } else { "done" },
                 headline: other.message().unwrap_or_default(),
                 detail: None,
+                detail_by: "",
                 since,
             },
         }
