@@ -50,6 +50,23 @@
   document.addEventListener("DOMContentLoaded", function () {
     rewrite(document);
     document.querySelectorAll("form[data-local-times]").forEach(sendZone);
+    // Forms that ask before they submit (the console has no inline script: the page's
+    // Content-Security-Policy forbids it).
+    document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+      form.addEventListener("submit", function (e) {
+        if (!window.confirm(form.getAttribute("data-confirm"))) e.preventDefault();
+      });
+    });
+    // Maintenance: the picker's time is the browser's local time: send its offset from UTC
+    // (without JavaScript the time is taken as UTC).
+    var maintenance = document.getElementById("maintenance-form");
+    if (maintenance) {
+      maintenance.addEventListener("submit", function () {
+        var v = document.getElementById("maintenance-return").value;
+        document.getElementById("maintenance-tz").value =
+          String((v ? new Date(v) : new Date()).getTimezoneOffset());
+      });
+    }
   });
   document.addEventListener("htmx:afterSwap", function (e) {
     rewrite(e.target);

@@ -70,3 +70,17 @@ export async function narrowLike(browser, context, consoleUrl, stepMs) {
   narrow.setDefaultTimeout(stepMs);
   return narrow;
 }
+
+/** Collects what the browser refused under the console's Content-Security-Policy (inline
+ * script or style, eval) on every page of `context`, now and later; the array fills as pages
+ * load. */
+export function policyViolations(context) {
+  const seen = [];
+  const watch = (page) =>
+    page.on("console", (m) => {
+      if (m.type() === "error" && /Content Security Policy/i.test(m.text())) seen.push(`${page.url()}: ${m.text()}`);
+    });
+  context.pages().forEach(watch);
+  context.on("page", watch);
+  return seen;
+}

@@ -14,7 +14,18 @@ import assert from "node:assert/strict";
 
 import { chromium } from "playwright-core";
 
-import { CHROMIUM, OUT, UAGATE_BIN, firstAdmin, narrowLike, overflow, shot, stop, timeout as within } from "./common.mjs";
+import {
+  CHROMIUM,
+  OUT,
+  UAGATE_BIN,
+  firstAdmin,
+  narrowLike,
+  overflow,
+  policyViolations,
+  shot,
+  stop,
+  timeout as within,
+} from "./common.mjs";
 const STEP_MS = 15_000;
 const ADMIN = ["pia", "pia-console-pass-1"];
 const PAGES = [
@@ -107,6 +118,10 @@ async function everyPage(context, narrowContext, suffix, check) {
 test("every page, the dashboard charts and the maintenance banner", async (t) => {
   const { context, page } = await firstAdmin(browser, console_url, setup_code, ADMIN, STEP_MS);
   const narrow = await narrowLike(browser, context, console_url, STEP_MS);
+  // Every page runs under the console's Content-Security-Policy (no inline script or style):
+  // nothing on any page may need what it forbids.
+  const refused = [policyViolations(context), policyViolations(narrow)];
+  const refusedNow = () => refused.flat();
 
   await t.test("the dashboard: what an operator needs, and charts drawing the last minutes", async () => {
     await page.goto("/");
@@ -161,6 +176,12 @@ test("every page, the dashboard charts and the maintenance banner", async (t) =>
     await page.click("#confirm");
     await page.waitForSelector("#notice");
     assert.equal(await page.$("#state-banner"), null);
+  });
+
+  await t.test("the Content-Security-Policy blocked nothing on any page", async () => {
+    const csp = (await page.request.get("/")).headers()["content-security-policy"];
+    assert.match(csp, /script-src 'self'/);
+    assert.deepEqual(refusedNow(), []);
   });
 
   await narrow.close();

@@ -149,7 +149,16 @@ pub async fn not_found() -> (axum::http::StatusCode, Json<serde_json::Value>) {
     )
 }
 
+/// A JSON body refused by the extractor: 413 when it is larger than the
+/// route takes (see [`crate::routes::MAX_BODY`]), else 422 naming the
+/// problem.
 pub(crate) fn json_error(e: JsonRejection) -> ApiError {
+    if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError::TooLarge(format!(
+            "the request body is larger than this call takes ({} KiB)",
+            crate::routes::MAX_BODY / 1024
+        ));
+    }
     ApiError::Invalid {
         field: None,
         message: format!(

@@ -24,6 +24,7 @@ pub mod api;
 pub mod audit_text;
 pub mod auth;
 pub mod error;
+pub mod headers;
 pub mod listener;
 pub mod metrics;
 pub mod openapi;

@@ -23,8 +23,9 @@ use crate::state::WebState;
 // ------------------------------------------------------ login and setup
 
 /// Checks a login against the store under the throttle: a token, 401, or
-/// after repeated failures for the name or address 429 until the lockout
-/// ends. Shared by the REST login and the console's login form.
+/// after repeated failures of the name from this address (or of this
+/// address) 429 until the lockout ends; a name guessed at from elsewhere
+/// is answered late, not refused (see [`crate::auth::LoginThrottle`]). Shared by the REST login and the console's login form.
 pub async fn check_login(
     state: &WebState,
     username: &str,
@@ -32,7 +33,10 @@ pub async fn check_login(
     addr: Option<IpAddr>,
 ) -> Result<String, ApiError> {
     let now = Instant::now();
-    state.throttle.check(username, addr, now)?;
+    let delay = state.throttle.check(username, addr, now)?;
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     let role = state
         .store
         .verify_user(username, password)
@@ -40,7 +44,7 @@ pub async fn check_login(
         .map_err(ApiError::internal)?;
     match role {
         Some(role) => {
-            state.throttle.succeeded(username);
+            state.throttle.succeeded(username, addr);
             tracing::info!(user = %username, "console login");
             state.keys.issue(username, role)
         }
@@ -73,7 +77,10 @@ pub async fn check_setup(
     addr: Option<IpAddr>,
 ) -> Result<String, ApiError> {
     let now = Instant::now();
-    state.throttle.check("(setup)", addr, now)?;
+    let delay = state.throttle.check("(setup)", addr, now)?;
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     let matches = state
         .setup_code
         .lock()

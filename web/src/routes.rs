@@ -141,6 +141,15 @@ impl Route {
         self
     }
 
+    /// A route that receives a certificate or a CRL: up to
+    /// [`MAX_CERTIFICATE_BODY`] (a large CA's CRL), past [`MAX_BODY`].
+    fn certificate_upload(mut self) -> Route {
+        self.endpoint = self
+            .endpoint
+            .layer(axum::extract::DefaultBodyLimit::max(MAX_CERTIFICATE_BODY));
+        self
+    }
+
     /// A route that receives an update bundle: its body may be as large
     /// as [`uagate_system::MAX_BUNDLE_BYTES`] (plus a multipart form's
     /// framing), past the router's default limit.
@@ -152,6 +161,15 @@ impl Route {
         self
     }
 }
+
+/// Largest request body of any route not marked otherwise (forms, JSON,
+/// the configuration document): larger ones are refused with 413 before a
+/// handler reads them.
+pub const MAX_BODY: usize = 1 << 20;
+
+/// Largest body of a certificate or CRL upload (16 MiB of file and the
+/// multipart framing).
+pub const MAX_CERTIFICATE_BODY: usize = 17 << 20;
 
 /// Every route of the console and the REST API with the least role it
 /// needs (see docs/console.md). Roles: viewer < operator < admin.
@@ -191,7 +209,8 @@ pub fn table() -> Vec<Route> {
             "/api/v1/certificates",
             OPERATOR,
             rest::certificate_add,
-        ),
+        )
+        .certificate_upload(),
         api(
             DELETE,
             "/api/v1/certificates/{thumbprint}",
@@ -204,7 +223,7 @@ pub fn table() -> Vec<Route> {
             OPERATOR,
             rest::certificate_trust,
         ),
-        api(POST, "/api/v1/crls", OPERATOR, rest::crl_add),
+        api(POST, "/api/v1/crls", OPERATOR, rest::crl_add).certificate_upload(),
         api(GET, "/api/v1/fields", VIEWER, rest::fields),
         api(POST, "/api/v1/fields", OPERATOR, rest::field_put),
         api(POST, "/api/v1/field-test", OPERATOR, rest::field_test_entry),
@@ -284,8 +303,10 @@ pub fn table() -> Vec<Route> {
         page(POST, "/certificates/remove", OPERATOR, certificates::remove)
             .shown_by(certificates::refused),
         page(POST, "/certificates/crl", OPERATOR, certificates::crl)
+            .certificate_upload()
             .shown_by(certificates::refused),
         page(POST, "/certificates/upload", OPERATOR, certificates::upload)
+            .certificate_upload()
             .shown_by(certificates::refused),
         page(GET, "/users", ADMIN, user_pages::show),
         page(POST, "/users", ADMIN, user_pages::add),
@@ -332,7 +353,8 @@ async fn openapi_document() -> Json<Value> {
 
 /// The router of the console and the REST API: the routes of [`table`],
 /// each behind the check of its access, a JSON 404 for anything else, and
-/// [`access::guard`] around all of it. Serve it with the client's address
+/// [`access::guard`] around all of it, and the security headers of
+/// [`crate::headers`] on every response. Serve it with the client's address
 /// as a `ConnectInfo` extension (see [`crate::serve_tls`]) so login
 /// throttling sees it.
 pub fn app(state: WebState) -> Router {
@@ -348,7 +370,8 @@ pub fn app(state: WebState) -> Router {
             state.clone(),
             access::guard,
         ))
-        .layer(axum::extract::DefaultBodyLimit::max(17 << 20))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn(crate::headers::add))
         .with_state(state)
 }
 

@@ -126,8 +126,8 @@ pub fn line_chart(
         for (k, s) in series.iter().enumerate() {
             let _ = write!(
                 svg,
-                r#"<span><i style="background:{}"></i>{}</span>"#,
-                COLOURS[k % COLOURS.len()],
+                r#"<span><i class="swatch-{}"></i>{}</span>"#,
+                k % COLOURS.len(),
                 escape(&s.label)
             );
         }
