@@ -161,6 +161,13 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     evicted.inc_by(engine.sessions_evicted());
     r.register(Box::new(evicted))?;
 
+    let stalls = IntCounter::new(
+        "send_stalls_total",
+        "OPC UA connections closed because the client stopped reading its socket (nothing could be sent for 15 s).",
+    )?;
+    stalls.inc_by(engine.send_stalls());
+    r.register(Box::new(stalls))?;
+
     let notifications = IntCounter::new(
         "notifications_sent_total",
         "Notifications (data changes and events) sent to clients in Publish responses.",

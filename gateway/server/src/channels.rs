@@ -3,7 +3,7 @@
 //! flow, and the registry of connections that could be reclaimed at
 //! capacity.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use opcua_core::ResponseMessage;
 use parking_lot::Mutex;
@@ -26,6 +26,9 @@ pub(crate) struct Channels {
     responders: Mutex<FastMap<u32, mpsc::Sender<Reply>>>,
     /// Live connections and which of them could be reclaimed at capacity.
     reclaimer: Reclaimer,
+    /// Connections closed because the peer stopped reading (see
+    /// [`crate::driver::SEND_STALL`]).
+    send_stalls: AtomicU64,
 }
 
 impl Channels {
@@ -37,7 +40,19 @@ impl Channels {
             next_id: AtomicU32::new(HTTPS_CHANNEL + 1),
             responders: Mutex::new([(HTTPS_CHANNEL, https)].into_iter().collect()),
             reclaimer: Reclaimer::default(),
+            send_stalls: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a connection closed because its peer stopped reading; called
+    /// by the connection driver.
+    pub(crate) fn count_send_stall(&self) {
+        self.send_stalls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections closed so far because their peer stopped reading.
+    pub(crate) fn send_stalls(&self) -> u64 {
+        self.send_stalls.load(Ordering::Relaxed)
     }
 
     /// A fresh channel id; called for every OpenSecureChannel (Issue).

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use opcua_core::comms::secure_channel::{Role, SecureChannel};
 use opcua_core::RequestMessage;
-use opcua_types::{ContextOwned, StatusCode};
+use opcua_types::{ContextOwned, ResponseHeader, ServiceFault, StatusCode};
 use parking_lot::RwLock;
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
@@ -27,6 +27,15 @@ use crate::{ChannelInfo, Engine};
 
 /// Responses a channel can have waiting from outside its request flow.
 const RESPONDER_CAPACITY: usize = 1024;
+
+/// Longest one send to the peer may take: a whole UACP chunk (at most the
+/// negotiated buffer size, 64 KiB by default), so 15 s allows a peer as
+/// slow as about 4 KB/s. A peer that stops reading its socket (its window
+/// closed, every send pending) is closed after this, so it holds neither
+/// queued responses nor its session's charges for longer; the close is
+/// logged with `BadTimeout`. Nothing can be sent to such a peer, so it
+/// gets no Error message.
+pub const SEND_STALL: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// The read buffer of a connection.
 const READ_BUFFER: usize = 64 * 1024;
@@ -121,6 +130,17 @@ struct ConnectionDriver<T: Transport> {
     later: mpsc::Receiver<Reply>,
     /// The protocol deadline the timer is armed for.
     armed: Option<Instant>,
+    /// Request ids of this channel's Publish requests in the server (queued,
+    /// running or parked), at most [`Self::max_publishes`]: one more is
+    /// refused at once with BadTooManyPublishRequests, so a client sending
+    /// thousands of Publish requests never fills the shared request queue.
+    /// Below that bound Part 4's rule holds: the session's subscriptions
+    /// answer the oldest parked Publish with BadTooManyPublishRequests when
+    /// a new one exceeds `server.max_publish_requests_per_session`.
+    publishes: std::collections::HashSet<u32>,
+    /// Twice `server.max_publish_requests_per_session` when the connection
+    /// began (room for the limit parked and as many on their way).
+    max_publishes: usize,
 }
 
 impl<T: Transport> Drop for ConnectionDriver<T> {
@@ -153,6 +173,7 @@ impl<T: Transport> ConnectionDriver<T> {
         let reclaim_id = engine.channels.reclaimer().register(cancel.clone());
         let open = OpenCount::new(engine.clone(), T::SCHEME, false);
         let (responder, later) = mpsc::channel(RESPONDER_CAPACITY);
+        let engine_max_publishes = engine.config.server.max_publish_requests_per_session;
         ConnectionDriver {
             engine,
             stream,
@@ -175,6 +196,10 @@ impl<T: Transport> ConnectionDriver<T> {
             responder,
             later,
             armed: None,
+            publishes: std::collections::HashSet::new(),
+            max_publishes: usize::try_from(engine_max_publishes)
+                .unwrap_or(usize::MAX)
+                .max(1),
         }
     }
 
@@ -193,8 +218,19 @@ impl<T: Transport> ConnectionDriver<T> {
         loop {
             // Flush what the protocol wants to send, then act on its events.
             while let Some(bytes) = self.conn.poll_transmit() {
-                if self.stream.send(bytes).await.is_err() {
-                    return self.finish();
+                match tokio::time::timeout(SEND_STALL, self.stream.send(bytes)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return self.finish(),
+                    Err(_) => {
+                        tracing::warn!(
+                            channel = self.info.as_ref().map(|i| i.channel_id),
+                            status = %StatusCode::BadTimeout,
+                            "peer stopped reading: nothing could be sent for {} s; connection closed",
+                            SEND_STALL.as_secs()
+                        );
+                        self.engine.channels.count_send_stall();
+                        return self.finish();
+                    }
                 }
             }
             if let Some(event) = self.conn.poll_event() {
@@ -210,7 +246,9 @@ impl<T: Transport> ConnectionDriver<T> {
                 continue;
             }
             if self.conn.is_closed() {
-                self.stream.close(self.close_status).await;
+                // A peer that does not read cannot hold the close open.
+                let _ =
+                    tokio::time::timeout(SEND_STALL, self.stream.close(self.close_status)).await;
                 return self.finish();
             }
             self.before_wait(timer.as_mut());
@@ -280,9 +318,26 @@ impl<T: Transport> ConnectionDriver<T> {
         };
         // The read's claim goes with its first request; a further request
         // from the same read is counted too.
+        let is_publish = matches!(*request, RequestMessage::Publish(_));
+        if is_publish && self.publishes.len() >= self.max_publishes {
+            let handle = request.request_header().request_handle;
+            let fault = ServiceFault {
+                response_header: ResponseHeader::new_service_result(
+                    handle,
+                    StatusCode::BadTooManyPublishRequests,
+                ),
+            };
+            self.conn.send_response(request_id, fault.into());
+            return;
+        }
         let claim = self.read_claim.take().or_else(|| self.further_claim());
         match self.engine.submit(chan, request_id, request, claim) {
-            Ok(()) => self.in_flight += 1,
+            Ok(()) => {
+                self.in_flight += 1;
+                if is_publish {
+                    self.publishes.insert(request_id);
+                }
+            }
             Err(refusal) => self.conn.send_response(request_id, refusal),
         }
     }
@@ -397,6 +452,7 @@ impl<T: Transport> ConnectionDriver<T> {
     /// A response produced by the dispatcher or later (Publish) is sent.
     fn on_reply(&mut self, (request_id, response, claim): Reply) {
         self.in_flight = self.in_flight.saturating_sub(1);
+        self.publishes.remove(&request_id);
         self.conn.send_response(request_id, response);
         // Encoded: the request has left the server's pipeline.
         drop(claim);

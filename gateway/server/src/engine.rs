@@ -70,6 +70,12 @@ impl Engine {
         self.sessions.evicted()
     }
 
+    /// Connections closed because the peer stopped reading its socket for
+    /// [`crate::driver::SEND_STALL`] (metrics).
+    pub fn send_stalls(&self) -> u64 {
+        self.channels.send_stalls()
+    }
+
     /// Applies a changed configuration's isolation settings while running
     /// when only trusted owners' weights, the default weight and ingress
     /// rules changed. Anything else is refused, naming the settings that need

@@ -63,6 +63,7 @@ use crate::sessions::SessionTable;
 use crate::space::AddressSpace;
 
 pub use config_store::{CONFIG_KEY, NODE_CONFIG_KEY};
+pub use driver::SEND_STALL;
 pub use engine::Engine;
 pub use error::{ServiceError, StartError};
 pub use reconfigure::{classify_change, ChangeReport, ReconfigureStatus};
