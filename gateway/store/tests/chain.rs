@@ -1,14 +1,16 @@
 //! Chain validation (`Store::validate_certificate`) against real SQLite
-//! stores, with RSA CAs, intermediates, leaves and CRLs made by rcgen.
+//! stores, with RSA, ECDSA and Ed25519 CAs, intermediates, leaves and CRLs
+//! made by rcgen.
 #![allow(clippy::unwrap_used)] // unwrap is fine in tests
 
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
 use rcgen::{
     date_time_ymd, BasicConstraints, CertificateParams, CertificateRevocationListParams, DnType,
     IsCa, KeyIdMethod, KeyPair, KeyUsagePurpose, RevokedCertParams, SanType, SerialNumber,
-    PKCS_RSA_SHA256,
+    PKCS_ECDSA_P256_SHA256, PKCS_ECDSA_P384_SHA384, PKCS_ED25519, PKCS_RSA_SHA256,
 };
 use rsa::pkcs1::RsaPssParams;
 use rsa::pkcs8::{EncodePrivateKey, LineEnding};
@@ -638,4 +640,457 @@ async fn rsassa_pss_signatures_verify() {
     // PSS signature by the wrong key.
     let forged = resign_pss(&leaf_by(&ca, 100, 2024, 2034), 3, 32);
     assert_eq!(verdict(&store, &forged).await, TrustVerdict::Invalid);
+}
+
+// ---------------------------------------------------------------------------
+// Chains checked by webpki (issue 21 item 6): intermediates, revocation at
+// each level, expired CAs, loops, depth and the non-RSA algorithms.
+
+/// A CA chain root (trusted) -> intermediate (Issuer list), both with a
+/// current empty CRL unless the test says otherwise.
+struct TwoLevel {
+    root: Ca,
+    inter: Ca,
+}
+
+fn two_level() -> TwoLevel {
+    let root = root("Root CA", 0);
+    let inter = intermediate("Intermediate CA", 1, &root, 2024, 2034);
+    TwoLevel { root, inter }
+}
+
+async fn store_two_level(pki: &TwoLevel, root_crl: bool, inter_crl: bool) -> (TempDir, Store) {
+    let (dir, store) = open_temp().await;
+    store
+        .trust_add(ACTOR, &pki.root.der(), CertKind::Trusted)
+        .await
+        .unwrap();
+    store
+        .trust_add(ACTOR, &pki.inter.der(), CertKind::Issuer)
+        .await
+        .unwrap();
+    if root_crl {
+        store.add_crl(ACTOR, &empty_crl(&pki.root)).await.unwrap();
+    }
+    if inter_crl {
+        store.add_crl(ACTOR, &empty_crl(&pki.inter)).await.unwrap();
+    }
+    (dir, store)
+}
+
+#[tokio::test]
+async fn chain_with_intermediate_needs_the_intermediate() {
+    let pki = two_level();
+    let leaf = leaf_by(&pki.inter, 400, 2024, 2034);
+    let (_dir, store) = open_temp().await;
+    store
+        .trust_add(ACTOR, &pki.root.der(), CertKind::Trusted)
+        .await
+        .unwrap();
+    store.add_crl(ACTOR, &empty_crl(&pki.root)).await.unwrap();
+    store.add_crl(ACTOR, &empty_crl(&pki.inter)).await.unwrap();
+    // CRLs for both CAs, but the intermediate itself is unknown.
+    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Untrusted);
+    let info = store
+        .trust_add(ACTOR, &pki.inter.der(), CertKind::Issuer)
+        .await
+        .unwrap();
+    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
+    store.trust_remove(ACTOR, &info.thumbprint).await.unwrap();
+    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Untrusted);
+}
+
+#[tokio::test]
+async fn revoked_leaf_under_intermediate() {
+    let pki = two_level();
+    let (_dir, store) = store_two_level(&pki, true, false).await;
+    store
+        .add_crl(ACTOR, &crl(&pki.inter, &[401], 2026, 2027))
+        .await
+        .unwrap();
+    let revoked = leaf_by(&pki.inter, 401, 2024, 2034);
+    let fine = leaf_by(&pki.inter, 402, 2024, 2034);
+    assert_eq!(verdict(&store, &revoked).await, TrustVerdict::Revoked);
+    assert_eq!(verdict(&store, &fine).await, TrustVerdict::Trusted);
+}
+
+#[tokio::test]
+async fn revoked_intermediate_is_issuer_revoked() {
+    let pki = two_level();
+    let (_dir, store) = store_two_level(&pki, false, true).await;
+    let leaf = leaf_by(&pki.inter, 403, 2024, 2034);
+    store
+        .add_crl(
+            ACTOR,
+            &crl_raw_serial(&pki.root, &x509_serial(&pki.inter.der())),
+        )
+        .await
+        .unwrap();
+    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::IssuerRevoked);
+    // The leaf's own CRL is looked at first: a revoked leaf under a
+    // revoked intermediate is `Revoked`.
+    store
+        .add_crl(ACTOR, &crl(&pki.inter, &[403], 2026, 2028))
+        .await
+        .unwrap();
+    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Revoked);
+}
+
+#[tokio::test]
+async fn missing_crl_of_leaf_issuer_then_of_root() {
+    let pki = two_level();
+    let leaf = leaf_by(&pki.inter, 404, 2024, 2034);
+    // Only the root published a CRL: the leaf's issuer did not.
+    let (_dir, store) = store_two_level(&pki, true, false).await;
+    assert_eq!(
+        verdict(&store, &leaf).await,
+        TrustVerdict::RevocationUnknown
+    );
+    // Only the intermediate published one: the root's, covering the
+    // intermediate, is missing.
+    let (_dir2, store) = store_two_level(&pki, false, true).await;
+    assert_eq!(
+        verdict(&store, &leaf).await,
+        TrustVerdict::IssuerRevocationUnknown
+    );
+    // An out-of-date root CRL counts as missing.
+    store
+        .add_crl(ACTOR, &crl(&pki.root, &[], 2024, 2025))
+        .await
+        .unwrap();
+    assert_eq!(
+        verdict(&store, &leaf).await,
+        TrustVerdict::IssuerRevocationUnknown
+    );
+    store.add_crl(ACTOR, &empty_crl(&pki.root)).await.unwrap();
+    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
+}
+
+#[tokio::test]
+async fn expired_ca_is_issuer_time_invalid() {
+    // Expired trusted root (the trust anchor; webpki itself does not look
+    // at an anchor's dates).
+    let (_dir, store) = open_temp().await;
+    let key = key(0);
+    let old_root = Ca {
+        cert: ca_params("Old Root", 2015, 2025).self_signed(&key).unwrap(),
+        key,
+    };
+    store
+        .trust_add(ACTOR, &old_root.der(), CertKind::Trusted)
+        .await
+        .unwrap();
+    store.add_crl(ACTOR, &empty_crl(&old_root)).await.unwrap();
+    let leaf = leaf_by(&old_root, 405, 2024, 2034);
+    assert_eq!(
+        verdict(&store, &leaf).await,
+        TrustVerdict::IssuerTimeInvalid
+    );
+    // Back when the root was valid (and its CRL not yet issued).
+    let then = Utc.with_ymd_and_hms(2024, 6, 1, 0, 0, 0).unwrap();
+    assert_eq!(
+        store.validate_certificate(&leaf, then).await.unwrap(),
+        TrustVerdict::RevocationUnknown
+    );
+
+    // Expired intermediate under a valid root.
+    let pki = two_level();
+    let old_inter = intermediate("Intermediate CA", 1, &pki.root, 2020, 2025);
+    let (_dir2, store) = open_temp().await;
+    store
+        .trust_add(ACTOR, &pki.root.der(), CertKind::Trusted)
+        .await
+        .unwrap();
+    store
+        .trust_add(ACTOR, &old_inter.der(), CertKind::Issuer)
+        .await
+        .unwrap();
+    store.add_crl(ACTOR, &empty_crl(&pki.root)).await.unwrap();
+    store.add_crl(ACTOR, &empty_crl(&old_inter)).await.unwrap();
+    let leaf = leaf_by(&old_inter, 406, 2024, 2034);
+    assert_eq!(
+        verdict(&store, &leaf).await,
+        TrustVerdict::IssuerTimeInvalid
+    );
+    // A renewed intermediate (same name and key, valid dates) next to the
+    // expired one: a path through it is found.
+    store
+        .trust_add(ACTOR, &pki.inter.der(), CertKind::Issuer)
+        .await
+        .unwrap();
+    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
+}
+
+#[tokio::test]
+async fn expired_ca_leading_nowhere_is_untrusted() {
+    // Table 106 checks trust before validity: an expired CA that does not
+    // lead to a trusted CA makes the leaf `Untrusted`, not
+    // `IssuerTimeInvalid`; an expired leaf from an unknown CA likewise.
+    let (_dir, store) = open_temp().await;
+    let stranger = root("Stranger CA", 3);
+    let old_inter = intermediate("Old Stranger Intermediate", 1, &stranger, 2020, 2025);
+    store
+        .trust_add(ACTOR, &old_inter.der(), CertKind::Issuer)
+        .await
+        .unwrap();
+    store.add_crl(ACTOR, &empty_crl(&old_inter)).await.unwrap();
+    let leaf = leaf_by(&old_inter, 407, 2024, 2034);
+    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Untrusted);
+    let expired = leaf_by(&stranger, 408, 2020, 2025);
+    assert_eq!(verdict(&store, &expired).await, TrustVerdict::Untrusted);
+    // Once the stranger root is trusted, the dates are what is wrong.
+    store
+        .trust_add(ACTOR, &stranger.der(), CertKind::Trusted)
+        .await
+        .unwrap();
+    store.add_crl(ACTOR, &empty_crl(&stranger)).await.unwrap();
+    assert_eq!(
+        verdict(&store, &leaf).await,
+        TrustVerdict::IssuerTimeInvalid
+    );
+    assert_eq!(verdict(&store, &expired).await, TrustVerdict::TimeInvalid);
+}
+
+#[tokio::test]
+async fn expired_leaf_under_intermediate_is_time_invalid() {
+    let pki = two_level();
+    let (_dir, store) = store_two_level(&pki, true, true).await;
+    let expired = leaf_by(&pki.inter, 409, 2020, 2025);
+    assert_eq!(verdict(&store, &expired).await, TrustVerdict::TimeInvalid);
+    let not_yet = leaf_by(&pki.inter, 410, 2027, 2030);
+    assert_eq!(verdict(&store, &not_yet).await, TrustVerdict::TimeInvalid);
+}
+
+/// ECDSA P-256 key pairs (fast to make, unlike RSA).
+fn ec_key() -> KeyPair {
+    KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap()
+}
+
+#[tokio::test]
+async fn loop_between_two_issuers_ends_quickly() {
+    // "Loop A" certificates are issued by "Loop B" and vice versa, several
+    // of each with distinct keys; none is trusted. Path building must give
+    // up (`Untrusted`), within a bound.
+    const EACH: usize = 6;
+    let a_keys: Vec<KeyPair> = (0..EACH).map(|_| ec_key()).collect();
+    let b_keys: Vec<KeyPair> = (0..EACH).map(|_| ec_key()).collect();
+    // Stand-ins that give rcgen the issuer name for signing.
+    let a_issuer: Vec<rcgen::Certificate> = a_keys
+        .iter()
+        .map(|k| ca_params("Loop A", 2024, 2034).self_signed(k).unwrap())
+        .collect();
+    let b_issuer: Vec<rcgen::Certificate> = b_keys
+        .iter()
+        .map(|k| ca_params("Loop B", 2024, 2034).self_signed(k).unwrap())
+        .collect();
+    let (_dir, store) = open_temp().await;
+    for i in 0..EACH {
+        let a = ca_params("Loop A", 2024, 2034)
+            .signed_by(&a_keys[i], &b_issuer[i], &b_keys[i])
+            .unwrap();
+        let b = ca_params("Loop B", 2024, 2034)
+            .signed_by(
+                &b_keys[i],
+                &a_issuer[(i + 1) % EACH],
+                &a_keys[(i + 1) % EACH],
+            )
+            .unwrap();
+        store
+            .trust_add(ACTOR, a.der(), CertKind::Issuer)
+            .await
+            .unwrap();
+        store
+            .trust_add(ACTOR, b.der(), CertKind::Issuer)
+            .await
+            .unwrap();
+    }
+    let leaf = leaf_params("client", 411, 2024, 2034)
+        .signed_by(&ec_key(), &a_issuer[0], &a_keys[0])
+        .unwrap()
+        .der()
+        .to_vec();
+    let started = Instant::now();
+    let result = tokio::time::timeout(
+        Duration::from_secs(60),
+        store.validate_certificate(&leaf, now()),
+    )
+    .await
+    .expect("validation did not end")
+    .unwrap();
+    assert_eq!(result, TrustVerdict::Untrusted);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn ten_deep_chain_is_refused() {
+    // Root + 8 intermediates + leaf = 10 certificates > MAX_CHAIN_LEN, every
+    // CA with a current CRL: refused as `Untrusted` (no acceptable path).
+    const { assert!(10 > MAX_CHAIN_LEN) };
+    let (_dir, store) = open_temp().await;
+    let key = ec_key();
+    let root = Ca {
+        cert: ca_params("Deep Root", 2024, 2036)
+            .self_signed(&key)
+            .unwrap(),
+        key,
+    };
+    store
+        .trust_add(ACTOR, &root.der(), CertKind::Trusted)
+        .await
+        .unwrap();
+    store.add_crl(ACTOR, &empty_crl(&root)).await.unwrap();
+    let mut top = root;
+    let mut leaves = Vec::new();
+    for depth in 1..=8 {
+        let key = ec_key();
+        let cert = ca_params(&format!("Deep {depth}"), 2024, 2034)
+            .signed_by(&key, &top.cert, &top.key)
+            .unwrap();
+        let ca = Ca { cert, key };
+        store
+            .trust_add(ACTOR, &ca.der(), CertKind::Issuer)
+            .await
+            .unwrap();
+        store.add_crl(ACTOR, &empty_crl(&ca)).await.unwrap();
+        leaves.push(
+            leaf_params("client", 500 + depth, 2024, 2034)
+                .signed_by(&ec_key(), &ca.cert, &ca.key)
+                .unwrap()
+                .der()
+                .to_vec(),
+        );
+        top = ca;
+    }
+    // 6 intermediates: 8 certificates, accepted.
+    assert_eq!(verdict(&store, &leaves[5]).await, TrustVerdict::Trusted);
+    // 7 and 8 intermediates: 9 and 10 certificates, refused.
+    assert_eq!(verdict(&store, &leaves[6]).await, TrustVerdict::Untrusted);
+    let started = Instant::now();
+    assert_eq!(verdict(&store, &leaves[7]).await, TrustVerdict::Untrusted);
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn ecdsa_and_ed25519_leaves_under_ecdsa_ca() {
+    let (_dir, store) = open_temp().await;
+    let key = ec_key();
+    let ca = Ca {
+        cert: ca_params("EC Root", 2024, 2036).self_signed(&key).unwrap(),
+        key,
+    };
+    store
+        .trust_add(ACTOR, &ca.der(), CertKind::Trusted)
+        .await
+        .unwrap();
+    let sign = |serial: u64, leaf_key: &KeyPair| {
+        leaf_params("client", serial, 2024, 2034)
+            .signed_by(leaf_key, &ca.cert, &ca.key)
+            .unwrap()
+            .der()
+            .to_vec()
+    };
+    let p256 = sign(600, &ec_key());
+    let p384 = sign(
+        601,
+        &KeyPair::generate_for(&PKCS_ECDSA_P384_SHA384).unwrap(),
+    );
+    let ed25519 = sign(602, &KeyPair::generate_for(&PKCS_ED25519).unwrap());
+    // No CRL from the ECDSA CA yet.
+    assert_eq!(
+        verdict(&store, &p256).await,
+        TrustVerdict::RevocationUnknown
+    );
+    store.add_crl(ACTOR, &empty_crl(&ca)).await.unwrap();
+    assert_eq!(verdict(&store, &p256).await, TrustVerdict::Trusted);
+    assert_eq!(verdict(&store, &p384).await, TrustVerdict::Trusted);
+    assert_eq!(verdict(&store, &ed25519).await, TrustVerdict::Trusted);
+    assert_eq!(verdict(&store, &tamper(&p256)).await, TrustVerdict::Invalid);
+    assert_eq!(
+        verdict(&store, &tamper(&ed25519)).await,
+        TrustVerdict::Invalid
+    );
+    // The ECDSA CA's CRL revokes the Ed25519 leaf.
+    store
+        .add_crl(ACTOR, &crl(&ca, &[602], 2026, 2028))
+        .await
+        .unwrap();
+    assert_eq!(verdict(&store, &ed25519).await, TrustVerdict::Revoked);
+    assert_eq!(verdict(&store, &p256).await, TrustVerdict::Trusted);
+}
+
+#[tokio::test]
+async fn trusted_self_signed_ed25519_leaf_signature_is_checked() {
+    let (_dir, store) = open_temp().await;
+    let der = leaf_params("ed", 603, 2024, 2034)
+        .self_signed(&KeyPair::generate_for(&PKCS_ED25519).unwrap())
+        .unwrap()
+        .der()
+        .to_vec();
+    store
+        .trust_add(ACTOR, &der, CertKind::Trusted)
+        .await
+        .unwrap();
+    assert_eq!(verdict(&store, &der).await, TrustVerdict::Trusted);
+    let broken = tamper(&der);
+    store
+        .trust_add(ACTOR, &broken, CertKind::Trusted)
+        .await
+        .unwrap();
+    assert_eq!(verdict(&store, &broken).await, TrustVerdict::Invalid);
+}
+
+#[tokio::test]
+async fn leaf_with_bad_signature_under_intermediate_is_invalid() {
+    let pki = two_level();
+    let (_dir, store) = store_two_level(&pki, true, true).await;
+    let leaf = leaf_by(&pki.inter, 604, 2024, 2034);
+    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
+    assert_eq!(verdict(&store, &tamper(&leaf)).await, TrustVerdict::Invalid);
+    // Signed by another key under the intermediate's name.
+    let impostor = intermediate("Intermediate CA", 3, &pki.root, 2024, 2034);
+    let forged = leaf_by(&impostor, 604, 2024, 2034);
+    assert_eq!(verdict(&store, &forged).await, TrustVerdict::Invalid);
+}
+
+#[tokio::test]
+async fn revoked_intermediate_next_to_its_renewal() {
+    // The root revoked an intermediate and re-issued it (same name and
+    // key, new serial). Path building without CRLs may pick the revoked
+    // one first; the renewed one must still be found.
+    let pki = two_level();
+    // rcgen derives a default serial from the key: give the old one its own.
+    let mut params = ca_params("Intermediate CA", 2024, 2034);
+    params.serial_number = Some(SerialNumber::from(77u64));
+    let old = Ca {
+        cert: params
+            .signed_by(&key(1), &pki.root.cert, &pki.root.key)
+            .unwrap(),
+        key: key(1),
+    };
+    assert_ne!(x509_serial(&old.der()), x509_serial(&pki.inter.der()));
+    let (_dir, store) = open_temp().await;
+    store
+        .trust_add(ACTOR, &pki.root.der(), CertKind::Trusted)
+        .await
+        .unwrap();
+    store
+        .trust_add(ACTOR, &old.der(), CertKind::Issuer)
+        .await
+        .unwrap();
+    store.add_crl(ACTOR, &empty_crl(&pki.inter)).await.unwrap();
+    store
+        .add_crl(ACTOR, &crl_raw_serial(&pki.root, &x509_serial(&old.der())))
+        .await
+        .unwrap();
+    let leaf = leaf_by(&pki.inter, 605, 2024, 2034);
+    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::IssuerRevoked);
+    store
+        .trust_add(ACTOR, &pki.inter.der(), CertKind::Issuer)
+        .await
+        .unwrap();
+    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
 }
