@@ -1036,3 +1036,59 @@ async fn a_stalled_request_body_releases_its_charge() {
     assert_eq!(reassembly_usage(&gw), 0);
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_sent_one_byte_a_second_is_cut_at_the_deadline_with_408() {
+    let gw = TestGateway::start("[isolation]\nhandshake_timeout = \"2s\"\n").await;
+    let t = Target::of(&gw);
+    // A victim on opc.tcp reads meanwhile.
+    let (chan, token) = gw.anon_session("victim").await;
+    let mut trickle = t.h1().await;
+    trickle
+        .write_all(post_head(OCTET, 4096).as_bytes())
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let writer = async {
+        // One byte a second: each write keeps the connection alive, none
+        // brings the body closer to done in time.
+        for _ in 0..10 {
+            if trickle.write_all(b"x").await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if start.elapsed() > Duration::from_secs(4) {
+                break;
+            }
+        }
+        trickle
+    };
+    let victim = async {
+        let mut latencies = Vec::new();
+        while start.elapsed() < Duration::from_secs(3) {
+            let t0 = Instant::now();
+            assert_eq!(chan.read_status(&token).await, StatusCode::Good);
+            latencies.push(t0.elapsed());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        latencies
+    };
+    let (mut trickle, mut latencies) = tokio::join!(writer, victim);
+    let reply = bounded("the 408", read_reply(&mut trickle)).await;
+    assert_eq!(
+        reply.status,
+        408,
+        "{:?}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(reassembly_usage(&gw), 0, "the body's charge is released");
+    latencies.sort();
+    println!(
+        "trickled body: victim {} Reads, p50 {:?}, p99 {:?}",
+        latencies.len(),
+        latencies[latencies.len() / 2],
+        latencies[(latencies.len() - 1) * 99 / 100]
+    );
+    chan.close().await;
+    gw.stop().await;
+}

@@ -196,3 +196,55 @@ async fn ten_thousand_publish_requests_are_refused_beyond_the_limit() {
     report("10,000 Publish requests", victim.await.unwrap());
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_channels_without_a_session_lock_nobody_out() {
+    use tokio::io::AsyncWriteExt;
+    let gw = TestGateway::start("").await;
+    let max = gw.engine().applied_config().server.max_channel_count as i64;
+    let stop = Arc::new(AtomicBool::new(false));
+    let victim = victim(&gw, stop.clone());
+    let open_now = |gw: &TestGateway| -> i64 {
+        gw.engine()
+            .transport_stats()
+            .iter()
+            .map(|(_, connections, _)| *connections)
+            .sum()
+    };
+    let (mut opened, mut refused) = (0usize, 0usize);
+    let mut held = Vec::new();
+    let started = Instant::now();
+    for _ in 0..1000 {
+        let mut s = connect_from([127, 0, 0, 53], gw.addr).await;
+        s.write_all(&common::hello_bytes(&gw.url)).await.unwrap();
+        let ack = common::read_frame(&mut s, hand::WAIT).await;
+        let open = match ack {
+            Some(f) if &f[..4] == b"ACKF" => {
+                s.write_all(&common::opn_none_frame()).await.unwrap();
+                matches!(common::read_frame(&mut s, hand::WAIT).await, Some(f) if &f[..4] == b"OPNF")
+            }
+            _ => false,
+        };
+        if open {
+            opened += 1;
+        } else {
+            refused += 1;
+        }
+        held.push(s);
+        // Never more connections than the channel limit (and the victim's).
+        assert!(open_now(&gw) <= max + 1, "{} open", open_now(&gw));
+    }
+    println!(
+        "1,000 channels without a session: {opened} opened, {refused} refused, {:?}; {} open at the end",
+        started.elapsed(),
+        open_now(&gw)
+    );
+    // Unused channels are reclaimed for new callers: a fresh client gets a
+    // session and reads.
+    let mut fresh = HandClient::open(connect_from([127, 0, 0, 54], gw.addr).await, &gw.url).await;
+    assert_eq!(fresh.session_and_read().await, StatusCode::Good);
+    stop.store(true, Ordering::Relaxed);
+    report("1,000 channels without a session", victim.await.unwrap());
+    drop(held);
+    gw.stop().await;
+}
