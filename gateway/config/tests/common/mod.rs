@@ -1,0 +1,2 @@
+//! Shared by the config tests.
+pub mod fuzz_harness;
