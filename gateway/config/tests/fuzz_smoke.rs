@@ -12,7 +12,7 @@ const ITERATIONS: usize = 20_000;
 
 fn seeds() -> Vec<Vec<u8>> {
     let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/config_document");
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/config_document");
     let mut out: Vec<Vec<u8>> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| std::fs::read(e.unwrap().path()).unwrap())

@@ -4,7 +4,7 @@
 //! peer's certificate (the handshake's validation), as an uploaded
 //! certificate's ApplicationUri and trust status, and as an uploaded CRL,
 //! against a real store on SQLite whose trust list holds the seed corpus
-//! (`fuzz/corpus/trust_input`: a trusted self-signed leaf, a trusted ECDSA
+//! (`fuzz/seeds/trust_input`: a trusted self-signed leaf, a trusted ECDSA
 //! CA with its CRL, and a leaf that CA signed).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,13 +13,13 @@ use std::sync::OnceLock;
 use uagate_store::{CertKind, Store, TrustVerdict};
 
 /// A trusted self-signed RSA leaf.
-pub const LEAF: &[u8] = include_bytes!("../../../../fuzz/corpus/trust_input/leaf.der");
+pub const LEAF: &[u8] = include_bytes!("../../../../fuzz/seeds/trust_input/leaf.der");
 /// A trusted ECDSA P-256 CA.
-pub const CA: &[u8] = include_bytes!("../../../../fuzz/corpus/trust_input/ca.der");
+pub const CA: &[u8] = include_bytes!("../../../../fuzz/seeds/trust_input/ca.der");
 /// A leaf signed by [`CA`] (not on any list).
-pub const SIGNED: &[u8] = include_bytes!("../../../../fuzz/corpus/trust_input/signed.der");
+pub const SIGNED: &[u8] = include_bytes!("../../../../fuzz/seeds/trust_input/signed.der");
 /// [`CA`]'s CRL, listing nothing.
-pub const CRL: &[u8] = include_bytes!("../../../../fuzz/corpus/trust_input/crl.der");
+pub const CRL: &[u8] = include_bytes!("../../../../fuzz/seeds/trust_input/crl.der");
 
 /// The store the inputs are checked against, made once per process.
 pub struct Fixture {
