@@ -2,6 +2,8 @@
 //! (ephemeral ports) with a real SQLite store, and the router over it.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
+pub mod fuzz_harness;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

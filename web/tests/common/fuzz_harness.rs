@@ -1,0 +1,107 @@
+//! The body of the `rest_body` fuzz target, shared by
+//! `fuzz/fuzz_targets/rest_body.rs` (via `#[path]` on `common`) and by
+//! `tests/fuzz_smoke.rs` (a bounded loop on stable): arbitrary bytes as the
+//! body of a REST call that takes one, sent by an administrator to the
+//! real router over a real gateway and SQLite store. The first byte picks
+//! the route. What must hold for any body: no panic, no 5xx, a refusal is
+//! the JSON error with its `code`, and the gateway still answers after it.
+//! Routes that would end the fixture (logout, maintenance, system, pair,
+//! user changes by name), reach out to the network (field-test) or are
+//! slowed on purpose after failures (login, setup: see `attack.rs` and
+//! `api.rs`) are left out.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::OnceLock;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+
+use super::{get, Fixture};
+
+/// The routes fed, with their content type.
+pub const ROUTES: &[(&str, &str, &str)] = &[
+    ("PUT", "/api/v1/config", "application/json"),
+    ("POST", "/api/v1/plan/preview", "application/json"),
+    ("PUT", "/api/v1/service-level", "application/json"),
+    ("POST", "/api/v1/users", "application/json"),
+    ("POST", "/api/v1/owners", "application/json"),
+    ("POST", "/api/v1/ingress", "application/json"),
+    ("POST", "/api/v1/fields", "application/json"),
+    (
+        "POST",
+        "/api/v1/certificates?kind=trusted",
+        "application/octet-stream",
+    ),
+    ("POST", "/api/v1/crls", "application/octet-stream"),
+];
+
+/// The running gateway, its runtime and an admin's token, made once.
+pub struct RestFixture {
+    pub rt: tokio::runtime::Runtime,
+    pub fixture: Fixture,
+    pub admin: String,
+}
+
+/// The process's fixture.
+pub fn rest_fixture() -> &'static RestFixture {
+    static FIXTURE: OnceLock<RestFixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (fixture, admin) = rt.block_on(async {
+            let f = Fixture::start().await;
+            let admin = f.token("admin").await;
+            (f, admin)
+        });
+        RestFixture { rt, fixture, admin }
+    })
+}
+
+/// One call: `data[0]` picks the route, the rest is the body.
+pub fn rest_body(data: &[u8]) {
+    let Some((&pick, body)) = data.split_first() else {
+        return;
+    };
+    let (method, uri, content_type) = ROUTES[usize::from(pick) % ROUTES.len()];
+    call(method, uri, content_type, body.to_vec());
+}
+
+/// Sends `body` to `uri` as the admin and checks the answer.
+pub fn call(
+    method: &str,
+    uri: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (StatusCode, serde_json::Value) {
+    let r = rest_fixture();
+    r.rt.block_on(async {
+        let req = Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).unwrap())
+            .uri(uri)
+            .header(header::CONTENT_TYPE, content_type)
+            .header(header::AUTHORIZATION, format!("Bearer {}", r.admin))
+            .body(Body::from(body))
+            .unwrap();
+        let (status, answer, _) = r.fixture.call(req).await;
+        assert!(
+            !status.is_server_error(),
+            "{method} {uri}: {status} {answer}"
+        );
+        if status.is_client_error() && status != StatusCode::PAYLOAD_TOO_LARGE {
+            assert!(
+                answer.get("code").and_then(|c| c.as_str()).is_some(),
+                "{method} {uri}: {status} without the JSON error: {answer}"
+            );
+        }
+        let (alive, _, _) = r.fixture.call(get("/api/v1/status", Some(&r.admin))).await;
+        assert_eq!(
+            alive,
+            StatusCode::OK,
+            "the gateway stopped answering after {method} {uri}"
+        );
+        (status, answer)
+    })
+}
