@@ -25,6 +25,11 @@ use x509_cert::Certificate;
 
 const ACTOR: &str = "tester";
 
+/// Puts `der` on the `kind` list (a test's step; it must succeed).
+async fn add(store: &uagate_store::Store, der: &[u8], kind: CertKind) {
+    store.trust_add(ACTOR, der, kind).await.unwrap();
+}
+
 /// The moment all validations happen at unless a test says otherwise.
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 6, 1, 12, 0, 0).unwrap()
@@ -201,22 +206,13 @@ async fn trusted_self_signed_leaf_needs_no_crl() {
         .der()
         .to_vec();
     assert_eq!(verdict(&store, &der).await, TrustVerdict::Untrusted);
-    store
-        .trust_add(ACTOR, &der, CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &der, CertKind::Trusted).await;
     assert_eq!(verdict(&store, &der).await, TrustVerdict::Trusted);
     // On the Issuer list only it is not trusted.
-    store
-        .trust_add(ACTOR, &der, CertKind::Issuer)
-        .await
-        .unwrap();
+    add(&store, &der, CertKind::Issuer).await;
     assert_eq!(verdict(&store, &der).await, TrustVerdict::Untrusted);
     // Validity still applies to an explicitly trusted certificate.
-    store
-        .trust_add(ACTOR, &der, CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &der, CertKind::Trusted).await;
     let late = Utc.with_ymd_and_hms(2035, 1, 1, 0, 0, 0).unwrap();
     assert_eq!(
         store.validate_certificate(&der, late).await.unwrap(),
@@ -233,10 +229,7 @@ async fn trusted_ecdsa_self_signed_leaf_keeps_todays_behaviour() {
         .der()
         .to_vec();
     assert_eq!(verdict(&store, &der).await, TrustVerdict::Untrusted);
-    store
-        .trust_add(ACTOR, &der, CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &der, CertKind::Trusted).await;
     assert_eq!(verdict(&store, &der).await, TrustVerdict::Trusted);
 }
 
@@ -245,10 +238,7 @@ async fn leaf_of_trusted_ca_with_crl_is_trusted() {
     let (_dir, store) = open_temp().await;
     let ca = root("Root CA", 0);
     let leaf = leaf_by(&ca, 100, 2024, 2034);
-    store
-        .trust_add(ACTOR, &ca.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &ca.der(), CertKind::Trusted).await;
     // CRL required for CA-issued certificates.
     assert_eq!(
         verdict(&store, &leaf).await,
@@ -266,10 +256,7 @@ async fn leaf_revoked_in_ca_crl() {
     let ca = root("Root CA", 0);
     let leaf = leaf_by(&ca, 100, 2024, 2034);
     let other = leaf_by(&ca, 101, 2024, 2034);
-    store
-        .trust_add(ACTOR, &ca.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &ca.der(), CertKind::Trusted).await;
     store
         .add_crl(ACTOR, &crl(&ca, &[100], 2026, 2027))
         .await
@@ -277,14 +264,8 @@ async fn leaf_revoked_in_ca_crl() {
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Revoked);
     assert_eq!(verdict(&store, &other).await, TrustVerdict::Trusted);
     // Explicitly trusting the revoked leaf does not override its CA's CRL.
-    store
-        .trust_add(ACTOR, &ca.der(), CertKind::Issuer)
-        .await
-        .unwrap();
-    store
-        .trust_add(ACTOR, &leaf, CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &ca.der(), CertKind::Issuer).await;
+    add(&store, &leaf, CertKind::Trusted).await;
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Revoked);
 }
 
@@ -293,15 +274,9 @@ async fn explicitly_trusted_ca_issued_leaf_needs_no_crl() {
     let (_dir, store) = open_temp().await;
     let ca = root("Root CA", 0);
     let leaf = leaf_by(&ca, 100, 2024, 2034);
-    store
-        .trust_add(ACTOR, &leaf, CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &leaf, CertKind::Trusted).await;
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
-    store
-        .trust_add(ACTOR, &ca.der(), CertKind::Issuer)
-        .await
-        .unwrap();
+    add(&store, &ca.der(), CertKind::Issuer).await;
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
 }
 
@@ -310,10 +285,7 @@ async fn outdated_crl_means_revocation_unknown() {
     let (_dir, store) = open_temp().await;
     let ca = root("Root CA", 0);
     let leaf = leaf_by(&ca, 100, 2024, 2034);
-    store
-        .trust_add(ACTOR, &ca.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &ca.der(), CertKind::Trusted).await;
     store
         .add_crl(ACTOR, &crl(&ca, &[], 2024, 2025))
         .await
@@ -331,10 +303,7 @@ async fn crl_with_bad_signature_is_ignored() {
     // Same name, different key: its CRL must not count for the real CA.
     let impostor = root("Root CA", 3);
     let leaf = leaf_by(&ca, 100, 2024, 2034);
-    store
-        .trust_add(ACTOR, &ca.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &ca.der(), CertKind::Trusted).await;
     store
         .add_crl(ACTOR, &crl(&impostor, &[100], 2026, 2027))
         .await
@@ -362,10 +331,7 @@ async fn ca_only_on_issuer_list_is_untrusted() {
     let (_dir, store) = open_temp().await;
     let ca = root("Root CA", 0);
     let leaf = leaf_by(&ca, 100, 2024, 2034);
-    store
-        .trust_add(ACTOR, &ca.der(), CertKind::Issuer)
-        .await
-        .unwrap();
+    add(&store, &ca.der(), CertKind::Issuer).await;
     store.add_crl(ACTOR, &empty_crl(&ca)).await.unwrap();
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Untrusted);
 }
@@ -375,10 +341,7 @@ async fn unknown_leaf_is_untrusted_and_garbage_is_invalid() {
     let (_dir, store) = open_temp().await;
     let ca = root("Root CA", 0);
     let stranger = root("Stranger CA", 3);
-    store
-        .trust_add(ACTOR, &ca.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &ca.der(), CertKind::Trusted).await;
     store.add_crl(ACTOR, &empty_crl(&ca)).await.unwrap();
     // Issuer not in the store at all.
     let leaf = leaf_by(&stranger, 5, 2024, 2034);
@@ -397,10 +360,7 @@ async fn tampered_signature_is_invalid() {
     let (_dir, store) = open_temp().await;
     let ca = root("Root CA", 0);
     let leaf = leaf_by(&ca, 100, 2024, 2034);
-    store
-        .trust_add(ACTOR, &ca.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &ca.der(), CertKind::Trusted).await;
     store.add_crl(ACTOR, &empty_crl(&ca)).await.unwrap();
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
     assert_eq!(verdict(&store, &tamper(&leaf)).await, TrustVerdict::Invalid);
@@ -415,10 +375,7 @@ async fn tampered_signature_is_invalid() {
         .der()
         .to_vec();
     let broken = tamper(&self_signed);
-    store
-        .trust_add(ACTOR, &broken, CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &broken, CertKind::Trusted).await;
     assert_eq!(verdict(&store, &broken).await, TrustVerdict::Invalid);
 }
 
@@ -428,16 +385,10 @@ async fn intermediate_path() {
     let ca = root("Root CA", 0);
     let inter = intermediate("Intermediate CA", 1, &ca, 2024, 2034);
     let leaf = leaf_by(&inter, 300, 2024, 2034);
-    store
-        .trust_add(ACTOR, &ca.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &ca.der(), CertKind::Trusted).await;
     // Intermediate unknown: chain incomplete.
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Untrusted);
-    store
-        .trust_add(ACTOR, &inter.der(), CertKind::Issuer)
-        .await
-        .unwrap();
+    add(&store, &inter.der(), CertKind::Issuer).await;
     // No CRL from the intermediate (the leaf's issuer).
     assert_eq!(
         verdict(&store, &leaf).await,
@@ -462,10 +413,7 @@ async fn intermediate_path() {
 
     // Trusting the intermediate directly makes it the anchor: the root and
     // its CRL no longer matter.
-    store
-        .trust_add(ACTOR, &inter.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &inter.der(), CertKind::Trusted).await;
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
 }
 
@@ -505,14 +453,8 @@ async fn expired_leaf_and_expired_intermediate() {
     let (_dir, store) = open_temp().await;
     let ca = root("Root CA", 0);
     let inter = intermediate("Old Intermediate", 1, &ca, 2020, 2025);
-    store
-        .trust_add(ACTOR, &ca.der(), CertKind::Trusted)
-        .await
-        .unwrap();
-    store
-        .trust_add(ACTOR, &inter.der(), CertKind::Issuer)
-        .await
-        .unwrap();
+    add(&store, &ca.der(), CertKind::Trusted).await;
+    add(&store, &inter.der(), CertKind::Issuer).await;
     store.add_crl(ACTOR, &empty_crl(&ca)).await.unwrap();
     store.add_crl(ACTOR, &empty_crl(&inter)).await.unwrap();
 
@@ -538,20 +480,14 @@ async fn expired_leaf_and_expired_intermediate() {
 async fn chain_length_is_bounded() {
     let (_dir, store) = open_temp().await;
     let ca = root("Root CA", 0);
-    store
-        .trust_add(ACTOR, &ca.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &ca.der(), CertKind::Trusted).await;
     store.add_crl(ACTOR, &empty_crl(&ca)).await.unwrap();
     // root <- I1 <- I2 ... each with a CRL; leaf + n intermediates + root.
     let mut cas = vec![ca];
     let mut leaves = Vec::new();
     for i in 1..MAX_CHAIN_LEN {
         let next = intermediate(&format!("Intermediate {i}"), 1, &cas[i - 1], 2024, 2034);
-        store
-            .trust_add(ACTOR, &next.der(), CertKind::Issuer)
-            .await
-            .unwrap();
+        add(&store, &next.der(), CertKind::Issuer).await;
         store.add_crl(ACTOR, &empty_crl(&next)).await.unwrap();
         leaves.push(leaf_by(&next, 1000 + i as u64, 2024, 2034));
         cas.push(next);
@@ -580,21 +516,12 @@ async fn issuer_loop_terminates() {
     let b1 = ca_params("Loop B", 2024, 2034)
         .signed_by(&key(1), &a0.cert, &a0.key)
         .unwrap();
-    store
-        .trust_add(ACTOR, a1.der(), CertKind::Issuer)
-        .await
-        .unwrap();
-    store
-        .trust_add(ACTOR, b1.der(), CertKind::Issuer)
-        .await
-        .unwrap();
+    add(&store, a1.der(), CertKind::Issuer).await;
+    add(&store, b1.der(), CertKind::Issuer).await;
     let leaf = leaf_by(&a0, 1, 2024, 2034);
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Untrusted);
     // Trusting the cross-certified B closes a trusted path A -> B.
-    store
-        .trust_add(ACTOR, b1.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, b1.der(), CertKind::Trusted).await;
     store.add_crl(ACTOR, &empty_crl(&a0)).await.unwrap();
     store.add_crl(ACTOR, &empty_crl(&b0)).await.unwrap();
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
@@ -629,10 +556,7 @@ fn resign_pss(der: &[u8], key_index: usize, salt: u8) -> Vec<u8> {
 async fn rsassa_pss_signatures_verify() {
     let (_dir, store) = open_temp().await;
     let ca = root("Root CA", 0);
-    store
-        .trust_add(ACTOR, &ca.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &ca.der(), CertKind::Trusted).await;
     store.add_crl(ACTOR, &empty_crl(&ca)).await.unwrap();
     let leaf = resign_pss(&leaf_by(&ca, 100, 2024, 2034), 0, 32);
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
@@ -661,14 +585,8 @@ fn two_level() -> TwoLevel {
 
 async fn store_two_level(pki: &TwoLevel, root_crl: bool, inter_crl: bool) -> (TempDir, Store) {
     let (dir, store) = open_temp().await;
-    store
-        .trust_add(ACTOR, &pki.root.der(), CertKind::Trusted)
-        .await
-        .unwrap();
-    store
-        .trust_add(ACTOR, &pki.inter.der(), CertKind::Issuer)
-        .await
-        .unwrap();
+    add(&store, &pki.root.der(), CertKind::Trusted).await;
+    add(&store, &pki.inter.der(), CertKind::Issuer).await;
     if root_crl {
         store.add_crl(ACTOR, &empty_crl(&pki.root)).await.unwrap();
     }
@@ -683,10 +601,7 @@ async fn chain_with_intermediate_needs_the_intermediate() {
     let pki = two_level();
     let leaf = leaf_by(&pki.inter, 400, 2024, 2034);
     let (_dir, store) = open_temp().await;
-    store
-        .trust_add(ACTOR, &pki.root.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &pki.root.der(), CertKind::Trusted).await;
     store.add_crl(ACTOR, &empty_crl(&pki.root)).await.unwrap();
     store.add_crl(ACTOR, &empty_crl(&pki.inter)).await.unwrap();
     // CRLs for both CAs, but the intermediate itself is unknown.
@@ -776,10 +691,7 @@ async fn expired_ca_is_issuer_time_invalid() {
         cert: ca_params("Old Root", 2015, 2025).self_signed(&key).unwrap(),
         key,
     };
-    store
-        .trust_add(ACTOR, &old_root.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &old_root.der(), CertKind::Trusted).await;
     store.add_crl(ACTOR, &empty_crl(&old_root)).await.unwrap();
     let leaf = leaf_by(&old_root, 405, 2024, 2034);
     assert_eq!(
@@ -797,14 +709,8 @@ async fn expired_ca_is_issuer_time_invalid() {
     let pki = two_level();
     let old_inter = intermediate("Intermediate CA", 1, &pki.root, 2020, 2025);
     let (_dir2, store) = open_temp().await;
-    store
-        .trust_add(ACTOR, &pki.root.der(), CertKind::Trusted)
-        .await
-        .unwrap();
-    store
-        .trust_add(ACTOR, &old_inter.der(), CertKind::Issuer)
-        .await
-        .unwrap();
+    add(&store, &pki.root.der(), CertKind::Trusted).await;
+    add(&store, &old_inter.der(), CertKind::Issuer).await;
     store.add_crl(ACTOR, &empty_crl(&pki.root)).await.unwrap();
     store.add_crl(ACTOR, &empty_crl(&old_inter)).await.unwrap();
     let leaf = leaf_by(&old_inter, 406, 2024, 2034);
@@ -814,10 +720,7 @@ async fn expired_ca_is_issuer_time_invalid() {
     );
     // A renewed intermediate (same name and key, valid dates) next to the
     // expired one: a path through it is found.
-    store
-        .trust_add(ACTOR, &pki.inter.der(), CertKind::Issuer)
-        .await
-        .unwrap();
+    add(&store, &pki.inter.der(), CertKind::Issuer).await;
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
 }
 
@@ -829,20 +732,14 @@ async fn expired_ca_leading_nowhere_is_untrusted() {
     let (_dir, store) = open_temp().await;
     let stranger = root("Stranger CA", 3);
     let old_inter = intermediate("Old Stranger Intermediate", 1, &stranger, 2020, 2025);
-    store
-        .trust_add(ACTOR, &old_inter.der(), CertKind::Issuer)
-        .await
-        .unwrap();
+    add(&store, &old_inter.der(), CertKind::Issuer).await;
     store.add_crl(ACTOR, &empty_crl(&old_inter)).await.unwrap();
     let leaf = leaf_by(&old_inter, 407, 2024, 2034);
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Untrusted);
     let expired = leaf_by(&stranger, 408, 2020, 2025);
     assert_eq!(verdict(&store, &expired).await, TrustVerdict::Untrusted);
     // Once the stranger root is trusted, the dates are what is wrong.
-    store
-        .trust_add(ACTOR, &stranger.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &stranger.der(), CertKind::Trusted).await;
     store.add_crl(ACTOR, &empty_crl(&stranger)).await.unwrap();
     assert_eq!(
         verdict(&store, &leaf).await,
@@ -895,14 +792,8 @@ async fn loop_between_two_issuers_ends_quickly() {
                 &a_keys[(i + 1) % EACH],
             )
             .unwrap();
-        store
-            .trust_add(ACTOR, a.der(), CertKind::Issuer)
-            .await
-            .unwrap();
-        store
-            .trust_add(ACTOR, b.der(), CertKind::Issuer)
-            .await
-            .unwrap();
+        add(&store, a.der(), CertKind::Issuer).await;
+        add(&store, b.der(), CertKind::Issuer).await;
     }
     let leaf = leaf_params("client", 411, 2024, 2034)
         .signed_by(&ec_key(), &a_issuer[0], &a_keys[0])
@@ -938,10 +829,7 @@ async fn ten_deep_chain_is_refused() {
             .unwrap(),
         key,
     };
-    store
-        .trust_add(ACTOR, &root.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &root.der(), CertKind::Trusted).await;
     store.add_crl(ACTOR, &empty_crl(&root)).await.unwrap();
     let mut top = root;
     let mut leaves = Vec::new();
@@ -951,10 +839,7 @@ async fn ten_deep_chain_is_refused() {
             .signed_by(&key, &top.cert, &top.key)
             .unwrap();
         let ca = Ca { cert, key };
-        store
-            .trust_add(ACTOR, &ca.der(), CertKind::Issuer)
-            .await
-            .unwrap();
+        add(&store, &ca.der(), CertKind::Issuer).await;
         store.add_crl(ACTOR, &empty_crl(&ca)).await.unwrap();
         leaves.push(
             leaf_params("client", 500 + depth, 2024, 2034)
@@ -982,10 +867,7 @@ async fn ecdsa_and_ed25519_leaves_under_ecdsa_ca() {
         cert: ca_params("EC Root", 2024, 2036).self_signed(&key).unwrap(),
         key,
     };
-    store
-        .trust_add(ACTOR, &ca.der(), CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &ca.der(), CertKind::Trusted).await;
     let sign = |serial: u64, leaf_key: &KeyPair| {
         leaf_params("client", serial, 2024, 2034)
             .signed_by(leaf_key, &ca.cert, &ca.key)
@@ -1030,16 +912,10 @@ async fn trusted_self_signed_ed25519_leaf_signature_is_checked() {
         .unwrap()
         .der()
         .to_vec();
-    store
-        .trust_add(ACTOR, &der, CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &der, CertKind::Trusted).await;
     assert_eq!(verdict(&store, &der).await, TrustVerdict::Trusted);
     let broken = tamper(&der);
-    store
-        .trust_add(ACTOR, &broken, CertKind::Trusted)
-        .await
-        .unwrap();
+    add(&store, &broken, CertKind::Trusted).await;
     assert_eq!(verdict(&store, &broken).await, TrustVerdict::Invalid);
 }
 
@@ -1073,14 +949,8 @@ async fn revoked_intermediate_next_to_its_renewal() {
     };
     assert_ne!(x509_serial(&old.der()), x509_serial(&pki.inter.der()));
     let (_dir, store) = open_temp().await;
-    store
-        .trust_add(ACTOR, &pki.root.der(), CertKind::Trusted)
-        .await
-        .unwrap();
-    store
-        .trust_add(ACTOR, &old.der(), CertKind::Issuer)
-        .await
-        .unwrap();
+    add(&store, &pki.root.der(), CertKind::Trusted).await;
+    add(&store, &old.der(), CertKind::Issuer).await;
     store.add_crl(ACTOR, &empty_crl(&pki.inter)).await.unwrap();
     store
         .add_crl(ACTOR, &crl_raw_serial(&pki.root, &x509_serial(&old.der())))
@@ -1088,9 +958,6 @@ async fn revoked_intermediate_next_to_its_renewal() {
         .unwrap();
     let leaf = leaf_by(&pki.inter, 605, 2024, 2034);
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::IssuerRevoked);
-    store
-        .trust_add(ACTOR, &pki.inter.der(), CertKind::Issuer)
-        .await
-        .unwrap();
+    add(&store, &pki.inter.der(), CertKind::Issuer).await;
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
 }
