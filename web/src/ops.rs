@@ -25,7 +25,8 @@ use crate::state::WebState;
 /// Checks a login against the store under the throttle: a token, 401, or
 /// after repeated failures of the name from this address (or of this
 /// address) 429 until the lockout ends; a name guessed at from elsewhere
-/// is answered late, not refused (see [`crate::auth::LoginThrottle`]). Shared by the REST login and the console's login form.
+/// is answered late, not refused (see [`crate::auth::LoginThrottle`]).
+/// Shared by the REST login and the console's login form.
 pub async fn check_login(
     state: &WebState,
     username: &str,

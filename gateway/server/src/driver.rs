@@ -198,8 +198,9 @@ impl<T: Transport> ConnectionDriver<T> {
             armed: None,
             publishes: std::collections::HashSet::new(),
             max_publishes: usize::try_from(engine_max_publishes)
-                .unwrap_or(usize::MAX)
-                .max(1),
+                .unwrap_or(usize::MAX / 2)
+                .max(1)
+                .saturating_mul(2),
         }
     }
 
