@@ -16,6 +16,11 @@
 #                   (counter values stamped start + n x 100 ms instead of the
 #                   wall clock; see opcua-ref-server --help), 0 to skip it
 #        OUT=<dir for logs and results>  (default: a new temp dir)
+#        BIN_DIR=<dir>  use the release binaries there instead of building
+#        ONLY=uagate    run only that target (uagate, ref or refnom)
+#        PERF=1         record a `perf` profile of uagate during each of its
+#                       measured windows ($OUT/perf-uagate-REP.data; read it
+#                       with `perf report -i`), PERF_ARGS to change `-g`
 # Nodes: uagate  nsu=urn:uagate:gateway;s=Gateway.Demo.Counter
 #        ref     nsu=urn:uagate:bench:ref-server;s=Bench.Counter
 # (namespace indexes are looked up in each server's NamespaceArray).
@@ -37,13 +42,11 @@ CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
 UAGATE_NODE="nsu=urn:uagate:gateway;s=Gateway.Demo.Counter"
 REF_NODE="nsu=urn:uagate:bench:ref-server;s=Bench.Counter"
 
-echo "building release binaries..." >&2
-(cd "$ROOT" && cargo build --release -p uagate --bin uagate >&2)
-(cd "$ROOT" && cargo build --release -p uagate-bench >&2)
-BIN="$ROOT/target/release"
-
-# Background servers stopped on exit, and `start` (waits for READY).
+# Background servers stopped on exit, `start` (waits for READY) and
+# `release_bins` (builds, or takes $BIN_DIR).
 . "$ROOT/bench/lib.sh"
+release_bins -p uagate --bin uagate
+[ -n "${BIN_DIR:-}" ] || (cd "$ROOT" && cargo build --release -p uagate-bench >&2)
 
 PKI="$OUT/client-pki"
 CLIENT_CERT="$("$BIN/uagate-bench" --pki "$PKI" --init-pki)"
@@ -83,6 +86,10 @@ if [ "$NOMINAL" = 1 ]; then
     echo "$REF_NAME (nominal timestamps) $REFNOM_URL (pid $REFNOM_PID)" >&2
 fi
 
+if [ -n "${ONLY:-}" ]; then
+    TARGETS="$ONLY"
+fi
+
 RESULTS="$OUT/notify.jsonl"
 : >"$RESULTS"
 LOAD0="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -94,6 +101,11 @@ for rep in $(seq 1 "$REPEAT"); do
         *) url=$REFNOM_URL pid=$REFNOM_PID node=$REF_NODE label="$REF_NAME, nominal ts" ;;
         esac
         echo "run $rep: $label, $SESSIONS sessions x $ITEMS items, ${DURATION} s" >&2
+        if [ "${PERF:-0}" = 1 ] && [ "$target" = uagate ] && command -v perf >/dev/null; then
+            # shellcheck disable=SC2086
+            (sleep "$((WARMUP + 2))"; perf record -q ${PERF_ARGS:--g} -F 999 -p "$pid" \
+                -o "$OUT/perf-uagate-$rep.data" -- sleep "$DURATION" >/dev/null 2>&1) &
+        fi
         if ! "$BIN/uagate-bench-notify" --endpoint "$url" --node "$node" \
             --sessions "$SESSIONS" --items "$ITEMS" --sampling-ms "$SAMPLING_MS" \
             --publishing-ms "$PUBLISHING_MS" --duration "$DURATION" --warmup "$WARMUP" \

@@ -3,6 +3,7 @@
 //! subscription timer. Lock order: the address space lock may be taken
 //! before the sessions lock (services do), never the other way round.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use opcua_core::{RequestMessage, ResponseMessage};
@@ -29,6 +30,12 @@ pub(crate) struct SessionTable {
     throttle: Throttle,
     /// Wakes the subscription timer when subscriptions or Publish queues change.
     changed: tokio::sync::Notify,
+    /// When the subscription timer will wake next, in nanoseconds after
+    /// `epoch` (`u64::MAX` while it ticks): a Publish request wakes it only
+    /// when its timeout falls before that.
+    planned_wake: AtomicU64,
+    /// The origin of `planned_wake`.
+    epoch: Instant,
 }
 
 /// Subscription limits for a new session, from `[server]`; called by
@@ -53,6 +60,8 @@ impl SessionTable {
             table: Mutex::new(Sessions::new(max)),
             throttle: Throttle::default(),
             changed: tokio::sync::Notify::new(),
+            planned_wake: AtomicU64::new(u64::MAX),
+            epoch: Instant::now(),
         }
     }
 
@@ -72,6 +81,28 @@ impl SessionTable {
     /// Publish queue changed.
     pub(crate) fn notify_changed(&self) {
         self.changed.notify_one();
+    }
+
+    /// Wakes the subscription timer if `at` comes before the wake it
+    /// planned; called for a Publish request queued with a timeout, which
+    /// changes no other timer.
+    pub(crate) fn notify_if_before(&self, at: Instant) {
+        if self.nanos(at) < self.planned_wake.load(Ordering::Acquire) {
+            self.notify_changed();
+        }
+    }
+
+    /// Records when the subscription timer wakes next (`None`: it is
+    /// ticking now, so every Publish timeout wakes it again); called by
+    /// the timer before and after each tick.
+    pub(crate) fn plan_wake(&self, at: Option<Instant>) {
+        let n = at.map_or(u64::MAX, |at| self.nanos(at));
+        self.planned_wake.store(n, Ordering::Release);
+    }
+
+    /// `at` as nanoseconds after `epoch` (0 before it).
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1)
     }
 
     /// Resolves at the next [`SessionTable::notify_changed`]; awaited by

@@ -334,14 +334,28 @@ impl Engine {
         header: &RequestHeader,
         f: impl FnOnce(&mut Session, &SpaceSource<'_>) -> Result<T>,
     ) -> Result<T> {
-        let fields = self.space.fields();
-        let space = self.space.local();
-        let source = SpaceSource(&space, fields.as_deref());
-        let result = self.sessions.with_session(chan, header, |s| f(s, &source));
-        drop(space);
+        let result = self.with_subs_quiet(chan, header, f);
         self.sessions.notify_changed();
         self.sync_field_demand();
         result
+    }
+
+    /// Runs `f` on the caller's session like [`Self::with_subs`], without
+    /// waking the subscription timer or recomputing the field demand: for
+    /// Publish and Republish, which change no item, no subscription and no
+    /// timer other than a Publish timeout (the caller wakes the timer for
+    /// that). Both run once per notification message, and the demand
+    /// visits every item of every session.
+    fn with_subs_quiet<T>(
+        &self,
+        chan: &ChannelInfo,
+        header: &RequestHeader,
+        f: impl FnOnce(&mut Session, &SpaceSource<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let fields = self.space.fields();
+        let space = self.space.local();
+        let source = SpaceSource(&space, fields.as_deref());
+        self.sessions.with_session(chan, header, |s| f(s, &source))
     }
 
     pub(crate) fn create_subscription(
@@ -428,10 +442,16 @@ impl Engine {
         request_id: u32,
         r: &PublishRequest,
     ) -> Result<Option<ResponseMessage>> {
-        let answers = self.with_subs(chan, &r.request_header, |s, _| {
-            Ok(s.subscriptions
-                .publish(request_id, r, Instant::now(), DateTime::now()))
+        let now = Instant::now();
+        let answers = self.with_subs_quiet(chan, &r.request_header, |s, _| {
+            Ok(s.subscriptions.publish(request_id, r, now, DateTime::now()))
         })?;
+        let hint = r.request_header.timeout_hint;
+        if hint > 0 && !answers.iter().any(|(id, _)| *id == request_id) {
+            // Queued with a timeout: the timer must answer BadTimeout then.
+            self.sessions
+                .notify_if_before(now + Duration::from_millis(u64::from(hint)));
+        }
         let mut now_answer = None;
         for (id, answer) in answers {
             if id == request_id {
@@ -452,7 +472,7 @@ impl Engine {
         chan: &ChannelInfo,
         r: &RepublishRequest,
     ) -> Result<ResponseMessage> {
-        let message = self.with_subs(chan, &r.request_header, |s, _| {
+        let message = self.with_subs_quiet(chan, &r.request_header, |s, _| {
             s.subscriptions
                 .republish(r.subscription_id, r.retransmit_sequence_number)
                 .map_err(ServiceError::Status)
@@ -680,11 +700,13 @@ impl Engine {
     /// sessions part reports a change. Spawned once by [`crate::start`].
     pub(crate) async fn subscription_timer(self: Arc<Self>, cancel: CancellationToken) {
         loop {
+            self.sessions.plan_wake(None);
             let next = self.tick_subscriptions();
             // Sleep until the next deadline, at most 1 s, or until woken.
             let wake = next
                 .unwrap_or_else(|| Instant::now() + Duration::from_secs(1))
                 .min(Instant::now() + Duration::from_secs(1));
+            self.sessions.plan_wake(Some(wake));
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 _ = self.sessions.changed() => {},

@@ -97,6 +97,32 @@ async fn keep_alives_for_an_unchanging_node() {
     gw.stop().await;
 }
 
+/// A queued Publish request times out on time although a Publish no
+/// longer wakes the subscription timer for nothing: it wakes it only when
+/// its timeout falls before the timer's next planned wake (at most 1 s
+/// away, here 1 s, as the only subscription publishes every 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_publish_times_out_at_its_timeout_hint() {
+    let gw = TestGateway::start("").await;
+    let (chan, token) = gw.anon_session("c").await;
+    chan.create_subscription(&token, 5000.0, 30, 10).await;
+    let mut req = chan.publish_request(&token, &[]);
+    req.request_header.timeout_hint = 200;
+    let sent = std::time::Instant::now();
+    let resp = chan.send(req).await.unwrap();
+    let took = sent.elapsed();
+    assert_eq!(
+        resp.response_header().service_result,
+        StatusCode::BadTimeout
+    );
+    assert!(
+        took >= Duration::from_millis(190) && took < Duration::from_millis(700),
+        "BadTimeout after {took:?}, the hint was 200 ms"
+    );
+    chan.close().await;
+    gw.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscription_lifetime_expires_without_publish() {
     let gw = TestGateway::start("").await;

@@ -17,6 +17,7 @@ mod subscription;
 #[cfg(test)]
 mod tests;
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -217,6 +218,11 @@ pub struct SessionSubscriptions {
     /// Responses produced outside publish/tick (take, delete); drained by tick or take_ready.
     ready: Vec<(u32, ResponseOrFault)>,
     late_seq: u64,
+    /// [`Self::next_deadline`] as last computed; `None` when a change may
+    /// have moved it. The subscription timer asks every session for its
+    /// deadline on every tick, and computing it visits every monitored
+    /// item, so it is kept until the next call that takes `&mut self`.
+    deadline: Cell<Option<Option<Instant>>>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -286,6 +292,7 @@ impl SessionSubscriptions {
             pending_status: VecDeque::new(),
             ready: Vec::new(),
             late_seq: 0,
+            deadline: Cell::new(None),
         }
     }
 
@@ -341,6 +348,7 @@ impl SessionSubscriptions {
         req: &CreateSubscriptionRequest,
         now: Instant,
     ) -> Result<RevisedSubscription, StatusCode> {
+        self.deadline.set(None);
         if self.subs.len() >= self.limits.max_subscriptions_per_session as usize {
             return Err(StatusCode::BadTooManySubscriptions);
         }
@@ -380,6 +388,7 @@ impl SessionSubscriptions {
         req: &ModifySubscriptionRequest,
         now: Instant,
     ) -> Result<RevisedSubscription, StatusCode> {
+        self.deadline.set(None);
         let r = self.revise(
             req.requested_publishing_interval,
             req.requested_lifetime_count,
@@ -404,6 +413,7 @@ impl SessionSubscriptions {
     /// SetPublishingMode: per id Good or BadSubscriptionIdInvalid. Disabled subscriptions keep
     /// sampling but only send keep-alives.
     pub fn set_publishing_mode(&mut self, enabled: bool, ids: &[u32]) -> Vec<StatusCode> {
+        self.deadline.set(None);
         ids.iter()
             .map(|id| match self.subs.get_mut(id) {
                 Some(s) => {
@@ -420,6 +430,7 @@ impl SessionSubscriptions {
     /// subscription goes, queued Publish requests are answered with BadNoSubscription (see
     /// [`Self::take_ready`]).
     pub fn delete_subscriptions(&mut self, ids: &[u32]) -> Vec<StatusCode> {
+        self.deadline.set(None);
         let res = ids
             .iter()
             .map(|id| match self.subs.remove(id) {
@@ -458,6 +469,7 @@ impl SessionSubscriptions {
         now: Instant,
         now_dt: DateTime,
     ) -> Result<Vec<MonitoredItemCreateResult>, StatusCode> {
+        self.deadline.set(None);
         if ts == TimestampsToReturn::Invalid {
             return Err(StatusCode::BadTimestampsToReturnInvalid);
         }
@@ -539,6 +551,7 @@ impl SessionSubscriptions {
         now: Instant,
         now_dt: DateTime,
     ) -> Result<Vec<MonitoredItemModifyResult>, StatusCode> {
+        self.deadline.set(None);
         if ts == TimestampsToReturn::Invalid {
             return Err(StatusCode::BadTimestampsToReturnInvalid);
         }
@@ -613,6 +626,7 @@ impl SessionSubscriptions {
         sub: u32,
         ids: &[u32],
     ) -> Result<Vec<StatusCode>, StatusCode> {
+        self.deadline.set(None);
         let s = self.sub_mut(sub)?;
         if ids.is_empty() {
             return Err(StatusCode::BadNothingToDo);
@@ -641,6 +655,7 @@ impl SessionSubscriptions {
         now: Instant,
         now_dt: DateTime,
     ) -> Result<Vec<StatusCode>, StatusCode> {
+        self.deadline.set(None);
         let s = self.sub_mut(sub)?;
         if ids.is_empty() {
             return Err(StatusCode::BadNothingToDo);
@@ -678,6 +693,7 @@ impl SessionSubscriptions {
         links_to_add: &[u32],
         links_to_remove: &[u32],
     ) -> Result<(Vec<StatusCode>, Vec<StatusCode>), StatusCode> {
+        self.deadline.set(None);
         let s = self.sub_mut(sub)?;
         if links_to_add.is_empty() && links_to_remove.is_empty() {
             return Err(StatusCode::BadNothingToDo);
@@ -726,6 +742,7 @@ impl SessionSubscriptions {
         now: Instant,
         now_dt: DateTime,
     ) -> Vec<(u32, ResponseOrFault)> {
+        self.deadline.set(None);
         let mut out = std::mem::take(&mut self.ready);
         let results = req.subscription_acknowledgements.as_ref().map(|acks| {
             acks.iter()
@@ -914,6 +931,7 @@ impl SessionSubscriptions {
         now_dt: DateTime,
         source: &dyn ItemSource,
     ) -> Vec<(u32, ResponseOrFault)> {
+        self.deadline.set(None);
         let mut out = std::mem::take(&mut self.ready);
         let mut kept = VecDeque::with_capacity(self.queue.len());
         while let Some(q) = self.queue.pop_front() {
@@ -971,6 +989,7 @@ impl SessionSubscriptions {
     /// on the new channel would use request ids the new channel never sent.
     /// Returns how many were dropped.
     pub fn clear_publish_queue(&mut self) -> usize {
+        self.deadline.set(None);
         let n = self.queue.len();
         self.queue.clear();
         n
@@ -978,6 +997,18 @@ impl SessionSubscriptions {
 
     /// The earliest instant tick must be called (publishing, sampling or a Publish timeout).
     pub fn next_deadline(&self) -> Option<Instant> {
+        if let Some(cached) = self.deadline.get() {
+            debug_assert_eq!(cached, self.compute_deadline(), "stale cached deadline");
+            return cached;
+        }
+        let d = self.compute_deadline();
+        self.deadline.set(Some(d));
+        d
+    }
+
+    /// The earliest timer over every subscription, item and queued Publish
+    /// request; visits them all (cached by [`Self::next_deadline`]).
+    fn compute_deadline(&self) -> Option<Instant> {
         let subs = self.subs.values().map(|s| s.deadline());
         let qs = self.queue.iter().filter_map(|q| q.expires);
         subs.chain(qs).min()
@@ -996,6 +1027,7 @@ impl SessionSubscriptions {
     /// Delivers an event to event items monitoring the Server object or the event's source
     /// node. Use [`Self::push_event_where`] for other notifier hierarchies.
     pub fn push_event(&mut self, event: &dyn EventFields, now: Instant) {
+        self.deadline.set(None);
         let server = NodeId::from(ObjectId::Server);
         let source_node = SimpleAttributeOperand {
             type_definition_id: ObjectTypeId::BaseEventType.into(),
@@ -1018,6 +1050,7 @@ impl SessionSubscriptions {
         _now: Instant,
         notifier: &dyn Fn(&NodeId) -> bool,
     ) {
+        self.deadline.set(None);
         for s in self.subs.values_mut() {
             for mi in s.items.values_mut() {
                 if matches!(mi.kind, ItemKind::Event { .. }) && notifier(&mi.rvi.node_id) {
@@ -1031,6 +1064,7 @@ impl SessionSubscriptions {
     /// event items on `node` created with exactly `filter` (the items that
     /// upstream item serves). The upstream server evaluated the where clause.
     pub fn push_event_for(&mut self, event: &dyn EventFields, node: &NodeId, filter: &EventFilter) {
+        self.deadline.set(None);
         for s in self.subs.values_mut() {
             for mi in s.items.values_mut() {
                 if mi.is_event_item_for(node, filter) {
@@ -1064,6 +1098,7 @@ impl SessionSubscriptions {
     /// (a condition refresh's events go only to the items refreshed).
     /// False when the subscription or item is gone or is no event item.
     pub fn push_event_to(&mut self, sub: u32, item: u32, event: &dyn EventFields) -> bool {
+        self.deadline.set(None);
         match self.subs.get_mut(&sub).and_then(|s| s.items.get_mut(&item)) {
             Some(mi) if matches!(mi.kind, ItemKind::Event { .. }) => {
                 mi.push_event(event);
@@ -1075,6 +1110,7 @@ impl SessionSubscriptions {
 
     /// ResendData (Part 5 method): re-queues the last value of every data item.
     pub fn resend_data(&mut self, sub: u32) -> Result<(), StatusCode> {
+        self.deadline.set(None);
         self.sub_mut(sub)?.requeue_last_values();
         Ok(())
     }
@@ -1082,6 +1118,7 @@ impl SessionSubscriptions {
     /// TransferSubscriptions, source side: removes the subscription; this session gets a
     /// StatusChangeNotification GoodSubscriptionTransferred with its next Publish.
     pub fn take(&mut self, sub: u32, now_dt: DateTime) -> Option<Subscription> {
+        self.deadline.set(None);
         let mut s = self.subs.remove(&sub)?;
         s.late = None;
         let msg = status_message(s.next_seq, StatusCode::GoodSubscriptionTransferred, now_dt);
@@ -1100,6 +1137,7 @@ impl SessionSubscriptions {
         send_initial_values: bool,
         now: Instant,
     ) -> Result<(), StatusCode> {
+        self.deadline.set(None);
         if self.subs.len() >= self.limits.max_subscriptions_per_session as usize {
             return Err(StatusCode::BadTooManySubscriptions);
         }
