@@ -117,6 +117,33 @@ fn duration_ms(d: Duration) -> f64 {
 }
 
 /// Revises a sampling interval per §7.21: negative/NaN -> publishing interval, 0 -> fastest.
+/// The first sampling instant of an item that took its initial sample at
+/// `now`: the earliest instant after `now` on the grid of its subscription's
+/// publishing timer (`next_publish` plus or minus whole `sampling`
+/// intervals). With a sampling interval that divides the publishing
+/// interval, every publishing cycle then starts with a fresh sample taken
+/// in the same timer tick, instead of a sample up to one interval old taken
+/// in a tick of its own. Called when an item starts sampling (create,
+/// modify of the interval, leaving Disabled).
+pub(crate) fn first_sample(now: Instant, sampling: Duration, next_publish: Instant) -> Instant {
+    let step = sampling.max(Duration::from_millis(1)).as_nanos();
+    let at = if next_publish > now {
+        let ahead = (next_publish - now).as_nanos();
+        // The grid point at or below `now`, then the next one.
+        next_publish - nanos(ahead - ahead % step) + nanos(if ahead % step == 0 { step } else { 0 })
+    } else {
+        let behind = (now - next_publish).as_nanos();
+        next_publish + nanos((behind / step + 1) * step)
+    };
+    debug_assert!(at > now && at <= now + sampling.max(Duration::from_millis(1)));
+    at
+}
+
+/// `n` nanoseconds as a Duration (saturating far beyond any interval).
+fn nanos(n: u128) -> Duration {
+    Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX))
+}
+
 pub(crate) fn revise_sampling(requested: f64, publishing: Duration, limits: &Limits) -> Duration {
     let max = limits
         .max_publishing_interval

@@ -516,7 +516,7 @@ impl SessionSubscriptions {
                 mode: req.monitoring_mode,
                 sampling: rev.sampling,
                 sampling_ms: rev.sampling_ms,
-                next_sample: now + rev.sampling,
+                next_sample: item::first_sample(now, rev.sampling, s.next_publish),
                 queue_size: rev.queue_size,
                 discard_oldest: p.discard_oldest,
                 timestamps: ts,
@@ -560,7 +560,7 @@ impl SessionSubscriptions {
         if items.is_empty() {
             return Err(StatusCode::BadNothingToDo);
         }
-        let interval = s.interval;
+        let (interval, next_publish) = (s.interval, s.next_publish);
         let mut out = Vec::with_capacity(items.len());
         for req in items {
             let err = |status_code| MonitoredItemModifyResult {
@@ -589,7 +589,7 @@ impl SessionSubscriptions {
             mi.timestamps = ts;
             mi.discard_oldest = p.discard_oldest;
             if mi.sampling != rev.sampling {
-                mi.next_sample = now + rev.sampling;
+                mi.next_sample = item::first_sample(now, rev.sampling, next_publish);
             }
             mi.sampling = rev.sampling;
             mi.sampling_ms = rev.sampling_ms;
@@ -660,6 +660,7 @@ impl SessionSubscriptions {
         if ids.is_empty() {
             return Err(StatusCode::BadNothingToDo);
         }
+        let next_publish = s.next_publish;
         Ok(ids
             .iter()
             .map(|id| {
@@ -674,7 +675,7 @@ impl SessionSubscriptions {
                 } else if old == MonitoringMode::Disabled
                     && matches!(mi.kind, ItemKind::Data { .. })
                 {
-                    mi.next_sample = now + mi.sampling;
+                    mi.next_sample = item::first_sample(now, mi.sampling, next_publish);
                     let dv = item::sample_now(source, &mi.rvi, now_dt);
                     mi.enqueue_value(dv);
                 }

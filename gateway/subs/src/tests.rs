@@ -1529,3 +1529,50 @@ fn events_for_a_node_and_filter_reach_only_their_items() {
     assert_eq!(events[0].client_handle, 1);
     assert_eq!(events[0].event_fields, Some(vec![Variant::from("for f1")]));
 }
+
+/// An item created in the middle of a publishing cycle samples on the
+/// publishing grid: the change made just before the next publishing
+/// instant goes out at that instant, and no tick of its own is needed in
+/// between (one deadline per cycle, not two).
+#[test]
+fn sampling_is_aligned_to_the_publishing_timer() {
+    let mut f = Fx::new(Limits::default(), 10);
+    f.src.set("a", 1i32);
+    let res = f.items(
+        &[item_req(
+            "a",
+            7,
+            MonitoringMode::Reporting,
+            1,
+            ExtensionObject::null(),
+        )],
+        30,
+    );
+    assert_eq!(res[0].revised_sampling_interval, 100.0);
+    // Sampled at 100 (with the publishing timer), not at 30 + 100.
+    assert_eq!(f.s.next_deadline(), Some(f.at(100)));
+    assert!(f.publish(1, &[], 40).is_empty());
+    f.src.set("a", 2i32);
+    let out = f.tick(100);
+    assert_eq!(
+        values(&resp(&out[0]).notification_message),
+        vec![(7, Some(Variant::Int32(2)))],
+        "the value sampled in the publishing tick"
+    );
+    assert_eq!(f.s.next_deadline(), Some(f.at(200)));
+}
+
+#[test]
+fn first_sample_lies_on_the_publishing_grid() {
+    let t = Instant::now();
+    let first = |now: u64, sampling: u64, publish: u64| {
+        item::first_sample(t + ms(now), ms(sampling), t + ms(publish)) - t
+    };
+    assert_eq!(first(30, 100, 100), ms(100));
+    assert_eq!(first(30, 25, 100), ms(50));
+    assert_eq!(first(50, 25, 100), ms(75), "strictly after now");
+    assert_eq!(first(100, 100, 100), ms(200));
+    assert_eq!(first(130, 100, 100), ms(200), "timer already due");
+    assert_eq!(first(30, 250, 100), ms(100));
+    assert_eq!(first(0, 0, 100), ms(1), "1 ms floor");
+}
