@@ -130,7 +130,8 @@ pub(crate) fn first_sample(now: Instant, sampling: Duration, next_publish: Insta
     let at = if next_publish > now {
         let ahead = (next_publish - now).as_nanos();
         // The grid point at or below `now`, then the next one.
-        next_publish - nanos(ahead - ahead % step) + nanos(if ahead % step == 0 { step } else { 0 })
+        let on_grid = if ahead.is_multiple_of(step) { step } else { 0 };
+        next_publish - nanos(ahead - ahead % step) + nanos(on_grid)
     } else {
         let behind = (now - next_publish).as_nanos();
         next_publish + nanos((behind / step + 1) * step)
