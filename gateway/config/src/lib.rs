@@ -321,6 +321,12 @@ pub struct Server {
     /// counter driven every 100 ms, an Add method) for trying clients out.
     /// Off on an appliance; `uagate demo` turns it on.
     pub demo_nodes: bool,
+    /// Quiet time after which an opc.wss client is pinged; a client that
+    /// sends nothing for another such period (not even the pong) is closed
+    /// with WebSocket close code 1001. Shorter than the idle timeout of the
+    /// firewalls and proxies on the way.
+    #[serde(with = "humantime_serde")]
+    pub websocket_ping_interval: Duration,
 }
 
 impl Default for Server {
@@ -360,6 +366,7 @@ impl Default for Server {
             allow_anonymous_write: false,
             refuse_sessions_in_maintenance: false,
             demo_nodes: false,
+            websocket_ping_interval: Duration::from_secs(30),
         }
     }
 }
@@ -937,6 +944,13 @@ impl Config {
                 return Err(invalid(name, "must be at least 1"));
             }
         }
+        if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&s.websocket_ping_interval)
+        {
+            return Err(invalid(
+                "server.websocket_ping_interval",
+                "must be between 1s and 10m",
+            ));
+        }
         if s.min_publishing_interval < Duration::from_millis(10) {
             return Err(invalid(
                 "server.min_publishing_interval",
@@ -1331,6 +1345,14 @@ handshake_timeout = "30s"
     fn invalid_values_name_the_setting() {
         for (doc, setting) in [
             ("[server]\nmax_buffer_size = 100\n", "server.max_buffer_size"),
+            (
+                "[server]\nwebsocket_ping_interval = \"500ms\"\n",
+                "server.websocket_ping_interval",
+            ),
+            (
+                "[server]\nwebsocket_ping_interval = \"11m\"\n",
+                "server.websocket_ping_interval",
+            ),
             ("[isolation]\nhandshake_timeout = \"5m\"\n", "isolation.handshake_timeout"),
             ("[server]\nmax_session_count = 0\n", "server.max_session_count"),
             (

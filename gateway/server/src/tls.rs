@@ -475,8 +475,9 @@ fn websocket(conn: &Arc<Conn>, mut req: Request<Incoming>) -> Response<Full<Byte
         let ws =
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                 .await;
-        crate::driver::drive_transport(engine, crate::ws::WsTransport::new(ws), cancel, admitted)
-            .await;
+        let ping_after = engine.config.server.websocket_ping_interval;
+        let transport = crate::ws::WsTransport::with_keepalive(ws, ping_after);
+        crate::driver::drive_transport(engine, transport, cancel, admitted).await;
     });
     let mut r = Response::new(Full::new(Bytes::new()));
     *r.status_mut() = HttpStatus::SWITCHING_PROTOCOLS;

@@ -11,10 +11,11 @@
 //! 1003 for a text message; 1000 otherwise.
 //!
 //! Keep-alive: pings from the client are answered. When the client has
-//! sent nothing for [`PING_AFTER`], the server pings it; a client that
-//! still sends nothing (not even the pong) for another [`PING_AFTER`] is
-//! taken as gone and the connection ends like a closed socket (a proxy in
-//! between may have dropped it silently).
+//! sent nothing for `server.websocket_ping_interval` (30 s by default), the
+//! server pings it; a client that still sends nothing (not even the pong)
+//! for another such period is taken as gone: the server sends Close 1001
+//! and the connection ends like a closed socket (a proxy in between may
+//! have dropped it silently).
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -33,10 +34,6 @@ pub const SUBPROTOCOL: &str = "opcua+uacp";
 
 /// Transport profile of opc.wss with UACP/UA Binary (OPC 10000-7).
 pub const WSS_PROFILE: &str = "http://opcfoundation.org/UA-Profile/Transport/wss-uasc-uabinary";
-
-/// Quiet time after which the server pings the client, and then waits as
-/// long again for any message before giving the connection up.
-pub const PING_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The WebSocket close code for the reason a UACP connection ended.
 pub fn close_code(status: Option<StatusCode>) -> CloseCode {
@@ -69,12 +66,14 @@ pub(crate) struct WsTransport<S> {
     ping_after: std::time::Duration,
 }
 
-impl<S> WsTransport<S> {
-    pub(crate) fn new(ws: WebSocketStream<S>) -> Self {
-        Self::with_keepalive(ws, PING_AFTER)
-    }
+/// How long sending a Close frame may take before the connection is
+/// dropped without it.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-    /// Like [`WsTransport::new`] with another keep-alive period (tests).
+impl<S> WsTransport<S> {
+    /// Wraps an upgraded WebSocket; the client is pinged after `ping_after`
+    /// of silence and dropped after as long again (see the module doc).
+    /// Called by the TLS listener for each opc.wss upgrade.
     pub(crate) fn with_keepalive(ws: WebSocketStream<S>, ping_after: std::time::Duration) -> Self {
         WsTransport {
             ws,
@@ -96,7 +95,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsTransport<S> {
                 code,
                 reason: reason.into(),
             };
-            let _ = self.ws.close(Some(frame)).await;
+            // Bounded: a peer that does not read cannot hold the
+            // connection open through a Close frame that never leaves.
+            let _ = tokio::time::timeout(CLOSE_WAIT, self.ws.close(Some(frame))).await;
         }
     }
 

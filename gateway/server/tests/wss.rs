@@ -753,3 +753,45 @@ async fn an_upgrade_without_handshake_capacity_gets_503() {
     drop(second);
     gw.stop().await;
 }
+
+/// Issue 21 item 3: an opc.wss client that never answers pings (it upgrades
+/// and then neither sends nor reads) is pinged after
+/// `websocket_ping_interval` of silence and closed with 1001 (Going Away)
+/// after as long again, returning its handshake capacity; a victim reading
+/// over opc.tcp meanwhile gets every Read answered. The victim's p50/p99
+/// are printed (`--nocapture`), not asserted on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_client_that_never_answers_pings_is_closed_with_1001() {
+    let gw = TestGateway::start("[server]\nwebsocket_ping_interval = \"1s\"\n").await;
+    let (victim, token) = gw.anon_session("victim").await;
+    let (mut silent, _) = ws_connect(tls_addr(&gw), &leaf(&gw)).await;
+    assert_eq!(
+        usage(&gw, Stage::Handshake),
+        1,
+        "the silent client holds a handshake"
+    );
+    let started = std::time::Instant::now();
+    let mut latencies = Vec::new();
+    // Long past ping + as long again (2 s); the silent client reads nothing.
+    while started.elapsed() < Duration::from_secs(3) {
+        let t = std::time::Instant::now();
+        assert_eq!(victim.read_status(&token).await, StatusCode::Good);
+        latencies.push(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    usage_becomes(&gw, Stage::Handshake, 0).await;
+    // What the silent client would have seen: the ping, then Close 1001.
+    let first = bounded("ping", silent.next()).await;
+    assert!(matches!(first, Some(Ok(Message::Ping(_)))), "{first:?}");
+    assert_eq!(close_code_of(&mut silent).await, 1001);
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    println!(
+        "a WebSocket client that never answers pings: victim {} Reads, p50 {:?}, p99 {:?}",
+        latencies.len(),
+        at(0.5),
+        at(0.99)
+    );
+    victim.close().await;
+    gw.stop().await;
+}
