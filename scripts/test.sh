@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one test command: set-up, build, Rust tests, then the interop suites (Python asyncua,
 # node-opcua) and the console's browser tests (headless Chromium) against the freshly built
-# uagate binary, then the appliance image built and booted under QEMU (image/test). Every step is
+# uagate binary, a ten-minute soak with field faults (tests/soak/run.sh), then the appliance image built and booted under QEMU (image/test). Every step is
 # bounded in time.
 # Exit status is non-zero if any step failed; the last line summarises the steps.
 #
@@ -74,6 +74,8 @@ fi
 step interop-python 20m .venv/bin/python -m pytest tests/interop/python
 step interop-node 20m node --test tests/interop/node/
 step browser 15m node --test tests/browser/
+# Ten minutes of mixed load with field faults (issue 21 item 2; bench/run-soak.sh runs an hour).
+step soak 15m bash tests/soak/run.sh 10
 # The appliance image, booted under QEMU: its own step, where its tools are (the set-up installs
 # them from Debian packages). It takes the test build's binary: a release build (fat LTO) of a
 # clean clone would add a quarter of an hour; `image/build` alone makes the release image.

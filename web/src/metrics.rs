@@ -470,6 +470,13 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
         ),
         &["connection"],
     )?;
+    let data_items = IntGaugeVec::new(
+        Opts::new(
+            "field_items",
+            "Shared southbound data items a field connection keeps (one per node, attribute, sampling class and filter that northbound items want).",
+        ),
+        &["connection"],
+    )?;
     let events_dropped = IntCounterVec::new(
         Opts::new(
             "field_events_dropped_total",
@@ -478,6 +485,11 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
         &["connection", "reason"],
     )?;
     for f in &engine.applied_config().field_servers {
+        if let Some(items) = engine.field_shared_items(&f.name) {
+            data_items
+                .with_label_values(&[f.name.as_str()])
+                .set(i64::try_from(items).unwrap_or(i64::MAX));
+        }
         if let Some((items, duplicates, overflow)) = engine.field_event_stats(&f.name) {
             event_items
                 .with_label_values(&[f.name.as_str()])
@@ -490,6 +502,7 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
                 .inc_by(overflow);
         }
     }
+    r.register(Box::new(data_items))?;
     r.register(Box::new(event_items))?;
     r.register(Box::new(events_dropped))?;
 
