@@ -7,9 +7,10 @@ use std::future::Future;
 use anyhow::{bail, Result};
 use opcua_types::{
     ActivateSessionRequest, ActivateSessionResponse, AnonymousIdentityToken, BinaryDecodable,
-    BinaryEncodable, ContextOwned, CreateSessionRequest, CreateSessionResponse, DateTime,
-    ExtensionObject, MessageInfo, NodeId, ObjectId, OpenSecureChannelResponse, ReadRequest,
-    ReadResponse, RequestHeader, ServiceFault, StatusCode, TimestampsToReturn,
+    BinaryEncodable, ContextOwned, CreateMonitoredItemsResponse, CreateSessionRequest,
+    CreateSessionResponse, CreateSubscriptionResponse, DateTime, ExtensionObject, MessageInfo,
+    NodeId, ObjectId, OpenSecureChannelResponse, PublishResponse, ReadRequest, ReadResponse,
+    RequestHeader, ServiceFault, StatusCode, TimestampsToReturn,
 };
 
 use crate::{nodes_to_read, NODES};
@@ -26,6 +27,12 @@ pub enum Reply {
     Read(Box<ReadResponse>),
     /// CloseSessionResponse.
     Closed,
+    /// CreateSubscriptionResponse.
+    Subscribed(Box<CreateSubscriptionResponse>),
+    /// CreateMonitoredItemsResponse.
+    Monitored(Box<CreateMonitoredItemsResponse>),
+    /// PublishResponse (any service result).
+    Published(Box<PublishResponse>),
     /// ServiceFault, or ActivateSessionResponse with a Bad service result.
     Fault(StatusCode),
 }
@@ -73,6 +80,15 @@ pub fn decode_body(mut body: &[u8], ctx: &ContextOwned) -> Result<Reply> {
             ReadResponse::decode(&mut body, &ctx).map_err(err)?,
         )),
         ObjectId::CloseSessionResponse_Encoding_DefaultBinary => Reply::Closed,
+        ObjectId::CreateSubscriptionResponse_Encoding_DefaultBinary => Reply::Subscribed(Box::new(
+            CreateSubscriptionResponse::decode(&mut body, &ctx).map_err(err)?,
+        )),
+        ObjectId::CreateMonitoredItemsResponse_Encoding_DefaultBinary => Reply::Monitored(
+            Box::new(CreateMonitoredItemsResponse::decode(&mut body, &ctx).map_err(err)?),
+        ),
+        ObjectId::PublishResponse_Encoding_DefaultBinary => Reply::Published(Box::new(
+            PublishResponse::decode(&mut body, &ctx).map_err(err)?,
+        )),
         ObjectId::ServiceFault_Encoding_DefaultBinary => Reply::Fault(
             ServiceFault::decode(&mut body, &ctx)
                 .map_err(err)?

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use opcua_types::{
@@ -247,23 +248,56 @@ impl<P: Frames> Call for Session<P> {
         &mut self,
         request: &M,
     ) -> Result<Reply> {
+        self.send_request(request).await?;
+        let (_, reply) = self.recv_reply(STEP).await?;
+        Ok(reply)
+    }
+}
+
+impl<P: Frames> Session<P> {
+    /// Sends one request (single chunk) without waiting for its response;
+    /// returns its request id, which [`Session::recv_reply`] hands back
+    /// with the response. Lets a caller keep several requests outstanding
+    /// (e.g. Publish).
+    pub async fn send_request<M: BinaryEncodable + MessageInfo>(
+        &mut self,
+        request: &M,
+    ) -> Result<u32> {
+        let id = self.seq;
         let m = self.frame(b"MSGF", request)?;
         self.pipe.send(m).await?;
+        Ok(id)
+    }
+
+    /// Receives the next whole response, to whichever request it answers,
+    /// waiting at most `wait` for each of its chunks: its request id and
+    /// the decoded reply.
+    pub async fn recv_reply(&mut self, wait: Duration) -> Result<(u32, Reply)> {
         // Intermediate chunks (MSGC) are concatenated until the final one.
         let mut body = Vec::new();
+        let mut request_id;
         loop {
-            let frame = self.recv().await?;
+            let frame = tokio::time::timeout(wait, self.pipe.recv())
+                .await
+                .with_context(|| format!("no response within {} s", wait.as_secs()))??;
+            if frame.get(..4) == Some(b"ERRF") {
+                bail!("server error {}", StatusCode::from(le_u32(&frame, 8)?));
+            }
             let part = frame.get(24..).context("truncated MSG frame")?;
+            request_id = le_u32(&frame, 20)?;
             match frame.get(..4) {
+                Some(b"MSGF") if body.is_empty() => {
+                    // Single chunk: decode in place.
+                    return Ok((request_id, decode_body(part, &self.ctx)?));
+                }
                 Some(b"MSGF") => {
                     body.extend_from_slice(part);
                     break;
                 }
                 Some(b"MSGC") => body.extend_from_slice(part),
-                Some(b"ERRF") => bail!("server error {}", StatusCode::from(le_u32(&frame, 8)?)),
                 _ => bail!("unexpected frame type"),
             }
         }
-        decode_body(&body, &self.ctx)
+        Ok((request_id, decode_body(&body, &self.ctx)?))
     }
 }

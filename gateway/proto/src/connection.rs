@@ -34,6 +34,12 @@ pub const MIN_BUFFER_SIZE: u32 = 8192;
 const MAX_HELLO_SIZE: u32 = 8192;
 /// Longest endpoint URL a Hello may carry (Part 6).
 const MAX_URL_LEN: usize = 4096;
+/// Most bytes of response-encoding room a connection keeps between
+/// responses. Publish and small Read responses fit and reuse it; a larger
+/// response (a CreateSession response is about 24 KiB) gets its own room,
+/// given back once encoded, so an idle connection does not hold its
+/// largest response's size for its whole life.
+pub const SCRATCH_KEEP: usize = 8 * 1024;
 
 /// Limits the server applies to one connection; from `[server]` and `[isolation]`.
 #[derive(Debug, Clone)]
@@ -371,6 +377,12 @@ impl ServerConnection {
     /// reclaimed when connection capacity runs out.
     pub fn is_quiet(&self) -> bool {
         matches!(&self.state, State::Open(o) if o.pending.is_empty()) && self.reader.buffered() == 0
+    }
+
+    /// Bytes of response-encoding room the connection keeps between
+    /// responses (at most about [`SCRATCH_KEEP`]).
+    pub fn encode_room(&self) -> usize {
+        self.scratch.capacity()
     }
 
     /// Whether the connection has ended; the driver closes the socket after
@@ -943,6 +955,14 @@ impl ServerConnection {
                 .map_err(ProtoError::Encoding)?;
             dst.truncate(n);
             self.transmit.push_back(dst);
+        }
+        // The chunks were copied out: a scratch grown by a large response
+        // (a CreateSession response with the endpoints and their
+        // certificates is about 24 KiB) is given back instead of staying
+        // with the connection for its life.
+        drop(chunks);
+        if self.scratch.capacity() > SCRATCH_KEEP {
+            self.scratch = BytesMut::new();
         }
         Ok(())
     }

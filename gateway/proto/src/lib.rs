@@ -10,7 +10,7 @@ pub mod frame;
 
 pub use connection::{
     CloseReason, Event, Limits, OpenRenewGate, OpenRequest, ReassemblyBudget, RenewGate,
-    ServerConnection, UnlimitedReassembly, MIN_BUFFER_SIZE,
+    ServerConnection, UnlimitedReassembly, MIN_BUFFER_SIZE, SCRATCH_KEEP,
 };
 pub use error::ProtoError;
 pub use opcua_core::comms::secure_channel::SecureChannel;

@@ -12,7 +12,7 @@ use opcua_types::{
     CloseSecureChannelRequest, DataValue, ReadResponse, ResponseHeader, SecurityTokenRequestType,
     StatusCode,
 };
-use uagate_proto::{CloseReason, Event, Limits, ServerConnection, MIN_BUFFER_SIZE};
+use uagate_proto::{CloseReason, Event, Limits, ServerConnection, MIN_BUFFER_SIZE, SCRATCH_KEEP};
 
 #[test]
 fn hello_negotiates_sizes() {
@@ -197,6 +197,8 @@ fn open_read_renew_close_policy_none() {
         ResponseMessage::Read(r) => assert_eq!(r.results, big.results),
         other => panic!("unexpected {other:?}"),
     }
+    // The room the large response needed is not kept with the connection.
+    assert!(conn.encode_room() <= SCRATCH_KEEP, "{}", conn.encode_room());
 
     // Renew at t=500 s: new token, deadline moves.
     conn.handle_input(

@@ -37,8 +37,57 @@ const RESPONDER_CAPACITY: usize = 1024;
 /// gets no Error message.
 pub const SEND_STALL: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// The read buffer of a connection.
-const READ_BUFFER: usize = 64 * 1024;
+/// The read buffer a connection starts with and keeps while its reads are
+/// small: one page. Most requests (Publish, Read of a few nodes) fit, and
+/// an idle connection, e.g. one of 10,000 sessions waiting for Publish
+/// responses, holds no more (a fixed 64 KiB buffer was most of a session's
+/// memory).
+const READ_BUFFER_MIN: usize = 4 * 1024;
+
+/// The read buffer of a connection that moves large messages: reached by
+/// doubling from [`READ_BUFFER_MIN`] while reads fill the buffer.
+const READ_BUFFER_MAX: usize = 64 * 1024;
+
+/// Reads in a row that fit in [`READ_BUFFER_MIN`] before a grown buffer
+/// goes back to it (so a connection alternating large and small messages
+/// does not reallocate at every read).
+const SHRINK_AFTER_SMALL_READS: u8 = 8;
+
+/// A connection's read buffer, sized by its recent reads: it doubles (up
+/// to [`READ_BUFFER_MAX`]) when a read fills it and returns to
+/// [`READ_BUFFER_MIN`] after [`SHRINK_AFTER_SMALL_READS`] small reads in a
+/// row. Resized only between reads, once the bytes were consumed.
+struct ReadBuffer {
+    buf: Vec<u8>,
+    small_reads: u8,
+}
+
+impl ReadBuffer {
+    fn new() -> Self {
+        ReadBuffer {
+            buf: vec![0u8; READ_BUFFER_MIN],
+            small_reads: 0,
+        }
+    }
+
+    /// A read of `n` bytes was consumed: adapts the size for the next one.
+    fn consumed(&mut self, n: usize) {
+        let len = self.buf.len();
+        if n >= len && len < READ_BUFFER_MAX {
+            self.buf = vec![0u8; (len * 2).min(READ_BUFFER_MAX)];
+            self.small_reads = 0;
+        } else if len > READ_BUFFER_MIN && n <= READ_BUFFER_MIN {
+            self.small_reads += 1;
+            if self.small_reads >= SHRINK_AFTER_SMALL_READS {
+                self.buf.truncate(READ_BUFFER_MIN);
+                self.buf.shrink_to_fit();
+                self.small_reads = 0;
+            }
+        } else {
+            self.small_reads = 0;
+        }
+    }
+}
 
 /// The byte transport under one UACP connection: a TCP socket (opc.tcp),
 /// or a WebSocket carrying UACP messages in binary messages (opc.wss).
@@ -121,7 +170,7 @@ struct ConnectionDriver<T: Transport> {
     flow_wait: Option<FlowWait>,
     /// Bytes read into `buf` and held until the owner may have a request in.
     held: usize,
-    buf: Vec<u8>,
+    buf: ReadBuffer,
     /// Why the protocol closed the connection (for the WebSocket close code).
     close_status: Option<StatusCode>,
     /// Where responses produced later (Publish) are sent, bounded per
@@ -191,7 +240,7 @@ impl<T: Transport> ConnectionDriver<T> {
             read_claim: None,
             flow_wait: None,
             held: 0,
-            buf: vec![0u8; READ_BUFFER],
+            buf: ReadBuffer::new(),
             close_status: None,
             responder,
             later,
@@ -258,7 +307,7 @@ impl<T: Transport> ConnectionDriver<T> {
             // otherwise the last read is held (and nothing more is read, so the
             // rest waits in the socket) until a request of the owner leaves.
             tokio::select! {
-                r = self.stream.read(&mut self.buf), if self.held == 0 && self.flow_wait.is_none() => {
+                r = self.stream.read(&mut self.buf.buf), if self.held == 0 && self.flow_wait.is_none() => {
                     if !self.on_read(r) {
                         return self.finish();
                     }
@@ -397,7 +446,10 @@ impl<T: Transport> ConnectionDriver<T> {
                 self.held = n;
                 self.take_held();
             }
-            Ok(n) => self.conn.handle_input(&self.buf[..n], Instant::now()),
+            Ok(n) => {
+                self.conn.handle_input(&self.buf.buf[..n], Instant::now());
+                self.buf.consumed(n);
+            }
         }
         true
     }
@@ -424,7 +476,8 @@ impl<T: Transport> ConnectionDriver<T> {
             Ok(claim) => {
                 self.read_claim = Some(claim);
                 self.conn
-                    .handle_input(&self.buf[..self.held], Instant::now());
+                    .handle_input(&self.buf.buf[..self.held], Instant::now());
+                self.buf.consumed(self.held);
                 self.held = 0;
             }
             Err(wait) => self.flow_wait = Some(wait),
@@ -472,5 +525,43 @@ impl<T: Transport> ConnectionDriver<T> {
 async fn woken(wait: &Option<FlowWait>) {
     if let Some(w) = wait {
         w.woken().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_buffer_starts_small_grows_on_full_reads_and_shrinks_back() {
+        let mut b = ReadBuffer::new();
+        assert_eq!(b.buf.len(), READ_BUFFER_MIN);
+        // Small reads keep it small.
+        b.consumed(100);
+        assert_eq!(b.buf.len(), READ_BUFFER_MIN);
+        // Full reads double it, up to the maximum.
+        let mut sizes = Vec::new();
+        for _ in 0..6 {
+            let full = b.buf.len();
+            b.consumed(full);
+            sizes.push(b.buf.len());
+        }
+        assert_eq!(
+            sizes,
+            [8192, 16384, 32768, 65536, 65536, 65536].map(|n: usize| n.min(READ_BUFFER_MAX))
+        );
+        // A read between the minimum and the size does not count as small.
+        for _ in 0..20 {
+            b.consumed(READ_BUFFER_MIN + 1);
+        }
+        assert_eq!(b.buf.len(), READ_BUFFER_MAX);
+        // Back to one page after enough small reads in a row, not before.
+        for _ in 0..SHRINK_AFTER_SMALL_READS - 1 {
+            b.consumed(50);
+        }
+        assert_eq!(b.buf.len(), READ_BUFFER_MAX);
+        b.consumed(READ_BUFFER_MIN);
+        assert_eq!(b.buf.len(), READ_BUFFER_MIN);
+        assert!(b.buf.capacity() < 2 * READ_BUFFER_MIN);
     }
 }

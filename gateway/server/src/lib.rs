@@ -13,6 +13,7 @@ mod driver;
 pub mod endpoints;
 mod engine;
 pub mod error;
+pub mod fd_limit;
 pub mod fields;
 mod flows;
 pub mod health;
@@ -291,6 +292,9 @@ pub fn prepare_instance_certificate(
 pub async fn start(config: Config, store: Store, data_dir: &Path) -> Result<Gateway, StartError> {
     let plan = uagate_isolation::plan::Plan::build(&config)
         .map_err(|e| StartError::Plan(e.to_string()))?;
+    // One descriptor per channel: the soft limit is often far below what
+    // max_channel_count needs (and the hard limit allows).
+    fd_limit::raise_for(&config);
     let (listener, addr) = bind(config.listen.opc_tcp).await?;
     let hostname = host_name();
     let host = match &config.listen.public_host {

@@ -31,6 +31,16 @@ use crate::{ChannelInfo, Engine};
 
 type Result<T> = std::result::Result<T, ServiceError>;
 
+/// Shortest time between two runs of the subscription timer. A run visits
+/// every session (its deadline is a walk over its items), and every
+/// Publish request wakes the timer: unthrottled, 3,000 sessions with one
+/// Publish response per second each kept a core 86 % busy in the timer
+/// (BENCHMARKS.md, "10,000 sessions"). Publishing and sampling deadlines
+/// are met to within this; the fastest intervals granted are 10 ms and up
+/// (`server.min_publishing_interval`, default 50 ms). A Publish that finds
+/// a message waiting is still answered at once, not by the timer.
+const MIN_TICK_SPACING: Duration = Duration::from_millis(10);
+
 /// Monitored items on local nodes sample the local address space; items on
 /// mounted field nodes sample the shared southbound item they need.
 pub(crate) struct SpaceSource<'a>(pub &'a LocalSpace, pub Option<&'a crate::fields::Fields>);
@@ -653,13 +663,20 @@ impl Engine {
             let source = SpaceSource(&space, fields.as_deref());
             let mut sessions = self.sessions.lock();
             self.deliver_field_events(&mut sessions, field_events);
+            // Every session is visited at every tick; its deadline is kept
+            // by its subscriptions until they change, so a session that is
+            // not due costs a comparison.
             for s in sessions.iter_mut() {
                 let mut answers = s.subscriptions.take_ready();
-                if s.subscriptions.next_deadline().is_some_and(|d| d <= now) {
+                let mut deadline = s.subscriptions.next_deadline();
+                if deadline.is_some_and(|d| d <= now) {
                     answers.extend(s.subscriptions.tick(now, now_dt, &source));
+                    deadline = s.subscriptions.next_deadline();
                 }
-                out.extend(answers.into_iter().map(|(id, a)| (s.channel_id, id, a)));
-                if let Some(d) = s.subscriptions.next_deadline() {
+                if !answers.is_empty() {
+                    out.extend(answers.into_iter().map(|(id, a)| (s.channel_id, id, a)));
+                }
+                if let Some(d) = deadline {
                     next = Some(next.map_or(d, |n: Instant| n.min(d)));
                 }
             }
@@ -701,15 +718,24 @@ impl Engine {
     pub(crate) async fn subscription_timer(self: Arc<Self>, cancel: CancellationToken) {
         loop {
             self.sessions.plan_wake(None);
+            let ticked = Instant::now();
             let next = self.tick_subscriptions();
-            // Sleep until the next deadline, at most 1 s, or until woken.
+            // Sleep until the next deadline, at most 1 s, or until woken;
+            // never sooner than MIN_TICK_SPACING after this tick.
+            let earliest = ticked + MIN_TICK_SPACING;
             let wake = next
                 .unwrap_or_else(|| Instant::now() + Duration::from_secs(1))
-                .min(Instant::now() + Duration::from_secs(1));
+                .min(Instant::now() + Duration::from_secs(1))
+                .max(earliest);
             self.sessions.plan_wake(Some(wake));
             tokio::select! {
                 _ = cancel.cancelled() => break,
-                _ = self.sessions.changed() => {},
+                _ = self.sessions.changed() => {
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        _ = tokio::time::sleep_until(earliest.into()) => {},
+                    }
+                },
                 _ = tokio::time::sleep_until(wake.into()) => {},
             }
         }
