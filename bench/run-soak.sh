@@ -34,6 +34,7 @@ for k in ("rss_kib_min_max_after_warmup", "fds_min_max_after_warmup", "threads_m
     print(f"{k}: {s[k]}")
 print("counts:", json.dumps(s["counts"]))
 print("counters:", json.dumps(s["counters"]))
+print("sequences:", json.dumps(s["sequences"]))
 print("faults:", json.dumps(s["faults"]))
 print("baseline:", json.dumps(s["baseline"]))
 print("end:", json.dumps(s["end"]))

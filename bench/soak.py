@@ -34,9 +34,12 @@ line, and checks, after the warm-up (the first fifth of the run):
 - at the end the field connection is connected, at most one southbound
   connection is open, the monitored items and shared items are what they
   were after set-up, and the sessions are the persistent ones (+ churn);
-- no gap in a counter goes unreported: every missing step of the field
-  counter is preceded by a value with a Bad or Uncertain status (the
-  gateway's gap marker), and the local counter has no gap at all;
+- no notification is lost unreported: the notification messages of each
+  subscription carry consecutive sequence numbers, and every missing step
+  of the field counter (whose every value reaches the northbound items) is
+  preceded by a value with a Bad or Uncertain status (the gateway's gap
+  marker). Steps of the local counter are sampled every 50 ms: a host
+  stall longer than that may skip one; they are counted, not checked;
 - every fault was followed by a Good field value within 30 s, and every new
   TLS certificate was served within 30 s.
 Exits 1 when a check fails (the reason is in the summary's "failed").
@@ -145,6 +148,46 @@ class Counter:
         self.marked = False
 
 
+class Sequence:
+    """Sequence numbers of one subscription's notification messages."""
+
+    def __init__(self):
+        self.expected = None
+        self.messages = 0
+        self.keep_alives = 0
+        self.gaps = 0
+
+    def add(self, msg):
+        if not msg.NotificationData:
+            # A keep-alive carries the next sequence number without using it.
+            self.keep_alives += 1
+            if self.expected is not None and msg.SequenceNumber != self.expected:
+                self.gaps += 1
+            self.expected = msg.SequenceNumber
+            return
+        self.messages += 1
+        if self.expected is not None and msg.SequenceNumber != self.expected:
+            self.gaps += 1
+        self.expected = msg.SequenceNumber + 1
+
+
+def track_sequence(sub):
+    """Wraps the client's Publish callback of `sub` to see every
+    NotificationMessage (asyncua keeps the callback per subscription id)."""
+    seq = Sequence()
+    callbacks = sub.server._subscription_callbacks
+    orig = callbacks[sub.subscription_id]
+
+    async def callback(result):
+        seq.add(result.NotificationMessage)
+        r = orig(result)
+        if asyncio.iscoroutine(r):
+            await r
+
+    callbacks[sub.subscription_id] = callback
+    return seq
+
+
 class Handler:
     def __init__(self, counters):
         self.counters = counters  # node id string -> Counter
@@ -223,6 +266,7 @@ class Soak:
                        "console": 0, "transport_runs": 0, "transport_failures": 0}
         self.faults = []
         self.samples = []
+        self.sequences = []
 
     def error(self, what):
         if len(self.errors) < 50:
@@ -462,6 +506,7 @@ jitter = 0.0
                 await c.connect()
                 h = Handler({local_id.to_string(): local, field_id.to_string(): field})
                 sub = await c.create_subscription(100, h)
+                self.sequences.append(track_sequence(sub))
                 # Sampling at twice the counters' rate: a sampled item
                 # sees every step of a counter changing every 100 ms.
                 await sub.subscribe_data_change([c.get_node(local_id), c.get_node(field_id)],
@@ -517,12 +562,17 @@ jitter = 0.0
         # 2 subscribers + the worker (its session ends with the load; + churn in flight).
         if end["sessions"] is None or end["sessions"] > 3:
             failed.append(f"{end['sessions']} sessions at the end, 2 subscribers expected")
-        unreported = sum(c.unreported_gaps for c in self.counters)
+        seq_gaps = sum(q.gaps for q in self.sequences)
+        if seq_gaps:
+            failed.append(f"{seq_gaps} notification sequence number gaps")
+        if sum(q.messages for q in self.sequences) == 0:
+            failed.append("no notification message arrived")
+        # Every field value reaches the northbound items (their samples take
+        # all values since the last one), so a step missing there is lost
+        # data unless the gateway marked it.
+        unreported = sum(c.unreported_gaps for c in self.counters if c.name.startswith("field"))
         if unreported:
-            failed.append(f"{unreported} counter gaps without a gap marker")
-        local_gaps = sum(c.gaps for c in self.counters if c.name.startswith("local"))
-        if local_gaps:
-            failed.append(f"{local_gaps} gaps in the local counter")
+            failed.append(f"{unreported} field counter gaps without a gap marker")
         unrecovered = [f for f in self.faults if f["kind"] != "tls" and f.get("first_good_after_s") is None]
         unrecovered += [f for f in self.faults if f["kind"] == "tls" and f.get("new_certificate_served_after_s") is None]
         if unrecovered:
@@ -538,6 +588,8 @@ jitter = 0.0
             "fds_min_max_after_warmup": [min(r["fds"] for r in warm), max(r["fds"] for r in warm)],
             "threads_min_max_after_warmup": [min(r["threads"] for r in warm), max(r["threads"] for r in warm)],
             "counts": self.counts,
+            "sequences": [{"messages": q.messages, "keep_alives": q.keep_alives, "gaps": q.gaps}
+                          for q in self.sequences],
             "counters": {c.name: {"values": c.values, "gaps": c.gaps, "markers": c.markers,
                                   "unreported_gaps": c.unreported_gaps, "restarts_seen": c.restarts}
                          for c in self.counters},

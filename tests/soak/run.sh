@@ -29,7 +29,7 @@ status=0
 import json, sys
 s = json.load(open(sys.argv[1]))
 for k in ("rss_kib_min_max_after_warmup", "fds_min_max_after_warmup", "threads_min_max_after_warmup",
-          "counts", "counters", "faults", "baseline", "end", "errors"):
+          "counts", "sequences", "counters", "faults", "baseline", "end", "errors"):
     print(f"{k}: {json.dumps(s[k])}")
 print("soak FAILED:" if s["failed"] else "soak: all checks passed", *s["failed"], sep="\n  ")
 PY
