@@ -66,7 +66,7 @@ pub async fn resolve_node(
     step: Duration,
 ) -> anyhow::Result<NodeId> {
     use anyhow::{bail, Context};
-    use opcua_types::{TimestampsToReturn, Variant};
+    use opcua_types::TimestampsToReturn;
     use std::str::FromStr;
     let Some(rest) = spec.strip_prefix("nsu=") else {
         return NodeId::from_str(spec).map_err(|e| anyhow::anyhow!("bad --node {spec:?}: {e:?}"));
@@ -87,7 +87,29 @@ pub async fn resolve_node(
     .await
     .context("NamespaceArray read timed out")?
     .context("NamespaceArray read failed")?;
-    let Some(Variant::Array(arr)) = values.into_iter().next().and_then(|dv| dv.value) else {
+    node_in_namespace_array(
+        values.into_iter().next().and_then(|dv| dv.value),
+        uri,
+        id,
+        spec,
+    )
+}
+
+/// The NodeId of `id` (`i=..`, `s=..`, ...) in the namespace `uri`, whose
+/// index is looked up in `array`, the server's NamespaceArray value as read.
+/// Called by the bench binaries that resolve `nsu=<uri>;<id>` node specs
+/// (`spec`, for the error messages) after reading the NamespaceArray their
+/// own way.
+pub fn node_in_namespace_array(
+    array: Option<opcua_types::Variant>,
+    uri: &str,
+    id: &str,
+    spec: &str,
+) -> anyhow::Result<NodeId> {
+    use anyhow::{bail, Context};
+    use opcua_types::Variant;
+    use std::str::FromStr;
+    let Some(Variant::Array(arr)) = array else {
         bail!("NamespaceArray is not an array");
     };
     let index = arr
@@ -96,5 +118,5 @@ pub async fn resolve_node(
         .position(|v| matches!(v, Variant::String(s) if s.as_ref() == uri))
         .with_context(|| format!("namespace {uri:?} not in the server's NamespaceArray"))?;
     NodeId::from_str(&format!("ns={index};{id}"))
-        .map_err(|e| anyhow::anyhow!("bad --node {spec:?}: {e:?}"))
+        .map_err(|e| anyhow::anyhow!("bad node {spec:?}: {e:?}"))
 }

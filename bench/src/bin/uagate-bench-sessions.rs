@@ -596,22 +596,16 @@ async fn resolve(s: &mut Session<TcpStream>, spec: &str) -> Result<NodeId> {
     let Reply::Read(r) = s.call(&request).await? else {
         bail!("reading the NamespaceArray failed");
     };
-    let Some(Variant::Array(arr)) = r
-        .results
-        .unwrap_or_default()
-        .into_iter()
-        .next()
-        .and_then(|dv| dv.value)
-    else {
-        bail!("NamespaceArray is not an array");
-    };
-    let index = arr
-        .values
-        .iter()
-        .position(|v| matches!(v, Variant::String(s) if s.as_ref() == uri))
-        .with_context(|| format!("namespace {uri:?} not in the server's NamespaceArray"))?;
-    NodeId::from_str(&format!("ns={index};{id}"))
-        .map_err(|e| anyhow::anyhow!("bad node {spec:?}: {e:?}"))
+    uagate_bench::node_in_namespace_array(
+        r.results
+            .unwrap_or_default()
+            .into_iter()
+            .next()
+            .and_then(|dv| dv.value),
+        uri,
+        id,
+        spec,
+    )
 }
 
 /// One session's whole life: open, subscribe, then Publish until the
