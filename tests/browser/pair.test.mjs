@@ -205,6 +205,14 @@ test("the Pair page: invite, join, standby banner, promotion, diverged", async (
     await waitRole(pb, "standby");
     const banner = await pb.textContent("#follower-banner");
     assert.match(banner, /standby/);
+    // The role is known from the join; the leader's address (and so the
+    // link) from its first heartbeat, which a loaded machine may delay.
+    const t1 = Date.now();
+    while (!(await pb.$("#leader-console"))) {
+      assert.ok(Date.now() - t1 < 30_000, `no link to the leader: ${await pb.textContent("#follower-banner")}`);
+      await pb.waitForTimeout(500);
+      await pb.goto("/pair");
+    }
     assert.equal(await pb.getAttribute("#leader-console", "href"), `${appliances.a.console}pair`);
     // Every page carries it.
     await pb.goto("/limits");
