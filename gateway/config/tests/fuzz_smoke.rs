@@ -22,20 +22,10 @@ fn seeds() -> Vec<Vec<u8>> {
     out
 }
 
-/// xorshift64*: small and deterministic.
-struct Rng(u64);
+#[path = "../../proto/tests/common/mutate.rs"]
+mod mutate;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+use mutate::Rng;
 
 /// Tokens that make an edited document more interesting than random bytes.
 const TOKENS: &[&str] = &[

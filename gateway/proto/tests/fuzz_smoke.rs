@@ -6,66 +6,9 @@
 mod common;
 
 use common::fuzz_harness::{secure_channel_input, seed_streams, uacp_framing};
+use common::mutate::{input, Rng};
 
 const ITERATIONS: usize = 20_000;
-
-/// xorshift64*: small, deterministic, good enough to pick mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
-
-/// Either random bytes or `seed` with a few random edits.
-fn input(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
-    if rng.below(2) == 0 {
-        let n = rng.below(300);
-        return rng.bytes(n);
-    }
-    let mut v = seed.to_vec();
-    for _ in 0..=rng.below(4) {
-        if v.is_empty() {
-            break;
-        }
-        let at = rng.below(v.len());
-        match rng.below(6) {
-            0 => v[at] ^= 1 << rng.below(8),
-            1 => v[at] = rng.next() as u8,
-            2 => v.truncate(at),
-            3 => {
-                let n = rng.below(16) + 1;
-                let junk = rng.bytes(n);
-                v.splice(at..at, junk);
-            }
-            // Size fields and the like: overwrite four bytes with an extreme value.
-            4 => {
-                let x = [0u32, 1, 8, 0x7fff_ffff, u32::MAX][rng.below(5)];
-                for (i, b) in x.to_le_bytes().into_iter().enumerate() {
-                    if let Some(slot) = v.get_mut(at + i) {
-                        *slot = b;
-                    }
-                }
-            }
-            _ => {
-                let end = (at + rng.below(64)).min(v.len());
-                let dup = v[at..end].to_vec();
-                v.splice(at..at, dup);
-            }
-        }
-    }
-    v
-}
 
 #[test]
 fn uacp_framing_smoke() {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod fuzz_harness;
+pub mod mutate;
 
 use std::path::Path;
 use std::sync::Arc;
