@@ -1,5 +1,5 @@
-//! One service request, decoded and dispatched inside a freshly activated
-//! session of a real gateway over a real opc.tcp channel: the first byte
+//! One service request, decoded and dispatched inside an activated session
+//! of a real gateway over a real opc.tcp channel: the first byte
 //! holds flags, the rest is the message body; the properties are asserted
 //! in the shared harness (`gateway/server/tests/fuzzkit`).
 #![no_main]

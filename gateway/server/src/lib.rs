@@ -466,10 +466,14 @@ async fn housekeeping(engine: Arc<Engine>, cancel: CancellationToken) {
     }
 }
 
-/// Every 100 ms until `cancel`: counts the demo counter node up.
+/// Every 100 ms until `cancel`: counts the demo counter node up. After a
+/// stall (a busy host) the next step comes 100 ms after the late one, not
+/// as a burst of the missed ones, so that a client sampling the counter
+/// sees it step by one.
 async fn demo_counter(engine: Arc<Engine>, cancel: CancellationToken) {
     let node = NodeId::new(2, uagate_space::DEMO_COUNTER);
     let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut n: u32 = 0;
     loop {
         tokio::select! {

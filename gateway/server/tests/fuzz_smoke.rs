@@ -13,7 +13,7 @@ mod fuzzkit;
 #[path = "../../proto/tests/common/mutate.rs"]
 mod mutate;
 
-use fuzzkit::{service_request, KEEP_SUBSCRIPTION, KEEP_TOKEN};
+use fuzzkit::{fresh_session, service_request, KEEP_SUBSCRIPTION, KEEP_TOKEN};
 use mutate::{input, Rng};
 use opcua_core::RequestMessage;
 use opcua_types::{
@@ -350,6 +350,7 @@ fn every_seed_gets_its_services_answer() {
     // fault), otherwise the loops below test little.
     let mut wrong = Vec::new();
     for (name, input) in seeds() {
+        fresh_session();
         let got = service_request(&input);
         let want = match expected_fault(&name) {
             Some((t, status)) => (t.to_string(), status),

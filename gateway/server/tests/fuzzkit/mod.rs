@@ -1,9 +1,11 @@
 //! The body of the `service_request` fuzz target, shared by
 //! `fuzz/fuzz_targets/service_request.rs` (via `#[path]`) and by
 //! `tests/fuzz_smoke.rs` (a bounded loop on stable): arbitrary bytes as the
-//! body of one service request, sent on a real opc.tcp channel inside a
-//! freshly activated anonymous session of a real gateway (demo nodes on,
-//! SQLite store in a temp dir).
+//! body of one service request, sent on a real opc.tcp channel inside an
+//! activated anonymous session of a real gateway (demo nodes on, SQLite
+//! store in a temp dir). The session (with one subscription of one item)
+//! is made fresh every [`INPUTS_PER_SESSION`] inputs and after any request
+//! that may have changed it.
 //!
 //! Input: the first byte holds flags ([`KEEP_TOKEN`], [`KEEP_SUBSCRIPTION`]),
 //! the rest is a message body (the request's type NodeId, then its fields).
@@ -54,7 +56,7 @@ static PANICKED: AtomicBool = AtomicBool::new(false);
 pub struct ServiceFixture {
     rt: tokio::runtime::Runtime,
     gw: TestGateway,
-    conn: Mutex<Option<Conn>>,
+    conn: Mutex<Option<Live>>,
 }
 
 /// The process's fixture.
@@ -73,7 +75,8 @@ pub fn service_fixture() -> &'static ServiceFixture {
             .unwrap();
         // Reconnects after closes must never meet the connection rate limit.
         let gw = rt.block_on(TestGateway::start(
-            "[server]\nconnections_per_second = 100000\nconnection_burst = 100000\n",
+            "[server]\nconnections_per_second = 100000\nconnection_burst = 100000\n\
+             min_publishing_interval = \"10ms\"\nmin_sampling_interval = \"10ms\"\n",
         ));
         ServiceFixture {
             rt,
@@ -100,40 +103,88 @@ pub enum Answer {
 /// service result, or `None` for an abort, an Error message or a close.
 pub type Outcome = Option<(String, StatusCode)>;
 
+/// Inputs served by one session before it is closed and a fresh one made:
+/// a fresh session per input costs five round trips, a shared one lets
+/// state pile up; this bounds both.
+pub const INPUTS_PER_SESSION: u32 = 32;
+
+/// Requests after which the harness's session or subscription may be gone
+/// or changed: the next input gets a fresh session.
+const SESSION_CHANGING: &[&str] = &[
+    "CreateSession",
+    "ActivateSession",
+    "CloseSession",
+    "ModifySubscription",
+    "SetPublishingMode",
+    "DeleteSubscriptions",
+    "TransferSubscriptions",
+];
+
+/// The channel and the session the inputs run in.
+struct Live {
+    conn: Conn,
+    auth: NodeId,
+    sub: u32,
+    inputs: u32,
+}
+
 /// One service request from the fuzzer; panics when a property fails.
 pub fn service_request(data: &[u8]) -> Outcome {
     let (&flags, body) = data.split_first()?;
     let f = service_fixture();
     let mut slot = f.conn.lock().unwrap();
     let outcome = f.rt.block_on(async {
-        let mut conn = match slot.take() {
-            Some(c) => c,
-            None => Conn::open(&f.gw).await,
+        let mut live = match slot.take() {
+            Some(l) => l,
+            None => {
+                let mut conn = Conn::open(&f.gw).await;
+                let (auth, sub) = conn.session().await;
+                Live {
+                    conn,
+                    auth,
+                    sub,
+                    inputs: 0,
+                }
+            }
         };
-        let (auth, sub) = conn.session().await;
-        let (body, handle) = prepare(body, flags, &auth, sub);
-        let id = conn.send(&body).await;
-        let answer = conn.answer(id).await;
+        let (body, handle, kind) = prepare(body, flags, &live.auth, live.sub);
+        let id = live.conn.send(&body).await;
+        let answer = live.conn.answer(id).await;
         let outcome = match &answer {
             Answer::Response(resp) => Some(check_response(resp, handle)),
             _ => None,
         };
-        let open = match answer {
-            Answer::Response(_) | Answer::Aborted => conn.close_session(&auth).await,
-            Answer::Error(_) | Answer::Closed => false,
-        };
-        if open {
-            *slot = Some(conn);
-        } else {
-            // The gateway is still there for a newcomer, who also takes the
-            // orphaned session over and closes it (an activated session is
-            // never evicted: left behind, they would fill the table).
-            let mut fresh = Conn::open(&f.gw).await;
-            assert_eq!(fresh.read_current_time().await, StatusCode::Good);
-            if fresh.activate(&auth).await {
-                fresh.close_session(&auth).await;
+        live.inputs += 1;
+        let renew = live.inputs >= INPUTS_PER_SESSION
+            || kind.is_some_and(|k| SESSION_CHANGING.contains(&k));
+        match answer {
+            Answer::Response(_) | Answer::Aborted => {
+                if renew {
+                    let open = live.conn.close_session(&live.auth).await;
+                    if open {
+                        let (auth, sub) = live.conn.session().await;
+                        *slot = Some(Live {
+                            conn: live.conn,
+                            auth,
+                            sub,
+                            inputs: 0,
+                        });
+                    }
+                } else {
+                    *slot = Some(live);
+                }
             }
-            *slot = Some(fresh);
+            Answer::Error(_) | Answer::Closed => {
+                // The gateway is still there for a newcomer, who also takes
+                // the orphaned session over and closes it (an activated
+                // session is never evicted: left behind, they would fill
+                // the table).
+                let mut fresh = Conn::open(&f.gw).await;
+                assert_eq!(fresh.read_current_time().await, StatusCode::Good);
+                if fresh.activate(&live.auth).await {
+                    fresh.close_session(&live.auth).await;
+                }
+            }
         }
         outcome
     });
@@ -144,19 +195,46 @@ pub fn service_request(data: &[u8]) -> Outcome {
     outcome
 }
 
+/// Closes the current session: the next input starts in a fresh one (for
+/// tests that need each input to start from the same state).
+pub fn fresh_session() {
+    let f = service_fixture();
+    let mut slot = f.conn.lock().unwrap();
+    if let Some(mut live) = slot.take() {
+        f.rt.block_on(async {
+            if live.conn.close_session(&live.auth).await {
+                let (auth, sub) = live.conn.session().await;
+                *slot = Some(Live {
+                    conn: live.conn,
+                    auth,
+                    sub,
+                    inputs: 0,
+                });
+            }
+        });
+    }
+}
+
 /// The body to send, with token and subscription patched as `flags` say,
-/// and the request handle the response must echo (when it decoded).
-fn prepare(body: &[u8], flags: u8, auth: &NodeId, sub: u32) -> (Vec<u8>, Option<u32>) {
+/// the request handle the response must echo and the request's type (when
+/// it decoded).
+fn prepare(
+    body: &[u8],
+    flags: u8,
+    auth: &NodeId,
+    sub: u32,
+) -> (Vec<u8>, Option<u32>, Option<&'static str>) {
     let ctx = ContextOwned::default();
     let Ok(mut request) = uagate_proto::decode::decode_request_body(body, &ctx.context()) else {
-        return (body.to_vec(), None);
+        return (body.to_vec(), None, None);
     };
     if flags & KEEP_SUBSCRIPTION == 0 {
         patch_subscription(&mut request, sub);
     }
     let handle = request.request_header().request_handle;
+    let kind = Some(request.type_name());
     let Ok(mut out) = encode(&request) else {
-        return (body.to_vec(), None);
+        return (body.to_vec(), None, kind);
     };
     if flags & KEEP_TOKEN == 0 {
         // The header's first field is the token: splice the session's in.
@@ -167,7 +245,7 @@ fn prepare(body: &[u8], flags: u8, auth: &NodeId, sub: u32) -> (Vec<u8>, Option<
         auth.encode(&mut token, &c).unwrap();
         out.splice(type_len..type_len + old_len, token);
     }
-    (out, Some(handle))
+    (out, Some(handle), kind)
 }
 
 /// Type id and fields of `request`.
@@ -368,8 +446,8 @@ impl Conn {
             .call(
                 CreateSubscriptionRequest {
                     request_header: header(&auth),
-                    requested_publishing_interval: 50.0,
-                    requested_lifetime_count: 60,
+                    requested_publishing_interval: 10.0,
+                    requested_lifetime_count: 300,
                     requested_max_keep_alive_count: 2,
                     publishing_enabled: true,
                     ..Default::default()
@@ -389,7 +467,7 @@ impl Conn {
                     items_to_create: Some(vec![common::value_item(
                         common::demo("Gateway.Demo.Counter"),
                         1,
-                        50.0,
+                        10.0,
                     )]),
                 }
                 .into(),
