@@ -40,6 +40,33 @@ pub enum ConfigError {
     Serialize(String),
 }
 
+/// Longest line, in bytes, and most lines kept from a parser's message: the
+/// TOML error quotes the offending line (and a key it did not expect),
+/// which a hostile document makes as long as it likes.
+const MAX_PARSE_LINE: usize = 200;
+const MAX_PARSE_LINES: usize = 12;
+
+/// A parser's refusal as [`ConfigError::Parse`], each line shortened to
+/// [`MAX_PARSE_LINE`] bytes (on a character boundary, marked with `…`).
+pub(crate) fn parse_error<E: std::fmt::Display>(e: E) -> ConfigError {
+    let text = e.to_string();
+    let lines: Vec<String> = text
+        .lines()
+        .take(MAX_PARSE_LINES)
+        .map(|line| {
+            if line.len() <= MAX_PARSE_LINE {
+                return line.to_string();
+            }
+            let mut end = MAX_PARSE_LINE;
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}…", &line[..end])
+        })
+        .collect();
+    ConfigError::Parse(lines.join("\n"))
+}
+
 fn invalid(setting: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         setting: setting.to_string(),
@@ -844,7 +871,7 @@ pub struct Endpoint {
 impl Config {
     /// Parses and validates a TOML document.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let cfg: Config = toml::from_str(text).map_err(parse_error)?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -1213,6 +1240,22 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_quotes_at_most_a_bounded_part_of_the_document() {
+        // A 6 KB line that is not TOML: the parser's message quotes it.
+        let doc = format!("[server]\nmax_session_count = 1{}\n", "é~".repeat(2_000));
+        let Err(ConfigError::Parse(m)) = Config::from_toml(&doc) else {
+            panic!("refused as a parse error");
+        };
+        assert!(
+            m.len() <= MAX_PARSE_LINE * MAX_PARSE_LINES + 64,
+            "{} bytes",
+            m.len()
+        );
+        assert!(m.contains("line 2"), "still says where: {m}");
+        assert!(m.contains('…'), "marks the cut: {m}");
+    }
 
     fn refused_setting(c: &Config) -> Option<(String, String)> {
         match c.validate() {

@@ -83,7 +83,7 @@ impl Config {
         }
         let cfg: Config = Value::Table(doc)
             .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+            .map_err(crate::parse_error::<toml::de::Error>)?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -105,8 +105,7 @@ impl SplitDocument {
 }
 
 fn parse_table(text: &str) -> Result<Table, ConfigError> {
-    text.parse::<Table>()
-        .map_err(|e| ConfigError::Parse(e.to_string()))
+    text.parse::<Table>().map_err(crate::parse_error)
 }
 
 /// Removes the [`NODE_LOCAL_KEYS`] from `doc` and returns them, at the same

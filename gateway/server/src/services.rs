@@ -172,7 +172,14 @@ impl Engine {
         {
             return Err(ServiceError::Status(StatusCode::BadServerHalted));
         }
-        let requested = Duration::from_secs_f64((r.requested_session_timeout.max(0.0)) / 1000.0);
+        // A client's double: NaN, negative, infinite or beyond what a
+        // Duration holds is revised to the nearest limit, never a panic.
+        let requested = Duration::try_from_secs_f64(r.requested_session_timeout / 1000.0)
+            .unwrap_or(if r.requested_session_timeout > 0.0 {
+                limits.max_session_timeout
+            } else {
+                limits.min_session_timeout
+            });
         let timeout = requested.clamp(limits.min_session_timeout, limits.max_session_timeout);
         let server_nonce = random::byte_string(MIN_NONCE_LEN);
         let server_signature = if secure {

@@ -391,6 +391,20 @@ fn edited_requests_keep_the_properties() {
 }
 
 #[test]
+fn inputs_the_fuzzer_found_keep_the_properties() {
+    // Each file in fuzz/regressions/service_request once broke a property.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/regressions/service_request");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        service_request(&std::fs::read(&path).unwrap());
+        n += 1;
+    }
+    assert!(n >= 1, "regression inputs in {}", dir.display());
+}
+
+#[test]
 fn write_seeds() {
     if std::env::var_os("UAGATE_WRITE_SEEDS").is_none() {
         return;

@@ -471,3 +471,39 @@ async fn current_session_count_follows_create_close_and_expiry() {
     chan.close().await;
     gw.stop().await;
 }
+
+/// A requested session timeout that is no duration (NaN, infinite, beyond
+/// what a `Duration` holds, negative) is revised to the nearest limit. Such
+/// a request once panicked the task serving it (found by the
+/// `service_request` fuzzer; its input is in `fuzz/regressions/`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requested_timeout_that_is_no_duration_is_revised_to_a_limit() {
+    let gw = TestGateway::start(
+        "[server]\nmin_session_timeout = \"5s\"\nmax_session_timeout = \"1h\"\n",
+    )
+    .await;
+    let chan = gw
+        .chan("c", SecurityPolicy::None, MessageSecurityMode::None)
+        .await;
+    for (requested, revised) in [
+        (1e300, 3_600_000.0),
+        (f64::MAX, 3_600_000.0),
+        (f64::INFINITY, 3_600_000.0),
+        (f64::NAN, 5_000.0),
+        (-1.0, 5_000.0),
+        (f64::NEG_INFINITY, 5_000.0),
+        (60_000.0, 60_000.0),
+    ] {
+        let created = chan
+            .create_session(requested)
+            .await
+            .unwrap_or_else(|e| panic!("CreateSession with {requested}: {e}"));
+        assert_eq!(created.revised_session_timeout, revised, "{requested}");
+    }
+    let (after, token) = gw.anon_session("after").await;
+    let now = after.read_value(&token, common::current_time()).await;
+    assert!(now.status.is_none_or(|s| s.is_good()), "{now:?}");
+    after.close().await;
+    chan.close().await;
+    gw.stop().await;
+}
