@@ -5,8 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "../../gateway/proto/tests/common/mutate.rs"]
+mod mutate;
 
 use common::fuzz_harness::{call, rest_body, rest_fixture, ROUTES};
+use mutate::Rng;
 use serde_json::json;
 
 const ITERATIONS: usize = 1_500;
@@ -48,13 +51,19 @@ fn rest_bodies_keep_the_properties() {
             "seed {method} {uri}: {status} {answer}"
         );
     }
-    let mut x: u64 = 0x5eed_0000_0000_0007;
-    let mut next = move || {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    };
+    if std::env::var_os("UAGATE_WRITE_SEEDS").is_some() {
+        // `UAGATE_WRITE_SEEDS=1 cargo test -p uagate-web --test fuzz_smoke`:
+        // the valid bodies as the target's seed corpus (route byte first).
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/rest_body");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (route, body) in &valid {
+            let mut data = vec![*route as u8];
+            data.extend_from_slice(body);
+            std::fs::write(dir.join(format!("route-{route}")), data).unwrap();
+        }
+    }
+    let mut rng = Rng(0x5eed_0000_0000_0007);
+    let mut next = move || rng.next();
     const TOKENS: &[&str] = &[
         "0",
         "-1",
