@@ -131,8 +131,8 @@ fn sealed_seeds_reach_the_engine_on_every_policy() {
     }
 }
 
-/// Writes the seed corpus to `fuzz/seeds/secure_channel_policies` when
-/// `UAGATE_WRITE_SEEDS` is set (run once after changing the seeds).
+/// Writes the seed corpora of the three proto targets to `fuzz/seeds/`
+/// when `UAGATE_WRITE_SEEDS` is set (run once after changing the seeds).
 #[test]
 fn write_seeds() {
     use common::fuzz_harness::{fuzz_limits, open_secured, sealed_seed_bodies, POLICIES, SEALED};
@@ -156,5 +156,27 @@ fn write_seeds() {
         let mut raw = vec![i as u8];
         raw.extend(client.seal(&bodies[0]));
         std::fs::write(dir.join(format!("{name}-raw.bin")), raw).unwrap();
+    }
+    // The smoke loops' seeds for the other two targets.
+    let (prefix, rest) = seed_streams();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
+    let mut framing = vec![0xff, 0x3f];
+    framing.extend_from_slice(prefix);
+    framing.extend_from_slice(rest);
+    // secure_channel_input: first byte even, the harness makes the
+    // handshake; odd, the input carries it.
+    let mut after = vec![0u8];
+    after.extend_from_slice(rest);
+    let mut whole = vec![1u8];
+    whole.extend_from_slice(prefix);
+    whole.extend_from_slice(rest);
+    for (target, name, data) in [
+        ("uacp_framing", "handshake-reads-renew-close", framing),
+        ("secure_channel_input", "after-handshake", after),
+        ("secure_channel_input", "with-handshake", whole),
+    ] {
+        let dir = root.join(target);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), data).unwrap();
     }
 }
