@@ -18,9 +18,10 @@ const ITERATIONS: usize = 1_500;
 fn rest_bodies_keep_the_properties() {
     let r = rest_fixture();
     let config = r.rt.block_on(async {
+        let admin = r.admin().await;
         let (s, doc, _) = r
             .fixture
-            .call(common::get("/api/v1/config", Some(&r.admin)))
+            .call(common::get("/api/v1/config", Some(&admin)))
             .await;
         assert!(s.is_success(), "{doc}");
         doc

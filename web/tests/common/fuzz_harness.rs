@@ -35,11 +35,28 @@ pub const ROUTES: &[(&str, &str, &str)] = &[
     ("POST", "/api/v1/crls", "application/octet-stream"),
 ];
 
+/// A login's token is good for 15 minutes: the fixture logs in again
+/// after this long (a fuzzing run lasts longer than a token).
+const TOKEN_RENEWAL: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+
 /// The running gateway, its runtime and an admin's token, made once.
 pub struct RestFixture {
     pub rt: tokio::runtime::Runtime,
     pub fixture: Fixture,
-    pub admin: String,
+    admin: std::sync::Mutex<(String, std::time::Instant)>,
+}
+
+impl RestFixture {
+    /// The admin's token, renewed by a fresh login when it gets old.
+    pub async fn admin(&self) -> String {
+        let current = self.admin.lock().unwrap().clone();
+        if current.1.elapsed() < TOKEN_RENEWAL {
+            return current.0;
+        }
+        let token = self.fixture.token("admin").await;
+        *self.admin.lock().unwrap() = (token.clone(), std::time::Instant::now());
+        token
+    }
 }
 
 /// The process's fixture.
@@ -56,7 +73,11 @@ pub fn rest_fixture() -> &'static RestFixture {
             let admin = f.token("admin").await;
             (f, admin)
         });
-        RestFixture { rt, fixture, admin }
+        RestFixture {
+            rt,
+            fixture,
+            admin: std::sync::Mutex::new((admin, std::time::Instant::now())),
+        }
     })
 }
 
@@ -78,11 +99,12 @@ pub fn call(
 ) -> (StatusCode, serde_json::Value) {
     let r = rest_fixture();
     r.rt.block_on(async {
+        let admin = r.admin().await;
         let req = Request::builder()
             .method(Method::from_bytes(method.as_bytes()).unwrap())
             .uri(uri)
             .header(header::CONTENT_TYPE, content_type)
-            .header(header::AUTHORIZATION, format!("Bearer {}", r.admin))
+            .header(header::AUTHORIZATION, format!("Bearer {admin}"))
             .body(Body::from(body))
             .unwrap();
         let (status, answer, _) = r.fixture.call(req).await;
@@ -96,7 +118,7 @@ pub fn call(
                 "{method} {uri}: {status} without the JSON error: {answer}"
             );
         }
-        let (alive, _, _) = r.fixture.call(get("/api/v1/status", Some(&r.admin))).await;
+        let (alive, _, _) = r.fixture.call(get("/api/v1/status", Some(&admin))).await;
         assert_eq!(
             alive,
             StatusCode::OK,
