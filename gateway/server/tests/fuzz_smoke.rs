@@ -393,15 +393,10 @@ fn edited_requests_keep_the_properties() {
 #[test]
 fn inputs_the_fuzzer_found_keep_the_properties() {
     // Each file in fuzz/regressions/service_request once broke a property.
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/regressions/service_request");
-    let mut n = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        service_request(&std::fs::read(&path).unwrap());
-        n += 1;
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for input in mutate::regressions(&repo, "service_request") {
+        service_request(&input);
     }
-    assert!(n >= 1, "regression inputs in {}", dir.display());
 }
 
 #[test]

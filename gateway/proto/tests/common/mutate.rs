@@ -60,3 +60,21 @@ pub fn input(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
     }
     v
 }
+
+/// The inputs kept in `<repo>/fuzz/regressions/<target>` (each once broke
+/// a property of that fuzz target), sorted by name; `repo` is the
+/// repository root. Panics when there are none, so that a moved directory
+/// does not silently skip them.
+pub fn regressions(repo: &std::path::Path, target: &str) -> Vec<Vec<u8>> {
+    let dir = repo.join("fuzz/regressions").join(target);
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .collect();
+    paths.sort();
+    assert!(!paths.is_empty(), "regression inputs in {}", dir.display());
+    paths
+        .iter()
+        .map(|p| std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .collect()
+}
