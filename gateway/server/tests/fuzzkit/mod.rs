@@ -128,6 +128,23 @@ struct Live {
     inputs: u32,
 }
 
+impl Live {
+    /// Closes the session and makes a fresh one on the same channel;
+    /// `None` when the channel is gone (the next input opens a new one).
+    async fn renew(mut self) -> Option<Live> {
+        if !self.conn.close_session(&self.auth).await {
+            return None;
+        }
+        let (auth, sub) = self.conn.session().await;
+        Some(Live {
+            conn: self.conn,
+            auth,
+            sub,
+            inputs: 0,
+        })
+    }
+}
+
 /// One service request from the fuzzer; panics when a property fails.
 pub fn service_request(data: &[u8]) -> Outcome {
     let (&flags, body) = data.split_first()?;
@@ -159,20 +176,11 @@ pub fn service_request(data: &[u8]) -> Outcome {
             || kind.is_some_and(|k| SESSION_CHANGING.contains(&k));
         match answer {
             Answer::Response(_) | Answer::Aborted => {
-                if renew {
-                    let open = live.conn.close_session(&live.auth).await;
-                    if open {
-                        let (auth, sub) = live.conn.session().await;
-                        *slot = Some(Live {
-                            conn: live.conn,
-                            auth,
-                            sub,
-                            inputs: 0,
-                        });
-                    }
+                *slot = if renew {
+                    live.renew().await
                 } else {
-                    *slot = Some(live);
-                }
+                    Some(live)
+                };
             }
             Answer::Error(_) | Answer::Closed => {
                 // The gateway is still there for a newcomer, who also takes
@@ -200,18 +208,8 @@ pub fn service_request(data: &[u8]) -> Outcome {
 pub fn fresh_session() {
     let f = service_fixture();
     let mut slot = f.conn.lock().unwrap();
-    if let Some(mut live) = slot.take() {
-        f.rt.block_on(async {
-            if live.conn.close_session(&live.auth).await {
-                let (auth, sub) = live.conn.session().await;
-                *slot = Some(Live {
-                    conn: live.conn,
-                    auth,
-                    sub,
-                    inputs: 0,
-                });
-            }
-        });
+    if let Some(live) = slot.take() {
+        *slot = f.rt.block_on(live.renew());
     }
 }
 
