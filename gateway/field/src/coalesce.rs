@@ -12,16 +12,21 @@
 //! runtime turns ([`GATHER_TURNS`]) for Reads already on their way. An idle
 //! field session sends a Read at once.
 //!
+//! Operations that several callers ask (the same node, attribute, index
+//! range and encoding) are read once per merged Read: HMIs polling the same
+//! tags through the gateway cost the field server each tag once.
+//!
 //! Only Reads without operation-level diagnostics are merged: a merged
 //! response's string table would carry other callers' texts.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use opcua_client::services::Read;
 use opcua_client::{Session, UARequest};
-use opcua_types::{DataValue, ReadValueId, StatusCode, TimestampsToReturn};
+use opcua_types::{DataValue, NodeId, ReadValueId, StatusCode, TimestampsToReturn};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -284,6 +289,8 @@ impl Drop for StatsReport {
 }
 
 /// Sends one Read for every job of `batch` and answers each with its share.
+/// An operation asked by several callers (the same node and attribute, as
+/// HMIs polling the same tags do) is read once and its value given to each.
 async fn send_merged<T: ReadTarget>(target: &T, batch: Batch, timeout: Duration) {
     let Batch {
         key,
@@ -297,21 +304,34 @@ async fn send_merged<T: ReadTarget>(target: &T, batch: Batch, timeout: Duration)
         nodes.extend(job.nodes);
         jobs.push((n, job.reply));
     }
+    let (nodes, slots) = if jobs.len() > 1 {
+        unique_operations(nodes)
+    } else {
+        (nodes, None)
+    };
+    let expected = nodes.len();
     let result = target.read(key, nodes, timeout).await.and_then(|values| {
-        if values.len() == count {
+        if values.len() == expected {
             Ok(values)
         } else {
             Err(StatusCode::BadUnexpectedError)
         }
     });
-    match result {
-        Ok(values) => {
+    match (result, slots) {
+        (Ok(values), None) => {
             let mut values = values.into_iter();
             for (n, reply) in jobs {
                 let _ = reply.send(Ok(values.by_ref().take(n).collect()));
             }
         }
-        Err(st) => {
+        (Ok(values), Some(slots)) => {
+            let mut slots = slots.into_iter();
+            for (n, reply) in jobs {
+                let share = slots.by_ref().take(n).map(|s| values[s].clone());
+                let _ = reply.send(Ok(share.collect()));
+            }
+        }
+        (Err(st), _) => {
             for (_, reply) in jobs {
                 let _ = reply.send(Err(st));
             }
@@ -319,10 +339,44 @@ async fn send_merged<T: ReadTarget>(target: &T, batch: Batch, timeout: Duration)
     }
 }
 
+/// Folds equal operations of a merged Read into one. Returns the operations
+/// to send (first occurrences, in order) and, when any were folded, the
+/// position in them of each operation asked; `None` when all were distinct.
+fn unique_operations(nodes: Vec<ReadValueId>) -> (Vec<ReadValueId>, Option<Vec<usize>>) {
+    let mut slots = Vec::with_capacity(nodes.len());
+    let mut distinct = 0;
+    {
+        // Operations asked so far, by node: their indexes in `nodes`.
+        let mut by_node: HashMap<&NodeId, Vec<usize>> = HashMap::with_capacity(nodes.len());
+        for (i, op) in nodes.iter().enumerate() {
+            let seen = by_node.entry(&op.node_id).or_default();
+            match seen.iter().find(|&&j| nodes[j] == *op) {
+                Some(&j) => slots.push(slots[j]),
+                None => {
+                    seen.push(i);
+                    slots.push(distinct);
+                    distinct += 1;
+                }
+            }
+        }
+    }
+    if distinct == nodes.len() {
+        return (nodes, None);
+    }
+    // First occurrences got the positions 0, 1, 2, ... in order.
+    let mut unique = Vec::with_capacity(distinct);
+    for (op, &slot) in nodes.into_iter().zip(&slots) {
+        if slot == unique.len() {
+            unique.push(op);
+        }
+    }
+    (unique, Some(slots))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opcua_types::{NodeId, Variant};
+    use opcua_types::{AttributeId, Variant};
     use parking_lot::Mutex;
 
     /// A field session stand-in: records each Read it is sent (its node
@@ -499,5 +553,57 @@ mod tests {
             assert_eq!(values(task.await.unwrap()), want);
         }
         lost.cancel();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_operation_several_callers_ask_is_read_once_and_given_to_each() {
+        let (target, merger, lost) = held_merger(0);
+        let read = |ids: Vec<u32>| {
+            let m = merger.clone();
+            tokio::spawn(async move { (ids.clone(), m.read(KEY, nodes(&ids)).await) })
+        };
+        let busy = read(vec![1]);
+        until(|| target.sent.lock().len() == 1).await;
+        // Three HMIs poll overlapping tags while the field server is busy.
+        let callers = vec![read(vec![5, 6]), read(vec![6, 5, 7]), read(vec![5, 5])];
+        until(|| target.sent.lock().len() == 2).await;
+        assert_eq!(
+            target.sent.lock()[1],
+            vec![5, 6, 7],
+            "each tag once, in the order first asked"
+        );
+        target.release_all();
+        assert_eq!(values(busy.await.unwrap().1), vec![1]);
+        for c in callers {
+            let (ids, got) = c.await.unwrap();
+            assert_eq!(values(got), ids, "a caller got another's share");
+        }
+        assert_eq!(merger.stats.get(), (4, 2));
+        lost.cancel();
+    }
+
+    #[test]
+    fn only_equal_operations_are_folded() {
+        let value = |i: u32| ReadValueId::from(NodeId::new(1, i));
+        let mut name = value(1);
+        name.attribute_id = AttributeId::DisplayName as u32;
+        let mut ranged = value(1);
+        ranged.index_range = "0:1".parse().unwrap();
+        // All distinct (same node, other attribute or index range): sent as
+        // they are, no positions.
+        let ops = vec![value(1), name.clone(), ranged.clone(), value(2)];
+        let (sent, slots) = unique_operations(ops.clone());
+        assert_eq!((sent, slots), (ops, None));
+        // Repeats point at the first occurrence.
+        let ops = vec![
+            value(2),
+            name.clone(),
+            value(2),
+            ranged.clone(),
+            name.clone(),
+        ];
+        let (sent, slots) = unique_operations(ops);
+        assert_eq!(sent, vec![value(2), name, ranged]);
+        assert_eq!(slots, Some(vec![0, 1, 0, 2, 1]));
     }
 }
