@@ -1187,9 +1187,13 @@ async fn run(inner: Arc<Inner>) {
             _ => {}
         }
     }
-    for ls in closing {
-        close_link(&ls).await;
-    }
+    // Each link's own loop closes its session on the cancel (it polls the
+    // session's event loop, which CloseSession needs); wait for all of them
+    // together, each bounded by its request timeout.
+    futures_util::future::join_all(closing.iter().map(|ls| async {
+        let _ = tokio::time::timeout(ls.request_timeout, ls.lost.cancelled()).await;
+    }))
+    .await;
 }
 
 /// Carries out one action of the machine. A connect attempt's task is
@@ -1635,7 +1639,8 @@ async fn connect(
         let losses = losses.clone();
         tokio::spawn(async move {
             // What ended the link, and whether its session must be closed
-            // first (a new session whose subscriptions could not move).
+            // first (the connection is closing, or a new session whose
+            // subscriptions could not move).
             let (status, close) = loop {
                 let give_up = async {
                     match reactivating_until {
@@ -1645,7 +1650,10 @@ async fn connect(
                 };
                 tokio::select! {
                     _ = lost.cancelled() => break (StatusCode::BadConnectionClosed, false),
-                    _ = cancel.cancelled() => break (StatusCode::BadShutdown, false),
+                    // Closing: CloseSession reaches the field server
+                    // (small PLCs allow only a few sessions) while this
+                    // loop still polls the event loop below.
+                    _ = cancel.cancelled() => break (StatusCode::BadShutdown, true),
                     _ = give_up => break (StatusCode::BadTimeout, transfer.is_some()),
                     moved = async { transfer.as_mut().expect("guarded by the condition").await }, if transfer.is_some() => {
                         transfer = None;

@@ -101,12 +101,12 @@ impl AddressSpace {
         Ok(())
     }
 
-    /// Closes every field connection (bounded), at shutdown.
+    /// Closes every field connection together (each bounded by 2 s), at
+    /// shutdown.
     pub(crate) async fn close_fields(&self) {
         let f = self.all_fields();
-        for c in &f.conns {
-            let _ = c.close(Duration::from_secs(2)).await;
-        }
+        futures_util::future::join_all(f.conns.iter().map(|c| c.close(Duration::from_secs(2))))
+            .await;
     }
 
     /// Before CreateMonitoredItems: fetches the EURange of every mounted node

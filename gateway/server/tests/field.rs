@@ -9,7 +9,9 @@ mod fieldkit;
 use std::time::{Duration, Instant};
 
 use common::{bounded, TestGateway};
-use fieldkit::{connect, field_toml, ns_of, start_sim, subscribe, wait_active_on, wait_connected};
+use fieldkit::{
+    connect, field_toml, ns_of, sim_summary, start_sim, subscribe, wait_active_on, wait_connected,
+};
 use opcua_client::DataChangeCallback;
 use opcua_types::{
     BrowseDescription, BrowseDirection, BrowsePath, BrowseResultMask, CallMethodRequest, DataValue,
@@ -1477,4 +1479,44 @@ async fn service_level_follows_the_field_connections() {
     let _ = s.disconnect().await;
     let _ = h.await;
     gw.stop().await;
+}
+
+/// A gateway that stops closes its sessions on the field servers
+/// (CloseSession, not left to time out: a small PLC allows only a few), and
+/// closes its connections together rather than one after another.
+#[tokio::test]
+async fn stopping_the_gateway_closes_its_field_sessions_promptly() {
+    use opcua_types::VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CurrentSessionCount as SESSIONS;
+    let tmp = tempfile::tempdir().unwrap();
+    let a = start_sim(tmp.path(), "stop-a").await;
+    let b = start_sim(tmp.path(), "stop-b").await;
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        field_toml("line1", "none", &[&a.endpoint_url]),
+        field_toml("line2", "none", &[&b.endpoint_url])
+    ))
+    .await;
+    wait_connected(&gw, "line1").await;
+    wait_connected(&gw, "line2").await;
+    assert_eq!(sim_summary(&a, SESSIONS), 1, "the gateway's session on A");
+    assert_eq!(sim_summary(&b, SESSIONS), 1, "the gateway's session on B");
+
+    let t0 = Instant::now();
+    gw.stop().await;
+    let took = t0.elapsed();
+    // Each connection may take up to 2 s to close; two in sequence would
+    // take longer than this even when both hang.
+    assert!(took < Duration::from_millis(1900), "stop took {took:?}");
+    assert_eq!(
+        sim_summary(&a, SESSIONS),
+        0,
+        "A still has the gateway's session after stop"
+    );
+    assert_eq!(
+        sim_summary(&b, SESSIONS),
+        0,
+        "B still has the gateway's session after stop"
+    );
+    a.cancel();
+    b.cancel();
 }
