@@ -106,6 +106,7 @@ qemu-system-x86_64 qemu-system-x86
 /usr/share/OVMF/OVMF_CODE_4M.fd ovmf
 qemu-img qemu-utils
 openssl openssl
+strip binutils
 IMAGE_TOOLS
 if [ "${#missing[@]}" -eq 0 ]; then
   log "chromium, promtool and the image tools present"
