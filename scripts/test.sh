@@ -91,7 +91,8 @@ else
   tests=(cargo test --workspace)
 fi
 # The soak's field server and wss/https client are built here too, so that the soak starts at once.
-soak_bins=(cargo build -p uagate-bench --bin opcua-ref-server --bin uagate-bench-transports)
+# With the gateway in one build: it reuses the test build's crates (tests/soak/run.sh says why).
+soak_bins=(cargo build -p uagate -p uagate-bench --bin uagate --bin opcua-ref-server --bin uagate-bench-transports)
 if ! step setup 20m bash scripts/test-setup.sh || ! step build 45m "${build[@]}" \
   || ! step build-soak 20m "${soak_bins[@]}"; then
   summary

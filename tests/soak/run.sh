@@ -16,9 +16,10 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
 OUT="${OUT:-target/test-output/soak}"
 mkdir -p "$OUT"
-# The field server and the wss/https client; the test build did not need them.
-cargo build -q -p uagate-bench --bin opcua-ref-server --bin uagate-bench-transports
-cargo build -q --bin uagate
+# The field server and the wss/https client; the test build did not need them. Built together
+# with the gateway, whose dependencies' features are the test build's (see the feature-alignment
+# dependencies in Cargo.toml), so that they reuse every crate the test build compiled.
+cargo build -q -p uagate -p uagate-bench --bin uagate --bin opcua-ref-server --bin uagate-bench-transports
 BIN="${CARGO_TARGET_DIR:-target}/debug"
 status=0
 .venv/bin/python bench/soak.py --uagate "$BIN/uagate" --ref-server "$BIN/opcua-ref-server" \
