@@ -135,6 +135,18 @@ test("field connections: a structured form, tested, trusted and applied live", a
     );
     assert.match(await page.textContent("#entries"), /press1/);
     await shot(page, "21-fields-live");
+    // Its recent events give their times as a date and a time of day in the browser's zone
+    // (UTC on hover), not as RFC 3339.
+    await page.reload();
+    await page.waitForSelector("table.history[data-connection=press1] time", { state: "attached" });
+    const when = await page.$eval("table.history[data-connection=press1] time", (e) => ({
+      text: e.textContent,
+      title: e.getAttribute("title"),
+      same: new Date(e.textContent.replace(" ", "T")).getTime() === new Date(e.getAttribute("datetime")).getTime(),
+    }));
+    assert.match(when.text, /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/, JSON.stringify(when));
+    assert.match(when.title, /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC$/, JSON.stringify(when));
+    assert.ok(when.same, `the local time shown is the event's time: ${JSON.stringify(when)}`);
   });
 
   await t.test("an invalid value is refused next to its input and nothing is saved", async () => {

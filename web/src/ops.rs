@@ -172,6 +172,13 @@ pub struct DivergedView {
     pub at: String,
 }
 
+impl DivergedView {
+    /// The page's text of [`Self::at`] (see [`second_utc_text`]).
+    pub fn at_utc(&self) -> String {
+        second_utc_text(&self.at)
+    }
+}
+
 /// One member of the pair in [`PairStatusView`].
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PairMemberView {
@@ -1295,6 +1302,22 @@ pub struct HistoryView {
     pub detail: String,
 }
 
+impl HistoryView {
+    /// The page's text of [`Self::at`]: `2025-06-01 14:30:05 UTC` (the
+    /// console's script shows it in the browser's time zone).
+    pub fn at_utc(&self) -> String {
+        second_utc_text(&self.at)
+    }
+}
+
+/// `2025-06-01 14:30:05 UTC` for an RFC 3339 time (the text unchanged when
+/// it is not one): what a page shows where no browser converts the time.
+pub fn second_utc_text(rfc3339: &str) -> String {
+    crate::audit_text::parse_time(rfc3339)
+        .map(crate::audit_text::second_utc)
+        .unwrap_or_else(|| rfc3339.to_string())
+}
+
 /// The recent events of a running field connection, newest first.
 pub fn field_history(state: &WebState, name: &str) -> Result<Vec<HistoryView>, ApiError> {
     let h = state
@@ -1340,6 +1363,13 @@ pub struct SessionView {
     pub created: Option<String>,
     /// Subscriptions.
     pub subscriptions: usize,
+}
+
+impl SessionView {
+    /// The page's text of [`Self::created`] (see [`second_utc_text`]).
+    pub fn created_utc(&self) -> Option<String> {
+        self.created.as_deref().map(second_utc_text)
+    }
 }
 
 /// The northbound sessions.
@@ -1573,4 +1603,36 @@ pub async fn reboot(state: &WebState, who: &Authed) -> Result<(), ApiError> {
     });
     tracing::warn!(user = %who.user, "appliance restart requested");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_times_read_as_date_and_time_of_day_in_utc() {
+        assert_eq!(
+            second_utc_text("2026-12-04T17:02:44Z"),
+            "2026-12-04 17:02:44 UTC"
+        );
+        // Another zone is shown in UTC.
+        assert_eq!(
+            second_utc_text("2026-12-04T18:02:44+01:00"),
+            "2026-12-04 17:02:44 UTC"
+        );
+        // Not a time: shown as it is.
+        assert_eq!(second_utc_text("soon"), "soon");
+        let s = SessionView {
+            id: "ns=1;i=1".into(),
+            name: "c".into(),
+            transport: "opc.tcp".into(),
+            security_policy: "None".into(),
+            security_mode: "None".into(),
+            owner: None,
+            user: "anonymous".into(),
+            created: Some("2026-12-04T17:02:44Z".into()),
+            subscriptions: 0,
+        };
+        assert_eq!(s.created_utc().as_deref(), Some("2026-12-04 17:02:44 UTC"));
+    }
 }

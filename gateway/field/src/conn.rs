@@ -1173,27 +1173,30 @@ async fn run(inner: Arc<Inner>) {
         }
     }
 
-    // Close: cancel attempts, close sessions (bounded by the caller's timeout).
+    // Close: attempts and links see the cancel, and close their sessions.
     inner.active.send_replace(None);
     let mut closing = Vec::new();
-    for (link, attempt) in machine.links().iter().zip(attempts) {
-        match link.phase() {
-            Phase::Connecting => {
-                if let Some(h) = attempt {
-                    h.abort();
-                }
-            }
-            Phase::Up(ls) => closing.push(ls.clone()),
-            _ => {}
+    for link in machine.links() {
+        if let Phase::Up(ls) = link.phase() {
+            closing.push(ls.clone());
         }
     }
-    // Each link's own loop closes its session on the cancel (it polls the
-    // session's event loop, which CloseSession needs); wait for all of them
-    // together, each bounded by its request timeout.
-    futures_util::future::join_all(closing.iter().map(|ls| async {
+    // Each link's own task closes its session on the cancel (it polls the
+    // session's event loop, which CloseSession needs), as does an attempt
+    // that has created one; an attempt without a session ends at once.
+    // Wait for all of them together, each bounded by the request timeout;
+    // an attempt still running then is aborted.
+    let bound = s.request_timeout;
+    let links = futures_util::future::join_all(closing.iter().map(|ls| async {
         let _ = tokio::time::timeout(ls.request_timeout, ls.lost.cancelled()).await;
-    }))
-    .await;
+    }));
+    let attempts =
+        futures_util::future::join_all(attempts.into_iter().flatten().map(|mut h| async move {
+            if tokio::time::timeout(bound, &mut h).await.is_err() {
+                h.abort();
+            }
+        }));
+    futures_util::future::join(links, attempts).await;
 }
 
 /// Carries out one action of the machine. A connect attempt's task is
@@ -1524,10 +1527,12 @@ async fn connect(
     // first connect's failure is reported and ends the attempt.
     let discovery = client_with(0)?;
     let client = client_with(-1)?;
-    let endpoints = discovery
-        .get_server_endpoints_from_url(url)
-        .await
-        .map_err(client_error)?;
+    // Closing does not wait for a server that does not answer: no session
+    // exists yet.
+    let endpoints = tokio::select! {
+        r = discovery.get_server_endpoints_from_url(url) => r.map_err(client_error)?,
+        _ = inner.cancel.cancelled() => return Err(fail(StatusCode::BadShutdown, "closing")),
+    };
     let mut endpoint: EndpointDescription = endpoints
         .into_iter()
         .find(|e| {
@@ -1574,33 +1579,23 @@ async fn connect(
         .build(client.certificate_store().clone())
         .map_err(client_error)?;
     let mut stream = Box::pin(event_loop.enter());
-    loop {
-        match stream.next().await {
-            Some(Ok(SessionPollResult::Reconnected(_))) => break,
-            Some(Ok(SessionPollResult::ReconnectFailed(st))) | Some(Err(st)) => {
-                let (mut failure, detail) = fail(st, "session establishment failed");
-                // A busy server's hint, carried in the refusal's response header.
-                if let Some(hint) = path.take_busy_hint() {
-                    failure.retry_after = Some(failure.retry_after.map_or(hint, |h| h.max(hint)));
-                }
-                return Err((failure, detail));
-            }
-            None => return Err(fail(StatusCode::BadConnectionClosed, "closed")),
-            Some(Ok(_)) => {}
-        }
-    }
+    // From here on a session may exist on the field server, and only the
+    // link task below (which polls the session's event loop) can close it.
+    // `orphaned` tells that task that this attempt was given up (its
+    // connect budget ran out, or the connection closed and aborted it)
+    // before it handed the link over: the task then closes the session
+    // and ends, instead of keeping a session nobody uses (small PLCs allow
+    // only a few).
+    let orphaned = CancellationToken::new();
+    let orphan_guard = orphaned.clone().drop_guard();
+    // What establishing the session came to, told by the link task.
+    let (established_tx, established) =
+        tokio::sync::oneshot::channel::<Result<(), (Failure, String)>>();
     let lost = CancellationToken::new();
     let deliveries: Deliveries = Arc::default();
     let (repair_tx, repair_rx) = mpsc::unbounded_channel();
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let losses = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    tokio::spawn(repair_gaps(
-        session.clone(),
-        deliveries.clone(),
-        repair_rx,
-        lost.clone(),
-        Arc::downgrade(inner),
-    ));
     {
         // Keep polling the event loop. A lost connection keeps the session:
         // the client library re-activates it on a new channel (over the
@@ -1637,9 +1632,52 @@ async fn connect(
         let mut transfer: Option<tokio::sync::oneshot::Receiver<Result<usize, String>>> = None;
         let interrupted = interrupted.clone();
         let losses = losses.clone();
+        let orphaned = orphaned.clone();
         tokio::spawn(async move {
+            // Establishing the session: CreateSession and ActivateSession.
+            let established = loop {
+                tokio::select! {
+                    // Given up or closing: close what may have been created.
+                    _ = orphaned.cancelled() => break None,
+                    _ = cancel.cancelled() => break None,
+                    ev = stream.next() => match ev {
+                        Some(Ok(SessionPollResult::Reconnected(_))) => break Some(Ok(())),
+                        Some(Ok(SessionPollResult::ReconnectFailed(st))) | Some(Err(st)) => {
+                            let (mut failure, detail) = fail(st, "session establishment failed");
+                            // A busy server's hint, carried in the refusal's response header.
+                            if let Some(hint) = path.take_busy_hint() {
+                                failure.retry_after = Some(failure.retry_after.map_or(hint, |h| h.max(hint)));
+                            }
+                            break Some(Err((failure, detail)));
+                        }
+                        None => break Some(Err(fail(StatusCode::BadConnectionClosed, "closed"))),
+                        Some(Ok(_)) => {}
+                    }
+                }
+            };
+            match established {
+                Some(Ok(())) => {
+                    if established_tx.send(Ok(())).is_err() {
+                        // The attempt is gone already (its guard fired).
+                        close_polling(&session_for_loop, &mut stream, timeout).await;
+                        lost.cancel();
+                        return;
+                    }
+                }
+                Some(Err(e)) => {
+                    let _ = established_tx.send(Err(e));
+                    lost.cancel();
+                    return;
+                }
+                None => {
+                    close_polling(&session_for_loop, &mut stream, timeout).await;
+                    lost.cancel();
+                    return;
+                }
+            }
             // What ended the link, and whether its session must be closed
-            // first (the connection is closing, or a new session whose
+            // first (the connection is closing, the attempt was given up
+            // before the link was handed over, or a new session whose
             // subscriptions could not move).
             let (status, close) = loop {
                 let give_up = async {
@@ -1650,6 +1688,7 @@ async fn connect(
                 };
                 tokio::select! {
                     _ = lost.cancelled() => break (StatusCode::BadConnectionClosed, false),
+                    _ = orphaned.cancelled() => break (StatusCode::BadConnectionClosed, true),
                     // Closing: CloseSession reaches the field server
                     // (small PLCs allow only a few sessions) while this
                     // loop still polls the event loop below.
@@ -1752,21 +1791,14 @@ async fn connect(
                 }
             };
             if close {
-                // CloseSession (with its subscriptions) needs the event
-                // loop polled.
-                let close = session_for_loop.disconnect();
-                tokio::pin!(close);
-                let _ = tokio::time::timeout(timeout, async {
-                    loop {
-                        tokio::select! {
-                            _ = &mut close => break,
-                            ev = stream.next() => if !matches!(ev, Some(Ok(_))) { break },
-                        }
-                    }
-                })
-                .await;
+                close_polling(&session_for_loop, &mut stream, timeout).await;
             }
             lost.cancel();
+            if orphaned.is_cancelled() {
+                // The attempt reported its own failure; the link was never
+                // handed over, so there is no link to report lost.
+                return;
+            }
             let _ = tx.send(Event::Lost {
                 link: i,
                 generation,
@@ -1776,6 +1808,18 @@ async fn connect(
             });
         });
     }
+    match established.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err(fail(StatusCode::BadShutdown, "closing")),
+    }
+    tokio::spawn(repair_gaps(
+        session.clone(),
+        deliveries.clone(),
+        repair_rx,
+        lost.clone(),
+        Arc::downgrade(inner),
+    ));
     let setup = async {
         // Namespaces → allocation → session map.
         let ns = read_values(
@@ -1896,7 +1940,29 @@ async fn connect(
         abandon(&session, &lost, s.request_timeout).await;
         return Err(e);
     }
+    // Handed over: the link task keeps the session from now on.
+    orphan_guard.disarm();
     Ok(ls)
+}
+
+/// Closes a session (CloseSession, with its subscriptions) while polling
+/// its event loop, which the request needs, bounded by `timeout`. Called
+/// by a link's task, the only one that polls that event loop.
+async fn close_polling<S>(session: &Session, stream: &mut S, timeout: Duration)
+where
+    S: futures_util::Stream<Item = Result<SessionPollResult, StatusCode>> + Unpin,
+{
+    let close = session.disconnect();
+    tokio::pin!(close);
+    let _ = tokio::time::timeout(timeout, async {
+        loop {
+            tokio::select! {
+                _ = &mut close => break,
+                ev = stream.next() => if !matches!(ev, Some(Ok(_))) { break },
+            }
+        }
+    })
+    .await;
 }
 
 /// Closes a session whose set-up failed after it was created, so a

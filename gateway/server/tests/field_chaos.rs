@@ -574,6 +574,142 @@ async fn stop_is_bounded_while_a_connect_attempt_hangs() {
     sim.cancel();
 }
 
+/// Copies OPC UA TCP chunks from `r` to `w`: the first `pass` at once,
+/// later ones each `delay` after it arrived (in order).
+async fn delay_after_chunks(
+    mut r: tokio::net::tcp::OwnedReadHalf,
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+    pass: usize,
+    delay: Duration,
+) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let read = async move {
+        let mut seen = 0usize;
+        loop {
+            let mut chunk = vec![0u8; 8];
+            if r.read_exact(&mut chunk).await.is_err() {
+                return;
+            }
+            let size = u32::from_le_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]) as usize;
+            chunk.resize(size.clamp(8, 1 << 20), 0);
+            if r.read_exact(&mut chunk[8..]).await.is_err() {
+                return;
+            }
+            let at = if seen < pass {
+                Instant::now()
+            } else {
+                Instant::now() + delay
+            };
+            seen += 1;
+            if tx.send((at, chunk)).is_err() {
+                return;
+            }
+        }
+    };
+    let write = async move {
+        while let Some((at, chunk)) = rx.recv().await {
+            tokio::time::sleep_until(at.into()).await;
+            if w.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::join!(read, write);
+}
+
+/// A proxy in front of `target` that passes everything the gateway sends
+/// and, on each connection, the server's first four chunks (ACK,
+/// OpenSecureChannel, CreateSession and ActivateSession responses) at
+/// once, every later one 800 ms late: a field server that takes the
+/// session and then answers each request within the gateway's 1 s request
+/// timeout, but so slowly that the first reads of a connect attempt
+/// outlast its 3 s budget.
+async fn slow_after_activation(target: std::net::SocketAddr) -> (String, JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("opc.tcp://127.0.0.1:{}/", l.local_addr().unwrap().port());
+    let accept = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((down, _)) = l.accept().await {
+            let Ok(up) = TcpStream::connect(target).await else {
+                continue;
+            };
+            let (mut dr, dw) = down.into_split();
+            let (ur, mut uw) = up.into_split();
+            conns.push(tokio::spawn(async move {
+                tokio::select! {
+                    _ = tokio::io::copy(&mut dr, &mut uw) => {},
+                    _ = delay_after_chunks(ur, dw, 4, Duration::from_millis(800)) => {},
+                }
+            }));
+        }
+        for c in conns {
+            c.abort();
+        }
+    });
+    (url, accept)
+}
+
+#[tokio::test]
+async fn a_connect_attempt_given_up_after_its_session_was_made_closes_that_session() {
+    use opcua_types::VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CurrentSessionCount as SESSIONS;
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "slow").await;
+    let (url, proxy) = slow_after_activation(sim.local_addr).await;
+    // request_timeout 1 s: each attempt gives up after its 3 s budget.
+    let gw = TestGateway::start(&field_toml(&url)).await;
+    let timed_out = |gw: &TestGateway| {
+        gw.engine()
+            .field_history("line1")
+            .unwrap_or_default()
+            .iter()
+            .filter(|e| e.kind == "failed" && e.detail.contains("BadTimeout"))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while timed_out(&gw) < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "no three timed-out attempts in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Each given-up attempt closed the session it had made: at most the
+    // current attempt's is left (a kept one would stay alive, its
+    // keep-alives reaching the server, and they would add up).
+    let settle = Instant::now() + Duration::from_secs(2);
+    loop {
+        let n = sim_summary(&sim, SESSIONS);
+        if n <= 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < settle,
+            "{n} of the gateway's sessions on the field server after 3 given-up attempts"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Stopping closes the current attempt's session too, within the
+    // request timeout.
+    let t0 = Instant::now();
+    gw.stop().await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "stop took {:?}",
+        t0.elapsed()
+    );
+    let gone = Instant::now() + Duration::from_millis(500);
+    while sim_summary(&sim, SESSIONS) != 0 {
+        assert!(
+            Instant::now() < gone,
+            "{} sessions left on the field server after stop",
+            sim_summary(&sim, SESSIONS)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.abort();
+    sim.cancel();
+}
+
 fn status_of(dv: &opcua_types::DataValue) -> StatusCode {
     dv.status.unwrap_or(StatusCode::Good)
 }
