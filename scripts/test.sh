@@ -50,16 +50,23 @@ step_bg() {
   printf '\n=== %s (in the background, its output follows when it ends): %s\n' "$name" "$*"
   bg_log[$name]="$(mktemp)"
   bg_start[$name]=$SECONDS
-  timeout --kill-after=30s "$limit" "$@" >"${bg_log[$name]}" 2>&1 &
+  # Its own duration goes next to its output: waiting for it may come later than its end.
+  (
+    timeout --kill-after=30s "$limit" "$@"
+    rc=$?
+    echo $((SECONDS - bg_start[$name])) >"${bg_log[$name]}.took"
+    exit "$rc"
+  ) >"${bg_log[$name]}" 2>&1 &
   bg_pid[$name]=$!
 }
 step_wait() {
   local name="$1" rc=0
   wait "${bg_pid[$name]}" || rc=$?
-  local took=$((SECONDS - ${bg_start[$name]}))
+  local took
+  took="$(cat "${bg_log[$name]}.took" 2>/dev/null || echo $((SECONDS - ${bg_start[$name]})))"
   printf '\n=== %s: output\n' "$name"
   cat "${bg_log[$name]}"
-  rm -f "${bg_log[$name]}"
+  rm -f "${bg_log[$name]}" "${bg_log[$name]}.took"
   if [ "$rc" -eq 0 ]; then
     results+=("$name ok (${took}s)")
   else

@@ -30,6 +30,11 @@ use uagate_field::{EventKey, FieldConnection, ItemKey, Taken};
 use uagate_space::LocalSpace;
 use uagate_subs::EventFields;
 
+/// How long closing a field connection may take (its sessions' CloseSession
+/// included) when it is replaced or removed, or at shutdown; past it the
+/// close goes on in the background.
+pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Settings key of the persisted namespace allocation (JSON list of
 /// `NamespaceEntry`), so gateway namespace indexes survive restarts;
 /// node-local, never replicated (each appliance allocates from its own
@@ -604,7 +609,7 @@ impl crate::Engine {
             current.stops[m].cancel();
             let conn = current.conns[m].clone();
             tokio::spawn(async move {
-                let _ = conn.close(Duration::from_secs(2)).await;
+                let _ = conn.close(CLOSE_TIMEOUT).await;
             });
         }
         // The new connections learn what the northbound items want now.

@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use opcua_types::{
     BrowsePath, CreateMonitoredItemsRequest, DataValue, NodeId, ReadRequest, RelativePath,
@@ -17,7 +16,7 @@ use uagate_field::FieldConnection;
 use uagate_space::LocalSpace;
 
 use crate::error::ServiceError;
-use crate::fields::{ctx_of, Fields};
+use crate::fields::{ctx_of, Fields, CLOSE_TIMEOUT};
 
 /// The aggregated address space of the engine.
 pub(crate) struct AddressSpace {
@@ -101,12 +100,11 @@ impl AddressSpace {
         Ok(())
     }
 
-    /// Closes every field connection together (each bounded by 2 s), at
-    /// shutdown.
+    /// Closes every field connection together (each bounded by
+    /// [`CLOSE_TIMEOUT`]), at shutdown.
     pub(crate) async fn close_fields(&self) {
         let f = self.all_fields();
-        futures_util::future::join_all(f.conns.iter().map(|c| c.close(Duration::from_secs(2))))
-            .await;
+        futures_util::future::join_all(f.conns.iter().map(|c| c.close(CLOSE_TIMEOUT))).await;
     }
 
     /// Before CreateMonitoredItems: fetches the EURange of every mounted node
