@@ -1588,6 +1588,10 @@ async fn connect(
     // only a few).
     let orphaned = CancellationToken::new();
     let orphan_guard = orphaned.clone().drop_guard();
+    // Set when the link is handed over (the attempt succeeded): only then
+    // does its end become a lost link. Before, the attempt reports its own
+    // failure.
+    let handed_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // What establishing the session came to, told by the link task.
     let (established_tx, established) =
         tokio::sync::oneshot::channel::<Result<(), (Failure, String)>>();
@@ -1633,6 +1637,7 @@ async fn connect(
         let interrupted = interrupted.clone();
         let losses = losses.clone();
         let orphaned = orphaned.clone();
+        let handed_over = handed_over.clone();
         tokio::spawn(async move {
             // Establishing the session: CreateSession and ActivateSession.
             let established = loop {
@@ -1794,9 +1799,9 @@ async fn connect(
                 close_polling(&session_for_loop, &mut stream, timeout).await;
             }
             lost.cancel();
-            if orphaned.is_cancelled() {
-                // The attempt reported its own failure; the link was never
-                // handed over, so there is no link to report lost.
+            if !handed_over.load(std::sync::atomic::Ordering::SeqCst) {
+                // The attempt failed or was given up and reports that
+                // itself: there is no link to report lost.
                 return;
             }
             let _ = tx.send(Event::Lost {
@@ -1941,6 +1946,7 @@ async fn connect(
         return Err(e);
     }
     // Handed over: the link task keeps the session from now on.
+    handed_over.store(true, std::sync::atomic::Ordering::SeqCst);
     orphan_guard.disarm();
     Ok(ls)
 }

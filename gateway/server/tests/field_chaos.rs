@@ -575,12 +575,12 @@ async fn stop_is_bounded_while_a_connect_attempt_hangs() {
 }
 
 /// Copies OPC UA TCP chunks from `r` to `w`: the first `pass` at once,
-/// later ones each `delay` after it arrived (in order).
+/// later ones each `delay` after it arrived (in order), or never (`None`).
 async fn delay_after_chunks(
     mut r: tokio::net::tcp::OwnedReadHalf,
     mut w: tokio::net::tcp::OwnedWriteHalf,
     pass: usize,
-    delay: Duration,
+    delay: Option<Duration>,
 ) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let read = async move {
@@ -595,10 +595,13 @@ async fn delay_after_chunks(
             if r.read_exact(&mut chunk[8..]).await.is_err() {
                 return;
             }
-            let at = if seen < pass {
-                Instant::now()
-            } else {
-                Instant::now() + delay
+            let at = match delay {
+                _ if seen < pass => Instant::now(),
+                Some(delay) => Instant::now() + delay,
+                None => {
+                    seen += 1;
+                    continue;
+                }
             };
             seen += 1;
             if tx.send((at, chunk)).is_err() {
@@ -620,11 +623,14 @@ async fn delay_after_chunks(
 /// A proxy in front of `target` that passes everything the gateway sends
 /// and, on each connection, the server's first four chunks (ACK,
 /// OpenSecureChannel, CreateSession and ActivateSession responses) at
-/// once, every later one 800 ms late: a field server that takes the
-/// session and then answers each request within the gateway's 1 s request
-/// timeout, but so slowly that the first reads of a connect attempt
-/// outlast its 3 s budget.
-async fn slow_after_activation(target: std::net::SocketAddr) -> (String, JoinHandle<()>) {
+/// once, every later one `delay` late or never: a field server that takes
+/// the session and then answers slowly (800 ms: within the gateway's 1 s
+/// request timeout, but the first reads of a connect attempt outlast its
+/// 3 s budget) or not at all.
+async fn slow_after_activation(
+    target: std::net::SocketAddr,
+    delay: Option<Duration>,
+) -> (String, JoinHandle<()>) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("opc.tcp://127.0.0.1:{}/", l.local_addr().unwrap().port());
     let accept = tokio::spawn(async move {
@@ -638,7 +644,7 @@ async fn slow_after_activation(target: std::net::SocketAddr) -> (String, JoinHan
             conns.push(tokio::spawn(async move {
                 tokio::select! {
                     _ = tokio::io::copy(&mut dr, &mut uw) => {},
-                    _ = delay_after_chunks(ur, dw, 4, Duration::from_millis(800)) => {},
+                    _ = delay_after_chunks(ur, dw, 4, delay) => {},
                 }
             }));
         }
@@ -654,7 +660,8 @@ async fn a_connect_attempt_given_up_after_its_session_was_made_closes_that_sessi
     use opcua_types::VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CurrentSessionCount as SESSIONS;
     let tmp = tempfile::tempdir().unwrap();
     let sim = start_sim(tmp.path(), "slow").await;
-    let (url, proxy) = slow_after_activation(sim.local_addr).await;
+    let (url, proxy) =
+        slow_after_activation(sim.local_addr, Some(Duration::from_millis(800))).await;
     // request_timeout 1 s: each attempt gives up after its 3 s budget.
     let gw = TestGateway::start(&field_toml(&url)).await;
     let timed_out = |gw: &TestGateway| {
@@ -706,6 +713,43 @@ async fn a_connect_attempt_given_up_after_its_session_was_made_closes_that_sessi
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    proxy.abort();
+    sim.cancel();
+}
+
+#[tokio::test]
+async fn attempts_failing_in_their_first_reads_back_off_and_give_up_under_the_policy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "unanswered").await;
+    // The session is made, then its first read gets no answer: each attempt
+    // fails after the 1 s request timeout and closes its session.
+    let (url, proxy) = slow_after_activation(sim.local_addr, None).await;
+    let toml = field_toml(&url).replace("jitter = 0.0\n", "jitter = 0.0\nmax_retries = 2\n");
+    let gw = TestGateway::start(&toml).await;
+    let kinds = |gw: &TestGateway| -> Vec<&'static str> {
+        gw.engine()
+            .field_history("line1")
+            .unwrap_or_default()
+            .iter()
+            .map(|e| e.kind)
+            .collect()
+    };
+    // Two failed attempts end the cycle: the failure of an attempt counts
+    // once, and nothing starts the cycle over (a link that was never up
+    // is not "lost").
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !kinds(&gw).contains(&"gave_up") {
+        assert!(
+            Instant::now() < deadline,
+            "no gave_up within 20 s: {:?}",
+            kinds(&gw)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let k = kinds(&gw);
+    assert!(!k.contains(&"lost"), "{k:?}");
+    assert_eq!(k.iter().filter(|k| **k == "failed").count(), 2, "{k:?}");
+    gw.stop().await;
     proxy.abort();
     sim.cancel();
 }
