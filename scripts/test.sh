@@ -23,14 +23,9 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 results=()
 failed=0
 
-# step NAME MAX_DURATION CMD...: runs CMD under `timeout`, records ok/FAILED.
-step() {
-  local name="$1" limit="$2"
-  shift 2
-  printf '\n=== %s: %s\n' "$name" "$*"
-  local start=$SECONDS rc=0
-  timeout --kill-after=30s "$limit" "$@" || rc=$?
-  local took=$((SECONDS - start))
+# record NAME RC TOOK LIMIT: records the step's outcome as ok/FAILED; returns RC.
+record() {
+  local name="$1" rc="$2" took="$3" limit="$4"
   if [ "$rc" -eq 0 ]; then
     results+=("$name ok (${took}s)")
   else
@@ -41,20 +36,31 @@ step() {
   return "$rc"
 }
 
+# step NAME MAX_DURATION CMD...: runs CMD under `timeout`, records ok/FAILED.
+step() {
+  local name="$1" limit="$2"
+  shift 2
+  printf '\n=== %s: %s\n' "$name" "$*"
+  local start=$SECONDS rc=0
+  timeout --kill-after=30s "$limit" "$@" || rc=$?
+  record "$name" "$rc" $((SECONDS - start)) "$limit"
+}
+
 # step_bg NAME MAX_DURATION CMD...: starts CMD under `timeout` in the background, its output kept
 # in a file; step_wait NAME waits for it, prints that output and records ok/FAILED as `step` does.
-declare -A bg_pid bg_start bg_log
+declare -A bg_pid bg_log bg_limit
 step_bg() {
   local name="$1" limit="$2"
   shift 2
   printf '\n=== %s (in the background, its output follows when it ends): %s\n' "$name" "$*"
   bg_log[$name]="$(mktemp)"
-  bg_start[$name]=$SECONDS
+  bg_limit[$name]="$limit"
   # Its own duration goes next to its output: waiting for it may come later than its end.
   (
+    start=$SECONDS
     timeout --kill-after=30s "$limit" "$@"
     rc=$?
-    echo $((SECONDS - bg_start[$name])) >"${bg_log[$name]}.took"
+    echo $((SECONDS - start)) >"${bg_log[$name]}.took"
     exit "$rc"
   ) >"${bg_log[$name]}" 2>&1 &
   bg_pid[$name]=$!
@@ -62,19 +68,12 @@ step_bg() {
 step_wait() {
   local name="$1" rc=0
   wait "${bg_pid[$name]}" || rc=$?
-  local took
-  took="$(cat "${bg_log[$name]}.took" 2>/dev/null || echo $((SECONDS - ${bg_start[$name]})))"
   printf '\n=== %s: output\n' "$name"
   cat "${bg_log[$name]}"
+  local took
+  took="$(cat "${bg_log[$name]}.took" 2>/dev/null || echo '?')"
   rm -f "${bg_log[$name]}" "${bg_log[$name]}.took"
-  if [ "$rc" -eq 0 ]; then
-    results+=("$name ok (${took}s)")
-  else
-    [ "$rc" -eq 124 ] && printf '=== %s: timed out\n' "$name"
-    results+=("$name FAILED rc=$rc (${took}s)")
-    failed=$((failed + 1))
-  fi
-  return "$rc"
+  record "$name" "$rc" "$took" "${bg_limit[$name]}"
 }
 
 summary() {

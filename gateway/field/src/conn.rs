@@ -1188,7 +1188,7 @@ async fn run(inner: Arc<Inner>) {
     // an attempt still running then is aborted.
     let bound = s.request_timeout;
     let links = futures_util::future::join_all(closing.iter().map(|ls| async {
-        let _ = tokio::time::timeout(ls.request_timeout, ls.lost.cancelled()).await;
+        let _ = tokio::time::timeout(bound, ls.lost.cancelled()).await;
     }));
     let attempts =
         futures_util::future::join_all(attempts.into_iter().flatten().map(|mut h| async move {
@@ -1588,10 +1588,8 @@ async fn connect(
     // only a few).
     let orphaned = CancellationToken::new();
     let orphan_guard = orphaned.clone().drop_guard();
-    // Set when the link is handed over (the attempt succeeded): only then
-    // does its end become a lost link. Before, the attempt reports its own
-    // failure.
-    let handed_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Who has the link: see [`Handover`].
+    let handover = Arc::new(Handover::default());
     // What establishing the session came to, told by the link task.
     let (established_tx, established) =
         tokio::sync::oneshot::channel::<Result<(), (Failure, String)>>();
@@ -1637,7 +1635,7 @@ async fn connect(
         let interrupted = interrupted.clone();
         let losses = losses.clone();
         let orphaned = orphaned.clone();
-        let handed_over = handed_over.clone();
+        let handover = handover.clone();
         tokio::spawn(async move {
             // Establishing the session: CreateSession and ActivateSession.
             let established = loop {
@@ -1660,25 +1658,20 @@ async fn connect(
                     }
                 }
             };
-            match established {
-                Some(Ok(())) => {
-                    if established_tx.send(Ok(())).is_err() {
-                        // The attempt is gone already (its guard fired).
-                        close_polling(&session_for_loop, &mut stream, timeout).await;
-                        lost.cancel();
-                        return;
-                    }
-                }
+            let up = match established {
+                // Unless the attempt is gone already (its guard fired).
+                Some(Ok(())) => established_tx.send(Ok(())).is_ok(),
                 Some(Err(e)) => {
                     let _ = established_tx.send(Err(e));
                     lost.cancel();
                     return;
                 }
-                None => {
-                    close_polling(&session_for_loop, &mut stream, timeout).await;
-                    lost.cancel();
-                    return;
-                }
+                None => false,
+            };
+            if !up {
+                close_polling(&session_for_loop, &mut stream, timeout).await;
+                lost.cancel();
+                return;
             }
             // What ended the link, and whether its session must be closed
             // first (the connection is closing, the attempt was given up
@@ -1799,9 +1792,9 @@ async fn connect(
                 close_polling(&session_for_loop, &mut stream, timeout).await;
             }
             lost.cancel();
-            if !handed_over.load(std::sync::atomic::Ordering::SeqCst) {
-                // The attempt failed or was given up and reports that
-                // itself: there is no link to report lost.
+            if handover.end() {
+                // Never handed over: the attempt reports its own failure,
+                // there is no link to report lost.
                 return;
             }
             let _ = tx.send(Event::Lost {
@@ -1945,10 +1938,49 @@ async fn connect(
         abandon(&session, &lost, s.request_timeout).await;
         return Err(e);
     }
-    // Handed over: the link task keeps the session from now on.
-    handed_over.store(true, std::sync::atomic::Ordering::SeqCst);
+    if !handover.hand_over() {
+        // The session ended during the set-up (the link's task saw it).
+        return Err(fail(
+            StatusCode::BadConnectionClosed,
+            "the session ended during set-up",
+        ));
+    }
+    // The link task keeps the session from now on.
     orphan_guard.disarm();
     Ok(ls)
+}
+
+/// Who has a new link: its connect attempt hands it over once the set-up
+/// succeeded; its task ends it when the session is lost or closed. The
+/// first of the two decides whether that end is the attempt's failure
+/// (reported by the attempt) or a lost link (reported by the task), so
+/// exactly one of them is reported.
+#[derive(Default)]
+struct Handover(std::sync::atomic::AtomicU8);
+
+impl Handover {
+    const PENDING: u8 = 0;
+    const HANDED: u8 = 1;
+    const ENDED: u8 = 2;
+
+    /// Called by the attempt after its set-up: whether the link is still
+    /// alive and now handed over.
+    fn hand_over(&self) -> bool {
+        self.swap_from_pending(Self::HANDED)
+    }
+
+    /// Called by the link's task when its session ended: whether that came
+    /// before the hand-over (the attempt then fails; nothing to report).
+    fn end(&self) -> bool {
+        self.swap_from_pending(Self::ENDED)
+    }
+
+    fn swap_from_pending(&self, to: u8) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.0
+            .compare_exchange(Self::PENDING, to, SeqCst, SeqCst)
+            .is_ok()
+    }
 }
 
 /// Closes a session (CloseSession, with its subscriptions) while polling
