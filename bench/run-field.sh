@@ -54,6 +54,11 @@
 #              ref  the bench's `opcua-ref-server --doubles 8` (async-opcua
 #                 0.19, eight Double variables Bench.D0..D7, node sets 8 and 1
 #                 read those; fan-out uses Bench.Counter, 100 ms)
+#        RELAY=1  also a `relay` read cell: the client's sessions go through
+#                 `uagate-bench-relay` (a one-thread TCP byte relay, pinned
+#                 like the gateway) to the field server; its CPU per Read,
+#                 reported in the gateway columns, is the floor of any process
+#                 in the middle on this host
 #        BIN_DIR=<dir>  use uagate and uagate-bench* from there, build nothing
 #        (e.g. another commit's worktree target/release)
 # This is a measurement, not a test: nothing here asserts on timings.
@@ -146,6 +151,14 @@ RUST_LOG="${RUST_LOG:-warn}" start gateway $GW_PIN env ${GW_ENV:-} "$BIN/uagate"
 GW_PID=$STARTED_PID
 GW_URL=$STARTED_URL
 echo "field server $SIM_URL (pid $SIM_PID), gateway $GW_URL (pid $GW_PID), pinning: $PIN" >&2
+RELAY_TARGET=""
+if [ "${RELAY:-0}" = 1 ]; then
+    start relay $GW_PIN "$BIN/uagate-bench-relay" --listen 127.0.0.1:0 --to "127.0.0.1:$SIM_PORT"
+    RELAY_PID=$STARTED_PID
+    RELAY_URL=$STARTED_URL
+    RELAY_TARGET=relay
+    echo "relay $RELAY_URL (pid $RELAY_PID) in front of the field server" >&2
+fi
 
 node_args() {
     case "$FIELD:$1" in
@@ -177,11 +190,12 @@ READ_RESULTS="$OUT/read.jsonl"
 if [ "${SKIP_READ:-0}" != 1 ]; then
     for rep in $(seq 1 "$REPEAT"); do
         for set in $READ_SETS; do
-            if [ $((rep % 2)) = 1 ]; then order="direct gateway"; else order="gateway direct"; fi
+            if [ $((rep % 2)) = 1 ]; then order="direct gateway $RELAY_TARGET"; else order="$RELAY_TARGET gateway direct"; fi
             for target in $order; do
                 case "$target" in
                 direct) url=$SIM_URL pid=$SIM_PID extra=() ;;
                 gateway) url=$GW_URL pid=$GW_PID extra=(--field-pid "$SIM_PID") ;;
+                relay) url=$SIM_URL pid=$RELAY_PID extra=(--field-pid "$SIM_PID" --connect-url "$RELAY_URL") ;;
                 esac
                 echo "read run $rep: $target, $SESSIONS sessions, $set node(s)/request, ${READ_SECS} s" >&2
                 # PERF=1: a flat CPU profile of the gateway during its measured window.

@@ -34,6 +34,11 @@ struct Args {
     /// Endpoint URL of the server, e.g. opc.tcp://127.0.0.1:4840/
     #[arg(long)]
     endpoint: Option<String>,
+    /// Connect the sessions to this URL instead of the endpoint URL the
+    /// server returned from GetEndpoints (e.g. a relay in front of it; the
+    /// endpoint's policy and certificate stay the server's).
+    #[arg(long)]
+    connect_url: Option<String>,
     /// Concurrent sessions (each on its own secure channel).
     #[arg(long, default_value_t = 1)]
     sessions: usize,
@@ -260,7 +265,10 @@ async fn main() -> Result<()> {
         .await
         .context("GetEndpoints timed out")?
         .context("GetEndpoints failed")?;
-    let endpoint = pick_endpoint(&endpoints, args.security)?;
+    let mut endpoint = pick_endpoint(&endpoints, args.security)?;
+    if let Some(via) = &args.connect_url {
+        endpoint.endpoint_url = via.as_str().into();
+    }
 
     let connect_start = Instant::now();
     let conns = connect_all(&mut client, &endpoint, args.sessions).await?;
