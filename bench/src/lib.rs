@@ -19,6 +19,16 @@ pub mod service;
 pub mod stats;
 pub mod uacp;
 
+/// Resolves on SIGTERM or Ctrl-C: how the benchmark's servers (the
+/// reference server, the relay) learn that `bench/lib.sh` stops them.
+pub async fn stop_signal() -> std::io::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r,
+        _ = term.recv() => Ok(()),
+    }
+}
+
 /// Logs to standard error at `RUST_LOG`, or at `default` (e.g. `"error"`)
 /// when it is not set. Called first by each benchmark binary.
 pub fn init_logging(default: &str) {

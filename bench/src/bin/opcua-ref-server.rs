@@ -119,11 +119,7 @@ async fn main() -> Result<()> {
     ));
     println!("READY opc.tcp={url}");
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = term.recv() => {},
-    }
+    uagate_bench::stop_signal().await?;
     handle.cancel();
     match task.await {
         Ok(Ok(())) => Ok(()),

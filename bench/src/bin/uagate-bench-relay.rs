@@ -62,7 +62,7 @@ async fn run(args: Args) -> Result<()> {
     };
     tokio::select! {
         r = accept => r,
-        _ = stop() => Ok(()),
+        r = uagate_bench::stop_signal() => r.context("waiting for a stop signal"),
     }
 }
 
@@ -77,20 +77,4 @@ async fn relay(mut north: TcpStream, to: SocketAddr) -> Result<()> {
     // Either side closing (or resetting) ends the relay of this connection.
     let _ = tokio::io::copy_bidirectional(&mut north, &mut south).await;
     Ok(())
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-async fn stop() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }
