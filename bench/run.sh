@@ -12,6 +12,8 @@
 #        REPEAT=1   how many times to run the whole matrix (rows are numbered)
 #        OUT=<dir for logs and results>  (default: a new temp dir)
 #        UAGATE_EXTRA=<TOML appended to uagate's configuration>
+#        GW_ENV="VAR=value ..."  extra environment for uagate only (e.g.
+#                      TOKIO_WORKER_THREADS=1)
 #        REF=ref|sim   comparison server: the bench's opcua-ref-server
 #                      (default) or `uagate sim` (async-opcua default limit of
 #                      20 sessions, so 64-session cells fail against it).
@@ -54,7 +56,7 @@ EOF
 if [ -n "${UAGATE_EXTRA:-}" ]; then printf '\n%s\n' "$UAGATE_EXTRA" >>"$OUT/uagate.toml"; fi
 "$BIN/uagate" --data "$DATA" config import "$OUT/uagate.toml" >&2
 "$BIN/uagate" --data "$DATA" trust add "$CLIENT_CERT" >&2
-RUST_LOG="${RUST_LOG:-warn}" start uagate "$BIN/uagate" --data "$DATA" run
+RUST_LOG="${RUST_LOG:-warn}" start uagate env ${GW_ENV:-} "$BIN/uagate" --data "$DATA" run
 UAGATE_PID=$STARTED_PID
 UAGATE_URL=$STARTED_URL
 
