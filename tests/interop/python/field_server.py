@@ -154,6 +154,12 @@ class FieldServer:
             self._ticker = None
         if self._running:
             self._running = False
+            # Stop listening before anything else. asyncua's stop closes the open connections
+            # first and the listener only later; a client that reconnects at once (uagate does)
+            # would be accepted in between and keep a connection to a server that has stopped.
+            bserver = self.server.bserver
+            if bserver is not None and bserver._server is not None:
+                bserver._server.close()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.server.stop(), STOP_TIMEOUT_S)
 
