@@ -20,7 +20,9 @@
 #      tens of KB/s (compare with the direct row, where the simulator serves
 #      the 1,000 items itself).
 # Prints Markdown tables; raw JSON lines go to $OUT/read.jsonl and
-# $OUT/fanout.jsonl.
+# $OUT/fanout.jsonl. A Read row's "added p50 µs" is its median latency minus
+# the direct row's of the same run and node set (with SESSIONS=1: the
+# latency the gateway or relay adds to one client's Read).
 #
 # CPU pinning (this is a 2-core machine; three processes: field server,
 # gateway, client):
@@ -263,12 +265,12 @@ reads = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 fan = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 f = lambda v, d=2: "n/a" if v is None else f"{v:.{d}f}"
 if reads:
-    print("| run | node set | path | sessions | req/s | ratio gw/direct | p50 ms | p99 ms | errors | gateway CPU s | gateway CPU µs/req | field server CPU s | field CPU µs/req | client CPU s |")
-    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| run | node set | path | sessions | req/s | ratio gw/direct | p50 ms | p99 ms | errors | gateway CPU s | gateway CPU µs/req | field server CPU s | field CPU µs/req | client CPU s | added p50 µs |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     direct = {(r["rep"], r["set"]): r for r in reads if r["label"] == "direct" and not r.get("failed")}
     for r in reads:
         if r.get("failed"):
-            print(f"| {r['rep']} | {r['set']} | {r['label']} | | FAILED | | | | | | | | | |")
+            print(f"| {r['rep']} | {r['set']} | {r['label']} | | FAILED | | | | | | | | | | |")
             continue
         d = direct.get((r["rep"], r["set"]))
         ratio = f"{r['req_per_s'] / d['req_per_s']:.2f}" if d and d["req_per_s"] else "n/a"
@@ -279,8 +281,11 @@ if reads:
             gw_per_req = "n/a" if r["server_cpu_s"] is None or not r["requests"] else f"{r['server_cpu_s'] * 1e6 / r['requests']:.1f}"
 
         per_req = "n/a" if field_cpu is None or not r["requests"] else f"{field_cpu * 1e6 / r['requests']:.1f}"
+        # What the path in the middle adds to a Read's median latency over the direct
+        # path of the same run and node set (the issue 16 bound at one session).
+        added = "-" if r["label"] == "direct" else ("n/a" if not d else f"{r['p50_us'] - d['p50_us']}")
         print(f"| {r['rep']} | {r['set']} | {r['label']} | {r['sessions']} | {r['req_per_s']:.0f} | {ratio} | "
-              f"{r['p50_us']/1000:.2f} | {r['p99_us']/1000:.2f} | {r['errors']} | {gw_cpu} | {gw_per_req} | {f(field_cpu)} | {per_req} | {f(r['client_cpu_s'])} |")
+              f"{r['p50_us']/1000:.2f} | {r['p99_us']/1000:.2f} | {r['errors']} | {gw_cpu} | {gw_per_req} | {f(field_cpu)} | {per_req} | {f(r['client_cpu_s'])} | {added} |")
     print()
 if fan:
     print("| run | path | sessions x items | notif/s | expected/s | missing % | min-max per s | skips / repeats | publish lat p50/p99 ms | source lat p50/p99 ms | errors | gateway CPU % | field CPU % | field sent / recv B/s (segs/s) | client CPU % |")
