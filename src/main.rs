@@ -738,14 +738,24 @@ fn main() -> Result<()> {
         .block_on(run())
 }
 
+/// The log filter when `RUST_LOG` is not set (the appliance's unit does not
+/// set it). openraft narrates every election and replication step at info,
+/// and async-opcua's client session loop warns "Transport disconnected:
+/// Good" for every field session the gateway closes itself: the pair's and
+/// the field links' own lines ("field session lost", "field keep-alives
+/// failed") say what an operator needs, so those two speak only of errors.
+const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,opcua_client::session::event_loop=error";
+
 async fn run() -> Result<()> {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(
-            // openraft narrates every election and replication step at info:
-            // the pair's own lines say what an operator needs.
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,openraft=warn".into()),
+                .unwrap_or_else(|_| DEFAULT_LOG_FILTER.into()),
         )
+        // Colours only for a person at a terminal: the journal stores a
+        // line with escape codes as binary ("[blob data]" in journalctl).
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();

@@ -574,3 +574,68 @@ fn demo_refuses_a_demo_directory_it_did_not_make() {
         "keep me"
     );
 }
+
+/// What the gateway writes to its log when nobody set `RUST_LOG` (the
+/// appliance's journal): plain text without escape codes (the journal keeps
+/// a line with them as binary), and no warning for the field sessions it
+/// closes itself on a clean stop (async-opcua's "Transport disconnected:
+/// Good"), while its own lines about the field links stay.
+#[test]
+fn default_log_is_plain_text_without_warnings_for_a_clean_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let mut child = KillOnDrop(
+        uagate(&data)
+            .args(["demo", "--listen", "127.0.0.1:0"])
+            .env_remove("RUST_LOG")
+            .env_remove("NO_COLOR")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = lines(child.0.stdout.take().unwrap());
+    let err = lines(child.0.stderr.take().unwrap());
+    wait_for_line(&out, "READY opc.tcp=", Duration::from_secs(60));
+    // Both field sessions of the demo's redundant pair up.
+    let mut seen = Vec::new();
+    let end = Instant::now() + Duration::from_secs(60);
+    while seen
+        .iter()
+        .filter(|l: &&String| l.contains("field session up"))
+        .count()
+        < 2
+    {
+        let left = end.saturating_duration_since(Instant::now());
+        seen.push(
+            err.recv_timeout(left)
+                .expect("two field sessions up within 60 s"),
+        );
+    }
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.0.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match err.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(e) => panic!("the gateway did not stop within 30 s: {e}"),
+        }
+    }
+    assert!(child.0.wait().unwrap().success());
+    let log = seen.join("\n");
+    assert!(log.contains(" INFO "), "info lines expected:\n{log}");
+    assert!(!log.contains('\u{1b}'), "escape codes in the log:\n{log}");
+    assert!(
+        !log.contains("Transport disconnected"),
+        "a warning for a clean stop:\n{log}"
+    );
+    assert!(
+        !log.contains(" WARN "),
+        "no warning expected for a clean demo run:\n{log}"
+    );
+}
