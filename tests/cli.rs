@@ -338,18 +338,7 @@ fn config_import_tells_what_a_running_gateway_applies_live_and_what_needs_a_rest
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     import(doc(2, 100));
-    let mut child = KillOnDrop(
-        uagate(&data)
-            .arg("run")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let out = lines(child.0.stdout.take().unwrap());
-    let err = lines(child.0.stderr.take().unwrap());
-    wait_for_line(&out, "READY opc.tcp=", Duration::from_secs(60));
+    let (_child, err) = spawn_until_ready(uagate(&data).arg("run").env("RUST_LOG", "info"));
 
     let said = import(doc(6, 100));
     assert!(
@@ -584,19 +573,12 @@ fn demo_refuses_a_demo_directory_it_did_not_make() {
 fn default_log_is_plain_text_without_warnings_for_a_clean_stop() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("d");
-    let mut child = KillOnDrop(
+    let (mut child, err) = spawn_until_ready(
         uagate(&data)
             .args(["demo", "--listen", "127.0.0.1:0"])
             .env_remove("RUST_LOG")
-            .env_remove("NO_COLOR")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
+            .env_remove("NO_COLOR"),
     );
-    let out = lines(child.0.stdout.take().unwrap());
-    let err = lines(child.0.stderr.take().unwrap());
-    wait_for_line(&out, "READY opc.tcp=", Duration::from_secs(60));
     // Both field sessions of the demo's redundant pair up.
     let mut seen = Vec::new();
     let end = Instant::now() + Duration::from_secs(60);

@@ -103,6 +103,22 @@ pub fn start_gateway(data: &std::path::Path) -> (KillOnDrop, String) {
     (child, addr)
 }
 
+/// Starts `cmd` (a `uagate run` or `demo`) with its output read line by
+/// line and waits (60 s) for its `READY opc.tcp=` line; the child and its
+/// log (stderr) lines, for tests that check what the gateway logs.
+pub fn spawn_until_ready(cmd: &mut Command) -> (KillOnDrop, std::sync::mpsc::Receiver<String>) {
+    let mut child = KillOnDrop(
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = lines(child.0.stdout.take().unwrap());
+    let err = lines(child.0.stderr.take().unwrap());
+    wait_for_line(&out, "READY opc.tcp=", Duration::from_secs(60));
+    (child, err)
+}
+
 /// A TCP port free on 127.0.0.1 now (for a listener that must keep its
 /// address across restarts).
 pub fn free_port() -> u16 {
