@@ -964,7 +964,7 @@ async fn run() -> Result<()> {
                         );
                     } else {
                         println!(
-                            "takes effect after a restart (a running gateway applies nothing of it now): {}",
+                            "takes effect after a restart (a running gateway applies nothing of this change now): {}",
                             report.restart.join(", ")
                         );
                     }

@@ -77,6 +77,7 @@ impl FromRequestParts<WebState> for Authed {
             .ok_or(ApiError::Unauthenticated)?;
         who.follower_of = crate::ops::follower_of(state);
         who.state_banner = crate::ops::state_banner(state);
+        who.waiting_for_restart = state.engine.waiting_for_restart();
         parts.extensions.insert(who.clone());
         Ok(who)
     }

@@ -167,6 +167,7 @@ impl TokenKeys {
             via_cookie: false,
             follower_of: None,
             state_banner: None,
+            waiting_for_restart: Vec::new(),
         })
     }
 
@@ -299,6 +300,9 @@ pub struct Authed {
     /// While an operator's maintenance state is in force: what every
     /// console page says about it in a banner.
     pub state_banner: Option<crate::ops::StateBanner>,
+    /// Stored settings not in force until the gateway restarts (empty when
+    /// none): every console page lists them in a banner.
+    pub waiting_for_restart: Vec<String>,
 }
 
 impl Authed {

@@ -342,6 +342,10 @@ pub struct StatusView {
     pub sessions: usize,
     /// Field connections.
     pub fields: Vec<FieldView>,
+    /// Stored settings not in force until the gateway restarts (empty
+    /// when everything stored is in force).
+    #[serde(default)]
+    pub waiting_for_restart: Vec<String>,
 }
 
 /// The running gateway at a glance.
@@ -375,6 +379,7 @@ pub fn status(state: &WebState) -> StatusView {
         service_level_reason: reason,
         sessions: engine.session_count(),
         fields,
+        waiting_for_restart: engine.waiting_for_restart(),
     }
 }
 
@@ -500,9 +505,16 @@ pub fn check_config(config: &Config) -> Result<Plan, ApiError> {
 pub struct ConfigChange {
     /// Changed settings a running gateway applied now.
     pub live: Vec<String>,
-    /// Changed settings that need a restart; when not empty nothing was
-    /// applied now and the whole document takes effect at the next start.
+    /// When not empty, nothing of this change was applied now: it takes
+    /// effect at the next start. These are the stored settings that need
+    /// the restart (this change's, or an earlier waiting change's that this
+    /// one touches the same part as).
     pub restart: Vec<String>,
+    /// Every stored setting not in force yet, this change's and earlier
+    /// ones' (they take effect at the next start); empty when everything
+    /// stored is in force.
+    #[serde(default)]
+    pub waiting: Vec<String>,
 }
 
 /// The stored configuration document, this appliance's overlay merged
@@ -562,6 +574,7 @@ async fn apply_locked(
         return Ok(ConfigChange {
             live: Vec::new(),
             restart: Vec::new(),
+            waiting: state.engine.waiting_for_restart(),
         });
     }
     // Node-local settings into this appliance's overlay, the rest into the
@@ -574,14 +587,27 @@ async fn apply_locked(
             other => ApiError::internal(other),
         })?;
     // Applied now rather than at the store watcher's next look; the answer
-    // says what the running gateway did (a restart-only change stored
-    // earlier holds live ones back until the restart too).
-    let (live, restart) = match state.engine.reconfigure(&new) {
+    // says what the running gateway did.
+    let status = state.engine.reconfigure(&new);
+    let waiting = state.engine.waiting_for_restart();
+    let (live, restart) = match status {
         ReconfigureStatus::Applied(live) => (live, Vec::new()),
         ReconfigureStatus::RestartRequired(restart) => (Vec::new(), restart),
-        // Applied already (the store watcher was first).
-        ReconfigureStatus::Unchanged if report.applies_live() => (report.live, Vec::new()),
-        ReconfigureStatus::Unchanged => (Vec::new(), report.restart),
+        // Applied already (the store watcher was first), or what is in
+        // force is the stored document again (a waiting change undone).
+        ReconfigureStatus::Unchanged => {
+            let changed: Vec<String> = report.live.into_iter().chain(report.restart).collect();
+            if changed.iter().any(|s| waiting.contains(s)) {
+                (
+                    Vec::new(),
+                    uagate_server::classify_change(&state.engine.applied_config(), &new)
+                        .map(|r| r.restart)
+                        .unwrap_or_default(),
+                )
+            } else {
+                (changed, Vec::new())
+            }
+        }
         ReconfigureStatus::Refused(e) => {
             // Not applicable after all: the previous document goes back,
             // so that nothing of the change stays stored.
@@ -592,8 +618,12 @@ async fn apply_locked(
             return Err(ApiError::invalid("field_servers", e));
         }
     };
-    tracing::info!(user = %who.user, ?live, ?restart, "configuration replaced");
-    Ok(ConfigChange { live, restart })
+    tracing::info!(user = %who.user, ?live, ?restart, ?waiting, "configuration replaced");
+    Ok(ConfigChange {
+        live,
+        restart,
+        waiting,
+    })
 }
 
 /// `POST /api/v1/maintenance` body: Server.RequestServerStateChange's

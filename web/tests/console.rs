@@ -562,6 +562,10 @@ async fn field_connections_sessions_and_secrets() {
     assert!(!fields.to_string().contains("plc-secret-42"));
     assert_eq!(fields[0]["config"]["name"], "plc1");
     assert!(fields[0]["status"]["state"].is_string());
+    // Nothing waits for a restart yet: no banner.
+    let b = browser(&f, "viewer").await;
+    let (_, html, _) = f.call(page("/", &b)).await;
+    assert!(!html.as_str().unwrap().contains("restart-banner"));
     // Sending the config back keeps the stored password.
     let mut doc = config.clone();
     doc["server"]["max_queue_size"] = json!(500);
@@ -738,9 +742,9 @@ async fn field_connections_sessions_and_secrets() {
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     // Add one, and an invalid one naming the setting. Field connections
-    // change live, but the restart-only change above (max_queue_size) is
-    // still waiting for a restart, which holds every later change back: the
-    // answer says so instead of claiming it live.
+    // change live even while the restart-only change above
+    // (max_queue_size) waits for a restart: the answer says what is live
+    // now and what still waits, and so do the status and every page.
 
     let (s, body, _) = f
         .call(json_request(
@@ -752,8 +756,39 @@ async fn field_connections_sessions_and_secrets() {
         ))
         .await;
     assert_eq!(s, StatusCode::OK, "{body}");
-    assert_eq!(body["restart"], json!(["server.max_queue_size"]), "{body}");
-    assert_eq!(body["live"], json!([]), "{body}");
+    assert_eq!(body["live"], json!(["field_servers"]), "{body}");
+    assert_eq!(body["restart"], json!([]), "{body}");
+    assert_eq!(body["waiting"], json!(["server.max_queue_size"]), "{body}");
+    assert!(
+        f.state.engine.field_status("plc2").is_some(),
+        "plc2 not live"
+    );
+    assert_eq!(
+        f.state.engine.applied_config().server.max_queue_size,
+        uagate_config::Config::default().server.max_queue_size,
+        "the waiting limit came in force without a restart"
+    );
+    let (_, status, _) = f.call(get("/api/v1/status", Some(&viewer))).await;
+    assert_eq!(
+        status["waiting_for_restart"],
+        json!(["server.max_queue_size"]),
+        "{status}"
+    );
+    let b = browser(&f, "viewer").await;
+    let (s, html, _) = f.call(self::page("/fields", &b)).await;
+    assert_eq!(s, StatusCode::OK);
+    let html = html.as_str().unwrap();
+    let banner = html
+        .split("id=\"restart-banner\"")
+        .nth(1)
+        .and_then(|r| r.split("</p>").next())
+        .unwrap_or_else(|| panic!("no restart banner on the Fields page: {html}"));
+    assert!(
+        banner.contains("not in force until the gateway restarts")
+            && banner.contains("server.max_queue_size")
+            && !banner.contains("field_servers"),
+        "{banner}"
+    );
     // Tested before saving: its URL does not answer.
     let (s, probes, _) = f
         .call(json_request(
@@ -1008,8 +1043,11 @@ async fn the_audit_log_reads_as_sentences_filters_and_exports_csv() {
         !html.contains(&ticks.to_string()),
         "ticks on the page: {html}"
     );
+    // (The page's content only: the banner above it lists the stored
+    // max_session_count, which waits for a restart.)
+    let content = html.split("<h1>").nth(1).unwrap_or_default();
     assert!(
-        !html.contains("max_session_count"),
+        !content.contains("max_session_count"),
         "another kind shown: {html}"
     );
     assert!(html.contains(r#"<option value="maintenance" selected>"#));

@@ -36,6 +36,13 @@ pub(crate) struct ServerControl {
     applied: Mutex<Config>,
     /// The outcome of the last stored configuration change.
     reconfigure: Mutex<ReconfigureStatus>,
+    /// The last stored document the gateway looked at (the start-up one
+    /// until a change comes), whether or not it is in force: what the
+    /// next change is compared with to tell what that change alone did.
+    stored: Mutex<Config>,
+    /// Held while one stored change is decided and applied, so the store
+    /// watcher and the console never apply two at once.
+    pub(crate) reconfiguring: Mutex<()>,
 }
 
 impl ServerControl {
@@ -78,6 +85,8 @@ impl ServerControl {
             application_uri: application_uri.to_string(),
             applied: Mutex::new(config.clone()),
             reconfigure: Mutex::new(ReconfigureStatus::Unchanged),
+            stored: Mutex::new(config.clone()),
+            reconfiguring: Mutex::new(()),
         }
     }
 
@@ -279,6 +288,17 @@ impl ServerControl {
     /// Records `config` as the configuration in force (applied live).
     pub(crate) fn set_applied(&self, config: Config) {
         *self.applied.lock() = config;
+    }
+
+    /// The last stored document the gateway looked at (see
+    /// [`crate::reconfigure`]).
+    pub(crate) fn stored(&self) -> Config {
+        self.stored.lock().clone()
+    }
+
+    /// Records `config` as the last stored document looked at.
+    pub(crate) fn set_stored(&self, config: Config) {
+        *self.stored.lock() = config;
     }
 
     /// What happened to the last stored configuration change.

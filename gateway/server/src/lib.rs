@@ -67,7 +67,7 @@ pub use config_store::{CONFIG_KEY, NODE_CONFIG_KEY};
 pub use driver::SEND_STALL;
 pub use engine::Engine;
 pub use error::{ServiceError, StartError};
-pub use reconfigure::{classify_change, ChangeReport, ReconfigureStatus};
+pub use reconfigure::{classify_change, decide, ChangeReport, Decision, ReconfigureStatus};
 
 /// What the engine knows about an open secure channel; built when the
 /// channel opens and passed to every service call on it.

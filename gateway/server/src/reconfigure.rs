@@ -2,10 +2,22 @@
 //! in the store (the replicated [`CONFIG_KEY`] with this appliance's
 //! overlay, see [`crate::config_store`]); `uagate config import` and the
 //! console replace it there. A running gateway notices the change (of
-//! either part) and
-//! applies it as a unit: when every changed setting can change live, all of
-//! them take effect; when any needs a restart, nothing changes now and the
-//! whole document takes effect at the next start. Nothing is half-applied.
+//! either part) and applies each change as a unit:
+//!
+//! - when every setting that differs from what is in force can change
+//!   live, all of them take effect now;
+//! - when a change holds a setting that needs a restart, nothing of that
+//!   change takes effect now; all of it takes effect at the next start
+//!   (it is listed as waiting, see [`waiting_for_restart`]);
+//! - a later change that alone is live (say, a field connection added
+//!   while a port change waits for the maintenance window) takes effect
+//!   now, unless it touches a part (`field_servers`, `isolation`) that a
+//!   waiting change also touches: then it waits with it, so that no change
+//!   is ever split between now and the restart.
+//!
+//! Nothing is half-applied: a change either is in force as a whole or
+//! waits as a whole. The decision is [`decide`], a function of the
+//! document in force, the last stored one and the new one.
 //!
 //! Live today: the field connections (`field_servers`: added, removed,
 //! enabled, disabled or changed in any setting, see
@@ -119,6 +131,129 @@ fn diff(prefix: &str, a: &toml::Value, b: &toml::Value, out: &mut BTreeSet<Strin
     }
 }
 
+/// What to do with a newly stored document, decided by [`decide`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Nothing to do: the document is what is in force, or the one
+    /// already looked at.
+    Unchanged,
+    /// Put `target` in force now; `live` names the settings that change.
+    Apply {
+        /// The document in force afterwards: the new one, or the one in
+        /// force with the parts this change touched taken from the new one.
+        target: Box<Config>,
+        /// The settings that change (dotted names).
+        live: Vec<String>,
+    },
+    /// Nothing now; the document takes effect at the next start. `restart`
+    /// names the stored settings that need the restart.
+    Wait {
+        /// The settings that differ from what is in force and need a
+        /// restart.
+        restart: Vec<String>,
+    },
+    /// The document cannot be applied at all (the message names the
+    /// setting); nothing changes.
+    Refused(String),
+}
+
+/// The parts of the document that a change can touch live; each is taken
+/// whole from the new document when a change is applied on its own.
+const LIVE_PARTS: [&str; 2] = ["field_servers", "isolation"];
+
+/// The document part (top-level key) a dotted setting name belongs to.
+fn part(setting: &str) -> &str {
+    setting.split('.').next().unwrap_or(setting)
+}
+
+/// Decides what a running gateway does with `new`, the document just
+/// stored, given `applied` (in force) and `stored` (the previous stored
+/// document, the one the gateway last looked at). Called by
+/// [`Engine::reconfigure`] for every stored change; pure, so the rules of
+/// the module docs are tested without a gateway.
+pub fn decide(applied: &Config, stored: &Config, new: &Config) -> Decision {
+    let whole = match classify_change(applied, new) {
+        Ok(r) => r,
+        Err(e) => return Decision::Refused(e.to_string()),
+    };
+    if whole.is_empty() {
+        return Decision::Unchanged;
+    }
+    if whole.restart.is_empty() {
+        return Decision::Apply {
+            target: Box::new(new.clone()),
+            live: whole.live,
+        };
+    }
+    if new == stored {
+        // Looked at already (the console applies before the store watcher
+        // sees the document): it waits as decided then.
+        return Decision::Unchanged;
+    }
+    let wait = Decision::Wait {
+        restart: whole.restart,
+    };
+    // What this change alone does, compared with the previous stored
+    // document. When that cannot be planned (it was refused), everything
+    // waits.
+    let Ok(change) = classify_change(stored, new) else {
+        return wait;
+    };
+    if !change.restart.is_empty() || change.live.is_empty() {
+        return wait;
+    }
+    // Parts touched by changes that wait for the restart: a change to the
+    // same part waits with them.
+    let waiting = match classify_change(applied, stored) {
+        Ok(r) => r,
+        Err(_) => return wait,
+    };
+    let held: BTreeSet<&str> = waiting
+        .live
+        .iter()
+        .chain(&waiting.restart)
+        .map(|s| part(s))
+        .collect();
+    let touched: BTreeSet<&str> = change.live.iter().map(|s| part(s)).collect();
+    if touched
+        .iter()
+        .any(|p| held.contains(p) || !LIVE_PARTS.contains(p))
+    {
+        return wait;
+    }
+    let mut target = applied.clone();
+    for p in &touched {
+        match *p {
+            "field_servers" => target.field_servers = new.field_servers.clone(),
+            "isolation" => target.isolation = new.isolation.clone(),
+            _ => return wait,
+        }
+    }
+    // The document in force with this change must itself be valid and
+    // live-applicable (it is a document nobody stored).
+    if target.validate().is_err() {
+        return wait;
+    }
+    match classify_change(applied, &target) {
+        Ok(r) if r.restart.is_empty() && !r.live.is_empty() => Decision::Apply {
+            target: Box::new(target),
+            live: change.live,
+        },
+        _ => wait,
+    }
+}
+
+/// The stored settings not in force (they wait for a restart): those that
+/// need it first, then live ones stored with them. Empty when everything
+/// stored is in force, or when the stored document cannot be planned (it
+/// was refused, which its caller heard at once).
+pub fn waiting_for_restart(applied: &Config, stored: &Config) -> Vec<String> {
+    match classify_change(applied, stored) {
+        Ok(r) => r.restart.into_iter().chain(r.live).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// The outcome of the last configuration change the gateway saw.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum ReconfigureStatus {
@@ -134,28 +269,29 @@ pub enum ReconfigureStatus {
 }
 
 impl Engine {
-    /// Applies a new document as a unit (see the module docs) and records
-    /// the outcome. Called by the store watcher and by the console right
-    /// after it stored a document.
+    /// Applies a newly stored document as [`decide`] says (see the module
+    /// docs) and records the outcome. Called by the store watcher and by
+    /// the console right after it stored a document.
     pub fn reconfigure(self: &Arc<Self>, new: &Config) -> ReconfigureStatus {
+        let _one_at_a_time = self.control.reconfiguring.lock();
         let current = self.control.applied();
-        let status = match classify_change(&current, new) {
-            Err(e) => ReconfigureStatus::Refused(e.to_string()),
-            Ok(report) if report.is_empty() => ReconfigureStatus::Unchanged,
-            Ok(report) if !report.restart.is_empty() => {
-                ReconfigureStatus::RestartRequired(report.restart)
-            }
-            Ok(report) => match self.pipeline.check_isolation(new) {
+        let decision = decide(&current, &self.control.stored(), new);
+        self.control.set_stored(new.clone());
+        let status = match decision {
+            Decision::Unchanged => ReconfigureStatus::Unchanged,
+            Decision::Refused(e) => ReconfigureStatus::Refused(e),
+            Decision::Wait { restart } => ReconfigureStatus::RestartRequired(restart),
+            Decision::Apply { target, live } => match self.pipeline.check_isolation(&target) {
                 Err(e) => ReconfigureStatus::Refused(e),
                 // Field connections first: the only part that can still
                 // fail (a mount folder that cannot be made), and when it
                 // does nothing has changed.
-                Ok(()) => match self.remount(&current.field_servers, &new.field_servers) {
+                Ok(()) => match self.remount(&current.field_servers, &target.field_servers) {
                     Err(e) => ReconfigureStatus::Refused(e),
-                    Ok(_) => match self.pipeline.apply_isolation(new) {
+                    Ok(_) => match self.pipeline.apply_isolation(&target) {
                         Ok(()) => {
-                            self.control.set_applied(new.clone());
-                            ReconfigureStatus::Applied(report.live)
+                            self.control.set_applied(*target);
+                            ReconfigureStatus::Applied(live)
                         }
                         Err(e) => ReconfigureStatus::Refused(e),
                     },
@@ -165,11 +301,20 @@ impl Engine {
         match &status {
             ReconfigureStatus::Unchanged => {}
             ReconfigureStatus::Applied(s) => {
-                tracing::info!(settings = %s.join(", "), "configuration change applied live")
+                let waiting = self.waiting_for_restart();
+                if waiting.is_empty() {
+                    tracing::info!(settings = %s.join(", "), "configuration change applied live")
+                } else {
+                    tracing::info!(
+                        settings = %s.join(", "),
+                        waiting = %waiting.join(", "),
+                        "configuration change applied live; earlier stored changes still wait for a restart"
+                    )
+                }
             }
             ReconfigureStatus::RestartRequired(s) => tracing::warn!(
                 settings = %s.join(", "),
-                "configuration stored; it takes effect after a restart (nothing applied now)"
+                "configuration stored; it takes effect after a restart (nothing of this change applied now)"
             ),
             ReconfigureStatus::Refused(e) => {
                 tracing::error!(error = %e, "stored configuration refused; nothing applied")
@@ -179,6 +324,13 @@ impl Engine {
             self.control.set_reconfigure_status(status.clone());
         }
         status
+    }
+
+    /// The stored settings not in force yet, which take effect at the next
+    /// start (see [`waiting_for_restart`]); empty when everything stored
+    /// is in force. For the console's banner and REST status.
+    pub fn waiting_for_restart(&self) -> Vec<String> {
+        waiting_for_restart(&self.control.applied(), &self.control.stored())
     }
 
     /// The change-log position and the stored document (both parts) now;
@@ -347,6 +499,145 @@ mod tests {
             e.as_deref()
                 .is_some_and(|e| e.contains("max_channel_count")),
             "{e:?}"
+        );
+    }
+
+    /// A field connection entry, as the console or an import adds it.
+    fn field(name: &str) -> uagate_config::FieldServer {
+        Config::from_toml(&format!(
+            "[[field_servers]]\nname = \"{name}\"\nendpoints = [\"opc.tcp://127.0.0.1:4840\"]\n\
+             security_mode = \"none\"\nsecurity_policy = \"None\"\n"
+        ))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .field_servers
+        .remove(0)
+    }
+
+    #[test]
+    fn a_live_change_is_applied_whole() {
+        let old = config("");
+        let mut new = old.clone();
+        new.field_servers.push(field("line1"));
+        match decide(&old, &old, &new) {
+            Decision::Apply { target, live } => {
+                assert_eq!(*target, new);
+                assert_eq!(live, vec!["field_servers".to_string()]);
+            }
+            d => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
+    fn a_change_with_a_restart_setting_waits_whole() {
+        let old = config("");
+        let mut new = old.clone();
+        new.field_servers.push(field("line1"));
+        new.server.max_session_count += 1;
+        assert_eq!(
+            decide(&old, &old, &new),
+            Decision::Wait {
+                restart: vec!["server.max_session_count".to_string()]
+            }
+        );
+    }
+
+    #[test]
+    fn a_later_live_change_applies_while_an_earlier_one_waits_for_the_restart() {
+        let applied = config("");
+        // 1. Stored earlier: a server limit (waits for the restart).
+        let mut waiting = applied.clone();
+        waiting.server.max_session_count += 1;
+        assert!(matches!(
+            decide(&applied, &applied, &waiting),
+            Decision::Wait { .. }
+        ));
+        assert_eq!(
+            waiting_for_restart(&applied, &waiting),
+            vec!["server.max_session_count".to_string()]
+        );
+        // 2. Then a field connection is added: in force now, the limit
+        //    still waits.
+        let mut new = waiting.clone();
+        new.field_servers.push(field("line1"));
+        let Decision::Apply { target, live } = decide(&applied, &waiting, &new) else {
+            panic!("the field connection should apply live");
+        };
+        assert_eq!(live, vec!["field_servers".to_string()]);
+        assert_eq!(target.field_servers, new.field_servers);
+        assert_eq!(
+            target.server.max_session_count, applied.server.max_session_count,
+            "the waiting limit came in force early"
+        );
+        assert_eq!(
+            waiting_for_restart(&target, &new),
+            vec!["server.max_session_count".to_string()]
+        );
+        // 3. A weight change next (another live part): in force too.
+        let mut weight = new.clone();
+        weight.isolation.trusted_owners[0].weight = 9;
+        let Decision::Apply { target: t3, .. } = decide(&target, &new, &weight) else {
+            panic!("the weight should apply live");
+        };
+        assert_eq!(t3.isolation.trusted_owners[0].weight, 9);
+        assert_eq!(t3.field_servers, new.field_servers);
+        assert_eq!(
+            t3.server.max_session_count,
+            applied.server.max_session_count
+        );
+        // 4. The limit put back: what is in force is the stored document
+        //    again, nothing to do and nothing waits.
+        let mut back = weight.clone();
+        back.server.max_session_count = applied.server.max_session_count;
+        assert_eq!(decide(&t3, &weight, &back), Decision::Unchanged);
+        assert!(waiting_for_restart(&t3, &back).is_empty());
+    }
+
+    #[test]
+    fn a_live_change_to_a_part_a_waiting_change_touched_waits_with_it() {
+        let applied = config("");
+        // Stored earlier, as one change: a field connection and a server
+        // limit (so the field connection waits too).
+        let mut waiting = applied.clone();
+        waiting.field_servers.push(field("line1"));
+        waiting.server.max_session_count += 1;
+        // Then another field connection: taking `field_servers` now would
+        // bring line1 in force without its limit, splitting that change.
+        let mut new = waiting.clone();
+        new.field_servers.push(field("line2"));
+        let Decision::Wait { restart } = decide(&applied, &waiting, &new) else {
+            panic!("the second field connection should wait");
+        };
+        assert_eq!(restart, vec!["server.max_session_count".to_string()]);
+        assert_eq!(
+            waiting_for_restart(&applied, &new),
+            vec![
+                "server.max_session_count".to_string(),
+                "field_servers".to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn the_document_already_looked_at_changes_nothing_twice() {
+        let applied = config("");
+        let mut waiting = applied.clone();
+        waiting.server.max_session_count += 1;
+        assert_eq!(
+            decide(&applied, &waiting, &waiting),
+            Decision::Unchanged,
+            "the store watcher after the console"
+        );
+    }
+
+    #[test]
+    fn an_unplannable_document_is_refused_whatever_waits() {
+        let applied = config("");
+        let mut waiting = applied.clone();
+        waiting.server.max_session_count += 1;
+        let mut new = waiting.clone();
+        new.server.max_channel_count = new.server.max_session_count;
+        assert!(
+            matches!(decide(&applied, &waiting, &new), Decision::Refused(e) if e.contains("max_channel_count"))
         );
     }
 }

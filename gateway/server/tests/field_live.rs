@@ -258,3 +258,90 @@ async fn a_field_connection_that_cannot_be_mounted_changes_nothing() {
     gw.stop().await;
     sim.cancel();
 }
+
+/// A change that needs a restart waits for it without holding back a later
+/// change that alone is live: a field connection added after a server limit
+/// was stored connects at once; the limit stays out of force and listed as
+/// waiting. A field change stored together with a limit waits as a whole,
+/// and so does a later field change (it touches the same part).
+#[tokio::test]
+async fn a_field_connection_added_while_a_restart_change_waits_connects_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim_a = start_sim(tmp.path(), "a").await;
+    let sim_b = start_sim(tmp.path(), "b").await;
+    let sim_c = start_sim(tmp.path(), "c").await;
+    let gw = TestGateway::start(&field_toml("line1", "none", &[&sim_a.endpoint_url])).await;
+    wait_connected(&gw, "line1").await;
+    let start = gw.engine().applied_config();
+    assert!(gw.engine().waiting_for_restart().is_empty());
+
+    // 1. A server limit: waits for the restart.
+    let mut config = start.clone();
+    config.server.max_session_count -= 1;
+    let status = import(&gw, &config).await;
+    assert_eq!(
+        status,
+        ReconfigureStatus::RestartRequired(vec!["server.max_session_count".into()])
+    );
+    assert_eq!(
+        gw.engine().waiting_for_restart(),
+        vec!["server.max_session_count".to_string()]
+    );
+
+    // 2. Then line2 alone: connected now; the limit still waits.
+    config
+        .field_servers
+        .push(entry("line2", "none", &[&sim_b.endpoint_url]));
+    let status = import(&gw, &config).await;
+    assert_eq!(
+        status,
+        ReconfigureStatus::Applied(vec!["field_servers".into()])
+    );
+    wait_connected(&gw, "line2").await;
+    let applied = gw.engine().applied_config();
+    assert_eq!(applied.field_servers, config.field_servers);
+    assert_eq!(
+        applied.server.max_session_count, start.server.max_session_count,
+        "the waiting limit came in force without a restart"
+    );
+    assert_eq!(
+        gw.engine().waiting_for_restart(),
+        vec!["server.max_session_count".to_string()]
+    );
+
+    // 3. line3 stored together with another server limit: all of it waits.
+    let mut together = config.clone();
+    together
+        .field_servers
+        .push(entry("line3", "none", &[&sim_c.endpoint_url]));
+    together.server.max_subscriptions_per_session += 1;
+    let status = gw.engine().reconfigure(&together);
+    assert!(
+        matches!(&status, ReconfigureStatus::RestartRequired(r) if r.contains(&"server.max_subscriptions_per_session".to_string())),
+        "{status:?}"
+    );
+    assert!(gw.engine().field_status("line3").is_none(), "half-applied");
+
+    // 4. line1 disabled next: it touches `field_servers`, which the
+    //    waiting change of step 3 touched too, so it waits with it (taking
+    //    the part now would bring line3 in force without its limit).
+    let mut later = together.clone();
+    later.field_servers[0].enabled = false;
+    let status = gw.engine().reconfigure(&later);
+    assert!(
+        matches!(status, ReconfigureStatus::RestartRequired(_)),
+        "{status:?}"
+    );
+    assert!(gw.engine().field_status("line3").is_none(), "half-applied");
+    assert_eq!(gw.engine().applied_config(), applied, "nothing applied");
+    let waiting = gw.engine().waiting_for_restart();
+    assert!(
+        waiting.contains(&"field_servers".to_string())
+            && waiting.contains(&"server.max_session_count".to_string()),
+        "{waiting:?}"
+    );
+    gw.stop().await;
+    for sim in [sim_a, sim_b, sim_c] {
+        sim.cancel();
+    }
+}

@@ -313,7 +313,10 @@ fn saved_notice(name: &str, change: &ops::ConfigChange) -> String {
     if change.live.is_empty() && change.restart.is_empty() {
         format!("{name}: nothing changed.")
     } else if change.restart.is_empty() {
-        format!("{name} saved and applied; it is live now.")
+        format!(
+            "{name} saved and applied; it is live now.{}",
+            super::still_waiting(change)
+        )
     } else {
         change_notice(change)
     }

@@ -90,6 +90,9 @@ pub struct Chrome {
     pub follower_of: Option<String>,
     /// While an operator's state is in force: the banner every page shows.
     pub state_banner: Option<ops::StateBanner>,
+    /// Stored settings that take effect at the next restart (empty when
+    /// everything stored is in force): every page shows them in a banner.
+    pub waiting_for_restart: Vec<String>,
 }
 
 impl Chrome {
@@ -116,6 +119,7 @@ impl Chrome {
             error: None,
             follower_of: who.follower_of.clone(),
             state_banner: who.state_banner.clone(),
+            waiting_for_restart: who.waiting_for_restart.clone(),
         }
     }
 }
@@ -279,11 +283,28 @@ fn number<T: std::str::FromStr>(setting: &str, v: &str) -> Result<Option<T>, Api
 fn change_notice(change: &ops::ConfigChange) -> String {
     match (change.live.is_empty(), change.restart.is_empty()) {
         (true, true) => "Nothing changed.".to_string(),
-        (false, true) => format!("Applied live: {}.", change.live.join(", ")),
+        (false, true) => format!(
+            "Applied live: {}.{}",
+            change.live.join(", "),
+            still_waiting(change)
+        ),
         (_, false) => format!(
-            "Stored; takes effect at the next restart: {}.",
+            "Stored; takes effect at the next restart (needed by {}).",
             change.restart.join(", ")
         ),
+    }
+}
+
+/// After a change applied live: the sentence about earlier stored changes
+/// that still wait for a restart (empty when none does).
+fn still_waiting(change: &ops::ConfigChange) -> String {
+    if change.waiting.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " Earlier saved changes still wait for a restart: {}.",
+            change.waiting.join(", ")
+        )
     }
 }
 
