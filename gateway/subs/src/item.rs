@@ -12,6 +12,21 @@ use opcua_types::{
 
 use crate::{EventFields, ItemSource, Limits};
 
+/// How long a data item that starts (created, or leaving Disabled) while
+/// its source has no value yet (`BadWaitingForInitialData`: a field value
+/// still on its way, after the gateway has just asked the field server for
+/// it) holds its first notification for that value. A client then sees the
+/// value itself first, not a Bad-quality notification and the value a
+/// moment later (which an HMI or historian shows as a quality blip, e.g.
+/// at every Warm-redundancy failover). When the bound passes without a
+/// value, `BadWaitingForInitialData` is reported as before.
+pub const INITIAL_VALUE_HOLD: Duration = Duration::from_secs(2);
+
+/// Whether a sample says its source has no value yet.
+pub(crate) fn is_waiting(dv: &DataValue) -> bool {
+    dv.status == Some(StatusCode::BadWaitingForInitialData)
+}
+
 /// Deadband of a data change filter, already resolved to an absolute threshold.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Deadband {
@@ -81,6 +96,9 @@ pub(crate) struct MonitoredItem {
     /// This item's bookmark in its source's value history (see
     /// [`ItemSource::samples_monitored`]).
     pub source_cursor: Option<u64>,
+    /// Set while the item's first notification waits for its source's
+    /// first value, until this instant (see [`INITIAL_VALUE_HOLD`]).
+    pub hold_initial_until: Option<Instant>,
 }
 
 /// Result of validating and revising MonitoringParameters.
@@ -413,6 +431,23 @@ impl MonitoredItem {
         }
     }
 
+    /// Starts the item (created, or leaving Disabled) with its initial
+    /// sample `dv` taken at `now`: queued at once, unless the source has no
+    /// value yet; then the first notification waits for it, up to
+    /// [`INITIAL_VALUE_HOLD`], and a value from before the item was
+    /// disabled no longer counts as the last one reported.
+    pub fn start_with(&mut self, dv: DataValue, now: Instant) {
+        if is_waiting(&dv) {
+            if let ItemKind::Data { last, .. } = &mut self.kind {
+                *last = None;
+            }
+            self.hold_initial_until = Some(now + INITIAL_VALUE_HOLD);
+        } else {
+            self.hold_initial_until = None;
+            self.enqueue_value(dv);
+        }
+    }
+
     /// Offers a new sample; queued only when it passes the filter.
     pub fn offer(&mut self, dv: DataValue) {
         if self.mode == MonitoringMode::Disabled {
@@ -446,7 +481,22 @@ impl MonitoredItem {
             if dv.server_timestamp.is_none() {
                 dv.server_timestamp = Some(now_dt);
             }
+            if self.hold_initial_until.is_some() {
+                if is_waiting(&dv) {
+                    continue;
+                }
+                self.hold_initial_until = None;
+            }
             self.offer(dv);
+        }
+        // Still no value when the hold ends: the client hears why.
+        if self.hold_initial_until.is_some_and(|until| now >= until) {
+            self.hold_initial_until = None;
+            self.enqueue_value(DataValue {
+                status: Some(StatusCode::BadWaitingForInitialData),
+                server_timestamp: Some(now_dt),
+                ..Default::default()
+            });
         }
     }
 

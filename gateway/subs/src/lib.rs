@@ -13,6 +13,7 @@
 //! BadMonitoringModeInvalid cannot occur because the decoded `MonitoringMode` is always valid.
 
 mod item;
+pub use item::INITIAL_VALUE_HOLD;
 mod subscription;
 #[cfg(test)]
 mod tests;
@@ -524,9 +525,10 @@ impl SessionSubscriptions {
                 triggers: Default::default(),
                 trigger_pending: false,
                 source_cursor: None,
+                hold_initial_until: None,
             };
             if let Some(dv) = sample {
-                mi.enqueue_value(dv);
+                mi.start_with(dv, now);
             }
             out.push(MonitoredItemCreateResult {
                 status_code: StatusCode::Good,
@@ -672,12 +674,13 @@ impl SessionSubscriptions {
                 if mode == MonitoringMode::Disabled {
                     mi.clear_queue();
                     mi.trigger_pending = false;
+                    mi.hold_initial_until = None;
                 } else if old == MonitoringMode::Disabled
                     && matches!(mi.kind, ItemKind::Data { .. })
                 {
                     mi.next_sample = item::first_sample(now, mi.sampling, next_publish);
                     let dv = item::sample_now(source, &mi.rvi, now_dt);
-                    mi.enqueue_value(dv);
+                    mi.start_with(dv, now);
                 }
                 StatusCode::Good
             })

@@ -1576,3 +1576,87 @@ fn first_sample_lies_on_the_publishing_grid() {
     assert_eq!(first(30, 250, 100), ms(100));
     assert_eq!(first(0, 0, 100), ms(1), "1 ms floor");
 }
+
+/// A data item that starts while its source has no value yet (a field value
+/// on its way: `BadWaitingForInitialData`) sends the value as its first
+/// notification, not a Bad-quality one before it; when no value comes within
+/// INITIAL_VALUE_HOLD the status goes out. Leaving Disabled starts the same
+/// way, and the value then goes out even when it equals the one reported
+/// before the item was disabled.
+#[test]
+fn a_first_notification_waits_for_a_value_on_its_way() {
+    let waiting = || DataValue {
+        status: Some(StatusCode::BadWaitingForInitialData),
+        ..Default::default()
+    };
+    // The data changes of a tick's messages (the first cycle sends a
+    // keep-alive, which carries none).
+    let data = |out: Vec<(u32, ResponseOrFault)>| -> Vec<(u32, Option<Variant>, StatusCode)> {
+        out.iter()
+            .flat_map(|r| changes(&resp(r).notification_message))
+            .collect()
+    };
+    let mut f = Fx::new(Limits::default(), 1000);
+    f.src.set_dv("a", waiting());
+    f.src.set_dv("b", waiting());
+    let res = f.items(
+        &[
+            item_req(
+                "a",
+                1,
+                MonitoringMode::Reporting,
+                10,
+                ExtensionObject::null(),
+            ),
+            item_req(
+                "b",
+                2,
+                MonitoringMode::Reporting,
+                10,
+                ExtensionObject::null(),
+            ),
+        ],
+        0,
+    );
+    let a = res[0].monitored_item_id;
+    for id in 1..=8 {
+        f.publish(id, &[], 0);
+    }
+    // Nothing yet: no Bad notification while the values are on their way.
+    assert_eq!(data(f.tick(100)), vec![]);
+    assert_eq!(data(f.tick(200)), vec![]);
+    // a's value arrives: it is a's first notification.
+    f.src.set("a", 5i32);
+    assert_eq!(
+        data(f.tick(300)),
+        vec![(1, Some(Variant::Int32(5)), StatusCode::Good)]
+    );
+    // b never gets one: its status goes out once the hold is over.
+    let hold = u64::try_from(INITIAL_VALUE_HOLD.as_millis()).unwrap();
+    let mut t = 400;
+    while t < hold {
+        assert_eq!(data(f.tick(t)), vec![], "at {t} ms");
+        t += 100;
+    }
+    assert_eq!(
+        data(f.tick(hold + 100)),
+        vec![(2, None, StatusCode::BadWaitingForInitialData)]
+    );
+
+    // a disabled; its source loses the value (the field item is gone) and
+    // a is enabled again: it waits, then reports 5 again although 5 is
+    // what it reported last.
+    let now = f.at(hold + 150);
+    f.s.set_monitoring_mode(f.sub, MonitoringMode::Disabled, &[a], &f.src, now, dt())
+        .unwrap();
+    f.src.set_dv("a", waiting());
+    let now = f.at(hold + 160);
+    f.s.set_monitoring_mode(f.sub, MonitoringMode::Reporting, &[a], &f.src, now, dt())
+        .unwrap();
+    assert_eq!(data(f.tick(hold + 200)), vec![]);
+    f.src.set("a", 5i32);
+    assert_eq!(
+        data(f.tick(hold + 300)),
+        vec![(1, Some(Variant::Int32(5)), StatusCode::Good)]
+    );
+}
