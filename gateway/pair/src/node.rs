@@ -86,6 +86,11 @@ const MAX_APPENDED_TIMES: usize = 4096;
 /// How long a pairing exchange or an administrative request may take.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How often a member that started with another console URL or
+/// application URI than its membership entry tells the leader, until the
+/// entry is current ([`PairNode::spawn_announce`]).
+const ANNOUNCE_RETRY: Duration = Duration::from_secs(2);
+
 /// How long going into maintenance waits for the other appliance to take
 /// the configuration leadership ([`PairNode::hand_over`]); it usually
 /// takes one election round trip.
@@ -512,6 +517,7 @@ impl PairNode {
             node.cancel.clone(),
         ));
         tracing::info!(node = node.id, addr = %local_addr, fingerprint = %identity.fingerprint(), "pair node started");
+        node.spawn_announce();
         Ok(node)
     }
 
@@ -1206,6 +1212,14 @@ impl PairNode {
             Request::TakeOver { leader } => {
                 Response::TakingOver(self.take_over(fp, leader, &raft).await)
             }
+            Request::Announce {
+                node_id,
+                console,
+                application_uri,
+            } => Response::Announced(
+                self.update_member(fp, node_id, &console, &application_uri, &raft)
+                    .await,
+            ),
         }
     }
 
@@ -1443,6 +1457,120 @@ impl PairNode {
         tracing::info!(node_id, "a member left the pair");
         self.spawn_settle_voters();
         Ok(())
+    }
+
+    /// The leader's side of [`Request::Announce`] (and of its own
+    /// announcement): sets member `node_id`'s console URL and application
+    /// URI in the membership when the request comes from that member's own
+    /// certificate. Its pair address, fingerprint and key stay as pinned.
+    async fn update_member(
+        &self,
+        fp: &str,
+        node_id: NodeId,
+        console: &str,
+        application_uri: &str,
+        raft: &Raft<PairConfig>,
+    ) -> Result<(), String> {
+        let members = self.members().await;
+        let Some((_, node, _)) = members
+            .iter()
+            .find(|(id, n, _)| *id == node_id && n.fingerprint == fp)
+        else {
+            tracing::warn!(fingerprint = %fp, node_id, "pair: announcement not from that member's certificate; refused");
+            return Err("only a member may say how it is known".into());
+        };
+        if raft.metrics().borrow().current_leader != Some(self.id) {
+            return Err("not the leader".into());
+        }
+        if node.console == console && node.application_uri == application_uri {
+            return Ok(());
+        }
+        let mut updated = node.clone();
+        updated.console = console.to_string();
+        updated.application_uri = application_uri.to_string();
+        // The address stays the same, so the membership's quorum does not
+        // change: only the entry's details do.
+        raft.change_membership(
+            openraft::ChangeMembers::SetNodes(BTreeMap::from([(node_id, updated)])),
+            false,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        tracing::info!(
+            node_id,
+            console,
+            application_uri,
+            "pair: a member's console URL or application URI changed"
+        );
+        Ok(())
+    }
+
+    /// Keeps this appliance's entry in the membership current after a
+    /// start: until the entry has this start's console URL and application
+    /// URI (or the node is gone), tells the leader every
+    /// [`ANNOUNCE_RETRY`]. Called once by [`PairNode::start`].
+    fn spawn_announce(&self) {
+        if self.witness {
+            return;
+        }
+        let this = self.this.clone();
+        tokio::spawn(async move {
+            loop {
+                let Some(node) = this.upgrade() else { return };
+                if node.cancel.is_cancelled() {
+                    return;
+                }
+                match node.announce().await {
+                    Ok(true) => return,
+                    Ok(false) => {}
+                    Err(e) => tracing::debug!(error = %e, "pair: announcement not taken yet"),
+                }
+                drop(node);
+                tokio::time::sleep(ANNOUNCE_RETRY).await;
+            }
+        });
+    }
+
+    /// One step of [`PairNode::spawn_announce`]: true when the membership
+    /// has this appliance's entry as it is now.
+    async fn announce(&self) -> Result<bool, PairError> {
+        let members = self.members().await;
+        let Some((_, mine, _)) = members.iter().find(|(id, _, _)| *id == self.id) else {
+            // Not a member (yet): a join gives the leader both values.
+            return Ok(false);
+        };
+        if mine.console == self.console && mine.application_uri == self.application_uri {
+            return Ok(true);
+        }
+        let raft = self.raft.read().await.clone();
+        let Some(leader) = raft.metrics().borrow().current_leader else {
+            return Ok(false);
+        };
+        if leader == self.id {
+            self.update_member(
+                self.fingerprint(),
+                self.id,
+                &self.console,
+                &self.application_uri,
+                &raft,
+            )
+            .await
+            .map_err(PairError::Refused)?;
+            return Ok(true);
+        }
+        let Some((_, node, _)) = members.iter().find(|(id, _, _)| *id == leader) else {
+            return Ok(false);
+        };
+        let request = Request::Announce {
+            node_id: self.id,
+            console: self.console.clone(),
+            application_uri: self.application_uri.clone(),
+        };
+        match self.ask_member(node, &request, ADMIN_TIMEOUT).await? {
+            Response::Announced(Ok(())) => Ok(true),
+            Response::Announced(Err(why)) => Err(PairError::Refused(why)),
+            other => Err(PairError::Refused(format!("unexpected answer {other:?}"))),
+        }
     }
 
     /// Who votes, decided by the leader after every membership change: two

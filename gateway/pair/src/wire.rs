@@ -56,6 +56,20 @@ pub enum Request {
         /// The leaving member's node id.
         node_id: NodeId,
     },
+    /// A member tells the leader how it is known now, at every start: its
+    /// console URL and OPC UA application URI, which change when its
+    /// console port, public host name or application URI changed since it
+    /// joined. The leader updates the member's entry in the membership (the
+    /// others' banners link to that console; ServerUriArray lists that
+    /// URI). Only from that member's certificate.
+    Announce {
+        /// The member's node id.
+        node_id: NodeId,
+        /// Its console URL.
+        console: String,
+        /// Its OPC UA application URI.
+        application_uri: String,
+    },
     /// The leader is going into maintenance and asks the other appliance
     /// to stand for election now ([`crate::node::PairNode::hand_over`]).
     /// Only from the certificate of the member that leads.
@@ -81,6 +95,8 @@ pub enum Response {
     Admin(Result<AdminResponse, String>),
     /// To [`Request::Leave`].
     Left(Result<(), String>),
+    /// To [`Request::Announce`]: the membership says so now, or why not.
+    Announced(Result<(), String>),
     /// To [`Request::TakeOver`]: the election started, or why not.
     TakingOver(Result<(), String>),
     /// The request is not allowed from this peer (unknown certificate).

@@ -405,8 +405,28 @@ async fn strangers_are_refused_on_the_pair_listener() {
         Some(Response::TakingOver(Err(why))) => assert!(why.contains("only the leader"), "{why}"),
         other => panic!("{other:?}"),
     }
+    // A forged announcement: A's own entry is not re-pointed to another
+    // console.
+    conn.send(&Request::Announce {
+        node_id: a.node.id(),
+        console: "https://evil.example/".into(),
+        application_uri: "urn:evil".into(),
+    })
+    .await
+    .unwrap();
+    match conn.recv::<Response>().await.unwrap() {
+        Some(Response::Announced(Err(why))) => assert!(why.contains("only a member"), "{why}"),
+        other => panic!("{other:?}"),
+    }
     // A is unaffected: still the leader of its term, and writes work.
     let st = a.node.status().await.unwrap();
+    assert!(
+        st.members
+            .iter()
+            .all(|m| m.console == "https://a.example:8443/" && m.application_uri == "urn:uagate:a"),
+        "{:?}",
+        st.members
+    );
     assert_eq!(st.role, PairRole::Standalone);
     a.node.write(add_user("anna")).await.unwrap();
     a.node.stop().await;
@@ -842,4 +862,92 @@ async fn a_byte_flipped_in_a_followers_stored_log_is_refused() {
     a.node.write(add_user("carl")).await.unwrap();
     a.node.stop().await;
     node.stop().await;
+}
+
+/// A PairNode for an appliance's existing directory (a restart), on
+/// `listen`, known by `console` and `application_uri` this time.
+async fn restart(
+    a: &Appliance,
+    listen: std::net::SocketAddr,
+    console: &str,
+    uri: &str,
+) -> Arc<PairNode> {
+    a.node.stop().await;
+    let store = Store::open(&a._dir.path().join("config.db")).await.unwrap();
+    PairNode::start(
+        NodeSettings {
+            dir: a.pair_dir.clone(),
+            name: "restarted".into(),
+            listen,
+            advertise: None,
+            application_uri: uri.into(),
+            witness: false,
+            console: console.into(),
+        },
+        store,
+    )
+    .await
+    .unwrap()
+}
+
+/// Waits until `node`'s view of the membership has member `id` with this
+/// console URL and application URI.
+async fn wait_member(node: &PairNode, id: u64, console: &str, uri: &str) {
+    let t0 = Instant::now();
+    loop {
+        let s = node.status().await.unwrap();
+        if s.members
+            .iter()
+            .any(|m| m.node_id == id && m.console == console && m.application_uri == uri)
+        {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "member {id} never became {console} {uri}: {:?}",
+            s.members
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An appliance restarted with another console port and application URI
+/// (both settings need a restart) is known by the new ones to the other:
+/// the standby tells the primary, the primary updates its own entry; the
+/// pair keeps replicating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_restarted_with_a_new_console_url_is_known_by_it() {
+    let a = appliance("a").await;
+    let b = appliance("b").await;
+    let (code, _) = invite(&a).await;
+    join(&b, &a, &code).await.unwrap();
+    let (a_id, b_id) = (a.node.id(), b.node.id());
+    wait_member(&a.node, b_id, "https://b.example:8443/", "urn:uagate:b").await;
+
+    // The standby comes back with another console port and URI.
+    let b2 = restart(
+        &b,
+        b.node.local_addr(),
+        "https://b.example:9443/",
+        "urn:uagate:b2",
+    )
+    .await;
+    wait_member(&a.node, b_id, "https://b.example:9443/", "urn:uagate:b2").await;
+    wait_member(&b2, b_id, "https://b.example:9443/", "urn:uagate:b2").await;
+
+    // The primary too: it updates its own entry, and the standby sees it.
+    let a2 = restart(
+        &a,
+        a.node.local_addr(),
+        "https://a.example:9443/",
+        "urn:uagate:a",
+    )
+    .await;
+    wait_member(&b2, a_id, "https://a.example:9443/", "urn:uagate:a").await;
+
+    // Still one pair: a change on the primary reaches the standby.
+    a2.write(add_user("dora")).await.unwrap();
+    wait_user(&b.store, "dora").await;
+    a2.stop().await;
+    b2.stop().await;
 }
