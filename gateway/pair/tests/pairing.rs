@@ -128,6 +128,15 @@ async fn invite(a: &Appliance) -> (String, String) {
     }
 }
 
+/// Two appliances, "a" the primary and "b" joined as its standby.
+async fn paired() -> (Appliance, Appliance) {
+    let a = appliance("a").await;
+    let b = appliance("b").await;
+    let (code, _) = invite(&a).await;
+    join(&b, &a, &code).await.unwrap();
+    (a, b)
+}
+
 async fn join(b: &Appliance, a: &Appliance, code: &str) -> Result<AdminResponse, String> {
     cli(
         b,
@@ -693,10 +702,7 @@ async fn a_partitioned_leader_stops_acknowledging_and_the_others_go_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_entry_on_the_wire_stops_the_follower_not_the_leader() {
     use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
-    let a = appliance("a").await;
-    let b = appliance("b").await;
-    let (code, _) = invite(&a).await;
-    join(&b, &a, &code).await.unwrap();
+    let (a, b) = paired().await;
     a.node.write(add_user("anna")).await.unwrap();
     wait_user(&b.store, "anna").await;
     let ma = a.node.raft_metrics().await;
@@ -774,10 +780,7 @@ async fn a_forged_entry_on_the_wire_stops_the_follower_not_the_leader() {
 /// reports it; the leader is unaffected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_byte_flipped_in_a_followers_stored_log_is_refused() {
-    let a = appliance("a").await;
-    let b = appliance("b").await;
-    let (code, _) = invite(&a).await;
-    join(&b, &a, &code).await.unwrap();
+    let (a, b) = paired().await;
     a.node.write(add_user("anna")).await.unwrap();
     a.node.write(add_user("bert")).await.unwrap();
     wait_user(&b.store, "bert").await;
@@ -917,10 +920,7 @@ async fn wait_member(node: &PairNode, id: u64, console: &str, uri: &str) {
 /// pair keeps replicating.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_restarted_with_a_new_console_url_is_known_by_it() {
-    let a = appliance("a").await;
-    let b = appliance("b").await;
-    let (code, _) = invite(&a).await;
-    join(&b, &a, &code).await.unwrap();
+    let (a, b) = paired().await;
     let (a_id, b_id) = (a.node.id(), b.node.id());
     wait_member(&a.node, b_id, "https://b.example:8443/", "urn:uagate:b").await;
 
