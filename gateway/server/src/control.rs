@@ -40,6 +40,10 @@ pub(crate) struct ServerControl {
     /// until a change comes), whether or not it is in force: what the
     /// next change is compared with to tell what that change alone did.
     stored: Mutex<Config>,
+    /// The stored settings not in force (see
+    /// [`crate::reconfigure::waiting_for_restart`]), worked out when
+    /// `stored` or `applied` last changed.
+    waiting: Mutex<Vec<String>>,
     /// Held while one stored change is decided and applied, so the store
     /// watcher and the console never apply two at once.
     pub(crate) reconfiguring: Mutex<()>,
@@ -86,6 +90,7 @@ impl ServerControl {
             applied: Mutex::new(config.clone()),
             reconfigure: Mutex::new(ReconfigureStatus::Unchanged),
             stored: Mutex::new(config.clone()),
+            waiting: Mutex::new(Vec::new()),
             reconfiguring: Mutex::new(()),
         }
     }
@@ -296,9 +301,16 @@ impl ServerControl {
         self.stored.lock().clone()
     }
 
-    /// Records `config` as the last stored document looked at.
-    pub(crate) fn set_stored(&self, config: Config) {
+    /// Records `config` as the last stored document looked at, and
+    /// `waiting`, its settings not in force.
+    pub(crate) fn set_stored(&self, config: Config, waiting: Vec<String>) {
         *self.stored.lock() = config;
+        *self.waiting.lock() = waiting;
+    }
+
+    /// The stored settings not in force, as of the last change.
+    pub(crate) fn waiting(&self) -> Vec<String> {
+        self.waiting.lock().clone()
     }
 
     /// What happened to the last stored configuration change.

@@ -157,10 +157,6 @@ pub enum Decision {
     Refused(String),
 }
 
-/// The parts of the document that a change can touch live; each is taken
-/// whole from the new document when a change is applied on its own.
-const LIVE_PARTS: [&str; 2] = ["field_servers", "isolation"];
-
 /// The document part (top-level key) a dotted setting name belongs to.
 fn part(setting: &str) -> &str {
     setting.split('.').next().unwrap_or(setting)
@@ -215,12 +211,11 @@ pub fn decide(applied: &Config, stored: &Config, new: &Config) -> Decision {
         .map(|s| part(s))
         .collect();
     let touched: BTreeSet<&str> = change.live.iter().map(|s| part(s)).collect();
-    if touched
-        .iter()
-        .any(|p| held.contains(p) || !LIVE_PARTS.contains(p))
-    {
+    if touched.iter().any(|p| held.contains(p)) {
         return wait;
     }
+    // Each part a change can touch live is taken whole from the new
+    // document; any other part waits.
     let mut target = applied.clone();
     for p in &touched {
         match *p {
@@ -276,7 +271,6 @@ impl Engine {
         let _one_at_a_time = self.control.reconfiguring.lock();
         let current = self.control.applied();
         let decision = decide(&current, &self.control.stored(), new);
-        self.control.set_stored(new.clone());
         let status = match decision {
             Decision::Unchanged => ReconfigureStatus::Unchanged,
             Decision::Refused(e) => ReconfigureStatus::Refused(e),
@@ -298,10 +292,13 @@ impl Engine {
                 },
             },
         };
+        // What waits for a restart changes only here: worked out once per
+        // change, not on every console request that shows it.
+        let waiting = waiting_for_restart(&self.control.applied(), new);
+        self.control.set_stored(new.clone(), waiting.clone());
         match &status {
             ReconfigureStatus::Unchanged => {}
             ReconfigureStatus::Applied(s) => {
-                let waiting = self.waiting_for_restart();
                 if waiting.is_empty() {
                     tracing::info!(settings = %s.join(", "), "configuration change applied live")
                 } else {
@@ -330,7 +327,7 @@ impl Engine {
     /// start (see [`waiting_for_restart`]); empty when everything stored
     /// is in force. For the console's banner and REST status.
     pub fn waiting_for_restart(&self) -> Vec<String> {
-        waiting_for_restart(&self.control.applied(), &self.control.stored())
+        self.control.waiting()
     }
 
     /// The change-log position and the stored document (both parts) now;
