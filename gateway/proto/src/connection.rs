@@ -873,7 +873,18 @@ impl ServerConnection {
                 });
                 Ok(())
             }
-            // The decoder reports no request handle, so a bad body closes the channel.
+            // A request whose header decoded gets a ServiceFault and the
+            // channel stays usable; anything else closes the channel.
+            Err(ProtoError::RequestUndecodable { request_handle, .. }) => {
+                let fault = ServiceFault {
+                    response_header: ResponseHeader::new_service_result(
+                        request_handle,
+                        StatusCode::BadDecodingError,
+                    ),
+                };
+                self.send_response(request_id, ResponseMessage::ServiceFault(Box::new(fault)));
+                Ok(())
+            }
             Err(e) => Err(e),
         }
     }

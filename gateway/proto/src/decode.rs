@@ -128,6 +128,19 @@ fn decode_body_with_budget(
         Err(_) if reader.tripped => Err(ProtoError::Decoding(
             "request nesting exceeds the decoder stack budget".into(),
         )),
+        // The request header decoded (the error carries its handle) and a
+        // field after it did not: a wrong request, not a broken stream.
+        // Limits of the decoder (BadEncodingLimitsExceeded) still close.
+        Err(e) if e.status() == opcua_types::StatusCode::BadDecodingError => {
+            let detail = e.to_string();
+            match e.with_request_id(0).full_context() {
+                Some((_, request_handle)) => Err(ProtoError::RequestUndecodable {
+                    request_handle,
+                    detail,
+                }),
+                None => Err(ProtoError::Decoding(detail)),
+            }
+        }
         Err(e) => Err(ProtoError::from(e)),
     }
 }

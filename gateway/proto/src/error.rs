@@ -56,6 +56,13 @@ pub enum ProtoError {
     /// The bytes could not be decoded (bad lengths, depth, UTF-8, ...).
     #[error("decoding failed: {0}")]
     Decoding(String),
+    /// A service request whose header decoded but whose body did not (an
+    /// IndexRange that is not a range, an enumeration value out of range).
+    /// The request is answered with a ServiceFault and the channel stays
+    /// open: the bytes were framed and secured correctly, only the request
+    /// is wrong.
+    #[error("request {request_handle} not decodable: {detail}")]
+    RequestUndecodable { request_handle: u32, detail: String },
     /// A signature, decryption, nonce or sequence check failed; the status is the precise one.
     #[error("security check failed: {0}")]
     Security(StatusCode),
@@ -98,7 +105,9 @@ impl ProtoError {
             ProtoError::HandshakeTimeout => StatusCode::BadTimeout,
             ProtoError::TokenExpired => StatusCode::BadSecureChannelTokenUnknown,
             ProtoError::ChannelIdInvalid(_) => StatusCode::BadTcpSecureChannelUnknown,
-            ProtoError::Decoding(_) => StatusCode::BadDecodingError,
+            ProtoError::Decoding(_) | ProtoError::RequestUndecodable { .. } => {
+                StatusCode::BadDecodingError
+            }
             ProtoError::Security(s) | ProtoError::Refused(s) | ProtoError::Encoding(s) => *s,
             ProtoError::PolicyRejected => StatusCode::BadSecurityPolicyRejected,
             ProtoError::ModeRejected => StatusCode::BadSecurityModeRejected,

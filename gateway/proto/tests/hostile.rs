@@ -719,3 +719,70 @@ fn unguarded_nesting_does_not_crash_the_process() {
         );
     }
 }
+
+/// A request whose header decodes but whose body holds a value its types do
+/// not allow (an IndexRange that is not a range, an enumeration value out of
+/// range) is the client's mistake in one request, not a broken stream: it is
+/// answered with a ServiceFault (BadDecodingError) carrying the request's
+/// handle, and the channel goes on serving the next request.
+#[test]
+fn a_wrong_value_in_a_request_gets_a_service_fault_and_the_channel_stays() {
+    let now = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut conn, mut client) = open_none(Limits::default(), dir.path(), now);
+    for case in ["IndexRange 2:1", "TimestampsToReturn 7"] {
+        let request = client.read_request(1);
+        let handle = request.request_handle();
+        let (_, mut frames) = client.encode(&request, 8192);
+        let f = &mut frames[0];
+        // The body ends with the one ReadValueId: NodeId (26 bytes), the
+        // attribute (4), IndexRange as a null string (4), DataEncoding (6),
+        // after the array length (4) and TimestampsToReturn (4).
+        let range_at = f.len() - 10;
+        let ttr_at = f.len() - 48;
+        assert_eq!(&f[range_at..range_at + 4], &[0xFF; 4], "null IndexRange");
+        assert_eq!(&f[ttr_at..ttr_at + 4], &2i32.to_le_bytes(), "Both");
+        if case.starts_with("IndexRange") {
+            let mut changed = f[..range_at].to_vec();
+            changed.extend_from_slice(&3i32.to_le_bytes());
+            changed.extend_from_slice(b"2:1");
+            changed.extend_from_slice(&f[range_at + 4..]);
+            *f = changed;
+        } else {
+            f[ttr_at..ttr_at + 4].copy_from_slice(&7i32.to_le_bytes());
+        }
+        set_size(f);
+        conn.handle_input(f, now);
+        let out = drain(&mut conn);
+        assert!(!conn.is_closed(), "{case}: the channel was closed");
+        assert!(
+            !out.events
+                .iter()
+                .any(|e| matches!(e, Event::Request { .. })),
+            "{case}: delivered as a request"
+        );
+        match client.decode(&out.frames) {
+            ResponseMessage::ServiceFault(fault) => {
+                assert_eq!(
+                    fault.response_header.service_result,
+                    StatusCode::BadDecodingError,
+                    "{case}"
+                );
+                assert_eq!(fault.response_header.request_handle, handle, "{case}");
+            }
+            other => panic!("{case}: expected a ServiceFault, got {other:?}"),
+        }
+        // The same channel still carries the next request.
+        let next = client.read_request(1);
+        let (_, frames) = client.encode(&next, 8192);
+        conn.handle_input(&frames[0], now);
+        let out = drain(&mut conn);
+        assert!(
+            out.events
+                .iter()
+                .any(|e| matches!(e, Event::Request { .. })),
+            "{case}: the next request was not delivered: {:?}",
+            out.events
+        );
+    }
+}

@@ -38,7 +38,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use opcua_core::ResponseMessage;
 use opcua_crypto::{SecurityPolicy, X509};
-use opcua_types::{ByteString, ContextOwned, MessageSecurityMode};
+use opcua_types::{ByteString, ContextOwned, MessageSecurityMode, ResponseHeader, ServiceFault};
 use parking_lot::Mutex;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -569,6 +569,15 @@ async fn https(conn: &Arc<Conn>, req: Request<Incoming>) -> Response<Full<Bytes>
     let ctx = ContextOwned::default();
     let request = match uagate_proto::decode::decode_request_body(&body, &ctx.context()) {
         Ok(r) => r,
+        // The header decoded: a ServiceFault answers the request, as on
+        // opc.tcp (the body, not the transport, is wrong).
+        Err(e @ uagate_proto::ProtoError::RequestUndecodable { request_handle, .. }) => {
+            tracing::debug!(error = %e, "opc.https request not decodable");
+            let fault = ServiceFault {
+                response_header: ResponseHeader::new_service_result(request_handle, e.status()),
+            };
+            return ua_body(&ResponseMessage::ServiceFault(Box::new(fault)), &ctx);
+        }
         Err(e) => {
             tracing::debug!(error = %e, "opc.https request not decodable");
             return text(
@@ -607,7 +616,12 @@ async fn https(conn: &Arc<Conn>, req: Request<Incoming>) -> Response<Full<Bytes>
             Ok(Err(_)) | Err(_) => return text(HttpStatus::GATEWAY_TIMEOUT, "no response in time"),
         },
     };
-    match uagate_proto::decode::encode_response_body(&response, &ctx.context()) {
+    ua_body(&response, &ctx)
+}
+
+/// The HTTP response carrying `response` as a UA Binary body.
+fn ua_body(response: &ResponseMessage, ctx: &ContextOwned) -> Response<Full<Bytes>> {
+    match uagate_proto::decode::encode_response_body(response, &ctx.context()) {
         Ok(bytes) => {
             let mut r = Response::new(Full::new(Bytes::from(bytes)));
             r.headers_mut().insert(
