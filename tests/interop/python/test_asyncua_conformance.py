@@ -1,0 +1,67 @@
+"""Details a strict OPC UA client relies on, checked with asyncua.
+
+Found by driving the gateway as an integrator would (2026-12-07): each test failed before its
+fix. Each test starts its own server (see conftest.py); every network wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from asyncua import Client, ua
+from asyncua.ua.ua_binary import struct_from_binary
+from conftest import ServerTarget
+from cryptography import x509
+from test_asyncua_client import REQUEST_TIMEOUT_S, bounded
+from uaservices import CURRENT_TIME, code_name
+
+pytestmark = pytest.mark.uagate_only
+
+
+async def raw_read(client: Client, index_range: str | None = None, timestamps: int = 2) -> ua.ReadResponse:
+    """Sends a Read of CurrentTime as given, without asyncua's own checks of the values."""
+    request = ua.ReadRequest()
+    request.Parameters.TimestampsToReturn = timestamps
+    node = ua.ReadValueId()
+    node.NodeId = CURRENT_TIME
+    node.AttributeId = ua.AttributeIds.Value
+    if index_range is not None:
+        node.IndexRange = index_range
+    request.Parameters.NodesToRead = [node]
+    data = await asyncio.wait_for(
+        client.uaclient._send_request(request, REQUEST_TIMEOUT_S), REQUEST_TIMEOUT_S + 2
+    )
+    return struct_from_binary(ua.ReadResponse, data)
+
+
+async def test_a_request_with_a_wrong_value_is_refused_and_the_connection_stays(server: ServerTarget) -> None:
+    """An IndexRange that is not a range, or a TimestampsToReturn out of its enumeration, is this
+    one request's mistake: it gets a ServiceFault (BadDecodingError) and the same connection and
+    session go on (before: the channel was closed and the session left behind)."""
+    client = Client(server.url, timeout=REQUEST_TIMEOUT_S)
+    await bounded(client.connect())
+    try:
+        for index_range, timestamps in (("2:1", 2), ("abc", 2), (None, 7)):
+            with pytest.raises(ua.UaStatusCodeError) as refused:
+                await raw_read(client, index_range, timestamps)
+            assert code_name(refused.value.code) == "BadDecodingError", (index_range, timestamps)
+            # The same session answers the next Read.
+            good = await raw_read(client)
+            assert good.Results[0].StatusCode.is_good()
+    finally:
+        await bounded(client.disconnect())
+
+
+async def test_the_server_certificate_names_the_application_uri_as_a_uri(server: ServerTarget) -> None:
+    """Part 6 6.2.2: the ApplicationUri is the certificate's URI subjectAltName (it was written
+    as a DNS name, which strict clients refuse with BadCertificateUriInvalid)."""
+    client = Client(server.url, timeout=REQUEST_TIMEOUT_S)
+    endpoints = await bounded(client.connect_and_get_server_endpoints())
+    secured = [e for e in endpoints if e.ServerCertificate]
+    assert secured, "no endpoint carries the server certificate"
+    for endpoint in secured:
+        cert = x509.load_der_x509_certificate(endpoint.ServerCertificate)
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert san.get_values_for_type(x509.UniformResourceIdentifier) == [endpoint.Server.ApplicationUri]
+        assert endpoint.Server.ApplicationUri not in san.get_values_for_type(x509.DNSName)
