@@ -430,9 +430,11 @@ impl Engine {
         chan: &ChannelInfo,
         r: &CloseSessionRequest,
     ) -> Result<ResponseMessage> {
-        let count = self
-            .sessions
-            .close(chan, &r.request_header.authentication_token)?;
+        let count = self.sessions.close(
+            chan,
+            &r.request_header.authentication_token,
+            r.delete_subscriptions,
+        )?;
         self.space.publish_session_count(count);
         Ok(CloseSessionResponse {
             response_header: ResponseHeader::new_good(&r.request_header),

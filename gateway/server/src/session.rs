@@ -144,6 +144,15 @@ pub struct Sessions {
     max: usize,
     /// Unactivated sessions evicted to make room since start.
     evicted: u64,
+    /// Sessions that ended (CloseSession with deleteSubscriptions false,
+    /// or timed out) while holding subscriptions, keyed by their former
+    /// authentication token. They take no request and hold no place of
+    /// `max`; their subscriptions go on sampling and counting down their
+    /// lifetime (Part 4 5.6.4 and 5.13.1: subscriptions outlive their
+    /// session until their own lifetime ends) until TransferSubscriptions
+    /// moves them to a session of the same user. At most `max` are kept;
+    /// the one detached longest goes first.
+    detached: HashMap<NodeId, Session>,
 }
 
 impl Sessions {
@@ -154,6 +163,7 @@ impl Sessions {
             per_channel: Default::default(),
             max,
             evicted: 0,
+            detached: HashMap::new(),
         }
     }
 
@@ -248,14 +258,63 @@ impl Sessions {
         bound
     }
 
-    /// Every session, read-only (field item demand).
+    /// Every session and every detached session holding subscriptions,
+    /// read-only (field item demand: a detached subscription keeps its
+    /// southbound items).
     pub fn iter(&self) -> impl Iterator<Item = &Session> {
+        self.by_token.values().chain(self.detached.values())
+    }
+
+    /// Every session and every detached session holding subscriptions,
+    /// for the subscription timer and event delivery.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Session> {
+        self.by_token.values_mut().chain(self.detached.values_mut())
+    }
+
+    /// The sessions that take requests (the console's list), without the
+    /// detached ones.
+    pub fn live(&self) -> impl Iterator<Item = &Session> {
         self.by_token.values()
     }
 
-    /// Every session, for the subscription timer and event delivery.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Session> {
-        self.by_token.values_mut()
+    /// Number of detached sessions still holding subscriptions.
+    pub fn detached_len(&self) -> usize {
+        self.detached.len()
+    }
+
+    /// Ends the session of `token` but keeps its subscriptions (see
+    /// `detached`); a session without subscriptions just ends. Returns it
+    /// (with its subscriptions moved out when kept) for logging.
+    pub fn detach(&mut self, token: &NodeId) -> Option<NodeId> {
+        let mut session = self.remove(token)?;
+        let id = session.id.clone();
+        if session.subscriptions.subscription_ids().is_empty() || !session.is_active() {
+            return Some(id);
+        }
+        // Its queued Publish requests die with its channel binding.
+        session.subscriptions.clear_publish_queue();
+        session.channel_id = 0;
+        if self.detached.len() >= self.max {
+            let oldest = self
+                .detached
+                .iter()
+                .min_by_key(|(_, s)| s.last_activity)
+                .map(|(t, _)| t.clone());
+            if let Some(t) = oldest {
+                self.detached.remove(&t);
+            }
+        }
+        self.detached.insert(token.clone(), session);
+        Some(id)
+    }
+
+    /// The session or detached session of `token` (TransferSubscriptions'
+    /// source side).
+    pub fn holder_mut(&mut self, token: &NodeId) -> Option<&mut Session> {
+        match self.by_token.get_mut(token) {
+            Some(s) => Some(s),
+            None => self.detached.get_mut(token),
+        }
     }
 
     /// The session with public id `id`.
@@ -267,6 +326,7 @@ impl Sessions {
     pub fn find_subscription_owner(&self, id: u32) -> Option<NodeId> {
         self.by_token
             .iter()
+            .chain(self.detached.iter())
             .find(|(_, s)| s.subscriptions.subscription(id).is_some())
             .map(|(t, _)| t.clone())
     }
@@ -278,9 +338,13 @@ impl Sessions {
         Some(session)
     }
 
-    /// Removes every session idle past its [`Session::idle_limit`]; called
-    /// periodically by the engine. Returns the ids of the removed sessions.
+    /// Ends every session idle past its [`Session::idle_limit`] (its
+    /// subscriptions live on, detached) and forgets detached sessions whose
+    /// subscriptions have all ended; called periodically by the engine.
+    /// Returns the ids of the sessions that timed out.
     pub fn expire(&mut self, now: Instant) -> Vec<NodeId> {
+        self.detached
+            .retain(|_, s| !s.subscriptions.subscription_ids().is_empty());
         let expired: Vec<NodeId> = self
             .by_token
             .iter()
@@ -289,7 +353,7 @@ impl Sessions {
             .collect();
         expired
             .into_iter()
-            .filter_map(|t| self.remove(&t).map(|s| s.id))
+            .filter_map(|t| self.detach(&t))
             .collect()
     }
 
@@ -426,5 +490,79 @@ mod tests {
         assert_eq!(gone.len(), 1);
         assert!(!s.has_channel(2));
         assert!(s.per_channel.is_empty(), "{:?}", s.per_channel);
+    }
+
+    fn with_subscription(s: &mut Sessions, token: u32, now: Instant) -> u32 {
+        let req = opcua_types::CreateSubscriptionRequest {
+            requested_publishing_interval: 1000.0,
+            requested_lifetime_count: 30,
+            requested_max_keep_alive_count: 10,
+            publishing_enabled: true,
+            ..Default::default()
+        };
+        s.get_mut(&NodeId::new(1, token))
+            .unwrap()
+            .subscriptions
+            .create_subscription(&req, now)
+            .unwrap()
+            .subscription_id
+    }
+
+    /// Part 4 5.6.4 and 5.13.1: a session that ends by timing out, or by
+    /// CloseSession without deleting its subscriptions, leaves them running
+    /// (no place in the table, no token that works) until another session
+    /// takes them over; a detached session whose subscriptions ended is
+    /// forgotten, and at most `max` are kept.
+    #[test]
+    fn subscriptions_outlive_a_session_that_timed_out_or_closed_without_deleting_them() {
+        let t0 = Instant::now();
+        let mut s = Sessions::new(2);
+        s.insert(session(1, t0, 10)).unwrap();
+        activate(&mut s, 1);
+        let sub = with_subscription(&mut s, 1, t0);
+        s.insert(session(2, t0, 60)).unwrap();
+        activate(&mut s, 2);
+        // Session 1 times out: it no longer takes requests, its place is free.
+        assert_eq!(s.expire(t0 + Duration::from_secs(11)).len(), 1);
+        assert_eq!(s.len(), 1);
+        assert!(s.get_mut(&NodeId::new(1, 1)).is_err());
+        assert_eq!(s.live().count(), 1);
+        // Its subscription is still there, found for TransferSubscriptions.
+        assert_eq!(s.detached_len(), 1);
+        assert_eq!(s.find_subscription_owner(sub), Some(NodeId::new(1, 1)));
+        assert!(s
+            .iter()
+            .any(|x| x.subscriptions.subscription(sub).is_some()));
+        // Taken over by session 2: the detached session is then forgotten.
+        let taken = s
+            .holder_mut(&NodeId::new(1, 1))
+            .unwrap()
+            .subscriptions
+            .take(sub, opcua_types::DateTime::now())
+            .unwrap();
+        s.get_mut(&NodeId::new(1, 2))
+            .unwrap()
+            .subscriptions
+            .insert(taken, false, t0)
+            .unwrap();
+        s.expire(t0 + Duration::from_secs(12));
+        assert_eq!(s.detached_len(), 0);
+        assert_eq!(s.find_subscription_owner(sub), Some(NodeId::new(1, 2)));
+        // A session without subscriptions just ends.
+        s.insert(session(3, t0, 10)).unwrap();
+        activate(&mut s, 3);
+        assert!(s.detach(&NodeId::new(1, 3)).is_some());
+        assert_eq!(s.detached_len(), 0);
+        // At most `max` (2) detached: the one detached longest goes first.
+        for token in [4, 5, 6] {
+            let at = t0 + Duration::from_secs(token as u64);
+            s.insert(session(token, at, 10)).unwrap();
+            activate(&mut s, token);
+            with_subscription(&mut s, token, at);
+            s.detach(&NodeId::new(1, token));
+        }
+        assert_eq!(s.detached_len(), 2);
+        assert!(s.holder_mut(&NodeId::new(1, 4)).is_none());
+        assert!(s.holder_mut(&NodeId::new(1, 6)).is_some());
     }
 }

@@ -138,15 +138,29 @@ impl SessionTable {
 
     /// Removes the session of a CloseSession on `chan`. Returns the
     /// session count.
-    pub(crate) fn close(&self, chan: &ChannelInfo, token: &NodeId) -> Result<usize> {
+    /// With `delete_subscriptions` false its subscriptions live on until
+    /// their lifetime ends or another session of the same user takes them
+    /// over with TransferSubscriptions (Part 4 5.6.4).
+    pub(crate) fn close(
+        &self,
+        chan: &ChannelInfo,
+        token: &NodeId,
+        delete_subscriptions: bool,
+    ) -> Result<usize> {
         let mut sessions = self.table.lock();
         on_channel(&mut sessions, chan, token)?;
-        // Subscriptions arrive with a later issue; there is nothing to delete yet
-        // whatever `delete_subscriptions` says.
-        if let Some(s) = sessions.remove(token) {
-            tracing::info!(session = %s.id, "session closed");
+        let closed = if delete_subscriptions {
+            sessions.remove(token).map(|s| s.id)
+        } else {
+            sessions.detach(token)
+        };
+        if let Some(id) = closed {
+            tracing::info!(session = %id, "session closed");
         }
-        Ok(sessions.len())
+        drop(sessions);
+        // The subscription timer and the field demand see the change.
+        self.changed.notify_one();
+        Ok(self.table.lock().len())
     }
 
     /// Removes the session with public SessionId `id` (an operator closing
@@ -190,7 +204,7 @@ impl SessionTable {
 
     /// The sessions for the console, sorted by creation time.
     pub(crate) fn list(&self) -> Vec<SessionSummary> {
-        let mut out: Vec<SessionSummary> = self.table.lock().iter().map(summary).collect();
+        let mut out: Vec<SessionSummary> = self.table.lock().live().map(summary).collect();
         out.sort_by_key(|s| s.created);
         out
     }
@@ -340,7 +354,7 @@ impl SessionTable {
                     Some(owner_token) => {
                         let same_user = &owner_token == token
                             || sessions
-                                .get_mut(&owner_token)
+                                .holder_mut(&owner_token)
                                 .map(|s| {
                                     s.identity() == Some(&caller.identity)
                                         && (!matches!(caller.identity, UserIdentity::Anonymous)
@@ -354,8 +368,7 @@ impl SessionTable {
                             StatusCode::Good
                         } else {
                             match sessions
-                                .get_mut(&owner_token)
-                                .ok()
+                                .holder_mut(&owner_token)
                                 .and_then(|s| s.subscriptions.take(*id, now_dt))
                             {
                                 Some(sub) => match sessions.get_mut(token) {

@@ -11,10 +11,18 @@ import asyncio
 import pytest
 from asyncua import Client, ua
 from asyncua.ua.ua_binary import struct_from_binary
-from conftest import ServerTarget
+from conftest import ClientCert, ServerTarget
 from cryptography import x509
-from test_asyncua_client import REQUEST_TIMEOUT_S, bounded
-from uaservices import CURRENT_TIME, code_name
+from test_asyncua_client import REQUEST_TIMEOUT_S, bounded, secure_client
+from uaservices import (
+    CURRENT_TIME,
+    Publisher,
+    code_name,
+    create_items,
+    create_subscription,
+    data_changes,
+    item_request,
+)
 
 pytestmark = pytest.mark.uagate_only
 
@@ -65,3 +73,42 @@ async def test_the_server_certificate_names_the_application_uri_as_a_uri(server:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         assert san.get_values_for_type(x509.UniformResourceIdentifier) == [endpoint.Server.ApplicationUri]
         assert endpoint.Server.ApplicationUri not in san.get_values_for_type(x509.DNSName)
+
+
+async def test_a_subscription_outlives_a_session_closed_without_deleting_it(
+    target: ServerTarget, client_cert: ClientCert
+) -> None:
+    """Part 4 5.6.4: CloseSession with deleteSubscriptions false keeps the subscriptions until
+    their lifetime ends, so a new session of the same user takes them over with
+    TransferSubscriptions and the data goes on (before: BadSubscriptionIdInvalid)."""
+    target.user_add("tessa", "operator", "tessa-pass-5")
+    target.trust_client(client_cert.cert_der)
+    target.start()
+    server = target
+    user = ("tessa", "tessa-pass-5")
+    first = await secure_client(server.url, client_cert, user=user)
+    await bounded(first.connect())
+    sub = await create_subscription(first, interval_ms=100, keepalive_count=10)
+    await create_items(first, sub, [item_request(CURRENT_TIME, client_handle=21, sampling_ms=100)])
+    await bounded(first.uaclient.close_session(False))
+    try:
+        await asyncio.wait_for(first.disconnect(), 3)
+    except Exception:  # the session is already closed; only the channel is left to drop
+        pass
+    second = await secure_client(server.url, client_cert, user=user)
+    await bounded(second.connect())
+    try:
+        params = ua.TransferSubscriptionsParameters(SubscriptionIds=[sub.id], SendInitialValues=True)
+        (result,) = await bounded(second.uaclient.session.transfer_subscriptions(params))
+        assert result.StatusCode.is_good(), code_name(result.StatusCode)
+        publisher = Publisher(second)
+        values = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10.0
+        while len(values) < 2 and loop.time() < deadline:
+            res = await publisher.next()
+            if res.SubscriptionId == sub.id:
+                values.extend(n.Value.Value.Value for n in data_changes(res) if n.ClientHandle == 21)
+        assert len(values) >= 2, f"only {len(values)} notifications after the transfer"
+    finally:
+        await bounded(second.disconnect())
