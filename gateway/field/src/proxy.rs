@@ -279,16 +279,16 @@ pub async fn write(
 pub async fn browse(
     ls: &LinkSession,
     mount: u16,
-    view: &ViewDescription,
     max_refs: u32,
     nodes: &[BrowseDescription],
     ctx: Ctx,
 ) -> Result<Answer<BrowseResult>, StatusCode> {
-    let mut field_view = view.clone();
-    if !view.view_id.is_null() {
-        field_view.view_id = ls.map.node_to_field(&view.view_id)?;
-    }
-    let field_view = &field_view;
+    // The gateway has no views: stage one refuses a ViewId, and the local
+    // space answers a Timestamp or ViewVersion with the address space as it
+    // is now. The field server is asked the same way (with the caller's
+    // Timestamp a field server without versions faults the whole Browse:
+    // BadViewIdUnknown from async-opcua).
+    let field_view = &ViewDescription::default();
     batched(
         nodes,
         ls.limits.max_nodes_per_browse,

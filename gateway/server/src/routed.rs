@@ -354,11 +354,10 @@ impl Engine {
         let out = split
             .run(ctx.deadline, local, |m, idx| {
                 let ops = Arc::new(pick(nodes, idx));
-                let view = &r.view;
                 let max = r.requested_max_references_per_node;
                 on_mount(fields, m, ctx, OnLoss::RetryOnce, move |link, mount| {
                     let ops = ops.clone();
-                    async move { proxy::browse(&link, mount, view, max, &ops, ctx).await }
+                    async move { proxy::browse(&link, mount, max, &ops, ctx).await }
                 })
             })
             .await?;
