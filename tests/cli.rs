@@ -618,3 +618,42 @@ fn default_log_is_plain_text_without_warnings_for_a_clean_stop() {
         "no warning expected for a clean demo run:\n{log}"
     );
 }
+
+/// A document whose listeners would clash (here opc_tcp and console on one
+/// address) is refused by `config import`, naming both settings, and
+/// nothing is stored; `plan --config` refuses it too.
+#[test]
+fn config_import_refuses_clashing_listeners_and_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let file = dir.path().join("c.toml");
+    let export = || ok(uagate(&data).args(["config", "export"]).output().unwrap());
+    std::fs::write(&file, "[listen]\nopc_tcp = \"127.0.0.1:24840\"\n").unwrap();
+    config_import(&data, &file);
+    let before = export();
+    std::fs::write(
+        &file,
+        "[listen]\nopc_tcp = \"127.0.0.1:24840\"\nconsole = \"127.0.0.1:24840\"\n\
+         [server]\nmax_session_count = 7\n",
+    )
+    .unwrap();
+    let out = uagate(&data)
+        .args(["config", "import"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "accepted: {err}");
+    assert!(
+        err.contains("listen.console") && err.contains("listen.opc_tcp"),
+        "{err}"
+    );
+    assert_eq!(export(), before);
+    let out = uagate(&data)
+        .args(["plan", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("listen.console"));
+}

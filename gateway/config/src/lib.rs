@@ -228,30 +228,63 @@ impl Listen {
         self.pair.unwrap_or_else(|| self.derived(DEFAULT_PAIR_PORT))
     }
 
-    /// Refuses a pair listener address that another listener of this
-    /// document already takes (same port on the same IP, or on a wildcard
-    /// address that covers it), naming `listen.pair` and the other setting.
-    fn validate_pair(&self) -> Result<(), ConfigError> {
-        let pair = self.pair_addr();
-        let others = [
-            ("listen.opc_tcp", Some(self.opc_tcp)),
-            ("listen.tls", Some(self.tls_addr())),
-            ("listen.console", Some(self.console_addr())),
-            ("listen.metrics", self.metrics),
-        ];
-        for (setting, addr) in others {
+    /// Every listener of the document in the order they are checked: its
+    /// setting, the address it binds (its default when unset; `None` for
+    /// an unset `metrics`), and the default's port when it is derived
+    /// from opc_tcp (for the message).
+    fn listeners(&self) -> [(&'static str, Option<SocketAddr>, Option<u16>); 5] {
+        let derived = |set: Option<SocketAddr>, port: u16| set.is_none().then_some(port);
+        [
+            ("listen.opc_tcp", Some(self.opc_tcp), None),
+            (
+                "listen.tls",
+                Some(self.tls_addr()),
+                derived(self.tls, DEFAULT_TLS_PORT),
+            ),
+            (
+                "listen.console",
+                Some(self.console_addr()),
+                derived(self.console, DEFAULT_CONSOLE_PORT),
+            ),
+            ("listen.metrics", self.metrics, None),
+            (
+                "listen.pair",
+                Some(self.pair_addr()),
+                derived(self.pair, DEFAULT_PAIR_PORT),
+            ),
+        ]
+    }
+
+    /// Refuses two listeners that could not both bind (see [`binds_clash`]),
+    /// defaults included, so that a document `run` cannot start is refused
+    /// when it is imported, planned or sent to the REST API. The error
+    /// names the later setting of [`Listen::listeners`] and the message
+    /// the earlier one it clashes with.
+    fn validate_addresses(&self) -> Result<(), ConfigError> {
+        let listeners = self.listeners();
+        for (i, &(setting, addr, default_port)) in listeners.iter().enumerate() {
             let Some(addr) = addr else { continue };
-            if binds_clash(pair, addr) {
-                let which = if self.pair.is_some() {
-                    format!("{pair}")
+            for &(other, other_addr, other_default) in &listeners[..i] {
+                let Some(other_addr) = other_addr else {
+                    continue;
+                };
+                if !binds_clash(addr, other_addr) {
+                    continue;
+                }
+                let which = match default_port {
+                    Some(port) => format!(
+                        "{addr} (the default: listen.opc_tcp's IP, port {port}; set {setting})"
+                    ),
+                    None => addr.to_string(),
+                };
+                let its = if other_default.is_some() {
+                    "its default "
                 } else {
-                    format!(
-                        "{pair} (the default: listen.opc_tcp's IP, port {DEFAULT_PAIR_PORT}; set listen.pair)"
-                    )
+                    ""
                 };
                 return Err(invalid(
-                    "listen.pair",
-                    format!("{which} is already used by {setting} ({addr})"),
+                    setting,
+                    format!("{which} is already used by {other} ({its}{other_addr})"),
                 ));
             }
         }
@@ -883,17 +916,7 @@ impl Config {
 
     /// Checks every value; the error names the first offending setting.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.listen.validate_pair()?;
-        if let Some(m) = self.listen.metrics {
-            let l = &self.listen;
-            let taken = [l.opc_tcp, l.console_addr(), l.tls_addr()];
-            if m.port() != 0 && taken.contains(&m) {
-                return Err(invalid(
-                    "listen.metrics",
-                    format!("{m} is already used by another listener"),
-                ));
-            }
-        }
+        self.listen.validate_addresses()?;
         let s = &self.server;
         if s.application_name.trim().is_empty() {
             return Err(invalid("server.application_name", "must not be empty"));
@@ -1329,6 +1352,79 @@ mod tests {
         c.listen.opc_tcp = "10.0.0.1:0".parse().unwrap();
         c.listen.pair = Some("10.0.0.1:0".parse().unwrap());
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn listeners_that_would_clash_are_refused_naming_both_settings() {
+        // ([listen] lines, the setting refused, the other one it names).
+        let clashes = [
+            (
+                "opc_tcp = \"127.0.0.1:24840\"\nconsole = \"127.0.0.1:24840\"",
+                "listen.console",
+                "listen.opc_tcp",
+            ),
+            (
+                "opc_tcp = \"127.0.0.1:14840\"\ntls = \"127.0.0.1:14840\"",
+                "listen.tls",
+                "listen.opc_tcp",
+            ),
+            // A wildcard address covers every IP of its port.
+            (
+                "opc_tcp = \"0.0.0.0:14840\"\ntls = \"127.0.0.1:14840\"",
+                "listen.tls",
+                "listen.opc_tcp",
+            ),
+            (
+                "opc_tcp = \"10.0.0.1:4840\"\nconsole = \"[::]:4843\"",
+                "listen.console",
+                "listen.tls",
+            ),
+            (
+                "opc_tcp = \"127.0.0.1:0\"\nconsole = \"127.0.0.1:5555\"\ntls = \"127.0.0.1:5555\"",
+                "listen.console",
+                "listen.tls",
+            ),
+            (
+                "opc_tcp = \"127.0.0.1:4840\"\nmetrics = \"0.0.0.0:4843\"",
+                "listen.metrics",
+                "listen.tls",
+            ),
+            // A default address clashes too, and the message says so.
+            (
+                "opc_tcp = \"0.0.0.0:8443\"",
+                "listen.console",
+                "listen.opc_tcp",
+            ),
+        ];
+        for (lines, setting, other) in clashes {
+            let doc = format!("[listen]\n{lines}\n");
+            match Config::from_toml(&doc) {
+                Err(ConfigError::Invalid {
+                    setting: s,
+                    message,
+                }) => {
+                    assert_eq!(s, setting, "{doc}: {message}");
+                    assert!(message.contains(other), "{doc}: {message}");
+                }
+                other => panic!("{doc}: expected a refusal, got {other:?}"),
+            }
+        }
+        let mut c = Config::default();
+        c.listen.opc_tcp = "0.0.0.0:8443".parse().unwrap();
+        let (_, m) = refused_setting(&c).unwrap();
+        assert!(m.contains("the default"), "{m}");
+        // Another port, another IP, or port 0 (ephemeral) never clash.
+        for lines in [
+            "opc_tcp = \"127.0.0.1:4840\"\nconsole = \"127.0.0.2:4840\"",
+            "opc_tcp = \"127.0.0.1:4840\"\ntls = \"[::1]:4840\"",
+            "opc_tcp = \"127.0.0.1:0\"\nconsole = \"127.0.0.1:0\"\ntls = \"0.0.0.0:0\"\nmetrics = \"127.0.0.1:0\"",
+            "opc_tcp = \"127.0.0.1:4840\"\ntls = \"127.0.0.1:4841\"\nconsole = \"127.0.0.1:4842\"",
+        ] {
+            let doc = format!("[listen]\n{lines}\n");
+            if let Err(e) = Config::from_toml(&doc) {
+                panic!("{doc}: {e}");
+            }
+        }
     }
 
     #[test]
