@@ -80,9 +80,13 @@ fn write_logs(e: PairError) -> StorageError {
 
 impl LogStore {
     /// Opens (creating if missing) the Raft log file at `path` in WAL mode
-    /// with `synchronous = FULL`, and applies its migrations. Called once
-    /// when the pair starts, before the Raft node is created.
+    /// with `synchronous = FULL`, readable by this process's user only (it
+    /// holds the replicated changes, password hashes and field-server
+    /// passwords included; see [`uagate_store::files::private_db_file`]),
+    /// and applies its migrations. Called once when the pair starts,
+    /// before the Raft node is created.
     pub async fn open(path: &Path) -> Result<LogStore, PairError> {
+        uagate_store::files::private_db_file(path)?;
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)

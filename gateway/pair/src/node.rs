@@ -429,7 +429,8 @@ impl PairNode {
     /// membership becomes a one-member cluster. Called once when the
     /// gateway starts (and by tests).
     pub async fn start(settings: NodeSettings, store: Store) -> Result<Arc<PairNode>, PairError> {
-        std::fs::create_dir_all(&settings.dir)?;
+        // Its keys, the Raft log and snapshots: the gateway's user only.
+        uagate_store::files::private_dir(&settings.dir)?;
         let identity = Identity::load_or_create(&settings.dir, &settings.name)?;
         let file = NodeFile::load_or_create(&settings.dir.join(NODE_FILE))?;
         let listener = TcpListener::bind(settings.listen).await?;

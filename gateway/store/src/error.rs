@@ -26,6 +26,15 @@ pub enum StoreError {
     /// No certificate with this thumbprint is in the trust store.
     #[error("no certificate with thumbprint {0}")]
     UnknownCert(String),
+    /// The database file could not be created or made private (see
+    /// [`crate::files::private_db_file`]).
+    #[error("{}: {source}", path.display())]
+    File {
+        /// The database file.
+        path: std::path::PathBuf,
+        /// What the file system said.
+        source: std::io::Error,
+    },
     /// SQLite / sqlx failure.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

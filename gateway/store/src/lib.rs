@@ -92,6 +92,7 @@ mod apply;
 mod chain;
 mod change;
 mod error;
+pub mod files;
 mod model;
 mod password;
 mod replica;
@@ -313,10 +314,16 @@ async fn admin_count(conn: &mut SqliteConnection) -> Result<i64, StoreError> {
 }
 
 impl Store {
-    /// Opens (creating if missing) the database at `db_path`, switches it to
-    /// WAL with foreign keys and a 5 s busy timeout, and applies pending
-    /// migrations. Called once at gateway start-up.
+    /// Opens (creating if missing) the database at `db_path`, readable by
+    /// this process's user only (see [`files::private_db_file`]), switches
+    /// it to WAL with foreign keys and a 5 s busy timeout, and applies
+    /// pending migrations. Called once at gateway start-up and by each CLI
+    /// command that reads or changes the store.
     pub async fn open(db_path: &Path) -> Result<Store, StoreError> {
+        files::private_db_file(db_path).map_err(|source| StoreError::File {
+            path: db_path.to_path_buf(),
+            source,
+        })?;
         let options = SqliteConnectOptions::new()
             .filename(db_path)
             .create_if_missing(true)
