@@ -2,15 +2,45 @@
 //! The `uagate` binary: command-line parsing only; every command calls into
 //! the gateway crates.
 
+mod datadir;
 mod systemd;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use uagate_config::Config;
 use uagate_store::{CertKind, Role, Store};
+
+/// Writes `text` to standard output (every line the CLI prints goes
+/// through here: [`out!`], [`outln!`]). A reader that went away before
+/// the end (`uagate user list | head -1`) ends the output normally: the
+/// rest is dropped, without the error or the panic (`println!`) a closed
+/// pipe otherwise causes.
+fn print_out(text: std::fmt::Arguments) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_fmt(text).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("cannot write to standard output")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `print!` through [`print_out`]: `Result<()>`.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        print_out(format_args!($($arg)*))
+    };
+}
+
+/// `println!` through [`print_out`]: `Result<()>`.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        print_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
 
 /// The process allocator. The data plane allocates small, short-lived
 /// buffers and messages per request; mimalloc serves those with less
@@ -22,7 +52,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
-    /// Data directory (SQLite database, PKI).
+    /// Data directory (SQLite database, PKI), private to this user (mode
+    /// 0700). `run`, `demo` and `witness` lock it: one of them per
+    /// directory at a time; the other commands work beside it.
     #[arg(
         long,
         env = "UAGATE_DATA",
@@ -213,29 +245,46 @@ const DEMO_DIR: &str = "demo";
 /// removed when it carries it).
 const DEMO_MARK: &str = ".uagate-demo";
 
-/// Empties (or creates) the demo's data directory `DATA/demo` and returns
-/// it. Refuses a `demo` directory that the demo did not make.
-fn rebuild_demo_dir(data: &Path) -> Result<PathBuf> {
+/// Takes the lock on the demo's data directory `DATA/demo` (see
+/// [`datadir::DataDirLock`]), empties (or creates) it and returns it with
+/// the lock. Refuses a `demo` directory that the demo did not make, and
+/// one that a running demo (or gateway) holds, before anything in it is
+/// touched.
+fn rebuild_demo_dir(data: &Path) -> Result<(PathBuf, datadir::DataDirLock)> {
     let dir = data.join(DEMO_DIR);
-    if dir.exists() {
-        if !dir.join(DEMO_MARK).exists() {
-            anyhow::bail!(
-                "{} exists but was not made by `uagate demo`; the demo rebuilds that directory \
-                 at every start, so move it away or choose another --data",
-                dir.display()
-            );
-        }
-        std::fs::remove_dir_all(&dir)
-            .with_context(|| format!("cannot empty the demo directory {}", dir.display()))?;
+    if dir.exists() && !dir.join(DEMO_MARK).exists() {
+        anyhow::bail!(
+            "{} exists but was not made by `uagate demo`; the demo rebuilds that directory \
+             at every start, so move it away or choose another --data",
+            dir.display()
+        );
     }
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create the demo directory {}", dir.display()))?;
+    datadir::prepare(data)?;
+    let lock = datadir::DataDirLock::acquire(&dir)?;
     std::fs::write(
         dir.join(DEMO_MARK),
         "uagate demo data: rebuilt at every `uagate demo` start\n",
     )
     .with_context(|| format!("cannot mark the demo directory {}", dir.display()))?;
-    Ok(dir)
+    // Everything but the lock (held) and the mark.
+    let entries = std::fs::read_dir(&dir)
+        .with_context(|| format!("cannot read the demo directory {}", dir.display()))?;
+    for entry in entries {
+        let entry =
+            entry.with_context(|| format!("cannot read the demo directory {}", dir.display()))?;
+        let name = entry.file_name();
+        if name == datadir::LOCK_FILE || name == DEMO_MARK {
+            continue;
+        }
+        let path = entry.path();
+        let removed = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        removed.with_context(|| format!("cannot empty the demo directory: {}", path.display()))?;
+    }
+    Ok((dir, lock))
 }
 
 /// The demo's start-up box: where to connect, how to log in to the
@@ -283,9 +332,10 @@ application_name = "uagate-demo"
 demo_nodes = true
 "#;
 
+/// The store in `data` (created, and the directory with it, private to
+/// this user: see [`datadir::prepare`]).
 async fn open_store(data: &Path) -> Result<Store> {
-    std::fs::create_dir_all(data)
-        .with_context(|| format!("cannot create data directory {}", data.display()))?;
+    datadir::prepare(data)?;
     Ok(Store::open(&data.join("uagate.db")).await?)
 }
 
@@ -355,7 +405,7 @@ struct Started<'a> {
 }
 
 /// What the demo prints once its gateway serves (see [`serve`]).
-type Welcome = Box<dyn FnOnce(&Started)>;
+type Welcome = Box<dyn FnOnce(&Started) -> Result<()>>;
 
 /// Runs the gateway on `data` with `config` until SIGTERM or Ctrl-C:
 /// `uagate run`, and `uagate demo` with `welcome`, which prints its box
@@ -490,26 +540,27 @@ async fn serve(data: &Path, config: Config, store: Store, welcome: Option<Welcom
         gateway.cancel_token(),
     ));
     // READY stays the first line (scripts read it); the TLS endpoints follow.
-    println!("READY opc.tcp={}", gateway.endpoint_url);
-    println!(
+    outln!("READY opc.tcp={}", gateway.endpoint_url)?;
+    outln!(
         "TLS opc.wss={} opc.https={}",
-        gateway.wss_url, gateway.https_url
-    );
-    println!("CONSOLE {console_url}");
+        gateway.wss_url,
+        gateway.https_url
+    )?;
+    outln!("CONSOLE {console_url}")?;
     if let Some(url) = &scrape_url {
-        println!("METRICS {url}");
+        outln!("METRICS {url}")?;
     }
-    println!(
+    outln!(
         "PAIR {} FINGERPRINT {}",
         pair.local_addr(),
         pair.fingerprint()
-    );
+    )?;
     if let Some(welcome) = welcome {
         welcome(&Started {
             opc_tcp: &gateway.endpoint_url,
             console: &console_url,
             setup_code: setup_code.as_deref(),
-        });
+        })?;
     }
     // Under systemd (Type=notify): ready now, and the watchdog fed while
     // the gateway's housekeeping goes round.
@@ -617,6 +668,7 @@ async fn witness(
     listen: std::net::SocketAddr,
     advertise: Option<String>,
 ) -> Result<()> {
+    let _lock = datadir::DataDirLock::acquire(data)?;
     let store = open_store(data).await?;
     let pair = uagate_pair::PairNode::start(
         uagate_pair::NodeSettings {
@@ -637,11 +689,11 @@ async fn witness(
         pair.local_addr().to_string(),
     )
     .context("cannot record the pair listener's address")?;
-    println!(
+    outln!(
         "PAIR {} FINGERPRINT {}",
         pair.local_addr(),
         pair.fingerprint()
-    );
+    )?;
     tracing::info!("witness running; join it to the pair with `uagate pair join`");
     wait_for_stop().await;
     pair.stop().await;
@@ -675,38 +727,48 @@ async fn pair_command(data: &Path, command: PairCommand) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{e} (is `uagate run` running on this data directory?)"))?;
     match answer {
         AdminResponse::Invite { code, fingerprint } => {
-            println!("PAIRING CODE {code} FINGERPRINT {fingerprint}")
+            outln!("PAIRING CODE {code} FINGERPRINT {fingerprint}")
         }
-        AdminResponse::Joined { leader } => println!("JOINED leader={leader}"),
-        AdminResponse::Status(status) => println!("{}", status.line()),
-        AdminResponse::Proposed(r) => println!("{r:?}"),
-        AdminResponse::Left => println!("LEFT"),
-        AdminResponse::Promoted { epoch } => println!("PROMOTED epoch={epoch}"),
-    }
-    Ok(())
-}
-
-fn print_certs(certs: &[uagate_store::CertInfo]) {
-    for c in certs {
-        println!(
-            "{} {} {}",
-            c.thumbprint,
-            c.subject,
-            c.application_uri.as_deref().unwrap_or("-")
-        );
+        AdminResponse::Joined { leader } => outln!("JOINED leader={leader}"),
+        AdminResponse::Status(status) => outln!("{}", status.line()),
+        AdminResponse::Proposed(r) => outln!("{r:?}"),
+        AdminResponse::Left => outln!("LEFT"),
+        AdminResponse::Promoted { epoch } => outln!("PROMOTED epoch={epoch}"),
     }
 }
 
-fn print_tls(info: &uagate_server::tls_cert::TlsInfo) {
-    println!("subject: {}", info.subject);
-    println!("sans: {}", info.sans.join(", "));
-    println!("not_before: {}", info.not_before);
-    println!("not_after: {}", info.not_after);
-    println!("sha256: {}", info.fingerprint);
+/// `trust list` / `trust rejected`: `<thumbprint> <subject>
+/// <application-uri|->`, one line per certificate.
+fn certs_text(certs: &[uagate_store::CertInfo]) -> String {
+    certs
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} {}\n",
+                c.thumbprint,
+                c.subject,
+                c.application_uri.as_deref().unwrap_or("-")
+            )
+        })
+        .collect()
+}
+
+/// `tls show` / `tls set`: the certificate's subject, SANs, validity and
+/// fingerprint, one `key: value` line each.
+fn tls_text(info: &uagate_server::tls_cert::TlsInfo) -> String {
+    format!(
+        "subject: {}\nsans: {}\nnot_before: {}\nnot_after: {}\nsha256: {}\n",
+        info.subject,
+        info.sans.join(", "),
+        info.not_before,
+        info.not_after,
+        info.fingerprint
+    )
 }
 
 /// `uagate tls set`: refused input leaves the stored pair untouched.
 fn tls_set(data: &Path, cert: &Path, key: &Path) -> Result<uagate_server::tls_cert::TlsInfo> {
+    datadir::prepare(data)?;
     let cert_pem =
         std::fs::read(cert).with_context(|| format!("cannot read {}", cert.display()))?;
     let key_pem = std::fs::read(key).with_context(|| format!("cannot read {}", key.display()))?;
@@ -761,6 +823,7 @@ async fn run() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Run => {
+            let _lock = datadir::DataDirLock::acquire(&cli.data)?;
             let store = open_store(&cli.data).await?;
             let config = load_config(&store).await?;
             serve(&cli.data, config, store, None).await
@@ -769,7 +832,7 @@ async fn run() -> Result<()> {
             // The demo's own data directory, rebuilt at every start: what
             // is changed in its console never reaches `uagate run` on the
             // data directory, nor the next demo.
-            let data = rebuild_demo_dir(&cli.data)?;
+            let (data, _lock) = rebuild_demo_dir(&cli.data)?;
             let store = open_store(&data).await?;
             // The gateway's certificate first, so that its simulators trust
             // it from the start (and it theirs, below): the demo's parts
@@ -810,7 +873,7 @@ async fn run() -> Result<()> {
             let sim_urls: Vec<String> = sims.iter().map(|s| s.endpoint_url.clone()).collect();
             let shown = data.clone();
             let welcome: Welcome = Box::new(move |started: &Started| {
-                print!("{}", demo_box(started, &sim_urls, &shown));
+                out!("{}", demo_box(started, &sim_urls, &shown))
             });
             let r = serve(&data, config, store, Some(welcome)).await;
             for sim in sims {
@@ -825,7 +888,7 @@ async fn run() -> Result<()> {
                 ..Default::default()
             })
             .await?;
-            println!("READY opc.tcp={}", sim.endpoint_url);
+            outln!("READY opc.tcp={}", sim.endpoint_url)?;
             wait_for_stop().await;
             sim.cancel();
             sim.stopped().await;
@@ -846,12 +909,16 @@ async fn run() -> Result<()> {
                         RoleArg::Viewer => Role::Viewer,
                     };
                     store.add_user(CLI_ACTOR, &name, password, role).await?;
-                    println!("user {name} added as {role}");
+                    outln!("user {name} added as {role}")?;
                 }
                 UserCommand::List => {
-                    for (name, role) in store.list_users().await? {
-                        println!("{name} {role}");
-                    }
+                    let users: String = store
+                        .list_users()
+                        .await?
+                        .into_iter()
+                        .map(|(name, role)| format!("{name} {role}\n"))
+                        .collect();
+                    out!("{users}")?;
                 }
             }
             Ok(())
@@ -868,32 +935,35 @@ async fn run() -> Result<()> {
                         CertKind::Trusted
                     };
                     let info = store.trust_add_pem_or_der(CLI_ACTOR, &bytes, kind).await?;
-                    println!("trusted {} {}", info.thumbprint, info.subject);
+                    outln!("trusted {} {}", info.thumbprint, info.subject)?;
                 }
-                TrustCommand::List => {
-                    print_certs(&store.certs(CertKind::Trusted).await?);
-                    print_certs(&store.certs(CertKind::Issuer).await?);
+                TrustCommand::List => out!(
+                    "{}{}",
+                    certs_text(&store.certs(CertKind::Trusted).await?),
+                    certs_text(&store.certs(CertKind::Issuer).await?)
+                )?,
+                TrustCommand::Rejected => {
+                    out!("{}", certs_text(&store.certs(CertKind::Rejected).await?))?
                 }
-                TrustCommand::Rejected => print_certs(&store.certs(CertKind::Rejected).await?),
             }
             Ok(())
         }
         Command::Tls { command } => match command {
             TlsCommand::Show => {
+                datadir::prepare(&cli.data)?;
                 let identity = uagate_server::tls_cert::TlsIdentity::load_or_create(
                     &cli.data,
                     &uagate_server::tls_cert::default_hosts(),
                 )?;
-                print_tls(&identity.info());
-                Ok(())
+                out!("{}", tls_text(&identity.info()))
             }
             TlsCommand::Set { cert, key } => match tls_set(&cli.data, &cert, &key) {
-                Ok(info) => {
-                    println!("installed TLS certificate sha256 {}", info.fingerprint);
-                    print_tls(&info);
-                    println!("a running gateway picks it up within a few seconds without dropping connections");
-                    Ok(())
-                }
+                Ok(info) => out!(
+                    "installed TLS certificate sha256 {}\n{}\
+                     a running gateway picks it up within a few seconds without dropping connections\n",
+                    info.fingerprint,
+                    tls_text(&info)
+                ),
                 Err(e) => {
                     eprintln!("uagate tls set: {e:#}");
                     std::process::exit(2);
@@ -920,10 +990,8 @@ async fn run() -> Result<()> {
                 .and_then(|c| uagate_isolation::plan::Plan::build(&c));
             match plan {
                 Ok(plan) => {
-                    for line in plan.lines() {
-                        println!("{line}");
-                    }
-                    Ok(())
+                    let lines: String = plan.lines().iter().map(|line| format!("{line}\n")).collect();
+                    out!("{lines}")
                 }
                 Err(e) => {
                     eprintln!("uagate plan: {e}");
@@ -953,25 +1021,21 @@ async fn run() -> Result<()> {
                     // The node-local settings into this appliance's overlay,
                     // the rest into the replicated document, all or nothing.
                     config_store::save(&store, CLI_ACTOR, &config).await?;
-                    println!("configuration imported");
                     // What a running gateway on this data directory does with it.
-                    if report.is_empty() {
-                        println!("no setting changed");
+                    let effect = if report.is_empty() {
+                        "no setting changed".to_string()
                     } else if report.applies_live() {
-                        println!(
-                            "applied live by a running gateway: {}",
-                            report.live.join(", ")
-                        );
+                        format!("applied live by a running gateway: {}", report.live.join(", "))
                     } else {
-                        println!(
+                        format!(
                             "takes effect after a restart (a running gateway applies nothing of this change now): {}",
                             report.restart.join(", ")
-                        );
-                    }
+                        )
+                    };
+                    outln!("configuration imported\n{effect}")
                 }
-                ConfigCommand::Export => print!("{}", load_config(&store).await?.to_toml()),
+                ConfigCommand::Export => out!("{}", load_config(&store).await?.to_toml()),
             }
-            Ok(())
         }
     }
 }

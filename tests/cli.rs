@@ -657,3 +657,219 @@ fn config_import_refuses_clashing_listeners_and_stores_nothing() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("listen.console"));
 }
+
+/// The output of `cmd`, or `None` (after killing it) when it is still
+/// running after `limit`.
+#[allow(clippy::unwrap_used)]
+fn output_within(cmd: &mut Command, limit: Duration) -> Option<std::process::Output> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+/// A second long-running command (`args` on `data`) asks for a directory
+/// (`in_use`) that a running one holds: refused naming it and the pid.
+fn assert_in_use(data: &std::path::Path, args: &[&str], holder: u32, in_use: &std::path::Path) {
+    let out = output_within(uagate(data).args(args), Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("{args:?} on a data directory in use kept running"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} accepted: {err}");
+    assert!(
+        err.contains(&format!(
+            "data directory {} is in use by another uagate (pid {holder})",
+            in_use.display()
+        )),
+        "{args:?}: {err}"
+    );
+}
+
+/// One long-running uagate per data directory: a second `run` (or
+/// `witness`) on it is refused naming the pid of the first, which keeps
+/// its pair listener file and stays reachable by the CLI; the short
+/// commands work beside it; once it is gone the directory is free again.
+#[test]
+fn a_second_gateway_on_the_same_data_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let (gateway, pair) = run_gateway(&data, &dir.path().join("c.toml"));
+    let listen_file = std::fs::read_to_string(data.join("pair/listen")).unwrap();
+    assert_in_use(&data, &["run"], gateway.0.id(), &data);
+    assert_in_use(
+        &data,
+        &["witness", "--listen", "127.0.0.1:0"],
+        gateway.0.id(),
+        &data,
+    );
+    assert_eq!(
+        std::fs::read_to_string(data.join("pair/listen")).unwrap(),
+        listen_file
+    );
+    let status = ok(uagate(&data).args(["pair", "status"]).output().unwrap());
+    assert!(status.contains(&format!("leader={pair}")), "{status}");
+    ok(user_add(&data, "ada", "admin"));
+    assert!(ok(uagate(&data).args(["user", "list"]).output().unwrap()).contains("ada admin"));
+    ok(uagate(&data).args(["config", "export"]).output().unwrap());
+    drop(gateway);
+    // Killed, its lock went with it.
+    let (_again, _) = start_gateway(&data);
+}
+
+/// `uagate demo` holds its demo directory the same way: a second demo on
+/// the same data directory is refused before it rebuilds the first one's.
+#[test]
+fn a_second_demo_on_the_same_data_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let (demo, _log) = spawn_until_ready(uagate(&data).args(["demo", "--listen", "127.0.0.1:0"]));
+    let listen_file = std::fs::read_to_string(data.join("demo/pair/listen")).unwrap();
+    assert_in_use(
+        &data,
+        &["demo", "--listen", "127.0.0.1:0"],
+        demo.0.id(),
+        &data.join("demo"),
+    );
+    // Refused before it touched the first demo's files.
+    assert_eq!(
+        std::fs::read_to_string(data.join("demo/pair/listen")).unwrap(),
+        listen_file
+    );
+    ok(uagate(&data.join("demo"))
+        .args(["pair", "status"])
+        .output()
+        .unwrap());
+}
+
+/// `sh -c 'umask 022; exec uagate --data DATA ARGS…'`: the permissive umask
+/// of an operator's shell, whatever the test runner's is.
+fn uagate_umask_022(data: &std::path::Path) -> Command {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg("umask 022 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_uagate"))
+        .arg("--data")
+        .arg(data)
+        .env("RUST_LOG", "warn");
+    c
+}
+
+/// The permission bits of `path`.
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// Every SQLite file of `db` (the database, and its -wal/-shm while they
+/// exist) is 0600.
+fn assert_private_db(db: &std::path::Path) {
+    assert_eq!(mode(db), 0o600, "{}", db.display());
+    for suffix in ["-wal", "-shm"] {
+        let f = std::path::PathBuf::from(format!("{}{suffix}", db.display()));
+        if f.exists() {
+            assert_eq!(mode(&f), 0o600, "{}", f.display());
+        }
+    }
+}
+
+/// The data directory (user passwords' hashes, field-server passwords) is
+/// 0700 and its databases 0600 under a umask of 022: an existing 0755
+/// directory after `user add`, a new one after `run`, a witness's.
+#[test]
+fn the_data_directory_and_its_databases_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // An existing directory of ours, 0755.
+    let a = dir.path().join("a");
+    std::fs::create_dir(&a).unwrap();
+    std::fs::set_permissions(&a, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut add = uagate_umask_022(&a)
+        .args(["user", "add", "ada", "--role", "admin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    add.stdin
+        .take()
+        .unwrap()
+        .write_all(b"a long password 1\n")
+        .unwrap();
+    ok(add.wait_with_output().unwrap());
+    assert_eq!(mode(&a), 0o700);
+    assert_private_db(&a.join("uagate.db"));
+
+    // A new one, made by `config import`, then a start.
+    let b = dir.path().join("b");
+    let file = dir.path().join("c.toml");
+    std::fs::write(&file, "[listen]\nopc_tcp = \"127.0.0.1:0\"\n").unwrap();
+    ok(uagate_umask_022(&b)
+        .args(["config", "import"])
+        .arg(&file)
+        .output()
+        .unwrap());
+    let (_gateway, _) = spawn_until_ready(uagate_umask_022(&b).arg("run"));
+    assert_eq!(mode(&b), 0o700);
+    assert_private_db(&b.join("uagate.db"));
+    assert_private_db(&b.join("pair/raft.db"));
+
+    // A witness's directory.
+    let w = dir.path().join("w");
+    let mut witness = KillOnDrop(
+        uagate_umask_022(&w)
+            .args(["witness", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let out = lines(witness.0.stdout.take().unwrap());
+    wait_for_line(&out, "PAIR ", Duration::from_secs(60));
+    assert_eq!(mode(&w), 0o700);
+    assert_private_db(&w.join("uagate.db"));
+    assert_private_db(&w.join("pair/raft.db"));
+}
+
+/// A list or show command whose reader went away (`uagate user list |
+/// head -1`) ends quietly: no panic, no exit code 101.
+#[test]
+fn output_to_a_closed_pipe_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    ok(user_add(&data, "ada", "admin"));
+    ok(user_add(&data, "bob", "viewer"));
+    for args in [
+        &["user", "list"][..],
+        &["config", "export"],
+        &["plan"],
+        &["tls", "show"],
+    ] {
+        let mut child = uagate(&data)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader is gone before the command writes anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {err}");
+        assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
+    }
+}
