@@ -1520,3 +1520,45 @@ async fn stopping_the_gateway_closes_its_field_sessions_promptly() {
     a.cancel();
     b.cancel();
 }
+
+/// A Browse whose View carries a Timestamp (the address space "as of" a
+/// time; asyncua's raw BrowseRequest sends one) is answered on mounted
+/// nodes as on local ones, with the address space as it is now. Before, the
+/// Timestamp went to the field server, which faulted the Browse: the mount
+/// folder looked empty and its children BadServerNotConnected.
+#[tokio::test]
+async fn a_browse_with_a_view_timestamp_reaches_mounted_nodes() {
+    use opcua_types::ViewDescription;
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "a").await;
+    let gw = TestGateway::start(&field_toml("line1", "none", &[&sim.endpoint_url])).await;
+    wait_connected(&gw, "line1").await;
+    let (s, h) = connect(&gw, "field-view").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let forward = |node_id: NodeId| BrowseDescription {
+        node_id,
+        browse_direction: BrowseDirection::Forward,
+        reference_type_id: NodeId::new(0, 33u32),
+        include_subtypes: true,
+        node_class_mask: NodeClassMask::all().bits(),
+        result_mask: BrowseResultMask::All as u32,
+    };
+    let nodes = [
+        forward(NodeId::new(2, "Field.line1")),
+        forward(NodeId::new(ns, "Simulation")),
+    ];
+    let now = s.browse(&nodes, 0, None).await.unwrap();
+    let view = ViewDescription {
+        timestamp: opcua_types::DateTime::now(),
+        ..Default::default()
+    };
+    let as_of = s.browse(&nodes, 0, Some(view)).await.unwrap();
+    for (plain, timed) in now.iter().zip(&as_of) {
+        assert_eq!(timed.status_code, StatusCode::Good, "{timed:?}");
+        assert!(!ref_ids(plain).is_empty(), "{plain:?}");
+        assert_eq!(ref_ids(timed), ref_ids(plain));
+    }
+    s.disconnect().await.unwrap();
+    h.abort();
+    gw.stop().await;
+}
