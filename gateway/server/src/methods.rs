@@ -30,6 +30,12 @@ const CONDITION_REFRESH: [u32; 2] = [3875, 12912];
 /// (RequestServerStateChange, ConditionRefresh, ConditionRefresh2): such a
 /// Call from an activated session may use the control reserve (see
 /// [`crate::sessions::SessionTable::work_class`]).
+/// Whether `id` is Server.RequestServerStateChange (its UserExecutable
+/// follows [`Caller::is_secure_admin`]).
+pub(crate) fn is_request_server_state_change(id: &NodeId) -> bool {
+    is_ns0(id, &REQUEST_SERVER_STATE_CHANGE)
+}
+
 pub(crate) fn is_control_method(id: &NodeId) -> bool {
     is_ns0(id, &REQUEST_SERVER_STATE_CHANGE) || is_ns0(id, &CONDITION_REFRESH)
 }
@@ -57,6 +63,18 @@ impl Caller {
             UserIdentity::User { role, .. } => matches!(role, Role::Admin | Role::Operator),
             UserIdentity::Certificate { .. } => true,
             UserIdentity::Anonymous => allow_anonymous,
+        }
+    }
+
+    /// How much of a node's UserAccessLevel (`level`) this caller has
+    /// (Part 3 5.6.2): without the right to write, the write bits
+    /// (CurrentWrite, HistoryWrite, StatusWrite, TimestampWrite) are off.
+    pub fn user_access_level(&self, level: u8, allow_anonymous_write: bool) -> u8 {
+        const WRITE_BITS: u8 = 0x02 | 0x08 | 0x20 | 0x40;
+        if self.can_write(allow_anonymous_write) {
+            level
+        } else {
+            level & !WRITE_BITS
         }
     }
 

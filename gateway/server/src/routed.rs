@@ -214,12 +214,62 @@ impl Engine {
         r: &ReadRequest,
     ) -> Result<ResponseMessage> {
         self.check_read(chan, r)?;
+        let mut results = self.space.read_local(r, None);
+        self.as_the_caller_has_them(chan, r, None, &mut results)?;
         Ok(ReadResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
-            results: Some(self.space.read_local(r, None)),
+            results: Some(results),
             diagnostic_infos: None,
         }
         .into())
+    }
+
+    /// Turns the UserAccessLevel and UserExecutable a Read returns into the
+    /// caller's own (Part 3 5.6.2 and 5.7): the node's (or the field
+    /// server's, which knows only the gateway's field user) without the
+    /// write bits for a caller who may not write, and not executable for a
+    /// method the caller may not call (a field server's method without the
+    /// right to write; RequestServerStateChange but for a secure
+    /// administrator). A client then offers no input that would fail. Only
+    /// looks at the session when the Read asks for one of the two.
+    fn as_the_caller_has_them(
+        &self,
+        chan: &ChannelInfo,
+        r: &ReadRequest,
+        fields: Option<&Fields>,
+        results: &mut [DataValue],
+    ) -> Result<()> {
+        const USER_ACCESS_LEVEL: u32 = 18;
+        const USER_EXECUTABLE: u32 = 22;
+        let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
+        if !nodes
+            .iter()
+            .any(|n| n.attribute_id == USER_ACCESS_LEVEL || n.attribute_id == USER_EXECUTABLE)
+        {
+            return Ok(());
+        }
+        let caller = self
+            .sessions
+            .caller(chan, &r.request_header.authentication_token)?;
+        let anonymous_write = self.config.server.allow_anonymous_write;
+        for (node, result) in nodes.iter().zip(results.iter_mut()) {
+            match (node.attribute_id, &mut result.value) {
+                (USER_ACCESS_LEVEL, Some(opcua_types::Variant::Byte(level))) => {
+                    *level = caller.user_access_level(*level, anonymous_write);
+                }
+                (USER_EXECUTABLE, Some(opcua_types::Variant::Boolean(executable))) => {
+                    let allowed = if crate::methods::is_request_server_state_change(&node.node_id) {
+                        caller.is_secure_admin()
+                    } else {
+                        !matches!(route_node(fields, &node.node_id, true), Route::Mount(_))
+                            || caller.can_write(anonymous_write)
+                    };
+                    *executable &= allowed;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// Read; mounted nodes are read from their field servers (a mount
@@ -249,9 +299,11 @@ impl Engine {
                 },
             )
             .await?;
+        let mut results = out.results;
+        self.as_the_caller_has_them(chan, r, fields, &mut results)?;
         Ok(ReadResponse {
             response_header: header_with(&r.request_header, &out.diagnostics),
-            results: Some(out.results),
+            results: Some(results),
             diagnostic_infos: out.diagnostics.infos(),
         }
         .into())
@@ -499,6 +551,10 @@ impl Engine {
         let caller = self
             .sessions
             .caller(chan, &r.request_header.authentication_token)?;
+        // A field server's method may start or change a machine: it takes
+        // the right to write (operators and administrators; anonymous only
+        // with allow_anonymous_write), as a Write of its values does.
+        let can_write = caller.can_write(self.config.server.allow_anonymous_write);
         let fields = self.space.fields();
         let fields = fields.as_deref();
         // ConditionRefresh(2) name a northbound subscription: always ours.
@@ -506,7 +562,12 @@ impl Engine {
             if crate::alarms::is_condition_refresh(&calls[i].method_id) {
                 Route::Local
             } else {
-                route_node(fields, &calls[i].object_id, false)
+                match route_node(fields, &calls[i].object_id, false) {
+                    Route::Mount(_) if !can_write => {
+                        Route::Answered(StatusCode::BadUserAccessDenied)
+                    }
+                    route => route,
+                }
             }
         });
         let ctx = ctx_of(&r.request_header);

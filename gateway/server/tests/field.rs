@@ -1562,3 +1562,89 @@ async fn a_browse_with_a_view_timestamp_reaches_mounted_nodes() {
     h.abort();
     gw.stop().await;
 }
+
+/// Reads `attribute` of each node through the gateway.
+async fn read_attribute(
+    s: &opcua_client::Session,
+    nodes: &[NodeId],
+    attribute: u32,
+) -> Vec<DataValue> {
+    let ids: Vec<ReadValueId> = nodes
+        .iter()
+        .map(|n| ReadValueId {
+            node_id: n.clone(),
+            attribute_id: attribute,
+            ..Default::default()
+        })
+        .collect();
+    s.read(&ids, TimestampsToReturn::Neither, 0.0)
+        .await
+        .unwrap()
+}
+
+/// A caller without the right to write (here anonymous, the default) may
+/// not call a field server's methods (they may start or change a machine),
+/// and what it reads of UserAccessLevel and UserExecutable says so, so that
+/// an HMI offers no input that would fail (Part 3 5.6.2, 5.7). With the
+/// right (allow_anonymous_write), the same reads keep the write bit and the
+/// method is executable.
+#[tokio::test]
+async fn a_caller_without_write_rights_reads_its_own_access_and_may_not_call_field_methods() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "a").await;
+    for anonymous_write in [false, true] {
+        let gw = TestGateway::start(&format!(
+            "[server]\nallow_anonymous_write = {anonymous_write}\n{}",
+            field_toml("line1", "none", &[&sim.endpoint_url])
+        ))
+        .await;
+        wait_connected(&gw, "line1").await;
+        let (s, h) = connect(&gw, "field-rights").await;
+        let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+        let setpoint = NodeId::new(ns, "Simulation.Setpoint");
+        let add = NodeId::new(ns, "Simulation.Add");
+        let state_change = NodeId::new(0, 12886u32);
+
+        let level = read_attribute(&s, std::slice::from_ref(&setpoint), 17).await;
+        assert_eq!(
+            level[0].value,
+            Some(Variant::Byte(3)),
+            "AccessLevel: {level:?}"
+        );
+        let user_level = read_attribute(&s, std::slice::from_ref(&setpoint), 18).await;
+        let expected = if anonymous_write { 3 } else { 1 };
+        assert_eq!(
+            user_level[0].value,
+            Some(Variant::Byte(expected)),
+            "UserAccessLevel, anonymous_write {anonymous_write}: {user_level:?}"
+        );
+        let executable = read_attribute(&s, &[add.clone(), state_change], 22).await;
+        assert_eq!(
+            executable[0].value,
+            Some(Variant::Boolean(anonymous_write)),
+            "{executable:?}"
+        );
+        assert_eq!(
+            executable[1].value,
+            Some(Variant::Boolean(false)),
+            "RequestServerStateChange is an administrator's: {executable:?}"
+        );
+        let r = s
+            .call_one(CallMethodRequest {
+                object_id: NodeId::new(ns, "Simulation"),
+                method_id: add,
+                input_arguments: Some(vec![Variant::Double(2.0), Variant::Double(3.5)]),
+            })
+            .await
+            .unwrap();
+        let expected = if anonymous_write {
+            StatusCode::Good
+        } else {
+            StatusCode::BadUserAccessDenied
+        };
+        assert_eq!(r.status_code, expected, "{r:?}");
+        s.disconnect().await.unwrap();
+        h.abort();
+        gw.stop().await;
+    }
+}
