@@ -152,9 +152,12 @@ enum PairCommand {
     },
     /// `role=primary|standby|standalone leader=HOST:PORT epoch=N applied=N …`.
     Status,
-    /// Leave the pair: on the standby it becomes standalone again (keeping
-    /// the configuration it had), on the primary the other appliance is
-    /// dropped.
+    /// Leave the pair: on the standby (or witness) it becomes standalone
+    /// again (keeping the configuration it had) and the primary drops it;
+    /// on the primary the other appliance is dropped (the witness stays;
+    /// with only the witness left, the witness is dropped). Prints `LEFT`.
+    /// Exit code 3 (after `LEFT`) when this appliance left but the primary
+    /// could not be told: run `uagate pair leave` on the primary then.
     Leave,
     /// Make this standby the leader when the primary is lost (pair without
     /// witness): a new epoch; the old primary steps down when it returns
@@ -700,6 +703,10 @@ async fn witness(
     Ok(())
 }
 
+/// Exit code of `uagate pair leave` when this appliance left but the
+/// primary was not told (it still lists this appliance).
+const PAIR_LEAVE_UNTOLD_EXIT: i32 = 3;
+
 /// `uagate pair …`: asks the gateway running on `data` through its pair
 /// listener, with the appliance's own pair certificate.
 async fn pair_command(data: &Path, command: PairCommand) -> Result<()> {
@@ -722,9 +729,16 @@ async fn pair_command(data: &Path, command: PairCommand) -> Result<()> {
         PairCommand::Leave => AdminRequest::Leave,
         PairCommand::Promote { force } => AdminRequest::Promote { force: *force },
     };
+    // The hint only when this appliance's own gateway did not answer: a
+    // refusal from it (or relayed from the other appliance) says why.
     let answer = uagate_pair::node::admin(&identity, addr.trim(), request)
         .await
-        .map_err(|e| anyhow::anyhow!("{e} (is `uagate run` running on this data directory?)"))?;
+        .map_err(|e| match e {
+            uagate_pair::PairError::LocalNode(_) => {
+                anyhow::anyhow!("{e} (is `uagate run` running on this data directory?)")
+            }
+            e => anyhow::anyhow!("{e}"),
+        })?;
     match answer {
         AdminResponse::Invite { code, fingerprint } => {
             outln!("PAIRING CODE {code} FINGERPRINT {fingerprint}")
@@ -733,6 +747,21 @@ async fn pair_command(data: &Path, command: PairCommand) -> Result<()> {
         AdminResponse::Status(status) => outln!("{}", status.line()),
         AdminResponse::Proposed(r) => outln!("{r:?}"),
         AdminResponse::Left => outln!("LEFT"),
+        AdminResponse::LeftUntold { primary, reason } => {
+            // This appliance did leave; the primary still lists it.
+            outln!("LEFT")?;
+            match primary {
+                Some(addr) => eprintln!(
+                    "uagate pair leave: the primary ({addr}) was not told: {reason}. It still \
+                     lists this appliance: run `uagate pair leave` on the primary."
+                ),
+                None => eprintln!(
+                    "uagate pair leave: no primary was told ({reason}). Run `uagate pair leave` \
+                     on the primary to drop this appliance there."
+                ),
+            }
+            std::process::exit(PAIR_LEAVE_UNTOLD_EXIT);
+        }
         AdminResponse::Promoted { epoch } => outln!("PROMOTED epoch={epoch}"),
     }
 }
@@ -806,7 +835,12 @@ fn main() -> Result<()> {
 /// Good" for every field session the gateway closes itself: the pair's and
 /// the field links' own lines ("field session lost", "field keep-alives
 /// failed") say what an operator needs, so those two speak only of errors.
-const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,opcua_client::session::event_loop=error";
+/// openraft's replication also logs two or three lines for every message
+/// that fails (every 500 ms per member that is down or refuses): the
+/// pair's own lines say it once, then once a minute, and when it is over.
+const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::replication=off,\
+     openraft::engine::handler::replication_handler=error,\
+     opcua_client::session::event_loop=error";
 
 async fn run() -> Result<()> {
     use std::io::IsTerminal;

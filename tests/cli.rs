@@ -497,11 +497,10 @@ fn pair_invite_join_status_and_replicated_cli_changes() {
         .output()
         .unwrap();
     assert!(!wrong.status.success());
-    assert!(
-        String::from_utf8_lossy(&wrong.stderr).contains("wrong, used or expired"),
-        "{}",
-        String::from_utf8_lossy(&wrong.stderr)
-    );
+    let why = String::from_utf8_lossy(&wrong.stderr);
+    assert!(why.contains("wrong, used or expired"), "{why}");
+    // The other appliance refused: no hint that the local gateway is down.
+    assert!(!why.contains("is `uagate run` running"), "{why}");
     let joined = ok(uagate(&b)
         .args(["pair", "join", &a_pair, code])
         .output()
@@ -541,6 +540,27 @@ fn pair_invite_join_status_and_replicated_cli_changes() {
         err.contains("not the configuration leader") && err.contains(&a_pair),
         "{err}"
     );
+
+    // The primary is gone: the standby leaves anyway, prints LEFT, says the
+    // primary was not told and exits 3.
+    drop(_ga);
+    let out = uagate(&b).args(["pair", "leave"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "LEFT");
+    assert!(
+        err.contains(&format!("the primary ({a_pair}) was not told"))
+            && err.contains("run `uagate pair leave` on the primary"),
+        "{err}"
+    );
+    let sb = ok(uagate(&b).args(["pair", "status"]).output().unwrap());
+    assert!(sb.starts_with("role=standalone "), "{sb}");
+    // Only when this appliance's own gateway does not answer does the CLI
+    // ask whether it runs.
+    let out = uagate(&a).args(["pair", "status"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is `uagate run` running"), "{err}");
 }
 
 /// `uagate demo` rebuilds DATA/demo at every start, so it refuses a

@@ -47,6 +47,11 @@ pub enum PairError {
     /// altered): replication stops on this node (fail closed).
     #[error("integrity fault: {0}")]
     Integrity(String),
+    /// This appliance's own pair node could not be reached by its CLI (no
+    /// gateway runs on the data directory, or another process listens at
+    /// the address it recorded): the request never got to the node.
+    #[error("{0}")]
+    LocalNode(String),
     /// The Raft node failed or refused (shutting down, a change in
     /// progress).
     #[error("{0}")]

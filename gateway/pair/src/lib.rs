@@ -30,6 +30,7 @@ mod error;
 mod log_store;
 pub mod node;
 pub mod pairing;
+mod quiet;
 mod state_machine;
 pub mod tls;
 pub mod wire;
@@ -42,7 +43,9 @@ use uagate_store::{Change, Proposal};
 
 pub use error::PairError;
 pub use log_store::{LogStore, MAX_ENTRIES_PER_READ};
-pub use node::{Handover, Member, NodeSettings, PairNode, PairRole, PairStatus, HANDOVER_TIMEOUT};
+pub use node::{
+    Departure, Handover, Member, NodeSettings, PairNode, PairRole, PairStatus, HANDOVER_TIMEOUT,
+};
 pub use state_machine::{Fault, SnapshotBuilder, StateMachine, SNAPSHOT_FILE};
 
 /// A Raft node id.

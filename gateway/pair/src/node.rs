@@ -24,8 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openraft::error::{
-    ClientWriteError, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError,
-    Unreachable,
+    ClientWriteError, InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -44,6 +43,7 @@ use uagate_store::{Change, Proposal, Store, StoreError};
 
 use crate::error::PairError;
 use crate::pairing::{self, PairingCode, INVITE_TTL, MAX_FAILED_ATTEMPTS};
+use crate::quiet::LogThrottle;
 use crate::tls::{peer_fingerprint, peer_public_key, Identity};
 use crate::wire::{
     AdminRequest, AdminResponse, Conn, EpochMark, JoinHello, JoinWelcome, Request, Response,
@@ -90,6 +90,20 @@ const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// application URI than its membership entry tells the leader, until the
 /// entry is current ([`PairNode::spawn_announce`]).
 const ANNOUNCE_RETRY: Duration = Duration::from_secs(2);
+
+/// After a member refused a Raft message (it left the pair, stepped
+/// down, or stopped on an integrity fault), the next message to it waits
+/// this long, doubling with every further refusal up to
+/// [`REFUSED_RETRY_MAX`]: a member that keeps refusing is not called in a
+/// loop.
+const REFUSED_RETRY_FIRST: Duration = Duration::from_millis(250);
+
+/// The longest wait between two messages to a member that keeps refusing.
+const REFUSED_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// At most this many certificates are remembered for throttling the log
+/// lines of refused Raft messages (strangers cannot grow it without bound).
+const MAX_REFUSED_LOGGED: usize = 64;
 
 /// How long going into maintenance waits for the other appliance to take
 /// the configuration leadership ([`PairNode::hand_over`]); it usually
@@ -138,6 +152,52 @@ impl Handover {
                  {} s; it takes it as soon as it can.",
                 HANDOVER_TIMEOUT.as_secs()
             )),
+        }
+    }
+}
+
+/// What `uagate pair leave` (or the console's Leave) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Departure {
+    /// On the leader: these members (their pair addresses) were dropped
+    /// from the membership.
+    Dropped(Vec<String>),
+    /// This appliance left and the leader (its pair address) dropped it.
+    Left(String),
+    /// This appliance left, but the leader was not told (it did not answer,
+    /// or refused): the leader still lists this appliance until `uagate
+    /// pair leave` runs there.
+    LeftUntold {
+        /// The leader's pair address, when one was known.
+        primary: Option<String>,
+        /// Why it was not told.
+        reason: String,
+    },
+}
+
+impl Departure {
+    /// A sentence for the operator (console, CLI).
+    pub fn note(&self) -> String {
+        match self {
+            Departure::Dropped(addrs) => format!(
+                "Dropped from the pair: {}. This appliance keeps its configuration.",
+                addrs.join(", ")
+            ),
+            Departure::Left(_) => "Left the pair: this appliance is standalone.".into(),
+            Departure::LeftUntold {
+                primary: Some(addr),
+                reason,
+            } => format!(
+                "Left the pair, but the primary ({addr}) was not told ({reason}): it still lists \
+                 this appliance. Run `uagate pair leave` on the primary to drop it there."
+            ),
+            Departure::LeftUntold {
+                primary: None,
+                reason,
+            } => format!(
+                "Left the pair, but no primary was told ({reason}): run `uagate pair leave` on \
+                 the primary to drop this appliance there."
+            ),
         }
     }
 }
@@ -401,6 +461,12 @@ pub struct PairNode {
     contact: Contact,
     /// The Raft log (a handle beside openraft's), for the committed index.
     log: Mutex<LogStore>,
+    /// Raft messages refused per certificate: a former member that keeps
+    /// calling is logged once, then at a slow interval.
+    refused_log: Mutex<std::collections::HashMap<String, LogThrottle>>,
+    /// A join is under way: the leader's first messages may come before
+    /// its certificate is pinned (refused, but not worth a line).
+    joining: std::sync::atomic::AtomicBool,
 }
 
 /// When a Raft message last went to or came from each member.
@@ -496,6 +562,8 @@ impl PairNode {
             appended: Mutex::new(std::collections::VecDeque::new()),
             contact,
             log: Mutex::new(log),
+            refused_log: Mutex::new(std::collections::HashMap::new()),
+            joining: std::sync::atomic::AtomicBool::new(false),
         });
         // A higher epoch seen on the wire: step down (one at a time).
         let weak = Arc::downgrade(&node);
@@ -923,6 +991,15 @@ impl PairNode {
     /// expired one, a peer that cannot prove the code, or a node already
     /// paired is refused and changes nothing here.
     pub async fn join(&self, addr: &str, code: &str) -> Result<NodeId, PairError> {
+        use std::sync::atomic::Ordering;
+        self.joining.store(true, Ordering::SeqCst);
+        let joined = self.join_with_code(addr, code).await;
+        self.joining.store(false, Ordering::SeqCst);
+        joined
+    }
+
+    /// [`PairNode::join`] itself.
+    async fn join_with_code(&self, addr: &str, code: &str) -> Result<NodeId, PairError> {
         let code = PairingCode::parse(code).map_err(|e| PairError::Refused(e.to_string()))?;
         if self.members().await.len() > 1 {
             return Err(PairError::Refused(
@@ -1157,7 +1234,7 @@ impl PairNode {
         };
         if let Some(theirs) = raft_mark {
             let Some(member) = self.peer(fp).await else {
-                tracing::warn!(fingerprint = %fp, "pair: Raft message from an unknown certificate refused");
+                self.log_refused(fp);
                 return Response::Refused("this certificate is not a member of the pair".into());
             };
             if let Some(id) = member {
@@ -1221,6 +1298,29 @@ impl PairNode {
                 self.update_member(fp, node_id, &console, &application_uri, &raft)
                     .await,
             ),
+        }
+    }
+
+    /// Logs a Raft message refused from the certificate `fp`: the first,
+    /// then one line per [`crate::quiet::REPEAT_LOG_INTERVAL`] with the
+    /// count (a former member that still takes this appliance for a member
+    /// keeps calling until `uagate pair leave` runs there).
+    fn log_refused(&self, fp: &str) {
+        if self.joining.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let mut logged = self.refused_log.lock();
+        if logged.len() >= MAX_REFUSED_LOGGED && !logged.contains_key(fp) {
+            logged.clear();
+        }
+        if let Some(not_logged) = logged
+            .entry(fp.to_string())
+            .or_default()
+            .hit(Instant::now())
+        {
+            tracing::warn!(fingerprint = %fp, not_logged,
+                "pair: Raft messages from a certificate that is not a member refused (a former \
+                 member that was not told it left? run `uagate pair leave` there)");
         }
     }
 
@@ -1333,15 +1433,24 @@ impl PairNode {
             .iter()
             .any(|(id, n, _)| *id == hello.node_id || n.fingerprint == fp)
         {
+            tracing::warn!(joiner = hello.node_id, addr = %hello.addr, fingerprint = %fp, "pairing refused: already a member");
             return Err("that appliance is already a member of this pair".into());
         }
         let appliances = members.iter().filter(|(_, n, _)| !n.witness).count();
         let witnesses = members.len() - appliances;
         if hello.witness && witnesses > 0 {
-            return Err("this pair already has a witness".into());
+            tracing::warn!(joiner = hello.node_id, addr = %hello.addr, fingerprint = %fp, "pairing refused: the pair already has a witness");
+            return Err(format!(
+                "this pair already has a witness (a set has at most {MAX_APPLIANCES} appliances \
+                 and one witness)"
+            ));
         }
         if !hello.witness && appliances >= MAX_APPLIANCES {
-            return Err("this appliance is already paired with another".into());
+            tracing::warn!(joiner = hello.node_id, addr = %hello.addr, fingerprint = %fp, "pairing refused: the pair is full");
+            return Err(format!(
+                "the pair is full: it has {appliances} appliances already (a set has at most \
+                 {MAX_APPLIANCES} appliances and one witness)"
+            ));
         }
         snapshot_and_purge(raft).await.map_err(|e| e.to_string())?;
         let node = PeerNode {
@@ -1368,12 +1477,20 @@ impl PairNode {
         })
     }
 
-    /// Leaves the pair (`uagate pair leave`). On the primary: drops the
-    /// other members. On the standby: asks the primary to drop it (when it
-    /// answers), forgets the pinned certificate, drops its log and becomes
-    /// a one-member cluster again, keeping the configuration it had. Refused
-    /// on an appliance that is not paired.
-    pub async fn leave(&self) -> Result<(), PairError> {
+    /// Leaves the pair (`uagate pair leave`, the console's Leave).
+    ///
+    /// On the leader: drops the other appliance (a witness stays, so a new
+    /// standby makes three voters again); when the witness is the only
+    /// other member, drops the witness. The leader then votes alone.
+    ///
+    /// On a standby or a witness: asks the leader to drop it (or, with no
+    /// leader known, the other appliance), forgets the pinned certificate,
+    /// drops its log and becomes a one-member cluster again (a witness
+    /// waits to be joined), keeping the configuration it had. It leaves
+    /// even when the leader was not told, and says so
+    /// ([`Departure::LeftUntold`]). Refused on an appliance that is not
+    /// paired.
+    pub async fn leave(&self) -> Result<Departure, PairError> {
         let members = self.members().await;
         let pinned = !self.file.lock().pinned.is_empty();
         if members.len() <= 1 && !pinned {
@@ -1382,45 +1499,88 @@ impl PairNode {
         let raft = self.raft.read().await.clone();
         let leader = raft.metrics().borrow().current_leader;
         if leader == Some(self.id) {
-            let others: BTreeSet<NodeId> = members
-                .iter()
-                .map(|(id, _, _)| *id)
-                .filter(|id| *id != self.id)
-                .collect();
-            raft.change_membership(openraft::ChangeMembers::RemoveNodes(others), false)
-                .await
-                .map_err(|e| PairError::Raft(e.to_string()))?;
-            tracing::info!("left the pair: the other appliance was dropped");
-            return Ok(());
+            let others: Vec<&(NodeId, PeerNode, bool)> =
+                members.iter().filter(|(id, _, _)| *id != self.id).collect();
+            let appliances: Vec<&&(NodeId, PeerNode, bool)> =
+                others.iter().filter(|(_, n, _)| !n.witness).collect();
+            let dropped: BTreeMap<NodeId, String> = if appliances.is_empty() {
+                others
+                    .iter()
+                    .map(|(id, n, _)| (*id, n.addr.clone()))
+                    .collect()
+            } else {
+                appliances
+                    .iter()
+                    .map(|(id, n, _)| (*id, n.addr.clone()))
+                    .collect()
+            };
+            self.remove_members(&raft, &dropped.keys().copied().collect())
+                .await?;
+            self.spawn_settle_voters();
+            let addrs: Vec<String> = dropped.into_values().collect();
+            tracing::info!(dropped = ?addrs, "pair leave on the leader: members dropped");
+            return Ok(Departure::Dropped(addrs));
         }
-        // Tell the primary, when it answers; leave anyway.
-        if let Some((_, node, _)) = members.iter().find(|(id, _, _)| Some(*id) == leader) {
-            match self.ask_to_drop(node).await {
-                Ok(()) => {
-                    tracing::info!(primary = %node.addr, "the primary dropped this appliance")
-                }
-                Err(e) => {
-                    tracing::warn!(primary = %node.addr, error = %e, "the primary was not told; leaving anyway")
-                }
-            }
-        }
+        let told = self.tell_leaving(&members, leader).await;
         {
             let mut file = self.file.lock();
             file.pinned.clear();
             file.save(&self.dir.join(NODE_FILE))?;
         }
         self.reset_log().await?;
-        let raft = self.raft.read().await.clone();
-        let me = self.me();
         if self.witness {
             tracing::info!("left the pair: the witness waits to be joined again");
-            return Ok(());
+        } else {
+            let raft = self.raft.read().await.clone();
+            raft.initialize(BTreeMap::from([(self.id, self.me())]))
+                .await
+                .map_err(|e| PairError::Raft(e.to_string()))?;
+            tracing::info!("left the pair: standalone again, with the configuration it had");
         }
-        raft.initialize(BTreeMap::from([(self.id, me)]))
-            .await
-            .map_err(|e| PairError::Raft(e.to_string()))?;
-        tracing::info!("left the pair: standalone again, with the configuration it had");
-        Ok(())
+        Ok(match told {
+            Ok(primary) => Departure::Left(primary),
+            Err((primary, reason)) => Departure::LeftUntold { primary, reason },
+        })
+    }
+
+    /// A leaving member tells the leader (or, when it knows none, each
+    /// other appliance in turn) to drop it: the address of the one that
+    /// did, or the leader's address (when known) and why none did.
+    async fn tell_leaving(
+        &self,
+        members: &[(NodeId, PeerNode, bool)],
+        leader: Option<NodeId>,
+    ) -> Result<String, (Option<String>, String)> {
+        let asked: Vec<&PeerNode> = match leader {
+            Some(l) => members
+                .iter()
+                .filter(|(id, _, _)| *id == l)
+                .map(|(_, n, _)| n)
+                .collect(),
+            None => members
+                .iter()
+                .filter(|(id, n, _)| *id != self.id && !n.witness)
+                .map(|(_, n, _)| n)
+                .collect(),
+        };
+        let Some(first) = asked.first() else {
+            tracing::warn!("pair leave: no primary is known to tell; leaving anyway");
+            return Err((None, "no primary is known".into()));
+        };
+        let mut why = String::new();
+        for node in &asked {
+            match self.ask_to_drop(node).await {
+                Ok(()) => {
+                    tracing::info!(primary = %node.addr, "the primary dropped this appliance");
+                    return Ok(node.addr.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(primary = %node.addr, error = %e, "the primary was not told; leaving anyway");
+                    why = e.to_string();
+                }
+            }
+        }
+        Err((Some(first.addr.clone()), why))
     }
 
     /// Asks the primary `node` to drop this appliance from the membership.
@@ -1433,8 +1593,69 @@ impl PairNode {
         }
     }
 
-    /// The primary's side of a standby's `leave`: drops member `node_id`
-    /// when the request comes from that member's own certificate.
+    /// Takes the members `ids` out of the membership, on the leader. A
+    /// voter cannot leave the membership directly (openraft keeps a node
+    /// that votes): the voters are first replaced by those that stay (the
+    /// joint change needs a quorum of the old and of the new voters), then
+    /// the nodes are removed. Each step waits at most [`WRITE_TIMEOUT`].
+    async fn remove_members(
+        &self,
+        raft: &Raft<PairConfig>,
+        ids: &BTreeSet<NodeId>,
+    ) -> Result<(), PairError> {
+        let membership = raft.metrics().borrow().membership_config.clone();
+        let voters: BTreeSet<NodeId> = membership.membership().voter_ids().collect();
+        let fingerprints: Vec<String> = membership
+            .membership()
+            .nodes()
+            .filter(|(id, _)| ids.contains(id))
+            .map(|(_, n)| n.fingerprint.clone())
+            .collect();
+        let deadline = Instant::now() + WRITE_TIMEOUT;
+        if voters.iter().any(|id| ids.contains(id)) {
+            let staying: BTreeSet<NodeId> = voters.difference(ids).copied().collect();
+            change_members(
+                raft,
+                openraft::ChangeMembers::ReplaceAllVoters(staying),
+                true,
+                deadline,
+            )
+            .await
+            .map_err(|e| PairError::Raft(format!("changing the voters: {e}")))?;
+        }
+        let present: BTreeSet<NodeId> = raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .filter(|id| ids.contains(id))
+            .collect();
+        if !present.is_empty() {
+            change_members(
+                raft,
+                openraft::ChangeMembers::RemoveNodes(present),
+                false,
+                deadline,
+            )
+            .await
+            .map_err(|e| PairError::Raft(format!("removing the members: {e}")))?;
+        }
+        // A member dropped is no longer accepted for Raft messages, also
+        // when this node had pinned it (it joined that member once).
+        let mut file = self.file.lock();
+        if fingerprints.iter().any(|fp| file.pinned.contains(fp)) {
+            file.pinned.retain(|fp| !fingerprints.contains(fp));
+            file.save(&self.dir.join(NODE_FILE))?;
+        }
+        Ok(())
+    }
+
+    /// The leader's side of a member's `leave`: drops member `node_id` when
+    /// the request comes from that member's own certificate. A node that
+    /// is no member (any more) is answered done: nothing is left to drop
+    /// (the leader's own `leave` dropped it before).
     async fn drop_member(
         &self,
         fp: &str,
@@ -1442,19 +1663,30 @@ impl PairNode {
         raft: &Raft<PairConfig>,
     ) -> Result<(), String> {
         let members = self.members().await;
-        if !members
-            .iter()
-            .any(|(id, n, _)| *id == node_id && n.fingerprint == fp)
-        {
-            tracing::warn!(fingerprint = %fp, node_id, "pair: leave request not from that member's certificate; refused");
-            return Err("only a member may take itself out of the pair".into());
+        let own = node_id == self.id || fp == self.fingerprint();
+        let known = match members.iter().find(|(id, _, _)| *id == node_id) {
+            Some((_, n, _)) if n.fingerprint == fp && !own => true,
+            None if !own && !members.iter().any(|(_, n, _)| n.fingerprint == fp) => false,
+            _ => {
+                tracing::warn!(fingerprint = %fp, node_id, "pair: leave request not from that member's certificate; refused");
+                return Err("only a member may take itself out of the pair".into());
+            }
+        };
+        let leader = raft.metrics().borrow().current_leader;
+        if leader != Some(self.id) {
+            let at = members
+                .iter()
+                .find(|(id, _, _)| Some(*id) == leader)
+                .map_or("unknown".to_string(), |(_, n, _)| n.addr.clone());
+            return Err(format!("not the configuration leader (the leader is {at})"));
         }
-        raft.change_membership(
-            openraft::ChangeMembers::RemoveNodes(BTreeSet::from([node_id])),
-            false,
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+        if !known {
+            tracing::info!(fingerprint = %fp, node_id, "pair: a node that is not a member asked to be dropped; nothing to drop");
+            return Ok(());
+        }
+        self.remove_members(raft, &BTreeSet::from([node_id]))
+            .await
+            .map_err(|e| e.to_string())?;
         tracing::info!(node_id, "a member left the pair");
         self.spawn_settle_voters();
         Ok(())
@@ -1584,12 +1816,17 @@ impl PairNode {
         let this = self.this.clone();
         tokio::spawn(async move {
             let deadline = Instant::now() + CATCH_UP_TIMEOUT;
+            let mut failing = LogThrottle::default();
             while Instant::now() < deadline {
                 let Some(node) = this.upgrade() else { return };
                 match node.settle_voters().await {
                     Ok(true) => return,
                     Ok(false) => {}
-                    Err(e) => tracing::warn!(error = %e, "pair: voters not settled yet"),
+                    Err(e) => {
+                        if let Some(not_logged) = failing.hit(Instant::now()) {
+                            tracing::warn!(error = %e, not_logged, "pair: voters not settled yet");
+                        }
+                    }
                 }
                 drop(node);
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1660,13 +1897,46 @@ impl PairNode {
             }),
             AdminRequest::Status => Ok(AdminResponse::Status(self.status().await?)),
             AdminRequest::Propose(p) => Ok(AdminResponse::Proposed(self.write(p).await?)),
-            AdminRequest::Leave => {
-                self.leave().await?;
-                Ok(AdminResponse::Left)
-            }
+            AdminRequest::Leave => match self.leave().await? {
+                Departure::Dropped(_) | Departure::Left(_) => Ok(AdminResponse::Left),
+                Departure::LeftUntold { primary, reason } => {
+                    Ok(AdminResponse::LeftUntold { primary, reason })
+                }
+            },
             AdminRequest::Promote { force } => Ok(AdminResponse::Promoted {
                 epoch: self.promote(force).await?.epoch,
             }),
+        }
+    }
+}
+
+/// Makes one membership change on the leader before `deadline`: while
+/// another change is still under way (voters settling after a join), it
+/// waits for that one and tries again, every 50 ms.
+async fn change_members(
+    raft: &Raft<PairConfig>,
+    change: openraft::ChangeMembers<NodeId, PeerNode>,
+    retain: bool,
+    deadline: Instant,
+) -> Result<(), String> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(done) =
+            tokio::time::timeout(left, raft.change_membership(change.clone(), retain)).await
+        else {
+            return Err(format!(
+                "not acknowledged by the other members within {WRITE_TIMEOUT:?} (a quorum of \
+                 the voters must be reachable)"
+            ));
+        };
+        match done {
+            Ok(_) => return Ok(()),
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                openraft::error::ChangeMembershipError::InProgress(_),
+            ))) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e.to_string()),
         }
     }
 }
@@ -2039,9 +2309,11 @@ pub async fn admin(
     addr: &str,
     request: AdminRequest,
 ) -> Result<AdminResponse, PairError> {
-    let (mut conn, fp) = connect(identity, addr, None).await?;
+    let (mut conn, fp) = connect(identity, addr, None)
+        .await
+        .map_err(|e| PairError::LocalNode(e.to_string()))?;
     if fp != identity.fingerprint() {
-        return Err(PairError::Refused(format!(
+        return Err(PairError::LocalNode(format!(
             "{addr} is not this appliance's pair listener (another certificate)"
         )));
     }
@@ -2080,6 +2352,9 @@ impl RaftNetworkFactory<PairConfig> for Network {
             stale: self.stale.clone(),
             contact: self.contact.clone(),
             conn: None,
+            refusals: 0,
+            quiet_until: None,
+            failing: LogThrottle::default(),
         }
     }
 }
@@ -2096,19 +2371,75 @@ struct Peer {
     stale: tokio::sync::mpsc::UnboundedSender<EpochMark>,
     contact: Contact,
     conn: Option<Conn<tokio_rustls::client::TlsStream<TcpStream>>>,
+    /// Refusals in a row (see [`REFUSED_RETRY_FIRST`]).
+    refusals: u32,
+    /// After a refusal, no message goes to the member before this.
+    quiet_until: Option<Instant>,
+    /// The log of a failure that goes on: once, then at a slow interval.
+    failing: LogThrottle,
 }
 
 impl Peer {
-    /// Sends `request` and waits for its answer within `ttl`.
+    /// Sends `request` and waits for its answer within `ttl`. A member
+    /// that refused the last message is not called again before its wait
+    /// is over (doubling per refusal): openraft's retries meanwhile fail
+    /// at once, quietly. A failure is logged once, then at a slow interval,
+    /// and its end once.
     async fn call(&mut self, request: Request, ttl: Duration) -> Result<Response, PairError> {
+        if let Some(until) = self.quiet_until {
+            if Instant::now() < until {
+                return Err(PairError::Refused(format!(
+                    "{} refused this appliance's last message; not called again yet",
+                    self.node.addr
+                )));
+            }
+        }
+        let result = self.exchange(request, ttl).await;
+        let now = Instant::now();
+        match &result {
+            Ok(Response::Refused(why)) => {
+                self.refusals = self.refusals.saturating_add(1);
+                let wait = REFUSED_RETRY_FIRST
+                    .saturating_mul(1 << self.refusals.saturating_sub(1).min(16))
+                    .min(REFUSED_RETRY_MAX);
+                self.quiet_until = Some(now + wait);
+                // A member that joined a moment ago refuses until it has
+                // pinned this appliance: only a refusal that repeats is
+                // worth a line.
+                let repeated = self.refusals >= 2;
+                if let Some(not_logged) = repeated.then(|| self.failing.hit(now)).flatten() {
+                    tracing::warn!(peer = self.target, addr = %self.node.addr, refused = %why, not_logged,
+                        "pair: a member refuses this appliance's Raft messages (did it leave the pair? \
+                         then run `uagate pair leave` on the primary to drop it)");
+                }
+            }
+            Ok(_) => {
+                self.refusals = 0;
+                self.quiet_until = None;
+                if self.failing.clear() {
+                    tracing::info!(peer = self.target, addr = %self.node.addr, "pair: member reachable again");
+                }
+            }
+            Err(e) => {
+                if let Some(not_logged) = self.failing.hit(now) {
+                    tracing::warn!(peer = self.target, addr = %self.node.addr, error = %e, not_logged,
+                        "pair: member not reachable");
+                }
+            }
+        }
+        result
+    }
+
+    /// One request and its answer within `ttl`, on the open connection or
+    /// a new one.
+    async fn exchange(&mut self, request: Request, ttl: Duration) -> Result<Response, PairError> {
         let result = tokio::time::timeout(ttl, async {
             if self.conn.is_none() {
                 let (conn, fp) = connect(&self.identity, &self.node.addr, self.source).await?;
                 if fp != self.node.fingerprint {
-                    tracing::warn!(peer = self.target, addr = %self.node.addr, fingerprint = %fp,
-                        "pair peer presented another certificate than the pinned one; refused");
+                    // Logged by `call` (once, then at a slow interval).
                     return Err(PairError::Refused(format!(
-                        "{} presented a certificate that is not the pinned one",
+                        "{} presented a certificate ({fp}) that is not the pinned one",
                         self.node.addr
                     )));
                 }
@@ -2152,9 +2483,15 @@ fn unreachable<E: std::error::Error>(e: &PairError) -> RPCError<NodeId, PeerNode
     RPCError::Unreachable(Unreachable::new(e))
 }
 
+/// A refusal or an answer out of turn: reported to openraft as an
+/// unreachable member, so that it backs off before the next message
+/// (a network error would be retried at once, in a tight loop).
 fn unexpected<E: std::error::Error>(what: &str, got: &Response) -> RPCError<NodeId, PeerNode, E> {
-    let e = PairError::Refused(format!("{what}: unexpected answer {got:?}"));
-    RPCError::Network(NetworkError::new(&e))
+    let e = match got {
+        Response::Refused(why) => PairError::Refused(format!("{what} refused: {why}")),
+        other => PairError::Refused(format!("{what}: unexpected answer {other:?}")),
+    };
+    RPCError::Unreachable(Unreachable::new(&e))
 }
 
 impl RaftNetwork<PairConfig> for Peer {

@@ -201,8 +201,17 @@ pub enum AdminResponse {
     Status(crate::node::PairStatus),
     /// What a proposed change did.
     Proposed(crate::ApplyResponse),
-    /// This appliance is standalone now.
+    /// This appliance left the pair (on the leader: the other member was
+    /// dropped).
     Left,
+    /// This appliance left the pair, but the leader was not told: it still
+    /// lists this appliance until `uagate pair leave` runs there.
+    LeftUntold {
+        /// The leader's pair address, when one was known.
+        primary: Option<String>,
+        /// Why it was not told.
+        reason: String,
+    },
     /// This appliance leads now, in `epoch`.
     Promoted {
         /// The new epoch.

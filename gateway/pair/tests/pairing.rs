@@ -492,10 +492,16 @@ async fn with_a_witness_the_pair_elects_its_leader() {
     let (code, _) = invite(&a).await;
     let e = join(&w2, &a, &code).await.unwrap_err();
     assert!(e.contains("already has a witness"), "{e}");
+    // A third appliance, not paired at all, is told the set is full (not
+    // that it is paired).
     let c = appliance("c").await;
     let (code, _) = invite(&a).await;
     let e = join(&c, &a, &code).await.unwrap_err();
-    assert!(e.contains("already paired"), "{e}");
+    assert!(
+        e.contains("the pair is full") && e.contains("at most 2 appliances and one witness"),
+        "{e}"
+    );
+    assert!(!e.contains("already paired"), "{e}");
 
     // A write is acknowledged by a quorum: every node has it.
     a.node.write(add_user("bert")).await.unwrap();
@@ -950,4 +956,214 @@ async fn a_member_restarted_with_a_new_console_url_is_known_by_it() {
     wait_user(&b.store, "dora").await;
     a2.stop().await;
     b2.stop().await;
+}
+
+/// Two appliances and a witness, all three voting on every member.
+async fn with_a_witness() -> (Appliance, Appliance, Appliance) {
+    let (a, b) = paired().await;
+    let w = witness("w").await;
+    let (code, _) = invite(&a).await;
+    join(&w, &a, &code).await.unwrap();
+    for n in [&a, &b, &w] {
+        wait_status(n, "three voters everywhere", |st| {
+            st.members.len() == 3 && st.members.iter().all(|m| m.voter)
+        })
+        .await;
+    }
+    (a, b, w)
+}
+
+/// The node ids of the members of `st` that vote.
+fn voters(st: &uagate_pair::PairStatus) -> Vec<u64> {
+    st.members
+        .iter()
+        .filter(|m| m.voter)
+        .map(|m| m.node_id)
+        .collect()
+}
+
+/// `uagate pair leave` on a standby that votes (a set with a witness):
+/// the primary drops it and votes alone, the witness stays (a new standby
+/// makes three voters again), the standby is standalone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voting_standby_leaves_a_set_with_a_witness() {
+    let (a, b, w) = with_a_witness().await;
+    let (a_id, b_id, w_id) = (a.node.id(), b.node.id(), w.node.id());
+    assert!(matches!(
+        cli(&b, AdminRequest::Leave).await.unwrap(),
+        AdminResponse::Left
+    ));
+    wait_status(&a, "A drops B and votes alone; the witness stays", |st| {
+        st.members.len() == 2
+            && st.members.iter().all(|m| m.node_id != b_id)
+            && voters(st) == [a_id]
+    })
+    .await;
+    let sb = b.node.status().await.unwrap();
+    assert_eq!(sb.role, PairRole::Standalone, "{sb:?}");
+    // A takes changes and the witness still follows; B's stay its own.
+    a.node.write(add_user("erik")).await.unwrap();
+    wait_user(&w.store, "erik").await;
+    b.node.write(add_user("gina")).await.unwrap();
+    assert!(!users(&b.store).await.contains(&"erik".to_string()));
+    // A new standby joins the primary and the witness: three voters again.
+    let c = appliance("c").await;
+    let (code, _) = invite(&a).await;
+    join(&c, &a, &code).await.unwrap();
+    let c_id = c.node.id();
+    wait_status(&a, "A, the witness and C vote", |st| {
+        let mut v = voters(st);
+        v.sort_unstable();
+        let mut want = vec![a_id, w_id, c_id];
+        want.sort_unstable();
+        v == want
+    })
+    .await;
+    wait_user(&c.store, "erik").await;
+    for n in [a, b, c, w] {
+        n.node.stop().await;
+    }
+}
+
+/// `uagate pair leave` on the primary of a set with a witness drops the
+/// other appliance (a voter) and keeps the witness; the dropped standby's
+/// own leave is then answered done; with only the witness left, leave on
+/// the primary drops the witness and the primary is standalone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_drops_a_voting_standby_and_then_the_witness() {
+    let (a, b, w) = with_a_witness().await;
+    let (a_id, b_id, w_id) = (a.node.id(), b.node.id(), w.node.id());
+    let left = cli(&a, AdminRequest::Leave).await;
+    assert!(matches!(left, Ok(AdminResponse::Left)), "{left:?}");
+    wait_status(&a, "A votes alone, beside the witness", |st| {
+        let mut ids: Vec<u64> = st.members.iter().map(|m| m.node_id).collect();
+        ids.sort_unstable();
+        let mut want = vec![a_id, w_id];
+        want.sort_unstable();
+        ids == want && voters(st) == [a_id] && st.role == PairRole::Primary
+    })
+    .await;
+    a.node.write(add_user("erik")).await.unwrap();
+    wait_user(&w.store, "erik").await;
+    // B, dropped, leaves too: the primary has nothing more to drop.
+    let left = cli(&b, AdminRequest::Leave).await;
+    assert!(matches!(left, Ok(AdminResponse::Left)), "{left:?}");
+    assert_eq!(b.node.status().await.unwrap().role, PairRole::Standalone);
+    assert!(!users(&b.store).await.contains(&"erik".to_string()));
+    // Only the witness is left: leave on A drops it; A is standalone.
+    let left = cli(&a, AdminRequest::Leave).await;
+    assert!(matches!(left, Ok(AdminResponse::Left)), "{left:?}");
+    wait_status(&a, "A standalone", |st| {
+        st.role == PairRole::Standalone && st.members.len() == 1
+    })
+    .await;
+    let left = cli(&w, AdminRequest::Leave).await;
+    assert!(matches!(left, Ok(AdminResponse::Left)), "{left:?}");
+    let e = cli(&a, AdminRequest::Leave).await.unwrap_err();
+    assert!(e.contains("not paired"), "{e}");
+    assert!(w
+        .node
+        .status()
+        .await
+        .unwrap()
+        .members
+        .iter()
+        .all(|m| m.node_id != b_id));
+    for n in [a, b, w] {
+        n.node.stop().await;
+    }
+}
+
+/// A standby that leaves while the primary does not answer leaves anyway
+/// and says the primary was not told (the CLI tells the operator to run
+/// `pair leave` there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_leaving_an_unreachable_primary_says_it_was_not_told() {
+    let (a, b) = paired().await;
+    let a_addr = a.node.local_addr().to_string();
+    wait_status(&b, "B follows A", |st| {
+        st.members.len() == 2 && st.leader.as_deref() == Some(a_addr.as_str())
+    })
+    .await;
+    a.node.stop().await;
+    match cli(&b, AdminRequest::Leave).await {
+        Ok(AdminResponse::LeftUntold {
+            primary: Some(primary),
+            reason,
+        }) => {
+            assert_eq!(primary, a_addr);
+            assert!(!reason.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(b.node.status().await.unwrap().role, PairRole::Standalone);
+    b.node.stop().await;
+}
+
+/// A member that refuses the primary's messages (it left without the
+/// primary being told; here a listener with its certificate that refuses
+/// like a former member does) is not called in a loop, also after the
+/// primary restarts: the primary waits longer after every refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_refuses_is_not_called_in_a_loop() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let (a, b) = paired().await;
+    a.node.write(add_user("anna")).await.unwrap();
+    wait_user(&b.store, "anna").await;
+    let b_addr = b.node.local_addr();
+    let identity = Identity::load_or_create(&b.pair_dir, "b").unwrap();
+    b.node.stop().await;
+    let t0 = Instant::now();
+    let listener = loop {
+        match tokio::net::TcpListener::bind(b_addr).await {
+            Ok(l) => break l,
+            Err(e) => {
+                assert!(t0.elapsed() < Duration::from_secs(10), "{b_addr}: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(identity.server_config().unwrap());
+    let calls = Arc::new(AtomicU64::new(0));
+    let counted = calls.clone();
+    let server = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, counted) = (acceptor.clone(), counted.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut conn = Conn::new(tls);
+                while let Ok(Some(_)) = conn.recv::<Request>().await {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let no =
+                        Response::Refused("this certificate is not a member of the pair".into());
+                    if conn.send(&no).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    // The primary restarts (it sends B its log again) and makes a change
+    // B does not have: it keeps trying to send them.
+    let a2 = restart(
+        &a,
+        a.node.local_addr(),
+        "https://a.example:8443/",
+        "urn:uagate:a",
+    )
+    .await;
+    a2.write(add_user("bert")).await.unwrap();
+    let before = calls.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let n = calls.load(Ordering::SeqCst) - before;
+    assert!(n <= 12, "{n} messages in 4 s to a member that refuses them");
+    // The primary itself is unaffected.
+    a2.write(add_user("carl")).await.unwrap();
+    server.abort();
+    a2.stop().await;
 }

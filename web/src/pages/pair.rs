@@ -237,11 +237,8 @@ pub async fn leave(
         return render(&state, &who, shown);
     }
     let result = async {
-        node(&state)?.leave().await.map_err(refusal)?;
-        Ok(done(
-            "/pair",
-            "Left the pair: this appliance is standalone.",
-        ))
+        let departure = node(&state)?.leave().await.map_err(refusal)?;
+        Ok(done("/pair", &departure.note()))
     }
     .await;
     answer(&state, &who, result)
