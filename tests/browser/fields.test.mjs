@@ -117,6 +117,15 @@ test("field connections: a structured form, tested, trusted and applied live", a
     assert.equal(await page.inputValue("#f-name"), "press1");
     assert.equal(await page.inputValue("#f-url0"), sim_url);
     await shot(page, "20-fields-test-untrusted");
+    // Enter in a field (here after correcting the name) never trusts the certificate: it
+    // presses the form's first submit button, which tests again.
+    await page.fill("#f-name", "press1a");
+    await Promise.all([page.waitForNavigation(), page.press("#f-name", "Enter")]);
+    await page.waitForSelector("#form-probe");
+    assert.equal(await page.$("#notice"), null, `Enter made a change: ${await page.$eval("#notice", (n) => n.textContent).catch(() => "")}`);
+    assert.match(await page.textContent("#form-probe"), /not trusted yet/, "Enter did not trust the certificate");
+    assert.equal(await page.inputValue("#f-name"), "press1a");
+    await page.fill("#f-name", "press1");
     await page.click("button.trust");
     assert.match(await notice(page), /^Trusted /);
     await page.waitForSelector("#form-probe");
