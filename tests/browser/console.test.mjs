@@ -161,7 +161,30 @@ test("the console end to end", async (t) => {
     await page.waitForURL(/\/limits$/);
   });
 
+  await t.test("a session ended in another tab: the whole page goes to the login, says why, and comes back", async () => {
+    // The Field connections page refreshes its live table every 2 s.
+    await page.goto("/fields?edit=nothing");
+    const other = await page.context().newPage();
+    await other.goto("/");
+    await other.click("header form.who button");
+    await other.waitForURL(/\/login$/);
+    await other.close();
+    await page.waitForURL(/\/login\?/, { timeout: 10_000 });
+    const url = new URL(page.url());
+    assert.equal(url.searchParams.get("next"), "/fields?edit=nothing", page.url());
+    assert.match(await page.textContent("#expired"), /Your session expired/);
+    await shot(page, "01b-login-session-expired");
+    await page.fill("input[name=username]", ADMIN[0]);
+    await page.fill("input[name=password]", ADMIN[1]);
+    await page.click("button[type=submit]");
+    await page.waitForURL(/\/fields\?edit=nothing$/);
+    // The whole page: styled, with the navigation, not a bare fragment.
+    assert.ok(await page.$("header.top nav a[href='/limits']"), "the navigation is there");
+    assert.equal(await page.textContent("h1"), "Field connections");
+  });
+
   await t.test("a stage limit: the plan preview follows the typing, invalid cannot be applied", async () => {
+    await page.goto("/limits");
     const planLine = async () =>
       (await page.textContent("#plan-lines")).split("\n").find((l) => l.startsWith("RequestExecution"));
     const beforeLine = await planLine();

@@ -1182,3 +1182,124 @@ async fn the_audit_log_reads_as_sentences_filters_and_exports_csv() {
     );
     f.stop().await;
 }
+/// An htmx request, as a page's periodic refresh sends it from `current`
+/// (the page the browser shows), with the session cookie `cookie`.
+fn htmx(uri: &str, current: Option<&str>, cookie: Option<&str>) -> Request<Body> {
+    let mut r = Request::builder()
+        .uri(uri)
+        .header("hx-request", "true")
+        .header("x-uagate-poll", "1");
+    if let Some(c) = current {
+        r = r.header("hx-current-url", c);
+    }
+    if let Some(c) = cookie {
+        r = r.header(header::COOKIE, c);
+    }
+    r.body(Body::empty()).unwrap()
+}
+
+#[tokio::test]
+async fn an_ended_session_takes_the_whole_page_to_the_login_and_back() {
+    let f = Fixture::start().await;
+    let b = browser(&f, "operator").await;
+    // Logged out in another tab: this tab's cookie is no longer valid.
+    let (s, _, _) = f
+        .call(form("/logout", &[("_csrf", &b.csrf)], Some(&b)))
+        .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+
+    // The Dashboard's refresh: the whole window goes to the login page,
+    // which comes back to the Dashboard, not to the fragment.
+    let (s, _, h) = f
+        .call(htmx(
+            "/partials/dashboard",
+            Some("https://127.0.0.1:8443/"),
+            Some(&b.cookie),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(h["hx-redirect"], "/login?next=%2F&expired=1");
+    // The Field connections page opened on an entry comes back to it.
+    let (_, _, h) = f
+        .call(htmx(
+            "/partials/fields",
+            Some("https://127.0.0.1:8443/fields?edit=line1"),
+            Some(&b.cookie),
+        ))
+        .await;
+    assert_eq!(
+        h["hx-redirect"],
+        "/login?next=%2Ffields%3Fedit%3Dline1&expired=1"
+    );
+    // Without the page's address (the cookie was cleared by the logout):
+    // the fragment's page.
+    for (partial, page) in [
+        ("/partials/fields", "%2Ffields"),
+        ("/partials/usage", "%2Flimits"),
+        ("/partials/system", "%2Fsystem"),
+        ("/partials/dashboard", "%2F"),
+    ] {
+        let (_, _, h) = f.call(htmx(partial, None, None)).await;
+        assert_eq!(
+            h["hx-redirect"],
+            format!("/login?next={page}&expired=1").as_str(),
+            "{partial}"
+        );
+    }
+    // A form posted after the session ended: back to the page it was on.
+    let mut post = form(
+        "/service-level",
+        &[("_csrf", &b.csrf), ("level", "150"), ("expires_min", "5")],
+        None,
+    );
+    post.headers_mut().insert(
+        header::REFERER,
+        "https://127.0.0.1:8443/service-level".parse().unwrap(),
+    );
+    let (s, _, h) = f.call(post).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert_eq!(
+        h[header::LOCATION],
+        "/login?next=%2Fservice-level&expired=1"
+    );
+    // A first visit is no expired session.
+    let (_, _, h) = f.call(get("/fields", None)).await;
+    assert_eq!(h[header::LOCATION], "/login?next=%2Ffields");
+
+    // The login page says why, and never leads to a fragment, a REST
+    // path or another site.
+    let (s, body, _) = f
+        .call(get("/login?next=%2Fpartials%2Fdashboard&expired=1", None))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let html = text_of(&body);
+    assert!(html.contains("Your session expired"), "{html}");
+    assert!(html.contains(r#"name="next" value="/""#), "{html}");
+    let (_, body, _) = f.call(get("/login?next=%2Ffields", None)).await;
+    assert!(!text_of(&body).contains("Your session expired"));
+    for (next, to) in [
+        ("/partials/fields", "/fields"),
+        ("/partials/dashboard", "/"),
+        ("/fields/check", "/fields"),
+        ("/fields?edit=line1", "/fields?edit=line1"),
+        ("/api/v1/status", "/"),
+        ("https://evil.example/", "/"),
+        ("//evil.example/", "/"),
+        ("/nowhere", "/"),
+    ] {
+        let (s, _, h) = f
+            .call(form(
+                "/login",
+                &[
+                    ("username", "viewer"),
+                    ("password", "correct horse viewer"),
+                    ("next", next),
+                ],
+                None,
+            ))
+            .await;
+        assert_eq!(s, StatusCode::SEE_OTHER, "{next}");
+        assert_eq!(h[header::LOCATION], to, "{next}");
+    }
+    f.stop().await;
+}

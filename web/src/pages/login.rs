@@ -23,6 +23,9 @@ struct LoginPage {
     error: Option<String>,
     next: String,
     setup_pending: bool,
+    /// Came here because the session ended (idle logout, logout in another
+    /// tab): the page says so.
+    expired: bool,
 }
 
 /// `GET /login?next=`: the login form.
@@ -31,6 +34,9 @@ pub struct NextQuery {
     /// Where to go after logging in (a console path).
     #[serde(default)]
     pub next: Option<String>,
+    /// Set when a page's session ended (see `pages::to_login`).
+    #[serde(default)]
+    pub expired: Option<String>,
 }
 
 /// `GET /login`.
@@ -40,16 +46,50 @@ pub async fn form(State(state): State<WebState>, Query(q): Query<NextQuery>) -> 
         error: None,
         next: safe_next(q.next.as_deref()),
         setup_pending: state.setup_code.lock().is_some(),
+        expired: q.expired.is_some(),
     };
     page(&t, StatusCode::OK)
 }
 
-/// Only local console paths are followed after login (no open redirect).
-fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_string(),
-        _ => "/".to_string(),
+/// Where to go after logging in: a console page, never a fragment or a
+/// REST path, and never another site (no open redirect).
+/// - a page of the navigation, with its query, as it is;
+/// - a fragment a page refreshes (`/partials/fields`) or a form's address
+///   (`/fields/check`): that page, without the query;
+/// - anything else: the Dashboard.
+pub(crate) fn safe_next(next: Option<&str>) -> String {
+    let Some(n) = next else {
+        return "/".to_string();
+    };
+    if !n.starts_with('/')
+        || n.starts_with("//")
+        || n.contains('\\')
+        || n.chars().any(char::is_control)
+    {
+        return "/".to_string();
     }
+    let path = n.split(['?', '#']).next().unwrap_or("/");
+    if super::NAV.iter().any(|(p, _, _)| *p == path) {
+        return n.to_string();
+    }
+    let page = match path.strip_prefix("/partials/") {
+        Some("usage") => "/limits".to_string(),
+        Some("dashboard") => "/".to_string(),
+        Some(fragment) => format!("/{fragment}"),
+        None => path.to_string(),
+    };
+    super::NAV
+        .iter()
+        .map(|(p, _, _)| *p)
+        .filter(|p| *p != "/")
+        .find(|p| {
+            page == *p
+                || page
+                    .strip_prefix(p)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        })
+        .unwrap_or("/")
+        .to_string()
 }
 
 /// `POST /login` form.
@@ -77,6 +117,7 @@ pub async fn submit(
                 error: Some(e.to_string()),
                 next: safe_next(f.next.as_deref()),
                 setup_pending: state.setup_code.lock().is_some(),
+                expired: false,
             };
             page(&t, status_of(&e))
         }

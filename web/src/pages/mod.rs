@@ -35,7 +35,7 @@ use std::future::Future;
 
 use askama::Template;
 use axum::extract::Request;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
 use uagate_store::Role;
@@ -171,15 +171,46 @@ where
     })
 }
 
-/// The login page, then back to where `request` was going.
+/// The login page, then back to the page the user was on.
+///
+/// - An htmx request (a page's periodic refresh or a button on it) makes
+///   the whole window go there (`HX-Redirect`), coming back to the page
+///   the browser shows (`HX-Current-URL`), never to the fragment.
+/// - A form post comes back to the page it was posted from (`Referer`).
+/// - A page comes back to itself.
+///
+/// Where a session existed (an htmx request or a form post comes from a
+/// page opened with one; or the request carries a session cookie no longer
+/// valid) the login page says the session expired (`expired=1`).
 fn to_login(request: &Request) -> Response {
-    let next = request
-        .uri()
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
-    let to = format!("/login?next={}", urlencode(next));
-    if request.headers().contains_key("hx-request") {
+    let headers = request.headers();
+    let htmx = headers.contains_key("hx-request");
+    let get = matches!(*request.method(), Method::GET | Method::HEAD);
+    let url_path = |name: header::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(path_of_url)
+    };
+    let came_from = if htmx {
+        url_path(header::HeaderName::from_static("hx-current-url"))
+    } else if get {
+        request.uri().path_and_query().map(|p| p.to_string())
+    } else {
+        url_path(header::REFERER)
+    };
+    // A refreshed fragment without the page's address: that fragment's page.
+    let came_from = came_from.or_else(|| Some(request.uri().path().to_string()));
+    let next = login::safe_next(came_from.as_deref());
+    let had_cookie =
+        crate::auth::cookie_value(headers, crate::auth::COOKIE).is_some_and(|v| !v.is_empty());
+    let expired = htmx || !get || had_cookie;
+    let to = format!(
+        "/login?next={}{}",
+        urlencode(&next),
+        if expired { "&expired=1" } else { "" }
+    );
+    if htmx {
         let mut r = StatusCode::OK.into_response();
         if let Ok(v) = HeaderValue::from_str(&to) {
             r.headers_mut().insert("hx-redirect", v);
@@ -187,6 +218,18 @@ fn to_login(request: &Request) -> Response {
         r
     } else {
         see_other(&to)
+    }
+}
+
+/// The path and query of a URL (`https://host:8443/fields?edit=a` gives
+/// `/fields?edit=a`); a value that is a path already stays as it is.
+pub(crate) fn path_of_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((_, rest)) => match rest.find('/') {
+            Some(i) => rest[i..].to_string(),
+            None => "/".to_string(),
+        },
+        None => url.to_string(),
     }
 }
 
