@@ -183,6 +183,36 @@ test("the console end to end", async (t) => {
     assert.equal(await page.textContent("h1"), "Field connections");
   });
 
+  await t.test("a browser gets pages, not JSON: unknown address, form opened before the last login", async () => {
+    const r = await page.goto("/nonexistent");
+    assert.equal(r.status(), 404);
+    assert.equal(await page.textContent("h1"), "Page not found");
+    assert.doesNotMatch(await page.textContent("body"), /"code"/);
+    await shot(page, "01c-page-not-found");
+    await page.click("#way-on");
+    await page.waitForURL(console_url);
+    // Tab A holds a form; tab B logs out and in again; tab A's form is then sent.
+    await page.goto("/service-level");
+    const other = await page.context().newPage();
+    await other.goto("/");
+    await other.click("header form.who button");
+    await other.waitForURL(/\/login$/);
+    await other.fill("input[name=username]", ADMIN[0]);
+    await other.fill("input[name=password]", ADMIN[1]);
+    await other.click("button[type=submit]");
+    await other.waitForURL(console_url);
+    await other.close();
+    await page.fill("#override-level", "42");
+    await page.click("#override-form button[type=submit]");
+    await page.waitForSelector("#problem");
+    assert.match(await page.textContent("#problem"), /This form was opened before you last logged in, so it was not saved/);
+    assert.ok(await page.$("header.top nav a[href='/limits']"), "in the console's layout");
+    await shot(page, "01d-form-before-login");
+    await page.click("#way-on");
+    await page.waitForURL(/\/service-level$/);
+    assert.equal(await page.textContent("#level-source"), "computed", "nothing was changed");
+  });
+
   await t.test("a stage limit: the plan preview follows the typing, invalid cannot be applied", async () => {
     await page.goto("/limits");
     const planLine = async () =>

@@ -252,7 +252,8 @@ pub async fn guard(
     use axum::http::Method;
     let unsafe_method = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     if unsafe_method && !same_origin(&req) {
-        return ApiError::Csrf.into_response();
+        let (mut parts, _) = req.into_parts();
+        return csrf_refusal(&state, &mut parts, CsrfFault::OtherSite).await;
     }
     let bearer = req
         .headers()
@@ -264,13 +265,22 @@ pub async fn guard(
     };
     let mut req = req;
     if let Some(who) = &session {
-        let mut verified = who.clone();
-        verified.via_cookie = true;
-        req.extensions_mut().insert(CookieSession(verified));
+        req.extensions_mut()
+            .insert(CookieSession(verified_session(who)));
         if unsafe_method && !CSRF_EXEMPT.contains(&req.uri().path()) {
+            let mut seen = axum::http::Request::new(());
+            *seen.method_mut() = req.method().clone();
+            *seen.uri_mut() = req.uri().clone();
+            *seen.headers_mut() = req.headers().clone();
+            seen.extensions_mut()
+                .insert(CookieSession(verified_session(who)));
             match csrf_ok(req, &who.csrf).await {
                 Ok(r) => req = r,
-                Err(resp) => return resp,
+                Err(Some(resp)) => return resp,
+                Err(None) => {
+                    let (mut parts, ()) = seen.into_parts();
+                    return csrf_refusal(&state, &mut parts, CsrfFault::StaleForm).await;
+                }
             }
         }
     }
@@ -306,6 +316,56 @@ pub async fn guard(
     resp
 }
 
+/// The session the guard verified from the cookie.
+fn verified_session(who: &Authed) -> Authed {
+    let mut verified = who.clone();
+    verified.via_cookie = true;
+    verified
+}
+
+/// Why a state-changing request failed the CSRF checks.
+#[derive(Debug, Clone, Copy)]
+enum CsrfFault {
+    /// It came from another site (`Origin` is not the console).
+    OtherSite,
+    /// It carried no CSRF token or another session's: a form opened before
+    /// the user last logged in (in this or another tab).
+    StaleForm,
+}
+
+/// The answer to a request the CSRF checks refused: 403 `csrf` in JSON for
+/// the REST API; for the browser console a page saying, in plain words,
+/// that nothing was saved and what to do, with the way back to the page
+/// the form was on.
+async fn csrf_refusal(state: &WebState, parts: &mut Parts, fault: CsrfFault) -> Response {
+    if crate::pages::is_api(parts.uri.path()) {
+        return ApiError::Csrf.into_response();
+    }
+    let referer = parts
+        .headers
+        .get(axum::http::header::REFERER)
+        .and_then(|v| v.to_str().ok())
+        .map(crate::pages::path_of_url);
+    let message = match fault {
+        CsrfFault::OtherSite => {
+            "This request came from another web site, so it was refused: nothing was changed."
+        }
+        CsrfFault::StaleForm => {
+            "This form was opened before you last logged in, so it was not saved. Go back to \
+             the page, reload it and enter it again."
+        }
+    };
+    crate::pages::problem(
+        state,
+        parts,
+        axum::http::StatusCode::FORBIDDEN,
+        "Not saved",
+        message.to_string(),
+        crate::pages::back_to(referer.as_deref()),
+    )
+    .await
+}
+
 /// A browser's state-changing request must name the console itself as
 /// its origin; requests without `Origin` (scripts) pass.
 fn same_origin(req: &axum::extract::Request) -> bool {
@@ -324,17 +384,18 @@ fn same_origin(req: &axum::extract::Request) -> bool {
 }
 
 /// Checks the CSRF token of a cookie-authenticated request; a form body
-/// is read (bounded) and put back.
+/// is read (bounded) and put back. `Err(None)`: no token or a wrong one;
+/// `Err(Some(answer))`: refused for another reason (a form too large).
 async fn csrf_ok(
     req: axum::extract::Request,
     expected: &str,
-) -> Result<axum::extract::Request, axum::response::Response> {
+) -> Result<axum::extract::Request, Option<axum::response::Response>> {
     let matches = |v: &str| constant_time_eq(v.as_bytes(), expected.as_bytes());
     if let Some(v) = req.headers().get(CSRF_HEADER) {
         return if v.to_str().is_ok_and(matches) {
             Ok(req)
         } else {
-            Err(ApiError::Csrf.into_response())
+            Err(None)
         };
     }
     let content_type = req
@@ -347,10 +408,10 @@ async fn csrf_ok(
         let (parts, body) = req.into_parts();
         let bytes = axum::body::to_bytes(body, MAX_FORM)
             .await
-            .map_err(|_| ApiError::invalid("body", "form too large").into_response())?;
+            .map_err(|_| Some(ApiError::invalid("body", "form too large").into_response()))?;
         let found = form_value(&bytes, CSRF_FIELD).is_some_and(|v| matches(&v));
         if !found {
-            return Err(ApiError::Csrf.into_response());
+            return Err(None);
         }
         return Ok(axum::extract::Request::from_parts(
             parts,
@@ -362,10 +423,10 @@ async fn csrf_ok(
         return if form_value(&query, CSRF_FIELD).is_some_and(|v| matches(&v)) {
             Ok(req)
         } else {
-            Err(ApiError::Csrf.into_response())
+            Err(None)
         };
     }
-    Err(ApiError::Csrf.into_response())
+    Err(None)
 }
 
 fn form_value(bytes: &[u8], name: &str) -> Option<String> {

@@ -352,8 +352,9 @@ async fn openapi_document() -> Json<Value> {
 }
 
 /// The router of the console and the REST API: the routes of [`table`],
-/// each behind the check of its access, a JSON 404 for anything else, and
-/// [`access::guard`] around all of it, and the security headers of
+/// each behind the check of its access, for anything else a 404 (JSON for
+/// the REST API, a page for a browser), [`access::guard`] around all of
+/// it, and the security headers of
 /// [`crate::headers`] on every response. Serve it with the client's address
 /// as a `ConnectInfo` extension (see [`crate::serve_tls`]) so login
 /// throttling sees it.
@@ -364,7 +365,7 @@ pub fn app(state: WebState) -> Router {
         router = router.route(route.path, endpoint);
     }
     router
-        .fallback(api::not_found)
+        .fallback(pages::not_found)
         .layer(axum::middleware::from_fn(crate::replicated::answer))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

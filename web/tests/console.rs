@@ -144,11 +144,12 @@ async fn pages_need_a_session_and_changes_need_the_csrf_token() {
             Some(&b),
         )
     };
-    // Without, or with a wrong, token: 403 csrf and nothing changes.
+    // Without, or with a wrong, token: 403 and nothing changes; the browser
+    // gets a page saying so (REST gets the JSON `csrf`, below).
     for bad in ["", "00000000000000000000000000000000"] {
         let (s, body, _) = f.call(set(bad)).await;
         assert_eq!(s, StatusCode::FORBIDDEN, "{body}");
-        assert_eq!(body["code"], "csrf");
+        assert!(text_of(&body).contains("it was not saved"), "{body}");
         assert_ne!(f.state.engine.service_level(), 150);
     }
     // From another site: refused even with the right token.
@@ -160,10 +161,12 @@ async fn pages_need_a_session_and_changes_need_the_csrf_token() {
         .headers_mut()
         .insert(header::HOST, "gateway.local:8443".parse().unwrap());
     let (s, body, _) = f.call(cross).await;
-    assert_eq!(
-        (s, body["code"].clone()),
-        (StatusCode::FORBIDDEN, json!("csrf"))
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert!(
+        text_of(&body).contains("came from another web site"),
+        "{body}"
     );
+    assert_ne!(f.state.engine.service_level(), 150);
     // Same origin with the token: done, and the notice is shown once.
     let mut ok = set(&b.csrf);
     ok.headers_mut().insert(
@@ -200,8 +203,9 @@ async fn pages_need_a_session_and_changes_need_the_csrf_token() {
         r.body(Body::from(json!({"level": null}).to_string()))
             .unwrap()
     };
-    let (s, _, _) = f.call(rest(None)).await;
+    let (s, body, _) = f.call(rest(None)).await;
     assert_eq!(s, StatusCode::FORBIDDEN);
+    assert_eq!(body["code"], "csrf");
     let (s, body, _) = f.call(rest(Some(&b.csrf))).await;
     assert_eq!(s, StatusCode::OK, "{body}");
     assert_eq!(body["service_level_source"], "computed");
@@ -1182,6 +1186,7 @@ async fn the_audit_log_reads_as_sentences_filters_and_exports_csv() {
     );
     f.stop().await;
 }
+
 /// An htmx request, as a page's periodic refresh sends it from `current`
 /// (the page the browser shows), with the session cookie `cookie`.
 fn htmx(uri: &str, current: Option<&str>, cookie: Option<&str>) -> Request<Body> {
@@ -1301,5 +1306,60 @@ async fn an_ended_session_takes_the_whole_page_to_the_login_and_back() {
         assert_eq!(s, StatusCode::SEE_OTHER, "{next}");
         assert_eq!(h[header::LOCATION], to, "{next}");
     }
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_browser_gets_pages_for_unknown_addresses_and_stale_forms() {
+    let f = Fixture::start().await;
+    let b = browser(&f, "operator").await;
+    // An unknown address: a page in the console's layout with the way on.
+    let (s, body, h) = f.call(page("/nonexistent", &b)).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert!(h[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    let html = text_of(&body);
+    assert!(html.contains("Page not found"), "{html}");
+    assert!(html.contains(r#"id="way-on" href="/">Back to the Dashboard"#));
+    assert!(html.contains(r#"href="/fields""#), "the navigation: {html}");
+    assert!(!html.contains("not_found"));
+    // Without a session: the small page, still no JSON.
+    let (s, body, _) = f.call(get("/nonexistent", None)).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert!(text_of(&body).contains("Page not found"));
+    // REST clients keep JSON.
+    let (s, body, _) = f.call(get("/api/v1/nonexistent", None)).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(body["code"], "not_found");
+
+    // A form opened before the user logged in again (in another tab):
+    // not saved, said in words, with the way back to its page.
+    let again = browser(&f, "operator").await;
+    let mut stale = form(
+        "/service-level",
+        &[
+            ("_csrf", &b.csrf),
+            ("level", "150"),
+            ("expires_min", "5"),
+            ("reason", "test"),
+        ],
+        Some(&again),
+    );
+    stale.headers_mut().insert(
+        header::REFERER,
+        "https://127.0.0.1:8443/service-level".parse().unwrap(),
+    );
+    let (s, body, _) = f.call(stale).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let html = text_of(&body);
+    assert!(
+        html.contains("This form was opened before you last logged in, so it was not saved."),
+        "{html}"
+    );
+    assert!(html.contains(r#"id="way-on" href="/service-level">Back to ServiceLevel"#));
+    assert!(html.contains("<nav>"), "in the console's layout: {html}");
+    assert_ne!(f.state.engine.service_level(), 150);
     f.stop().await;
 }

@@ -303,6 +303,89 @@ pub fn error_page(e: ApiError) -> Response {
     }
 }
 
+#[derive(Template)]
+#[template(path = "problem.html")]
+struct ProblemPage {
+    chrome: Chrome,
+    message: String,
+    /// Where to go from here: (path, link text).
+    way_on: (String, String),
+}
+
+/// Whether a request is for the REST API (or `/metrics`), whose errors are
+/// JSON; everything else is the browser console's and gets pages.
+pub(crate) fn is_api(path: &str) -> bool {
+    path == "/api" || path.starts_with("/api/") || path == "/metrics"
+}
+
+/// A browser request that went nowhere, explained on a page: in the
+/// console's layout (navigation, the user) for a logged-in user, else the
+/// small page without navigation; with a link on (`way_on`: path and
+/// text) and the status.
+pub(crate) async fn problem(
+    state: &WebState,
+    parts: &mut axum::http::request::Parts,
+    status: StatusCode,
+    title: &'static str,
+    message: String,
+    way_on: (String, String),
+) -> Response {
+    use axum::extract::FromRequestParts;
+    match Authed::from_request_parts(parts, state).await {
+        Ok(who) => page(
+            &ProblemPage {
+                chrome: Chrome::new(&who, title, "", None),
+                message,
+                way_on,
+            },
+            status,
+        ),
+        Err(_) => page(
+            &ErrorPage {
+                title: title.to_string(),
+                error: Some(message),
+            },
+            status,
+        ),
+    }
+}
+
+/// The way back to the console page `path` (see [`login::safe_next`]):
+/// its address and "Back to <its name>".
+pub(crate) fn back_to(path: Option<&str>) -> (String, String) {
+    let next = login::safe_next(path);
+    let page = next.split(['?', '#']).next().unwrap_or("/");
+    let label = match NAV.iter().find(|(p, _, _)| *p == page) {
+        Some((_, label, _)) if page != "/" => format!("Back to {label}"),
+        _ => "Back to the Dashboard".to_string(),
+    };
+    (next, label)
+}
+
+/// The router's fallback: an unknown address. The REST API answers
+/// 404 `not_found` in JSON; a browser gets the "Page not found" page with
+/// the way back to the Dashboard.
+pub async fn not_found(
+    axum::extract::State(state): axum::extract::State<WebState>,
+    request: Request,
+) -> Response {
+    if is_api(request.uri().path()) {
+        return crate::api::not_found().await.into_response();
+    }
+    let (mut parts, _) = request.into_parts();
+    problem(
+        &state,
+        &mut parts,
+        StatusCode::NOT_FOUND,
+        "Page not found",
+        "There is no console page at this address: it may have been mistyped, or the link is \
+         out of date."
+            .to_string(),
+        ("/".to_string(), "Back to the Dashboard".to_string()),
+    )
+    .await
+}
+
 /// The status a refused form post is re-rendered with.
 fn status_of(e: &ApiError) -> StatusCode {
     e.status_and_code().0
