@@ -309,6 +309,33 @@ test("the console end to end", async (t) => {
     await shot(page, "07-certificates-trusted");
   });
 
+  await t.test("the Sessions page with a client connected: no sideways scrolling at 1366 and 390 px", async () => {
+    const client = spawn(PYTHON, [path.join(HERE, "uaclient.py"), "hold", opc_url, path.join(tmp, "client"), "60"], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    try {
+      const [line] = await Promise.race([
+        new Promise((resolve) => readline.createInterface({ input: client.stdout }).on("line", (l) => resolve([l]))),
+        new Promise((_, rej) => setTimeout(() => rej(new Error("the asyncua client did not connect")), 30_000).unref()),
+      ]);
+      assert.deepEqual(JSON.parse(line), { connected: true });
+      await page.goto("/sessions");
+      await page.waitForSelector("#sessions tbody tr");
+      assert.match(await page.textContent("#sessions"), /operator station HMI-07/);
+      assert.ok(await noOverflow(page), "no horizontal scrolling at 1366 px");
+      await shot(page, "13b-sessions-client-1366");
+      const narrow = await newPage({ viewport: { width: 390, height: 844 } });
+      await narrow.context().addCookies(await page.context().cookies());
+      await narrow.goto("/sessions");
+      await narrow.waitForSelector("#sessions tbody tr");
+      await shot(narrow, "13c-sessions-client-390");
+      assert.ok(await noOverflow(narrow), "no horizontal scrolling at 390 px");
+      await narrow.context().close();
+    } finally {
+      client.kill("SIGTERM");
+    }
+  });
+
   await t.test("maintenance with confirmation, seen by asyncua, and back to running", async () => {
     await page.goto("/maintenance");
     await page.selectOption("#maintenance-state", "suspended");

@@ -158,6 +158,45 @@ test("field connections: a structured form, tested, trusted and applied live", a
     assert.ok(when.same, `the local time shown is the event's time: ${JSON.stringify(when)}`);
   });
 
+  await t.test("a 32-character name and a long URL: no sideways scrolling at 1366 and 390 px", async () => {
+    const long = "Linie_12_Abfuellung_Kessel_Nord_";
+    assert.equal(long.length, 32);
+    await page.goto("/fields");
+    await page.click("#field-editor > summary");
+    await page.fill("#f-name", long);
+    await page.fill("#f-url0", "opc.tcp://very-long-hostname-of-a-plc-in-the-north-hall.plant.invalid:4840/UA/Server/Endpoint");
+    await page.selectOption("#f-mode", "none");
+    await page.selectOption("#f-policy", "None");
+    await page.click("#f-save");
+    assert.match(await notice(page), /saved and applied/);
+    // Its failed attempts fill "Last error", the widest cell of the live table.
+    await page.waitForFunction(
+      (name) => {
+        const row = document.querySelector(`#fields tr[data-connection="${name}"]`);
+        return row && !/—\s*$/.test(row.querySelector("td[data-label='Last error']").textContent);
+      },
+      long,
+      { timeout: 20_000 },
+    );
+    await shot(page, "21b-fields-long-1366");
+    assert.deepEqual(await overflow(page), [], "no horizontal overflow at 1366 px");
+    const narrow = await narrowLike(browser, context, console_url, STEP_MS);
+    const p = await narrow.newPage();
+    await p.goto("/fields");
+    await shot(p, "21c-fields-long-390");
+    assert.deepEqual(await overflow(p), [], "no horizontal overflow at 390 px");
+    // The test of a running connection, a table of what each URL answered.
+    await p.click("#fields tr[data-connection=press1] td.actions button:text('Test connection')");
+    await p.waitForSelector("#probe");
+    await shot(p, "21d-fields-probe-390");
+    assert.deepEqual(await overflow(p), [], "no horizontal overflow of the test result at 390 px");
+    await narrow.close();
+    await page.goto("/fields");
+    page.once("dialog", (d) => d.accept());
+    await page.click(`#entries tr[data-entry="${long}"] button.danger`);
+    assert.match(await notice(page), /removed/);
+  });
+
   await t.test("an invalid value is refused next to its input and nothing is saved", async () => {
     await page.goto("/fields?edit=press1#field-editor");
     assert.equal(await page.inputValue("#f-name"), "press1");

@@ -4,6 +4,9 @@
     uaclient.py read URL DIR    connect (Basic256Sha256, SignAndEncrypt) with that
                                 certificate, print {"service_level", "state"} as JSON;
                                 on failure print {"error"} and exit 1
+    uaclient.py hold URL DIR S  connect the same way under a long client name, print
+                                {"connected": true}, keep the session S seconds (or until
+                                stdin closes or the process is ended), then disconnect
 
 Every network step is bounded, so the calling test never hangs."""
 
@@ -35,6 +38,42 @@ async def gen(directory: Path) -> None:
         {"commonName": "uagate-browser-test", "organizationName": "uagate tests"},
     )
     print(json.dumps({"cert": str(directory / "cert.der")}))
+
+
+async def connect(url: str, directory: Path, name: str) -> Client:
+    """A session with the client certificate of DIR; raises on failure."""
+    client = Client(url, timeout=TIMEOUT_S)
+    client.application_uri = APP_URI
+    client.name = name
+    # The session's name (what the Sessions page shows) is made from the description.
+    client.description = name
+    await asyncio.wait_for(
+        client.set_security(
+            SecurityPolicyBasic256Sha256,
+            str(directory / "cert.der"),
+            str(directory / "key.pem"),
+            mode=ua.MessageSecurityMode.SignAndEncrypt,
+        ),
+        TIMEOUT_S,
+    )
+    await asyncio.wait_for(client.connect(), TIMEOUT_S)
+    return client
+
+
+async def hold(url: str, directory: Path, seconds: float) -> int:
+    try:
+        client = await connect(
+            url, directory, "Line 3 packaging hall north, operator station HMI-07 (asyncua)"
+        )
+    except Exception as e:  # noqa: BLE001 - reported to the test as data
+        print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
+        return 1
+    print(json.dumps({"connected": True}), flush=True)
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        await asyncio.wait_for(client.disconnect(), TIMEOUT_S)
+    return 0
 
 
 async def read(url: str, directory: Path) -> int:
@@ -74,6 +113,8 @@ def main() -> int:
         return 0
     if len(sys.argv) == 4 and sys.argv[1] == "read":
         return asyncio.run(read(sys.argv[2], Path(sys.argv[3])))
+    if len(sys.argv) == 5 and sys.argv[1] == "hold":
+        return asyncio.run(hold(sys.argv[2], Path(sys.argv[3]), float(sys.argv[4])))
     print(__doc__, file=sys.stderr)
     return 2
 
