@@ -338,6 +338,13 @@ pub struct StatusView {
     pub service_level_source: String,
     /// Why: the computed level's reason (e.g. "2 of 3 field connections up"), the operator's reason for an override, or the requested state.
     pub service_level_reason: String,
+    /// With an operator's override in force (`service_level_source`
+    /// `override`): when it ends and the computed value returns (RFC 3339).
+    #[serde(default)]
+    pub service_level_override_until: Option<String>,
+    /// ... and who set it.
+    #[serde(default)]
+    pub service_level_override_by: Option<String>,
     /// Northbound sessions.
     pub sessions: usize,
     /// Field connections.
@@ -369,7 +376,16 @@ pub fn status(state: &WebState) -> StatusView {
             })
         })
         .collect();
+    let note = state
+        .level_override
+        .lock()
+        .clone()
+        .filter(|n| source == "override" && n.until > chrono::Utc::now());
     StatusView {
+        service_level_override_until: note
+            .as_ref()
+            .map(|n| n.until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+        service_level_override_by: note.map(|n| n.by),
         role: role_name(engine.pair_role()).to_string(),
         state: server_state(engine.server_state()).to_string(),
         draining: engine.draining(),
@@ -722,6 +738,16 @@ pub async fn change_state(
 /// pin the ServiceLevel for weeks).
 pub const MAX_OVERRIDE: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
+/// Who set the operator's ServiceLevel override in force and when it
+/// ends (the engine keeps the level and the reason).
+#[derive(Debug, Clone)]
+pub struct OverrideNote {
+    /// The user who set it.
+    pub by: String,
+    /// When the computed value returns.
+    pub until: chrono::DateTime<chrono::Utc>,
+}
+
 /// `PUT /api/v1/service-level` body.
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -783,9 +809,18 @@ pub async fn override_level(
         )
         .await?;
     tracing::info!(user = %who.user, level = ?req.level, ?expires, "ServiceLevel override");
+    let mut note = state.level_override.lock();
     state
         .engine
         .override_service_level(req.level, reason, expires);
+    *note = match (req.level, expires) {
+        (Some(_), Some(after)) => Some(OverrideNote {
+            by: who.user.clone(),
+            until: chrono::Utc::now()
+                + chrono::Duration::from_std(after).unwrap_or(chrono::Duration::zero()),
+        }),
+        _ => None,
+    };
     Ok(())
 }
 

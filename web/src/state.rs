@@ -41,6 +41,9 @@ pub struct WebState {
     pub setup_notice: Option<std::path::PathBuf>,
     /// The console's TCP port, for the address in the setup notice.
     pub console_port: u16,
+    /// Who set the ServiceLevel override last and when it ends (see
+    /// [`crate::ops::override_level`]).
+    pub level_override: Arc<parking_lot::Mutex<Option<crate::ops::OverrideNote>>>,
 }
 
 impl WebState {
@@ -65,6 +68,7 @@ impl WebState {
             )),
             setup_notice: None,
             console_port: 8443,
+            level_override: Arc::default(),
         })
     }
 

@@ -1363,3 +1363,95 @@ async fn a_browser_gets_pages_for_unknown_addresses_and_stale_forms() {
     assert_ne!(f.state.engine.service_level(), 150);
     f.stop().await;
 }
+
+/// The error a page shows above its content.
+fn error_of(html: &str) -> String {
+    html.split(r#"id="error">"#)
+        .nth(1)
+        .and_then(|r| r.split("</p>").next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test]
+async fn the_service_level_override_speaks_minutes_and_shows_when_it_ends() {
+    let f = Fixture::start().await;
+    let b = browser(&f, "operator").await;
+    let set = |level: &str, minutes: &str| {
+        form(
+            "/service-level",
+            &[
+                ("_csrf", &b.csrf),
+                ("level", level),
+                ("expires_min", minutes),
+                ("reason", "pump test"),
+            ],
+            Some(&b),
+        )
+    };
+    // The field is in minutes: so is its error, which names the field.
+    for minutes in ["0", "99999999", "20000"] {
+        let (s, body, _) = f.call(set("42", minutes)).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{minutes}");
+        let html = text_of(&body);
+        assert!(
+            html.contains("Expires after: between 1 and 10080 minutes (7 days)"),
+            "{minutes}: {html}"
+        );
+        let error = error_of(&html);
+        assert!(!error.contains("seconds"), "{minutes}: {error}");
+        assert!(!error.contains("expires_min"), "{minutes}: {error}");
+    }
+    let (s, body, _) = f.call(set("300", "5")).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let html = text_of(&body);
+    assert!(
+        html.contains("Fixed ServiceLevel: a whole number from 0 to 255"),
+        "{html}"
+    );
+    assert!(!error_of(&html).contains("`level`"), "{html}");
+
+    // An override in force says who set it and until when.
+    let asked = SystemTime::now();
+    let (s, _, _) = f.call(set("42", "30")).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let (_, body, _) = f.call(page("/service-level", &b)).await;
+    let html = text_of(&body);
+    let until = html
+        .split(r#"id="override-until""#)
+        .nth(1)
+        .and_then(|r| r.split(r#"datetime=""#).nth(1))
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("no expiry shown: {html}"));
+    let until = chrono::DateTime::parse_from_rfc3339(until).unwrap();
+    let expected = chrono::DateTime::<chrono::Utc>::from(asked) + chrono::Duration::minutes(30);
+    assert!(
+        (until.timestamp() - expected.timestamp()).abs() <= 5,
+        "{until} vs {expected}"
+    );
+    assert!(html.contains("Set by operator"), "{html}");
+    // REST says it too.
+    let token = f.token("viewer").await;
+    let (_, status, _) = f.call(get("/api/v1/status", Some(&token))).await;
+    assert_eq!(status["service_level_source"], "override");
+    assert_eq!(status["service_level_override_by"], "operator");
+    let rest_until = chrono::DateTime::parse_from_rfc3339(
+        status["service_level_override_until"].as_str().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rest_until, until);
+    // Cleared: nothing about an expiry any more.
+    let (s, _, _) = f
+        .call(form(
+            "/service-level/clear",
+            &[("_csrf", &b.csrf)],
+            Some(&b),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let (_, body, _) = f.call(page("/service-level", &b)).await;
+    assert!(!text_of(&body).contains("override-until"));
+    let (_, status, _) = f.call(get("/api/v1/status", Some(&token))).await;
+    assert!(status["service_level_override_until"].is_null());
+    f.stop().await;
+}

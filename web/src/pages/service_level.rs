@@ -9,7 +9,7 @@ use axum::response::Response;
 use axum::Form;
 use serde::Deserialize;
 
-use super::{done, number, page, take_flash, Chrome};
+use super::{done, page, take_flash, Chrome};
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops::{self, StatusView};
@@ -20,6 +20,38 @@ use crate::state::WebState;
 struct LevelPage {
     chrome: Chrome,
     status: StatusView,
+    /// The override in force: who set it, when it ends (RFC 3339, and as
+    /// `YYYY-MM-DD HH:MM UTC` until the browser shows its local time) and
+    /// how long that is from now.
+    until: Option<OverrideEnd>,
+}
+
+/// When the override in force ends, for the page.
+struct OverrideEnd {
+    by: String,
+    at: String,
+    at_utc: String,
+    left: String,
+}
+
+impl OverrideEnd {
+    fn of(status: &StatusView) -> Option<OverrideEnd> {
+        let at = status.service_level_override_until.clone()?;
+        let when = chrono::DateTime::parse_from_rfc3339(&at).ok()?;
+        let minutes = (when.timestamp() - chrono::Utc::now().timestamp()).max(0) / 60;
+        let left = match minutes {
+            0 => "in less than a minute".to_string(),
+            m if m < 120 => format!("in {m} min"),
+            m if m < 48 * 60 => format!("in {} h {} min", m / 60, m % 60),
+            m => format!("in {} days", m / (24 * 60)),
+        };
+        Some(OverrideEnd {
+            by: status.service_level_override_by.clone().unwrap_or_default(),
+            at_utc: when.format("%Y-%m-%d %H:%M UTC").to_string(),
+            at,
+            left,
+        })
+    }
 }
 
 fn render_level(
@@ -29,10 +61,12 @@ fn render_level(
     error: Option<ApiError>,
 ) -> Response {
     let (chrome, status) = Chrome::with_error(who, "ServiceLevel", "/service-level", flash, error);
+    let level = ops::status(state);
     page(
         &LevelPage {
             chrome,
-            status: ops::status(state),
+            until: OverrideEnd::of(&level),
+            status: level,
         },
         status,
     )
@@ -59,13 +93,33 @@ pub struct LevelForm {
     reason: String,
 }
 
+/// Longest override the form takes, in its unit (minutes).
+const MAX_OVERRIDE_MIN: u64 = crate::ops::MAX_OVERRIDE.as_secs() / 60;
+
+/// The form's fields read in their labels' words and units.
+fn parsed(f: &LevelForm) -> Result<(u8, u64), ApiError> {
+    let level = f.level.trim().parse::<u8>().map_err(|_| {
+        ApiError::invalid("level", "Fixed ServiceLevel: a whole number from 0 to 255.")
+    })?;
+    let minutes = f
+        .expires_min
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|m| (1..=MAX_OVERRIDE_MIN).contains(m))
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "expires_min",
+                format!("Expires after: between 1 and {MAX_OVERRIDE_MIN} minutes (7 days)."),
+            )
+        })?;
+    Ok((level, minutes))
+}
+
 /// `POST /service-level`: sets the override.
 pub async fn set(State(state): State<WebState>, who: Authed, Form(f): Form<LevelForm>) -> Response {
     let result = async {
-        let level: u8 = number("level", &f.level)?
-            .ok_or_else(|| ApiError::invalid("level", "a level 0-255 is required"))?;
-        let minutes: u64 = number("expires_min", &f.expires_min)?
-            .ok_or_else(|| ApiError::invalid("expires_min", "an expiry is required"))?;
+        let (level, minutes) = parsed(&f)?;
         ops::override_level(
             &state,
             &who,
