@@ -165,6 +165,8 @@ test("every page, the dashboard charts and the maintenance banner", async (t) =>
     await page.fill("#maintenance-return", "2030-06-01T14:30");
     await page.click("#maintenance-submit");
     await page.waitForSelector("#confirm");
+    // The confirmation gives the return time as it was entered (the browser's time zone).
+    assert.match(await page.textContent("#confirm-summary"), /back by 2030-06-01 14:30\./);
     await page.click("#confirm");
     await page.waitForSelector("#notice");
     await everyPage(context, narrow, "-maintenance", async (p, url) => {
@@ -176,6 +178,40 @@ test("every page, the dashboard charts and the maintenance banner", async (t) =>
     await page.click("#confirm");
     await page.waitForSelector("#notice");
     assert.equal(await page.$("#state-banner"), null);
+  });
+
+  await t.test("maintenance in Berlin: the return time confirmed as entered; a time past refused at its field", async () => {
+    const berlin = await browser.newContext({
+      ignoreHTTPSErrors: true,
+      baseURL: console_url,
+      viewport: { width: 1366, height: 768 },
+      timezoneId: "Europe/Berlin",
+      storageState: await context.storageState(),
+    });
+    berlin.setDefaultTimeout(STEP_MS);
+    const p = await berlin.newPage();
+    await p.goto("/maintenance");
+    await p.selectOption("#maintenance-state", "suspended");
+    await p.fill("#maintenance-reason", "pump swap");
+    await p.fill("#maintenance-return", "2030-12-07T15:30");
+    await p.click("#maintenance-submit");
+    await p.waitForSelector("#confirm");
+    const summary = await p.textContent("#confirm-summary");
+    assert.match(summary, /back by 2030-12-07 15:30\./, summary);
+    // The UTC time on the wire is 14:30 (Berlin is UTC+1 in December).
+    assert.equal(await p.getAttribute("#confirm-summary time", "datetime"), "2030-12-07T14:30:00Z");
+    await shot(p, "maintenance-confirm-berlin");
+    await p.goto("/maintenance");
+    await p.fill("#maintenance-reason", "pump swap");
+    await p.fill("#maintenance-return", "2020-01-01T10:00");
+    await p.click("#maintenance-submit");
+    await p.waitForSelector("#maintenance-return-error");
+    assert.match(await p.textContent("#maintenance-return-error"), /2020-01-01 10:00 is already past/);
+    assert.equal(await p.getAttribute("#maintenance-return", "aria-invalid"), "true");
+    assert.equal(await p.inputValue("#maintenance-reason"), "pump swap", "the form keeps what was typed");
+    assert.equal(await p.$("#confirm"), null, "nothing to confirm");
+    await shot(p, "maintenance-past-berlin");
+    await berlin.close();
   });
 
   await t.test("the Content-Security-Policy blocked nothing on any page", async () => {

@@ -664,6 +664,14 @@ pub struct MaintenanceRequest {
     pub drain: bool,
 }
 
+/// Why an expected return time cannot be announced: it is already past
+/// (the rest of the sentence after the time); `None` when it is still to
+/// come.
+pub fn return_time_past(at: chrono::DateTime<chrono::Utc>) -> Option<&'static str> {
+    (at <= chrono::Utc::now())
+        .then_some("is already past: enter a time still to come, or leave it empty")
+}
+
 /// Changes the server state like Server.RequestServerStateChange, through
 /// the same engine call (persisted, audited, evented; a maintenance state
 /// first hands the pair's configuration leadership over). Answers what the
@@ -695,14 +703,23 @@ pub async fn change_state(
         ));
     }
     let estimated_return_time = match (req.estimated_return_time.as_deref(), running) {
-        (Some(t), false) if !t.trim().is_empty() => chrono::DateTime::parse_from_rfc3339(t.trim())
-            .map(|d| opcua_types::DateTime::from(d.with_timezone(&chrono::Utc)))
-            .map_err(|e| {
-                ApiError::invalid(
+        (Some(t), false) if !t.trim().is_empty() => {
+            let at = chrono::DateTime::parse_from_rfc3339(t.trim())
+                .map(|d| d.with_timezone(&chrono::Utc))
+                .map_err(|e| {
+                    ApiError::invalid(
+                        "estimated_return_time",
+                        format!("not an RFC 3339 time: {e}"),
+                    )
+                })?;
+            if let Some(past) = return_time_past(at) {
+                return Err(ApiError::invalid(
                     "estimated_return_time",
-                    format!("not an RFC 3339 time: {e}"),
-                )
-            })?,
+                    format!("{} {past}", at.format("%Y-%m-%d %H:%M UTC")),
+                ));
+            }
+            opcua_types::DateTime::from(at)
+        }
         _ => opcua_types::DateTime::null(),
     };
     let seconds_till_shutdown = match server_state {

@@ -1455,3 +1455,75 @@ async fn the_service_level_override_speaks_minutes_and_shows_when_it_ends() {
     assert!(status["service_level_override_until"].is_null());
     f.stop().await;
 }
+
+#[tokio::test]
+async fn maintenance_shows_the_return_time_as_entered_and_refuses_one_past() {
+    let f = Fixture::start().await;
+    let b = browser(&f, "operator").await;
+    let ask = |local: &str, offset: &str| {
+        form(
+            "/maintenance",
+            &[
+                ("_csrf", &b.csrf),
+                ("state", "suspended"),
+                ("return_local", local),
+                ("tz_offset", offset),
+                ("reason", "pump swap"),
+            ],
+            Some(&b),
+        )
+    };
+    // Berlin in winter (getTimezoneOffset -60): 15:30 there is 14:30 UTC;
+    // the confirmation gives the time for the browser to show in its zone,
+    // not the raw UTC string.
+    let (s, body, _) = f.call(ask("2030-12-07T15:30", "-60")).await;
+    assert_eq!(s, StatusCode::OK);
+    let html = text_of(&body);
+    let summary = html
+        .split(r#"id="confirm-summary""#)
+        .nth(1)
+        .and_then(|r| r.split("</p>").next())
+        .unwrap_or_else(|| panic!("no confirmation: {html}"));
+    assert!(
+        summary.contains(r#"back by <time datetime="2030-12-07T14:30:00Z" data-precision="minute">2030-12-07 14:30 UTC</time>"#),
+        "{summary}"
+    );
+    // A return time already past: refused next to its field, the form keeps
+    // what was typed, nothing asked to confirm.
+    let (s, body, _) = f.call(ask("2020-01-01T10:00", "0")).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let html = text_of(&body);
+    assert!(!html.contains(r#"id="confirm""#), "{html}");
+    let field = html
+        .split(r#"id="maintenance-return""#)
+        .nth(1)
+        .and_then(|r| r.split("</label>").next())
+        .unwrap_or_else(|| panic!("no return field: {html}"));
+    assert!(field.contains(r#"value="2020-01-01T10:00""#), "{field}");
+    assert!(
+        field.contains(r#"class="field-error""#) && field.contains("is already past"),
+        "{field}"
+    );
+    assert!(html.contains(r#"value="pump swap""#), "{html}");
+    assert_eq!(
+        f.state.engine.server_state(),
+        opcua_types::ServerState::Running
+    );
+    // REST refuses it too, naming the field.
+    let token = f.token("operator").await;
+    let (s, body, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/maintenance",
+            Some(&token),
+            json!({"state": "suspended", "estimated_return_time": "2020-01-01T10:00:00Z"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["field"], "estimated_return_time");
+    assert_eq!(
+        f.state.engine.server_state(),
+        opcua_types::ServerState::Running
+    );
+    f.stop().await;
+}

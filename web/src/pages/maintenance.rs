@@ -19,10 +19,35 @@ use crate::state::WebState;
 pub struct Confirm {
     state: String,
     estimated_return_time: String,
+    /// The return time to show: RFC 3339 for the browser to show in its
+    /// time zone, and `YYYY-MM-DD HH:MM UTC` without JavaScript.
+    return_shown: Option<(String, String)>,
     seconds_till_shutdown: String,
     reason: String,
     drain: bool,
     effect: String,
+}
+
+/// What the form shows: what was entered (kept when a field is refused),
+/// and the refused field's message next to it.
+#[derive(Default)]
+struct Entered {
+    state: String,
+    return_local: String,
+    seconds_till_shutdown: String,
+    reason: String,
+    drain: bool,
+    /// The message next to "Expected back at".
+    return_error: Option<String>,
+}
+
+impl Entered {
+    fn blank() -> Entered {
+        Entered {
+            state: "suspended".to_string(),
+            ..Entered::default()
+        }
+    }
 }
 
 #[derive(Template)]
@@ -32,6 +57,7 @@ struct MaintenancePage {
     status: StatusView,
     states: &'static [&'static str],
     confirm: Option<Confirm>,
+    entered: Entered,
 }
 
 fn render_maintenance(
@@ -48,8 +74,37 @@ fn render_maintenance(
             status: ops::status(state),
             states: ops::SERVER_STATES,
             confirm,
+            entered: Entered::blank(),
         },
         status,
+    )
+}
+
+/// The form again with what was entered and `message` next to the return
+/// time (422).
+fn refuse_return_time(
+    state: &WebState,
+    who: &Authed,
+    f: MaintenanceForm,
+    message: String,
+) -> Response {
+    let (chrome, _) = Chrome::with_error(who, "Maintenance", "/maintenance", None, None);
+    page(
+        &MaintenancePage {
+            chrome,
+            status: ops::status(state),
+            states: ops::SERVER_STATES,
+            confirm: None,
+            entered: Entered {
+                state: f.state,
+                return_local: f.return_local,
+                seconds_till_shutdown: f.seconds_till_shutdown,
+                reason: f.reason,
+                drain: f.drain.is_some(),
+                return_error: Some(message),
+            },
+        },
+        axum::http::StatusCode::UNPROCESSABLE_ENTITY,
     )
 }
 
@@ -113,9 +168,12 @@ fn handover_effect(pair: &uagate_server::level::PairView) -> Option<String> {
     })
 }
 
-/// The picker's local date-time as RFC 3339 UTC, with the browser's
-/// offset (minutes, UTC minus local).
-fn picked_time(local: &str, offset: &str) -> Result<String, ApiError> {
+/// The picker's local date-time in UTC, as a time and as RFC 3339, with
+/// the browser's offset (minutes, UTC minus local).
+fn picked_time(
+    local: &str,
+    offset: &str,
+) -> Result<(chrono::DateTime<chrono::Utc>, String), ApiError> {
     let minutes: i32 = offset.trim().parse().unwrap_or(0);
     if minutes.abs() > 18 * 60 {
         return Err(ApiError::invalid("tz_offset", "not a time zone offset"));
@@ -124,7 +182,7 @@ fn picked_time(local: &str, offset: &str) -> Result<String, ApiError> {
     // minutes east of UTC, the opposite sign of getTimezoneOffset.
     let (utc, _) = super::audit::bound("estimated_return_time", local, -minutes)?
         .ok_or_else(|| ApiError::invalid("estimated_return_time", "no date and time given"))?;
-    Ok(utc.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+    Ok((utc, utc.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)))
 }
 
 /// `POST /maintenance`: first the confirmation step, then the
@@ -134,10 +192,21 @@ pub async fn submit(
     who: Authed,
     Form(mut f): Form<MaintenanceForm>,
 ) -> Response {
-    if !f.return_local.trim().is_empty() {
+    if !f.return_local.trim().is_empty() && f.state != "running" {
         match picked_time(&f.return_local, &f.tz_offset) {
-            Ok(t) => f.estimated_return_time = t,
-            Err(e) => return render_maintenance(&state, &who, None, None, Some(e)),
+            Ok((t, _)) if ops::return_time_past(t).is_some() => {
+                let message = format!(
+                    "{} {}.",
+                    f.return_local.trim().replacen('T', " ", 1),
+                    ops::return_time_past(t).unwrap_or_default()
+                );
+                return refuse_return_time(&state, &who, f, message);
+            }
+            Ok((_, t)) => f.estimated_return_time = t,
+            Err(e) => {
+                let message = e.to_string();
+                return refuse_return_time(&state, &who, f, message);
+            }
         }
     }
     let req = match number::<u32>("seconds_till_shutdown", &f.seconds_till_shutdown) {
@@ -166,8 +235,18 @@ pub async fn submit(
                 effect = format!("{pair} {effect}");
             }
         }
+        let return_shown = chrono::DateTime::parse_from_rfc3339(f.estimated_return_time.trim())
+            .ok()
+            .map(|t| {
+                let t = t.with_timezone(&chrono::Utc);
+                (
+                    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    t.format("%Y-%m-%d %H:%M UTC").to_string(),
+                )
+            });
         let confirm = Confirm {
             state: f.state,
+            return_shown,
             estimated_return_time: f.estimated_return_time,
             seconds_till_shutdown: f.seconds_till_shutdown,
             reason: f.reason,
@@ -196,16 +275,25 @@ mod tests {
     fn the_picked_local_time_becomes_utc() {
         // Berlin in winter: getTimezoneOffset() is -60.
         assert_eq!(
-            picked_time("2026-12-02T14:30", "-60").ok().as_deref(),
+            picked_time("2026-12-02T14:30", "-60")
+                .ok()
+                .map(|t| t.1)
+                .as_deref(),
             Some("2026-12-02T13:30:00Z")
         );
         // New York: +300; without JavaScript: 0 (UTC).
         assert_eq!(
-            picked_time("2026-12-02T14:30", "300").ok().as_deref(),
+            picked_time("2026-12-02T14:30", "300")
+                .ok()
+                .map(|t| t.1)
+                .as_deref(),
             Some("2026-12-02T19:30:00Z")
         );
         assert_eq!(
-            picked_time("2026-12-02T14:30", "").ok().as_deref(),
+            picked_time("2026-12-02T14:30", "")
+                .ok()
+                .map(|t| t.1)
+                .as_deref(),
             Some("2026-12-02T14:30:00Z")
         );
         assert!(picked_time("tomorrow", "0").is_err());
