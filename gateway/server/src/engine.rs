@@ -469,10 +469,36 @@ impl Engine {
         Some(self.space.field(name)?.shared_item_count())
     }
 
-    /// Removes timed-out sessions; run every second by the housekeeping task.
+    /// Removes timed-out sessions and refreshes
+    /// Server/ServerDiagnostics/ServerDiagnosticsSummary; run every second
+    /// by the housekeeping task.
     pub(crate) fn expire_sessions(&self) {
-        let count = self.sessions.expire(std::time::Instant::now());
-        self.space.publish_session_count(count);
+        self.sessions.expire(std::time::Instant::now());
+        self.publish_diagnostics();
+    }
+
+    /// Sets ServerDiagnosticsSummary (Part 5 6.3.3, 12.9) from the session
+    /// table and the answers counted since start.
+    pub(crate) fn publish_diagnostics(&self) {
+        let table = self.sessions.diagnostics();
+        let answered = self.pipeline.stats().answer_counts();
+        let n = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        let summary = opcua_types::ServerDiagnosticsSummaryDataType {
+            // The gateway has no views.
+            server_view_count: 0,
+            current_session_count: n(table.current as u64),
+            cumulated_session_count: n(answered.sessions_created),
+            security_rejected_session_count: n(answered.security_rejected_sessions),
+            rejected_session_count: n(answered.rejected_sessions),
+            session_timeout_count: n(table.timed_out),
+            session_abort_count: n(table.aborted),
+            current_subscription_count: n(table.subscriptions as u64),
+            cumulated_subscription_count: n(answered.subscriptions_created),
+            publishing_interval_count: n(table.publishing_intervals as u64),
+            security_rejected_requests_count: n(answered.security_rejected_requests),
+            rejected_requests_count: n(answered.rejected_requests),
+        };
+        self.space.publish_diagnostics(summary);
     }
 
     /// Forgets channel `channel_id` everywhere: its responder, its parked

@@ -144,6 +144,11 @@ pub struct Sessions {
     max: usize,
     /// Unactivated sessions evicted to make room since start.
     evicted: u64,
+    /// Sessions ended by their timeout since start.
+    timed_out: u64,
+    /// Sessions ended by an error since start: evicted to make room, or
+    /// unactivated when their channel closed.
+    aborted: u64,
     /// Sessions that ended (CloseSession with deleteSubscriptions false,
     /// or timed out) while holding subscriptions, keyed by their former
     /// authentication token. They take no request and hold no place of
@@ -163,6 +168,8 @@ impl Sessions {
             per_channel: Default::default(),
             max,
             evicted: 0,
+            timed_out: 0,
+            aborted: 0,
             detached: HashMap::new(),
         }
     }
@@ -196,6 +203,7 @@ impl Sessions {
                 .ok_or(ServiceError::TooManySessions)?;
             evicted = self.remove(&oldest);
             self.evicted += 1;
+            self.aborted += 1;
         }
         let channel = session.channel_id;
         if let Some(old) = self.by_token.insert(session.auth_token.clone(), session) {
@@ -208,6 +216,13 @@ impl Sessions {
     /// Unactivated sessions evicted by [`Sessions::insert`] since start.
     pub fn evicted(&self) -> u64 {
         self.evicted
+    }
+
+    /// Sessions ended by their timeout, and by an error (evicted, or
+    /// unactivated on a closed channel), since start
+    /// (ServerDiagnosticsSummary's SessionTimeoutCount and SessionAbortCount).
+    pub fn ended(&self) -> (u64, u64) {
+        (self.timed_out, self.aborted)
     }
 
     fn uncount(&mut self, channel_id: u32) {
@@ -351,10 +366,12 @@ impl Sessions {
             .filter(|(_, s)| now.saturating_duration_since(s.last_activity) > s.idle_limit())
             .map(|(t, _)| t.clone())
             .collect();
-        expired
+        let ended: Vec<NodeId> = expired
             .into_iter()
             .filter_map(|t| self.detach(&t))
-            .collect()
+            .collect();
+        self.timed_out += ended.len() as u64;
+        ended
     }
 
     /// Removes the session with this public SessionId (an operator closing
@@ -378,7 +395,9 @@ impl Sessions {
             .map(|(t, _)| t.clone())
             .collect();
         for t in unactivated {
-            self.remove(&t);
+            if self.remove(&t).is_some() {
+                self.aborted += 1;
+            }
         }
     }
 }

@@ -209,6 +209,31 @@ impl SessionTable {
         out
     }
 
+    /// What the session table counts for ServerDiagnosticsSummary: live
+    /// sessions, sessions ended by timeout and by error, subscriptions
+    /// (of detached sessions too) and their distinct publishing intervals.
+    pub(crate) fn diagnostics(&self) -> SessionDiagnostics {
+        let sessions = self.table.lock();
+        let (timed_out, aborted) = sessions.ended();
+        let mut intervals = std::collections::BTreeSet::new();
+        let mut subscriptions = 0;
+        for s in sessions.iter() {
+            for id in s.subscriptions.subscription_ids() {
+                if let Some(sub) = s.subscriptions.subscription(id) {
+                    subscriptions += 1;
+                    intervals.insert(sub.publishing_interval());
+                }
+            }
+        }
+        SessionDiagnostics {
+            current: sessions.len(),
+            timed_out,
+            aborted,
+            subscriptions,
+            publishing_intervals: intervals.len(),
+        }
+    }
+
     /// Subscriptions and monitored items of all sessions.
     pub(crate) fn subscription_counts(&self) -> (usize, usize) {
         let sessions = self.table.lock();
@@ -463,4 +488,20 @@ fn same_secure_client(owner_certificate: &ByteString, chan: &ChannelInfo) -> boo
         (Some(a), Some(b)) => a == b,
         _ => false,
     }
+}
+
+/// The session table's part of ServerDiagnosticsSummary (see
+/// [`SessionTable::diagnostics`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SessionDiagnostics {
+    /// Sessions that take requests.
+    pub current: usize,
+    /// Sessions ended by their timeout since start.
+    pub timed_out: u64,
+    /// Sessions ended by an error since start.
+    pub aborted: u64,
+    /// Subscriptions now, of live and detached sessions.
+    pub subscriptions: usize,
+    /// Distinct publishing intervals among them.
+    pub publishing_intervals: usize,
 }

@@ -71,6 +71,15 @@ impl AddressSpace {
         f.conns.get(f.index_of(name)?).cloned()
     }
 
+    /// Shows ServerDiagnosticsSummary in the address space (same lock
+    /// order as [`Self::publish_session_count`]).
+    pub(crate) fn publish_diagnostics(
+        &self,
+        summary: opcua_types::ServerDiagnosticsSummaryDataType,
+    ) {
+        self.local.write().set_diagnostics_summary(summary);
+    }
+
     /// Shows the session count in the address space. Lock order: the space
     /// lock may be taken before the sessions lock (services do), so the
     /// sessions lock is always released before this is called.

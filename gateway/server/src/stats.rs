@@ -143,6 +143,52 @@ pub struct Stats {
     notifications: AtomicU64,
 }
 
+/// What the answers count for ServerDiagnosticsSummary (Part 5 12.9):
+/// rejected requests and session establishments (CreateSession and
+/// ActivateSession), those of them rejected for security reasons, and the
+/// sessions and subscriptions created. Since start.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerCounts {
+    /// Requests of any service answered with a Bad service result.
+    pub rejected_requests: u64,
+    /// Of them, rejected for security reasons (see [`is_security_rejection`]).
+    pub security_rejected_requests: u64,
+    /// CreateSession and ActivateSession answered Bad.
+    pub rejected_sessions: u64,
+    /// Of them, rejected for security reasons.
+    pub security_rejected_sessions: u64,
+    /// CreateSession answered Good.
+    pub sessions_created: u64,
+    /// CreateSubscription answered Good.
+    pub subscriptions_created: u64,
+}
+
+/// Whether a Bad service result is a refusal for security reasons: the
+/// caller's certificate, signature, identity or rights.
+pub fn is_security_rejection(status: StatusCode) -> bool {
+    const SECURITY: [StatusCode; 18] = [
+        StatusCode::BadSecurityChecksFailed,
+        StatusCode::BadUserAccessDenied,
+        StatusCode::BadIdentityTokenInvalid,
+        StatusCode::BadIdentityTokenRejected,
+        StatusCode::BadCertificateInvalid,
+        StatusCode::BadCertificateUntrusted,
+        StatusCode::BadCertificateTimeInvalid,
+        StatusCode::BadCertificateUriInvalid,
+        StatusCode::BadCertificateRevoked,
+        StatusCode::BadCertificateIssuerRevoked,
+        StatusCode::BadCertificateRevocationUnknown,
+        StatusCode::BadCertificateHostNameInvalid,
+        StatusCode::BadCertificateUseNotAllowed,
+        StatusCode::BadApplicationSignatureInvalid,
+        StatusCode::BadUserSignatureInvalid,
+        StatusCode::BadSecurityPolicyRejected,
+        StatusCode::BadSecurityModeInsufficient,
+        StatusCode::BadNonceInvalid,
+    ];
+    SECURITY.contains(&StatusCode::from(status.bits() & 0xFFFF_0000))
+}
+
 /// A snapshot of one service's answers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServiceStats {
@@ -189,6 +235,45 @@ impl Stats {
                 .entry((service, status.bits() & 0xFFFF_0000))
                 .or_insert(0) += 1;
         }
+    }
+
+    /// The counts of ServerDiagnosticsSummary that the answers give;
+    /// called once a second by the housekeeping task.
+    pub fn answer_counts(&self) -> AnswerCounts {
+        const CREATE: usize = index_of("CreateSession");
+        const ACTIVATE: usize = index_of("ActivateSession");
+        const CREATE_SUBSCRIPTION: usize = index_of("CreateSubscription");
+        let mut a = AnswerCounts::default();
+        let mut not_good_of = [0u64; SERVICES.len()];
+        for (&(service, code), &n) in self.not_good.lock().iter() {
+            if let Some(count) = not_good_of.get_mut(service) {
+                *count += n;
+            }
+            let status = StatusCode::from(code);
+            if !status.is_bad() {
+                continue;
+            }
+            let security = is_security_rejection(status);
+            a.rejected_requests += n;
+            if security {
+                a.security_rejected_requests += n;
+            }
+            if service == CREATE || service == ACTIVATE {
+                a.rejected_sessions += n;
+                if security {
+                    a.security_rejected_sessions += n;
+                }
+            }
+        }
+        let good = |service: usize| {
+            self.latency[service]
+                .count
+                .load(Ordering::Relaxed)
+                .saturating_sub(not_good_of[service])
+        };
+        a.sessions_created = good(CREATE);
+        a.subscriptions_created = good(CREATE_SUBSCRIPTION);
+        a
     }
 
     /// The recent mean time to answer a request (zero before the first).
@@ -349,5 +434,42 @@ mod tests {
         s.channel("opc.wss", 1);
         s.channel("opc.wss", -1);
         assert_eq!(s.transports()[1], ("opc.wss", 1, 0));
+    }
+
+    /// ServerDiagnosticsSummary's counts: rejections are Bad service
+    /// results (Uncertain ones are not), sessions those of CreateSession
+    /// and ActivateSession, security ones those of the caller's identity
+    /// or rights; created sessions and subscriptions are the Good answers.
+    #[test]
+    fn answer_counts_for_the_diagnostics_summary() {
+        let s = Stats::default();
+        let ms = Duration::from_millis(1);
+        let (create, activate, read, sub) = (
+            index_of("CreateSession"),
+            index_of("ActivateSession"),
+            index_of("Read"),
+            index_of("CreateSubscription"),
+        );
+        s.observe(create, StatusCode::Good, ms);
+        s.observe(create, StatusCode::Good, ms);
+        s.observe(create, StatusCode::BadTooManySessions, ms);
+        s.observe(activate, StatusCode::BadUserAccessDenied, ms);
+        s.observe(activate, StatusCode::Good, ms);
+        s.observe(read, StatusCode::BadTooManyOperations, ms);
+        s.observe(read, StatusCode::UncertainLastUsableValue, ms);
+        s.observe(sub, StatusCode::Good, ms);
+        assert_eq!(
+            s.answer_counts(),
+            AnswerCounts {
+                rejected_requests: 3,
+                security_rejected_requests: 1,
+                rejected_sessions: 2,
+                security_rejected_sessions: 1,
+                sessions_created: 2,
+                subscriptions_created: 1,
+            }
+        );
+        assert!(is_security_rejection(StatusCode::BadCertificateUntrusted));
+        assert!(!is_security_rejection(StatusCode::BadNodeIdUnknown));
     }
 }

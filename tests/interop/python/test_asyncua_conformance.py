@@ -112,3 +112,54 @@ async def test_a_subscription_outlives_a_session_closed_without_deleting_it(
         assert len(values) >= 2, f"only {len(values)} notifications after the transfer"
     finally:
         await bounded(second.disconnect())
+
+
+async def test_server_diagnostics_count_sessions_subscriptions_and_rejections(target: ServerTarget) -> None:
+    """Part 5 6.3.3: ServerDiagnosticsSummary (EnabledFlag true) counts what happened; before,
+    every counter but CurrentSessionCount stayed 0."""
+    target.user_add("tessa", "operator", "tessa-pass-5")
+    target.start()
+    refused = Client(target.url, timeout=REQUEST_TIMEOUT_S)
+    refused.set_user("tessa")
+    refused.set_password("not-the-password")
+    with pytest.raises(Exception):
+        await bounded(refused.connect())
+    try:
+        await asyncio.wait_for(refused.disconnect(), 3)
+    except Exception:  # the failed connect may have left nothing to close
+        pass
+    client = Client(target.url, timeout=REQUEST_TIMEOUT_S)
+    await bounded(client.connect())
+    try:
+        await create_subscription(client, interval_ms=250, keepalive_count=10)
+        summary = "i=2275"
+        names = {
+            "CurrentSessionCount": 2277,
+            "CumulatedSessionCount": 2278,
+            "SecurityRejectedSessionCount": 2279,
+            "RejectedSessionCount": 3705,
+            "CurrentSubscriptionCount": 2285,
+            "CumulatedSubscriptionCount": 2286,
+            "PublishingIntervalCount": 2284,
+            "RejectedRequestsCount": 2288,
+        }
+        assert await bounded(client.get_node(ua.NodeId(2294)).read_value()) is True  # EnabledFlag
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5.0
+        while True:
+            values = {k: await bounded(client.get_node(ua.NodeId(v)).read_value()) for k, v in names.items()}
+            if values["CurrentSubscriptionCount"] == 1 or loop.time() > deadline:
+                break
+            await asyncio.sleep(0.25)
+        assert values["CurrentSessionCount"] == 1, values
+        assert values["CumulatedSessionCount"] >= 2, values
+        assert values["RejectedSessionCount"] >= 1, values
+        assert values["SecurityRejectedSessionCount"] >= 1, values
+        assert values["RejectedRequestsCount"] >= values["RejectedSessionCount"], values
+        assert values["CurrentSubscriptionCount"] == 1, values
+        assert values["CumulatedSubscriptionCount"] == 1, values
+        assert values["PublishingIntervalCount"] == 1, values
+        whole = await bounded(client.get_node(summary).read_value())
+        assert whole.CumulatedSubscriptionCount == 1, whole
+    finally:
+        await bounded(client.disconnect())
