@@ -358,18 +358,32 @@ pub async fn browse_next(
 }
 
 fn browse_result_to_gateway(ls: &LinkSession, mount: u16, br: BrowseResult) -> BrowseResult {
-    let server_object = opcua_types::NodeId::from(opcua_types::ObjectId::Server);
     BrowseResult {
         status_code: br.status_code,
         continuation_point: wrap_cp(mount, &br.continuation_point),
         references: br.references.map(|refs| {
             refs.iter()
-                // The field server's own Server object is not re-exposed.
-                .filter(|r| !(r.node_id.server_index == 0 && r.node_id.node_id == server_object))
+                .filter(|r| !is_field_standard_instance(r))
                 .map(|r| ls.map.reference_to_gateway(r))
                 .collect()
         }),
     }
+}
+
+/// Whether `r` leads to one of the field server's own standard instances
+/// in namespace 0 (its Server object, Locations, Aliases, ...), which are
+/// not re-exposed: in the gateway those node ids are the gateway's own
+/// nodes. The Objects folder (the mount folder in the gateway) and the
+/// standard types, the same in every server, stay.
+fn is_field_standard_instance(r: &opcua_types::ReferenceDescription) -> bool {
+    use opcua_types::NodeClass;
+    r.node_id.server_index == 0
+        && r.node_id.node_id.namespace == 0
+        && r.node_id.node_id != opcua_types::ObjectId::ObjectsFolder
+        && matches!(
+            r.node_class,
+            NodeClass::Object | NodeClass::Variable | NodeClass::Method | NodeClass::View
+        )
 }
 
 fn bad_browse(st: StatusCode) -> BrowseResult {

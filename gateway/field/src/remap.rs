@@ -776,13 +776,23 @@ impl SessionMap {
     /// A Browse result reference: reference type, node id, browse name and
     /// type definition remapped.
     pub fn reference_to_gateway(&self, r: &ReferenceDescription) -> ReferenceDescription {
-        ReferenceDescription {
+        let mut out = ReferenceDescription {
             reference_type_id: self.node_to_gateway(&r.reference_type_id),
             node_id: self.expanded_to_gateway(&r.node_id),
             browse_name: self.qname_to_gateway(&r.browse_name),
             type_definition: self.expanded_to_gateway(&r.type_definition),
             ..r.clone()
+        };
+        // The field server's Objects folder is the mount folder here, and
+        // is named as the gateway names it (its BrowseName and DisplayName
+        // as read from the gateway), so an inverse reference and a browse
+        // path back up to it agree with the folder.
+        if r.node_id.server_index == 0 && r.node_id.node_id == self.objects_folder {
+            out.browse_name =
+                opcua_types::QualifiedName::new(self.mount_folder.namespace, self.mount.as_str());
+            out.display_name = opcua_types::LocalizedText::new("", self.mount.as_str());
         }
+        out
     }
 
     /// A TranslateBrowsePathsToNodeIds result: each target id remapped.

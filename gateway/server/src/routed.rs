@@ -136,17 +136,23 @@ impl OpResult for BrowseResult {
         bad_browse(status)
     }
     /// A mount folder: its local references first, then the field server's
-    /// forward references (the field server's Objects folder); when the
-    /// field server cannot answer, the local references alone.
+    /// forward references (the field server's Objects folder) that the
+    /// folder does not already have (its HasTypeDefinition to FolderType);
+    /// when the field server cannot answer, the local references alone.
     fn join(&mut self, field: std::result::Result<Self, StatusCode>) {
         let Ok(field) = field else { return };
         let mut refs = self.references.take().unwrap_or_default();
+        let local: Vec<_> = refs
+            .iter()
+            .map(|rd| (rd.reference_type_id.clone(), rd.node_id.clone()))
+            .collect();
         refs.extend(
             field
                 .references
                 .unwrap_or_default()
                 .into_iter()
-                .filter(|rd| rd.is_forward),
+                .filter(|rd| rd.is_forward)
+                .filter(|rd| !local.contains(&(rd.reference_type_id.clone(), rd.node_id.clone()))),
         );
         self.references = Some(refs);
         self.continuation_point = field.continuation_point;

@@ -1648,3 +1648,66 @@ async fn a_caller_without_write_rights_reads_its_own_access_and_may_not_call_fie
         gw.stop().await;
     }
 }
+
+/// The mount folder shows the field server's content and nothing of the
+/// field server's own standard nodes: one HasTypeDefinition (not the
+/// folder's and the field Objects folder's), no Locations or Aliases of
+/// the field server (in the gateway those ids are the gateway's own nodes),
+/// and a mounted node's inverse reference up to it names it as the gateway
+/// does (`2:line1`, not the field server's `0:Objects`).
+#[tokio::test]
+async fn the_mount_folder_shows_the_field_content_once_and_under_its_own_name() {
+    use opcua_types::{BrowseDirection as D, NodeClass};
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "a").await;
+    let gw = TestGateway::start(&field_toml("line1", "none", &[&sim.endpoint_url])).await;
+    wait_connected(&gw, "line1").await;
+    let (s, h) = connect(&gw, "field-folder").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let all = |node_id: NodeId, browse_direction: D| BrowseDescription {
+        node_id,
+        browse_direction,
+        reference_type_id: NodeId::null(),
+        include_subtypes: true,
+        node_class_mask: NodeClassMask::all().bits(),
+        result_mask: BrowseResultMask::All as u32,
+    };
+    let folder = NodeId::new(2, "Field.line1");
+    let r = s
+        .browse(&[all(folder.clone(), D::Forward)], 0, None)
+        .await
+        .unwrap()
+        .remove(0);
+    let refs = r.references.unwrap_or_default();
+    let type_definitions = refs
+        .iter()
+        .filter(|rd| rd.reference_type_id == NodeId::new(0, 40u32))
+        .count();
+    assert_eq!(type_definitions, 1, "{refs:#?}");
+    assert!(
+        !refs.iter().any(|rd| rd.node_id.node_id.namespace == 0
+            && matches!(rd.node_class, NodeClass::Object | NodeClass::Variable)),
+        "a standard instance of the field server: {refs:#?}"
+    );
+    assert!(
+        refs.iter()
+            .any(|rd| rd.node_id.node_id == NodeId::new(ns, "Simulation")),
+        "{refs:#?}"
+    );
+    let up = s
+        .browse(&[all(NodeId::new(ns, "Simulation"), D::Inverse)], 0, None)
+        .await
+        .unwrap()
+        .remove(0)
+        .references
+        .unwrap_or_default();
+    let parent = up
+        .iter()
+        .find(|rd| rd.node_id.node_id == folder)
+        .unwrap_or_else(|| panic!("no reference up to the mount folder: {up:#?}"));
+    assert_eq!(parent.browse_name, QualifiedName::new(2, "line1"));
+    assert_eq!(parent.display_name.text.as_ref(), "line1");
+    s.disconnect().await.unwrap();
+    h.abort();
+    gw.stop().await;
+}
