@@ -238,6 +238,9 @@ fn local_space(config: &Config, application_uri: &str, hostname: &str) -> LocalS
         max_browse_continuation_points: s.max_browse_continuation_points,
         max_sessions: s.max_session_count,
         max_byte_string_length: s.max_message_size,
+        // What CreateMonitoredItems grants: a client reading 100 ms here
+        // while 50 ms items are revised to 50 ms was told two things.
+        min_supported_sample_rate: s.min_sampling_interval.as_secs_f64() * 1000.0,
         ..SpaceLimits::default()
     };
     let build = BuildInfo {

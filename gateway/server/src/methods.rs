@@ -20,6 +20,8 @@ use crate::Engine;
 const GET_MONITORED_ITEMS: [u32; 2] = [11492, 11489];
 /// Server.RequestServerStateChange on the Server object and on ServerType.
 const REQUEST_SERVER_STATE_CHANGE: [u32; 2] = [12886, 12883];
+/// Server.ResendData and ServerType.ResendData.
+const RESEND_DATA: [u32; 2] = [12873, 12871];
 /// The Server object.
 const SERVER_OBJECT: u32 = 2253;
 
@@ -152,6 +154,13 @@ impl Engine {
                 Err(status) => call_result(status, None, Vec::new()),
             };
         }
+        if on_server && is_ns0(&call.method_id, &RESEND_DATA) {
+            return call_result(
+                resend_data(&self.sessions, caller, inputs),
+                None,
+                Vec::new(),
+            );
+        }
         if on_server && is_ns0(&call.method_id, &GET_MONITORED_ITEMS) {
             return match get_monitored_items(&self.sessions, caller, inputs) {
                 Ok(out) => call_result(StatusCode::Good, None, out),
@@ -273,10 +282,19 @@ fn get_monitored_items(
         Some(Variant::UInt32(id)) => *id,
         _ => return Err(StatusCode::BadInvalidArgument),
     };
-    let (server, client) = sessions
-        .monitored_item_handles(&caller.session, id)
-        .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+    let (server, client) = sessions.monitored_item_handles(&caller.session, id)?;
     Ok(vec![Variant::from(server), Variant::from(client)])
+}
+
+/// Server.ResendData (Part 5 9.2) for the caller's subscription.
+fn resend_data(sessions: &SessionTable, caller: &Caller, inputs: &[Variant]) -> StatusCode {
+    match inputs.first() {
+        Some(Variant::UInt32(id)) => match sessions.resend_data(&caller.session, *id) {
+            Ok(()) => StatusCode::Good,
+            Err(status) => status,
+        },
+        _ => StatusCode::BadInvalidArgument,
+    }
 }
 
 /// The ServerState enumeration from its wire value.

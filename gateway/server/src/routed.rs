@@ -611,7 +611,12 @@ impl Engine {
     ) -> Result<ResponseMessage> {
         let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
         check_count(nodes.len(), self.space.local().limits().max_nodes_per_read)?;
-        if r.timestamps_to_return == TimestampsToReturn::Invalid {
+        // Neither is invalid for HistoryRead (Part 4 5.10.3.2): a history
+        // value without timestamps says nothing.
+        if matches!(
+            r.timestamps_to_return,
+            TimestampsToReturn::Invalid | TimestampsToReturn::Neither
+        ) {
             return Err(ServiceError::Status(
                 StatusCode::BadTimestampsToReturnInvalid,
             ));
@@ -620,12 +625,18 @@ impl Engine {
             .with_session(chan, &r.request_header, |_| Ok(()))?;
         let fields = self.space.fields();
         let fields = fields.as_deref();
-        let split = Split::new(nodes.len(), |i| {
-            match route_node(fields, &nodes[i].node_id, false) {
-                Route::Local => Route::Answered(StatusCode::BadHistoryOperationUnsupported),
-                route => route,
-            }
-        });
+        let split = {
+            let local = self.space.local();
+            Split::new(nodes.len(), |i| {
+                match route_node(fields, &nodes[i].node_id, false) {
+                    Route::Local if !local.contains(&nodes[i].node_id) => {
+                        Route::Answered(StatusCode::BadNodeIdUnknown)
+                    }
+                    Route::Local => Route::Answered(StatusCode::BadHistoryOperationUnsupported),
+                    route => route,
+                }
+            })
+        };
         let ctx = ctx_of(&r.request_header);
         let (details, ts, release) = (
             &r.history_read_details,

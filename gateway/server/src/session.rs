@@ -337,6 +337,11 @@ impl Sessions {
         self.by_token.values().find(|s| &s.id == id)
     }
 
+    /// The session with public id `id`, to change (Server.ResendData).
+    pub fn by_session_id_mut(&mut self, id: &NodeId) -> Option<&mut Session> {
+        self.by_token.values_mut().find(|s| &s.id == id)
+    }
+
     /// The authentication token of the session owning subscription `id`.
     pub fn find_subscription_owner(&self, id: u32) -> Option<NodeId> {
         self.by_token

@@ -332,16 +332,45 @@ impl SessionTable {
         })
     }
 
-    /// The handles of subscription `id` if it belongs to session `session`.
+    /// The handles of subscription `id` of session `session` (Server.
+    /// GetMonitoredItems): BadUserAccessDenied when another session owns
+    /// it, BadSubscriptionIdInvalid when none does (Part 5 9.1).
     pub(crate) fn monitored_item_handles(
         &self,
         session: &NodeId,
         id: u32,
-    ) -> Option<(Vec<u32>, Vec<u32>)> {
+    ) -> std::result::Result<(Vec<u32>, Vec<u32>), StatusCode> {
         let sessions = self.table.lock();
-        sessions
+        match sessions
             .by_session_id(session)
             .and_then(|s| s.subscriptions.monitored_item_handles(id))
+        {
+            Some(handles) => Ok(handles),
+            None => Err(not_ours(&sessions, id)),
+        }
+    }
+
+    /// Server.ResendData (Part 5 9.2): the last value of every data item of
+    /// subscription `id` of session `session` goes out again with its next
+    /// Publish; the same refusals as [`Self::monitored_item_handles`].
+    pub(crate) fn resend_data(
+        &self,
+        session: &NodeId,
+        id: u32,
+    ) -> std::result::Result<(), StatusCode> {
+        let mut sessions = self.table.lock();
+        let resent = sessions
+            .by_session_id_mut(session)
+            .filter(|s| s.subscriptions.subscription(id).is_some())
+            .map(|s| s.subscriptions.resend_data(id));
+        match resent {
+            Some(result) => {
+                drop(sessions);
+                self.changed.notify_one();
+                result
+            }
+            None => Err(not_ours(&sessions, id)),
+        }
     }
 
     /// Delivers an event to every session's event monitored items.
@@ -504,4 +533,14 @@ pub(crate) struct SessionDiagnostics {
     pub subscriptions: usize,
     /// Distinct publishing intervals among them.
     pub publishing_intervals: usize,
+}
+
+/// Why subscription `id` is not the caller's: another session's
+/// (BadUserAccessDenied) or nobody's (BadSubscriptionIdInvalid).
+fn not_ours(sessions: &Sessions, id: u32) -> StatusCode {
+    if sessions.find_subscription_owner(id).is_some() {
+        StatusCode::BadUserAccessDenied
+    } else {
+        StatusCode::BadSubscriptionIdInvalid
+    }
 }

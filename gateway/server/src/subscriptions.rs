@@ -86,10 +86,13 @@ impl ItemSource for SpaceSource<'_> {
 
     fn check(&self, item: &ReadValueId) -> std::result::Result<(), StatusCode> {
         if self.field(&item.node_id).is_some() {
-            // The field server validates the node; a failure shows up as the
-            // item's status (e.g. BadNodeIdUnknown) once the southbound
-            // item is created.
-            return Ok(());
+            // An attribute no node has is refused here, as for a local
+            // node. The field server validates the rest; a failure shows
+            // up as the item's status (e.g. BadNodeIdUnknown) once the
+            // southbound item is created.
+            return AttributeId::from_u32(item.attribute_id)
+                .map(|_| ())
+                .map_err(|_| StatusCode::BadAttributeIdInvalid);
         }
         let probe = ReadValueId {
             node_id: item.node_id.clone(),

@@ -1711,3 +1711,55 @@ async fn the_mount_folder_shows_the_field_content_once_and_under_its_own_name() 
     h.abort();
     gw.stop().await;
 }
+
+/// CreateMonitoredItems on a mounted node with an attribute no node has is
+/// refused at once (BadAttributeIdInvalid), as on a local node; before it
+/// was created Good and never reported anything.
+#[tokio::test]
+async fn a_monitored_item_with_an_unknown_attribute_on_a_mounted_node_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "a").await;
+    let gw = TestGateway::start(&field_toml("line1", "none", &[&sim.endpoint_url])).await;
+    wait_connected(&gw, "line1").await;
+    let (s, h) = connect(&gw, "field-attr").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let sub = s
+        .create_subscription(
+            Duration::from_millis(100),
+            60,
+            10,
+            0,
+            0,
+            true,
+            DataChangeCallback::new(|_, _| {}),
+        )
+        .await
+        .unwrap();
+    let item = |attribute_id: u32| MonitoredItemCreateRequest {
+        item_to_monitor: ReadValueId {
+            node_id: NodeId::new(ns, "Simulation.Counter"),
+            attribute_id,
+            ..Default::default()
+        },
+        monitoring_mode: opcua_types::MonitoringMode::Reporting,
+        requested_parameters: opcua_types::MonitoringParameters {
+            client_handle: attribute_id,
+            sampling_interval: 100.0,
+            queue_size: 1,
+            discard_oldest: true,
+            ..Default::default()
+        },
+    };
+    let results = s
+        .create_monitored_items(sub, TimestampsToReturn::Both, vec![item(99), item(13)])
+        .await
+        .unwrap();
+    assert_eq!(
+        results[0].result.status_code,
+        StatusCode::BadAttributeIdInvalid
+    );
+    assert_eq!(results[1].result.status_code, StatusCode::Good);
+    s.disconnect().await.unwrap();
+    h.abort();
+    gw.stop().await;
+}

@@ -376,11 +376,11 @@ async fn get_monitored_items_and_delete_subscriptions() {
     expected.sort();
     assert_eq!(as_u32(&out[0]), expected);
     assert_eq!(as_u32(&out[1]), vec![11, 12]);
-    // Another session's subscription is not visible.
+    // Another session's subscription is refused as not the caller's (Part 5 9.1).
     let r = other
         .call(&other_token, server, get, vec![Variant::UInt32(id)])
         .await;
-    assert_eq!(r.status_code, StatusCode::BadSubscriptionIdInvalid);
+    assert_eq!(r.status_code, StatusCode::BadUserAccessDenied);
 
     // The first message (after one 2 s interval) carries the initial values.
     let first = chan.publish(&token, &[]).await.unwrap();

@@ -16,13 +16,21 @@ from cryptography import x509
 from test_asyncua_client import REQUEST_TIMEOUT_S, bounded, secure_client
 from uaservices import (
     CURRENT_TIME,
+    DEMO_SETPOINT,
+    GET_MONITORED_ITEMS,
+    SERVER,
     Publisher,
+    call,
     code_name,
     create_items,
     create_subscription,
     data_changes,
+    is_keepalive,
     item_request,
 )
+
+RESEND_DATA = ua.NodeId(ua.ObjectIds.Server_ResendData)
+MIN_SUPPORTED_SAMPLE_RATE = ua.NodeId(ua.ObjectIds.Server_ServerCapabilities_MinSupportedSampleRate)
 
 pytestmark = pytest.mark.uagate_only
 
@@ -161,5 +169,77 @@ async def test_server_diagnostics_count_sessions_subscriptions_and_rejections(ta
         assert values["PublishingIntervalCount"] == 1, values
         whole = await bounded(client.get_node(summary).read_value())
         assert whole.CumulatedSubscriptionCount == 1, whole
+    finally:
+        await bounded(client.disconnect())
+
+
+async def test_resend_data_and_another_sessions_subscription(server: ServerTarget) -> None:
+    """Part 5 9.1 and 9.2: ResendData sends the last values of the caller's subscription again
+    (it answered BadNotImplemented); GetMonitoredItems and ResendData on another session's
+    subscription are BadUserAccessDenied (GetMonitoredItems said BadSubscriptionIdInvalid)."""
+    owner = Client(server.url, timeout=REQUEST_TIMEOUT_S)
+    other = Client(server.url, timeout=REQUEST_TIMEOUT_S)
+    await bounded(owner.connect())
+    await bounded(other.connect())
+    try:
+        sub = await create_subscription(owner, interval_ms=100, keepalive_count=3)
+        await create_items(owner, sub, [item_request(DEMO_SETPOINT, client_handle=7, sampling_ms=100)])
+        publisher = Publisher(owner)
+        first = await publisher.wait_value(7, lambda _: True, 5.0)
+        assert len(first) == 1, first
+        # Nothing changes: keep-alives only, until ResendData.
+        quiet = await publisher.next()
+        assert is_keepalive(quiet) or not data_changes(quiet), quiet
+        resent = await call(owner, SERVER, RESEND_DATA, ua.Variant(sub.id, ua.VariantType.UInt32))
+        assert code_name(resent.StatusCode) == "Good"
+        again = await publisher.wait_value(7, lambda _: True, 5.0)
+        assert again == first, (first, again)
+        for method in (GET_MONITORED_ITEMS, RESEND_DATA):
+            refused = await call(other, SERVER, method, ua.Variant(sub.id, ua.VariantType.UInt32))
+            assert code_name(refused.StatusCode) == "BadUserAccessDenied", method
+            unknown = await call(other, SERVER, method, ua.Variant(sub.id + 1000, ua.VariantType.UInt32))
+            assert code_name(unknown.StatusCode) == "BadSubscriptionIdInvalid", method
+    finally:
+        await bounded(other.disconnect())
+        await bounded(owner.disconnect())
+
+
+async def test_history_read_refusals_and_the_advertised_sample_rate(server: ServerTarget) -> None:
+    """HistoryRead with TimestampsToReturn Neither is BadTimestampsToReturnInvalid (Part 4
+    5.10.3.2; it answered Good), an unknown node BadNodeIdUnknown (it said
+    BadHistoryOperationUnsupported); MinSupportedSampleRate is what CreateMonitoredItems grants
+    (it advertised 100 ms and granted 50)."""
+    client = Client(server.url, timeout=REQUEST_TIMEOUT_S)
+    await bounded(client.connect())
+    try:
+        def history_request(node: ua.NodeId, timestamps: int) -> ua.HistoryReadRequest:
+            request = ua.HistoryReadRequest()
+            details = ua.ReadRawModifiedDetails()
+            details.StartTime = ua.get_win_epoch()
+            details.EndTime = ua.get_win_epoch()
+            details.NumValuesPerNode = 10
+            request.Parameters.HistoryReadDetails = details
+            request.Parameters.TimestampsToReturn = timestamps
+            request.Parameters.NodesToRead = [ua.HistoryReadValueId(NodeId=node)]
+            return request
+
+        async def send(request: ua.HistoryReadRequest) -> ua.HistoryReadResponse:
+            data = await asyncio.wait_for(
+                client.uaclient._send_request(request, REQUEST_TIMEOUT_S), REQUEST_TIMEOUT_S + 2
+            )
+            return struct_from_binary(ua.HistoryReadResponse, data)
+
+        with pytest.raises(ua.UaStatusCodeError) as refused:
+            await send(history_request(DEMO_SETPOINT, ua.TimestampsToReturn.Neither))
+        assert code_name(refused.value.code) == "BadTimestampsToReturnInvalid"
+        unknown = await send(history_request(ua.NodeId("Nope", 2), ua.TimestampsToReturn.Both))
+        assert code_name(unknown.Results[0].StatusCode) == "BadNodeIdUnknown"
+        no_history = await send(history_request(DEMO_SETPOINT, ua.TimestampsToReturn.Both))
+        assert code_name(no_history.Results[0].StatusCode) == "BadHistoryOperationUnsupported"
+
+        advertised = await bounded(client.get_node(MIN_SUPPORTED_SAMPLE_RATE).read_value())
+        sub = await create_subscription(client, interval_ms=100)
+        (created,) = await create_items(client, sub, [item_request(DEMO_SETPOINT, client_handle=1, sampling_ms=0)])
+        assert created.RevisedSamplingInterval == advertised, (created.RevisedSamplingInterval, advertised)
     finally:
         await bounded(client.disconnect())
