@@ -335,6 +335,20 @@ application_name = "uagate-demo"
 demo_nodes = true
 "#;
 
+/// Refuses a data directory that does not exist, for a command that only
+/// reads it (`user list`, `trust list`, `config export`, `plan`): a
+/// mistyped `--data` would otherwise create an empty store and print
+/// defaults as if they were the appliance's.
+fn existing(data: &Path) -> Result<()> {
+    if data.is_dir() {
+        return Ok(());
+    }
+    bail!(
+        "{}: no such data directory (check --data or UAGATE_DATA; `uagate run` creates it)",
+        data.display()
+    )
+}
+
 /// The store in `data` (created, and the directory with it, private to
 /// this user: see [`datadir::prepare`]).
 async fn open_store(data: &Path) -> Result<Store> {
@@ -816,17 +830,27 @@ fn tls_set(data: &Path, cert: &Path, key: &Path) -> Result<uagate_server::tls_ce
 /// shares the server between owners, so readiness is checked more often.
 const EVENT_INTERVAL: u32 = 4;
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
     let interval = std::env::var("UAGATE_EVENT_INTERVAL")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(EVENT_INTERVAL);
-    tokio::runtime::Builder::new_multi_thread()
+    let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .event_interval(interval)
         .build()
-        .context("starting the async runtime")?
-        .block_on(run())
+        .context("starting the async runtime")
+        .and_then(|runtime| runtime.block_on(run()));
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        // The message and its causes, one line: an operator's mistake (a
+        // refused setting, a missing file) is not a crash, so no stack
+        // backtrace even when RUST_BACKTRACE is set.
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 /// The log filter when `RUST_LOG` is not set (the appliance's unit does not
@@ -929,6 +953,9 @@ async fn run() -> Result<()> {
             Ok(())
         }
         Command::User { command } => {
+            if matches!(command, UserCommand::List) {
+                existing(&cli.data)?;
+            }
             let store = open_store_for_change(&cli.data).await?;
             match command {
                 UserCommand::Add { name, role } => {
@@ -958,6 +985,9 @@ async fn run() -> Result<()> {
             Ok(())
         }
         Command::Trust { command } => {
+            if matches!(command, TrustCommand::List | TrustCommand::Rejected) {
+                existing(&cli.data)?;
+            }
             let store = open_store_for_change(&cli.data).await?;
             match command {
                 TrustCommand::Add { file, issuer } => {
@@ -1012,6 +1042,15 @@ async fn run() -> Result<()> {
                     &std::fs::read_to_string(&file)
                         .with_context(|| format!("cannot read {}", file.display()))?,
                 ),
+                // No data directory (yet, or a mistyped --data): the plan
+                // of the defaults, said so, and nothing created.
+                None if !cli.data.is_dir() => {
+                    eprintln!(
+                        "uagate plan: {}: no such data directory; this is the plan of the default configuration",
+                        cli.data.display()
+                    );
+                    Ok(Config::default())
+                }
                 // The stored document with this appliance's overlay.
                 None => match config_store::load(&open_store(&cli.data).await?).await {
                     Ok(c) => Ok(c.unwrap_or_default()),
@@ -1034,6 +1073,9 @@ async fn run() -> Result<()> {
             }
         }
         Command::Config { command } => {
+            if matches!(command, ConfigCommand::Export) {
+                existing(&cli.data)?;
+            }
             let store = open_store_for_change(&cli.data).await?;
             match command {
                 ConfigCommand::Import { file } => {

@@ -893,3 +893,39 @@ fn output_to_a_closed_pipe_ends_quietly() {
         assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
     }
 }
+
+/// A command that only reads the data directory refuses one that does not
+/// exist (a mistyped `--data`), instead of creating an empty store and
+/// printing defaults as if they were the appliance's; nothing is created.
+#[test]
+fn a_read_only_command_on_a_missing_data_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("uagat");
+    for args in [
+        &["user", "list"][..],
+        &["trust", "list"],
+        &["trust", "rejected"],
+        &["config", "export"],
+    ] {
+        // An operator's mistake is not a crash: one line, no backtrace
+        // even with RUST_BACKTRACE set.
+        let out = uagate(&data)
+            .args(args)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains("no such data directory"), "{args:?}: {err}");
+        assert!(!err.contains("backtrace"), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?} printed something");
+        assert!(!data.exists(), "{args:?} created {}", data.display());
+    }
+    // `plan` shows what the defaults give, and says that it does.
+    let out = uagate(&data).arg("plan").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("Connection: total=103,"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such data directory"));
+    assert!(!data.exists(), "plan created {}", data.display());
+}
