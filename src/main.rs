@@ -757,7 +757,10 @@ async fn pair_command(data: &Path, command: PairCommand) -> Result<()> {
         AdminResponse::Invite { code, fingerprint } => {
             outln!("PAIRING CODE {code} FINGERPRINT {fingerprint}")
         }
-        AdminResponse::Joined { leader } => outln!("JOINED leader={leader}"),
+        AdminResponse::Joined {
+            leader,
+            fingerprint,
+        } => outln!("JOINED leader={leader} FINGERPRINT {fingerprint}"),
         AdminResponse::Status(status) => outln!("{}", status.line()),
         AdminResponse::Proposed(r) => outln!("{r:?}"),
         AdminResponse::Left => outln!("LEFT"),

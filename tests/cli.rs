@@ -506,6 +506,13 @@ fn pair_invite_join_status_and_replicated_cli_changes() {
         .output()
         .unwrap());
     assert!(joined.starts_with("JOINED"), "{joined}");
+    // The inviter's fingerprint, to compare with what `invite` printed.
+    assert!(
+        joined
+            .trim_end()
+            .ends_with(&format!("FINGERPRINT {}", words[4])),
+        "{joined}"
+    );
 
     // A user added with the CLI on the primary goes through the pair.
     ok(user_add(&a, "olga", "operator"));

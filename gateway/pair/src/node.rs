@@ -990,7 +990,10 @@ impl PairNode {
     /// log and waits to be sent the leader's state. A wrong code, a used or
     /// expired one, a peer that cannot prove the code, or a node already
     /// paired is refused and changes nothing here.
-    pub async fn join(&self, addr: &str, code: &str) -> Result<NodeId, PairError> {
+    /// Returns the inviting appliance's node id and the SHA-256 fingerprint
+    /// of its pair certificate as this appliance saw it (to compare with
+    /// what `uagate pair invite` printed there).
+    pub async fn join(&self, addr: &str, code: &str) -> Result<(NodeId, String), PairError> {
         use std::sync::atomic::Ordering;
         self.joining.store(true, Ordering::SeqCst);
         let joined = self.join_with_code(addr, code).await;
@@ -999,7 +1002,7 @@ impl PairNode {
     }
 
     /// [`PairNode::join`] itself.
-    async fn join_with_code(&self, addr: &str, code: &str) -> Result<NodeId, PairError> {
+    async fn join_with_code(&self, addr: &str, code: &str) -> Result<(NodeId, String), PairError> {
         let code = PairingCode::parse(code).map_err(|e| PairError::Refused(e.to_string()))?;
         if self.members().await.len() > 1 {
             return Err(PairError::Refused(
@@ -1046,7 +1049,7 @@ impl PairNode {
         }
         self.reset_log().await?;
         tracing::info!(leader = welcome.node_id, %addr, fingerprint = %leader_fp, "joined the pair; taking the leader's state");
-        Ok(welcome.node_id)
+        Ok((welcome.node_id, leader_fp))
     }
 
     /// Drops this node's Raft log, snapshots and applied position and
@@ -1892,9 +1895,13 @@ impl PairNode {
                     fingerprint,
                 })
             }
-            AdminRequest::Join { addr, code } => Ok(AdminResponse::Joined {
-                leader: self.join(&addr, &code).await?,
-            }),
+            AdminRequest::Join { addr, code } => {
+                let (leader, fingerprint) = self.join(&addr, &code).await?;
+                Ok(AdminResponse::Joined {
+                    leader,
+                    fingerprint,
+                })
+            }
             AdminRequest::Status => Ok(AdminResponse::Status(self.status().await?)),
             AdminRequest::Propose(p) => Ok(AdminResponse::Proposed(self.write(p).await?)),
             AdminRequest::Leave => match self.leave().await? {

@@ -196,6 +196,10 @@ pub enum AdminResponse {
     Joined {
         /// Its node id.
         leader: NodeId,
+        /// SHA-256 fingerprint of its pair certificate as the joiner saw
+        /// it (empty from an older version).
+        #[serde(default)]
+        fingerprint: String,
     },
     /// The node's state.
     Status(crate::node::PairStatus),

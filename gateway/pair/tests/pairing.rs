@@ -179,7 +179,17 @@ async fn a_standby_joins_with_a_code_and_follows_the_primary() {
     // The right code: B joins and takes A's state (its own user is gone:
     // the pair has one configuration, the primary's).
     match join(&b, &a, &code).await.unwrap() {
-        AdminResponse::Joined { leader } => assert_eq!(leader, a.node.id()),
+        AdminResponse::Joined {
+            leader,
+            fingerprint,
+        } => {
+            assert_eq!(leader, a.node.id());
+            assert_eq!(
+                fingerprint,
+                a.node.fingerprint(),
+                "the inviter's, as printed by invite"
+            );
+        }
         other => panic!("{other:?}"),
     }
     wait_user(&b.store, "anna").await;

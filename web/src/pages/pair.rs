@@ -205,11 +205,15 @@ pub async fn join(State(state): State<WebState>, who: Authed, Form(f): Form<Join
                 "the other appliance's pair address (HOST:PORT) is missing",
             ));
         }
-        node(&state)?.join(addr, &f.code).await.map_err(refusal)?;
+        let (_, fingerprint) = node(&state)?.join(addr, &f.code).await.map_err(refusal)?;
         tracing::info!(actor = %who.user, %addr, "joined a pair from the console");
         Ok(done(
             "/pair",
-            &format!("Joined the pair of {addr}: this appliance takes its configuration now."),
+            &format!(
+                "Joined the pair of {addr}: this appliance takes its configuration now. \
+                 Its certificate fingerprint is {fingerprint}: it should be the one its \
+                 Pair page showed with the code."
+            ),
         ))
     }
     .await;
