@@ -1521,6 +1521,49 @@ async fn stopping_the_gateway_closes_its_field_sessions_promptly() {
     b.cancel();
 }
 
+/// A gateway with one field connection `line1` to a fresh simulator
+/// (`extra` configuration before it), connected, and an anonymous session
+/// on it: the start of the tests below. The simulator and its directory
+/// live as long as this.
+struct OneField {
+    _tmp: tempfile::TempDir,
+    _sim: uagate_sim::SimHandle,
+    gw: TestGateway,
+    s: std::sync::Arc<opcua_client::Session>,
+    h: tokio::task::JoinHandle<StatusCode>,
+    /// The simulator's namespace index in the gateway.
+    ns: u16,
+}
+
+impl OneField {
+    async fn start(extra: &str, session_name: &str) -> OneField {
+        let tmp = tempfile::tempdir().unwrap();
+        let sim = start_sim(tmp.path(), "a").await;
+        let gw = TestGateway::start(&format!(
+            "{extra}{}",
+            field_toml("line1", "none", &[&sim.endpoint_url])
+        ))
+        .await;
+        wait_connected(&gw, "line1").await;
+        let (s, h) = connect(&gw, session_name).await;
+        let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+        OneField {
+            _tmp: tmp,
+            _sim: sim,
+            gw,
+            s,
+            h,
+            ns,
+        }
+    }
+
+    async fn stop(self) {
+        self.s.disconnect().await.unwrap();
+        self.h.abort();
+        self.gw.stop().await;
+    }
+}
+
 /// A Browse whose View carries a Timestamp (the address space "as of" a
 /// time; asyncua's raw BrowseRequest sends one) is answered on mounted
 /// nodes as on local ones, with the address space as it is now. Before, the
@@ -1529,12 +1572,8 @@ async fn stopping_the_gateway_closes_its_field_sessions_promptly() {
 #[tokio::test]
 async fn a_browse_with_a_view_timestamp_reaches_mounted_nodes() {
     use opcua_types::ViewDescription;
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = start_sim(tmp.path(), "a").await;
-    let gw = TestGateway::start(&field_toml("line1", "none", &[&sim.endpoint_url])).await;
-    wait_connected(&gw, "line1").await;
-    let (s, h) = connect(&gw, "field-view").await;
-    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let f = OneField::start("", "field-view").await;
+    let (s, ns) = (&f.s, f.ns);
     let forward = |node_id: NodeId| BrowseDescription {
         node_id,
         browse_direction: BrowseDirection::Forward,
@@ -1558,9 +1597,7 @@ async fn a_browse_with_a_view_timestamp_reaches_mounted_nodes() {
         assert!(!ref_ids(plain).is_empty(), "{plain:?}");
         assert_eq!(ref_ids(timed), ref_ids(plain));
     }
-    s.disconnect().await.unwrap();
-    h.abort();
-    gw.stop().await;
+    f.stop().await;
 }
 
 /// Reads `attribute` of each node through the gateway.
@@ -1590,35 +1627,31 @@ async fn read_attribute(
 /// method is executable.
 #[tokio::test]
 async fn a_caller_without_write_rights_reads_its_own_access_and_may_not_call_field_methods() {
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = start_sim(tmp.path(), "a").await;
     for anonymous_write in [false, true] {
-        let gw = TestGateway::start(&format!(
-            "[server]\nallow_anonymous_write = {anonymous_write}\n{}",
-            field_toml("line1", "none", &[&sim.endpoint_url])
-        ))
+        let f = OneField::start(
+            &format!("[server]\nallow_anonymous_write = {anonymous_write}\n"),
+            "field-rights",
+        )
         .await;
-        wait_connected(&gw, "line1").await;
-        let (s, h) = connect(&gw, "field-rights").await;
-        let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+        let (s, ns) = (&f.s, f.ns);
         let setpoint = NodeId::new(ns, "Simulation.Setpoint");
         let add = NodeId::new(ns, "Simulation.Add");
         let state_change = NodeId::new(0, 12886u32);
 
-        let level = read_attribute(&s, std::slice::from_ref(&setpoint), 17).await;
+        let level = read_attribute(s, std::slice::from_ref(&setpoint), 17).await;
         assert_eq!(
             level[0].value,
             Some(Variant::Byte(3)),
             "AccessLevel: {level:?}"
         );
-        let user_level = read_attribute(&s, std::slice::from_ref(&setpoint), 18).await;
+        let user_level = read_attribute(s, std::slice::from_ref(&setpoint), 18).await;
         let expected = if anonymous_write { 3 } else { 1 };
         assert_eq!(
             user_level[0].value,
             Some(Variant::Byte(expected)),
             "UserAccessLevel, anonymous_write {anonymous_write}: {user_level:?}"
         );
-        let executable = read_attribute(&s, &[add.clone(), state_change], 22).await;
+        let executable = read_attribute(s, &[add.clone(), state_change], 22).await;
         assert_eq!(
             executable[0].value,
             Some(Variant::Boolean(anonymous_write)),
@@ -1643,9 +1676,7 @@ async fn a_caller_without_write_rights_reads_its_own_access_and_may_not_call_fie
             StatusCode::BadUserAccessDenied
         };
         assert_eq!(r.status_code, expected, "{r:?}");
-        s.disconnect().await.unwrap();
-        h.abort();
-        gw.stop().await;
+        f.stop().await;
     }
 }
 
@@ -1658,12 +1689,8 @@ async fn a_caller_without_write_rights_reads_its_own_access_and_may_not_call_fie
 #[tokio::test]
 async fn the_mount_folder_shows_the_field_content_once_and_under_its_own_name() {
     use opcua_types::{BrowseDirection as D, NodeClass};
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = start_sim(tmp.path(), "a").await;
-    let gw = TestGateway::start(&field_toml("line1", "none", &[&sim.endpoint_url])).await;
-    wait_connected(&gw, "line1").await;
-    let (s, h) = connect(&gw, "field-folder").await;
-    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let f = OneField::start("", "field-folder").await;
+    let (s, ns) = (&f.s, f.ns);
     let all = |node_id: NodeId, browse_direction: D| BrowseDescription {
         node_id,
         browse_direction,
@@ -1707,9 +1734,7 @@ async fn the_mount_folder_shows_the_field_content_once_and_under_its_own_name() 
         .unwrap_or_else(|| panic!("no reference up to the mount folder: {up:#?}"));
     assert_eq!(parent.browse_name, QualifiedName::new(2, "line1"));
     assert_eq!(parent.display_name.text.as_ref(), "line1");
-    s.disconnect().await.unwrap();
-    h.abort();
-    gw.stop().await;
+    f.stop().await;
 }
 
 /// CreateMonitoredItems on a mounted node with an attribute no node has is
@@ -1717,12 +1742,8 @@ async fn the_mount_folder_shows_the_field_content_once_and_under_its_own_name() 
 /// was created Good and never reported anything.
 #[tokio::test]
 async fn a_monitored_item_with_an_unknown_attribute_on_a_mounted_node_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = start_sim(tmp.path(), "a").await;
-    let gw = TestGateway::start(&field_toml("line1", "none", &[&sim.endpoint_url])).await;
-    wait_connected(&gw, "line1").await;
-    let (s, h) = connect(&gw, "field-attr").await;
-    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let f = OneField::start("", "field-attr").await;
+    let (s, ns) = (&f.s, f.ns);
     let sub = s
         .create_subscription(
             Duration::from_millis(100),
@@ -1759,7 +1780,5 @@ async fn a_monitored_item_with_an_unknown_attribute_on_a_mounted_node_is_refused
         StatusCode::BadAttributeIdInvalid
     );
     assert_eq!(results[1].result.status_code, StatusCode::Good);
-    s.disconnect().await.unwrap();
-    h.abort();
-    gw.stop().await;
+    f.stop().await;
 }
