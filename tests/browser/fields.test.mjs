@@ -130,8 +130,19 @@ test("field connections: a structured form, tested, trusted and applied live", a
     assert.match(await notice(page), /^Trusted /);
     await page.waitForSelector("#form-probe");
     assert.match(await page.textContent("#form-probe"), /certificate trusted/);
+    // The test also logs in with the chosen identity (the simulator takes anonymous only).
+    assert.match(await page.textContent("#form-probe"), /login accepted/);
     assert.equal(await page.$("button.trust"), null);
     assert.equal(await page.inputValue("#f-url0"), sim_url);
+    // A user name the PLC does not take is found before saving, not after.
+    await page.selectOption("#f-identity", "username");
+    await page.fill("#f-username", "otto");
+    await page.fill("#f-password", "not-the-password");
+    await page.click("#f-test");
+    await page.waitForSelector("#form-probe");
+    assert.match(await page.textContent("#form-probe"), /login refused: the server takes no user name and password login on this endpoint \(it takes: anonymous\)/);
+    await shot(page, "20b-fields-test-login-refused");
+    await page.selectOption("#f-identity", "anonymous");
   });
 
   await t.test("added and live without a restart", async () => {

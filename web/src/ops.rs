@@ -1256,6 +1256,10 @@ pub struct ProbeView {
     /// checks before trusting it (with its OPC UA thumbprint, which
     /// `POST /api/v1/certificates/{thumbprint}/trust` takes).
     pub untrusted: Option<OfferedCert>,
+    /// `accepted` when a session with the configured identity was opened
+    /// (and closed), or why it was refused; absent when none was tried (no
+    /// endpoint with the chosen security, or an untrusted certificate).
+    pub login: Option<String>,
 }
 
 /// A field server certificate the gateway does not trust yet, as "Test
@@ -1329,6 +1333,10 @@ fn probe_views(probes: Vec<uagate_field::Probe>) -> Vec<ProbeView> {
                 Err(e) => e,
             }),
             untrusted: p.untrusted_der.as_deref().and_then(OfferedCert::of),
+            login: p.login.map(|l| match l {
+                Ok(()) => "accepted".to_string(),
+                Err(e) => e,
+            }),
         })
         .collect()
 }

@@ -45,7 +45,7 @@ use opcua_types::{
     AttributeId, CallMethodRequest, DataChangeFilter, DataValue, DateTime, DeadbandType,
     EndpointDescription, ExtensionObject, MessageSecurityMode, MonitoredItemCreateRequest,
     MonitoringMode, MonitoringParameters, NodeId, ReadValueId, ServerState, StatusCode,
-    TimestampsToReturn, VariableId, Variant,
+    TimestampsToReturn, UserTokenType, VariableId, Variant,
 };
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch, Notify};
@@ -634,6 +634,10 @@ pub struct Probe {
     /// The server's certificate (DER) when it is not trusted, for the
     /// operator to look at and trust.
     pub untrusted_der: Option<Vec<u8>>,
+    /// Whether a session with the configured identity was accepted (and
+    /// closed again), or why not; `None` when no login was tried (no
+    /// endpoint with the configured security, or an untrusted certificate).
+    pub login: Option<Result<(), String>>,
 }
 
 /// A managed field connection (see the module docs). Created with
@@ -1560,14 +1564,8 @@ async fn connect(
             .await
             .map_err(|st| fail(st, "field server certificate not trusted"))?;
     }
-    let token = match &s.identity {
-        Identity::Anonymous => IdentityToken::new_anonymous(),
-        Identity::UserName { user, password } => {
-            IdentityToken::new_user_name(user.clone(), password.clone())
-        }
-        Identity::Certificate { cert, key } => IdentityToken::new_x509_path(cert, key)
-            .map_err(|e| fail(StatusCode::BadIdentityTokenInvalid, e.to_string()))?,
-    };
+    let token =
+        identity_token(&s.identity).map_err(|e| fail(StatusCode::BadIdentityTokenInvalid, e))?;
     let path = PathSwitch::new(s.request_timeout);
     path.set(url);
     let (session, event_loop) = client
@@ -3410,8 +3408,90 @@ fn base_client(su: &ClientSetup, url: &str) -> ClientBuilder {
         .session_retry_limit(0)
 }
 
-/// Asks one URL for its endpoints and checks the certificate of the one
-/// the configuration would use (see [`FieldConnection::probe`]).
+/// The identity token the gateway's sessions present (a certificate
+/// identity whose files cannot be read fails here, naming them).
+fn identity_token(identity: &Identity) -> Result<IdentityToken, String> {
+    Ok(match identity {
+        Identity::Anonymous => IdentityToken::new_anonymous(),
+        Identity::UserName { user, password } => {
+            IdentityToken::new_user_name(user.clone(), password.clone())
+        }
+        Identity::Certificate { cert, key } => {
+            IdentityToken::new_x509_path(cert, key).map_err(|e| e.to_string())?
+        }
+    })
+}
+
+/// Opens a session on `endpoint` (at `url`) with the configured identity
+/// and closes it again: the login part of "test connection", so that a
+/// wrong password or an unreadable certificate file shows before saving.
+async fn probe_login(
+    client: &mut opcua_client::Client,
+    url: &str,
+    mut endpoint: EndpointDescription,
+    identity: &Identity,
+    timeout: Duration,
+) -> Result<(), String> {
+    endpoint.endpoint_url = url.into();
+    // A login kind the endpoint does not offer, said plainly (the stack
+    // would say BadSecurityPolicyRejected).
+    let (wanted, name) = match identity {
+        Identity::Anonymous => (UserTokenType::Anonymous, "anonymous"),
+        Identity::UserName { .. } => (UserTokenType::UserName, "user name and password"),
+        Identity::Certificate { .. } => (UserTokenType::Certificate, "user certificate"),
+    };
+    let offered: Vec<UserTokenType> = endpoint
+        .user_identity_tokens
+        .iter()
+        .flatten()
+        .map(|t| t.token_type)
+        .collect();
+    if !offered.contains(&wanted) {
+        let names: Vec<&str> = offered
+            .iter()
+            .map(|t| match t {
+                UserTokenType::Anonymous => "anonymous",
+                UserTokenType::UserName => "user name and password",
+                UserTokenType::Certificate => "user certificate",
+                UserTokenType::IssuedToken => "issued token",
+            })
+            .collect();
+        return Err(format!(
+            "the server takes no {name} login on this endpoint (it takes: {})",
+            names.join(", ")
+        ));
+    }
+    let token = identity_token(identity)?;
+    let (session, event_loop) = client
+        .connect_to_endpoint_directly(endpoint, token)
+        .map_err(|e| e.to_string())?;
+    let mut running = event_loop.spawn();
+    // The event loop ends with the reason when the server refuses the
+    // session (it does not retry: `session_retry_limit(0)`).
+    let result = tokio::select! {
+        connected = session.wait_for_connection() => if connected {
+            Ok(())
+        } else {
+            Err("the session was refused".to_string())
+        },
+        ended = &mut running => Err(match ended {
+            Ok(status) => status.to_string(),
+            Err(_) => "the session was refused".to_string(),
+        }),
+        _ = tokio::time::sleep(timeout) => {
+            Err(format!("no session within {} ms", timeout.as_millis()))
+        }
+    };
+    if result.is_ok() {
+        let _ = tokio::time::timeout(timeout, session.disconnect()).await;
+    }
+    running.abort();
+    result
+}
+
+/// Asks one URL for its endpoints, checks the certificate of the one the
+/// configuration would use and, when it can be used, logs in with the
+/// configured identity (see [`FieldConnection::probe`]).
 async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Duration) -> Probe {
     let s = &inner.settings;
     let su = &inner.setup;
@@ -3422,9 +3502,10 @@ async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Durati
         matches_config: false,
         certificate: None,
         untrusted_der: None,
+        login: None,
     };
     let client = base_client(su, url).request_timeout(timeout).client();
-    let client = match client {
+    let mut client = match client {
         Ok(c) => c,
         Err(e) => {
             probe.result = Err(e.join("; "));
@@ -3459,6 +3540,11 @@ async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Durati
             }
             checked
         });
+    }
+    // Log in only where a connect would: the configured security is
+    // offered and, when secured, the server's certificate is trusted.
+    if let Some(e) = wanted.filter(|_| probe.certificate.as_ref().is_none_or(|c| c.is_ok())) {
+        probe.login = Some(probe_login(&mut client, url, e.clone(), &s.identity, timeout).await);
     }
     probe.result = Ok(endpoints
         .iter()
