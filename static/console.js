@@ -50,13 +50,6 @@
   document.addEventListener("DOMContentLoaded", function () {
     rewrite(document);
     document.querySelectorAll("form[data-local-times]").forEach(sendZone);
-    // Forms that ask before they submit (the console has no inline script: the page's
-    // Content-Security-Policy forbids it).
-    document.querySelectorAll("form[data-confirm]").forEach(function (form) {
-      form.addEventListener("submit", function (e) {
-        if (!window.confirm(form.getAttribute("data-confirm"))) e.preventDefault();
-      });
-    });
     // Maintenance: the picker's time is the browser's local time: send its offset from UTC
     // (without JavaScript the time is taken as UTC).
     var maintenance = document.getElementById("maintenance-form");
@@ -67,6 +60,14 @@
           String((v ? new Date(v) : new Date()).getTimezoneOffset());
       });
     }
+  });
+  // Forms that ask before they submit (the console has no inline script: the page's
+  // Content-Security-Policy forbids it). Listened for on the document, so that forms in parts
+  // htmx refreshes (the field connections' Force failover) ask too.
+  document.addEventListener("submit", function (e) {
+    var form = e.target;
+    if (!(form instanceof HTMLFormElement) || !form.hasAttribute("data-confirm")) return;
+    if (!window.confirm(form.getAttribute("data-confirm"))) e.preventDefault();
   });
   document.addEventListener("htmx:afterSwap", function (e) {
     rewrite(e.target);

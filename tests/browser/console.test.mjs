@@ -455,5 +455,83 @@ test("the console end to end", async (t) => {
     await plain.context().close();
   });
 
+  await t.test("removals and closing a session ask first, naming what goes; dismissed, nothing changes", async () => {
+    const timeout = (ms, what) => new Promise((_, rej) => setTimeout(() => rej(new Error(`no ${what} within ${ms} ms`)), ms).unref());
+    /** Clicks `button` answering its question with `accept`; returns the question. */
+    const answer = async (button, accept) => {
+      const asked = new Promise((resolve) =>
+        page.once("dialog", async (d) => {
+          resolve(d.message());
+          await (accept ? d.accept() : d.dismiss());
+        }),
+      );
+      await button.click();
+      return Promise.race([asked, timeout(5_000, "question before the action")]);
+    };
+    // A user.
+    await page.goto("/users");
+    await page.fill("#user-form input[name=username]", "otto");
+    await page.fill("#user-form input[name=password]", "otto-console-pass-1");
+    await page.click("#user-form button[type=submit]");
+    await notice(page);
+    const otto = page.locator('#users tr[data-user="otto"] button.danger');
+    assert.equal(await answer(otto, false), "Remove user otto? They can no longer log in.");
+    await page.reload();
+    assert.equal(await page.locator('#users tr[data-user="otto"]').count(), 1, "dismissed: otto stays");
+    assert.equal(await answer(otto, true), "Remove user otto? They can no longer log in.");
+    assert.match(await notice(page), /otto/);
+    assert.equal(await page.locator('#users tr[data-user="otto"]').count(), 0, "accepted: otto is gone");
+
+    // A northbound session (an earlier test's client may still have one, until it times out).
+    await page.goto("/sessions");
+    const earlier = await page.$$eval("#sessions tbody tr[data-session]", (rows) => rows.map((r) => r.dataset.session));
+    const client = spawn(PYTHON, [path.join(HERE, "uaclient.py"), "hold", opc_url, path.join(tmp, "client"), "60"], {
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    try {
+      const [line] = await Promise.race([
+        new Promise((resolve) => readline.createInterface({ input: client.stdout }).on("line", (l) => resolve([l]))),
+        new Promise((_, rej) => setTimeout(() => rej(new Error("the asyncua client did not connect")), 30_000).unref()),
+      ]);
+      assert.deepEqual(JSON.parse(line), { connected: true });
+      await page.goto("/sessions");
+      const ids = await page.$$eval("#sessions tbody tr[data-session]", (rows) => rows.map((r) => r.dataset.session));
+      const fresh = ids.filter((id) => !earlier.includes(id));
+      assert.equal(fresh.length, 1, `one new session: ${ids}`);
+      const row = page.locator(`#sessions tbody tr[data-session="${fresh[0]}"]`);
+      assert.match(await row.textContent(), /HMI-07/);
+      const close = row.locator("button.danger");
+      assert.match(await answer(close, false), /^Close the session of Line 3 packaging hall north, operator station HMI-07 \(asyncua\)[^?]*\? The client is disconnected and has to reconnect\.$/);
+      await page.reload();
+      assert.equal(await row.count(), 1, "dismissed: the session stays");
+      await answer(close, true);
+      await notice(page);
+      assert.equal(await row.count(), 0, "accepted: the session is closed");
+    } finally {
+      client.kill("SIGTERM");
+    }
+
+    // A trusted owner (with its ingress rules).
+    await page.goto("/owners");
+    const owner = page.locator("#owners tr", { hasText: "scada-main" }).locator("button.danger");
+    assert.match(await answer(owner, false), /^Remove trusted owner scada-main\? Its reserves and its address ranges go with it/);
+    await page.reload();
+    assert.equal(await page.locator("#owners tr", { hasText: "scada-main" }).count(), 1, "dismissed: the owner stays");
+    await answer(owner, true);
+    await notice(page);
+    assert.equal(await page.$("#owners"), null, "accepted: the owner is gone");
+
+    // A trusted certificate.
+    await page.goto("/certificates");
+    const cert = page.locator("#trusted tbody tr", { hasText: "uagate-browser-test" });
+    assert.match(await answer(cert.locator("button.danger"), false), /^Remove the trusted certificate .*uagate-browser-test.*\? Clients and field servers that present it are refused/);
+    await page.reload();
+    assert.equal(await cert.count(), 1, "dismissed: the certificate stays trusted");
+    await shot(page, "14-certificates-before-remove");
+    await answer(cert.locator("button.danger"), true);
+    await notice(page);
+    assert.equal(await page.locator("#trusted tbody tr", { hasText: "uagate-browser-test" }).count(), 0, "accepted: no longer trusted");
+  });
+
   await page.context().close();
 });

@@ -214,6 +214,38 @@ test("every page, the dashboard charts and the maintenance banner", async (t) =>
     await berlin.close();
   });
 
+  await t.test("Force failover asks first, naming the connection; dismissed, nothing happens", async () => {
+    await page.goto("/fields");
+    const row = page.locator("#fields tr[data-connection]", { has: page.locator("button.failover") }).first();
+    const name = await row.getAttribute("data-connection");
+    const failovers = async () => Number((await row.locator("td.failovers").textContent()).trim());
+    const before = await failovers();
+    /** Clicks Force failover answering its question with `accept`; returns the question. */
+    const answer = async (accept) => {
+      const asked = new Promise((resolve) =>
+        page.once("dialog", async (d) => {
+          resolve(d.message());
+          await (accept ? d.accept() : d.dismiss());
+        }),
+      );
+      await row.locator("button.failover").click();
+      return Promise.race([asked, timeout(5_000, "a question before the failover")]);
+    };
+    const question = `Force ${name} to fail over to its other server now? Clients see a short gap.`;
+    assert.equal(await answer(false), question);
+    // The live table refreshes every 2 s: give a request that was sent time to show.
+    await page.waitForTimeout(2_500);
+    assert.equal(await page.$("#notice"), null, "dismissed: nothing requested");
+    assert.equal(await failovers(), before, "dismissed: no failover");
+    assert.equal(await answer(true), question);
+    await page.waitForSelector("#notice");
+    assert.match(await page.textContent("#notice"), new RegExp(`Failover of ${name} requested`));
+    await page.waitForFunction(
+      ([n, b]) => Number(document.querySelector(`#fields tr[data-connection="${n}"] td.failovers`)?.textContent.trim()) > b,
+      [name, before],
+    );
+  });
+
   await t.test("the Content-Security-Policy blocked nothing on any page", async () => {
     const csp = (await page.request.get("/")).headers()["content-security-policy"];
     assert.match(csp, /script-src 'self'/);
