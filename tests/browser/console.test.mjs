@@ -242,6 +242,20 @@ test("the console end to end", async (t) => {
     assert.equal(await page.isDisabled("#apply"), true);
     await shot(page, "03-limits-invalid");
     await input.fill("24");
+    // An error the plan gives for a stage override by its position (`isolation.stages[0].capacity`)
+    // also goes next to its input, which keeps what was typed.
+    const connection = page.locator("input[name='connection.capacity']");
+    await connection.fill("110");
+    await page.waitForSelector("td:has(input[name='connection.capacity']) .field-error");
+    assert.match(await page.textContent("td:has(input[name='connection.capacity']) .field-error"), /can only lower the Connection total/);
+    assert.equal(await connection.getAttribute("aria-invalid"), "true");
+    assert.equal(await connection.inputValue(), "110");
+    assert.match(await page.textContent("#plan-error"), /can only lower the Connection total/);
+    assert.equal(await page.isDisabled("#apply"), true);
+    await shot(page, "03b-limits-connection-too-high");
+    await connection.fill("");
+    await page.waitForSelector("#plan-lines");
+    assert.equal(await page.$("td:has(input[name='connection.capacity']) .field-error"), null);
     await page.waitForSelector("#plan-lines");
     assert.equal(await page.isEnabled("#apply"), true);
     await page.click("#apply");

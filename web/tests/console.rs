@@ -1527,3 +1527,62 @@ async fn maintenance_shows_the_return_time_as_entered_and_refuses_one_past() {
     );
     f.stop().await;
 }
+
+/// The Limits form's fields for `extra` on the default profile.
+fn limits_form<'a>(b: &'a Browser, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut fields = vec![
+        ("_csrf", b.csrf.as_str()),
+        ("mode", "balanced"),
+        ("default_weight", "1"),
+        ("max_tracked_owners", "4096"),
+    ];
+    fields.extend_from_slice(extra);
+    fields
+}
+
+/// A refused limit is shown next to its input, which is marked invalid and
+/// keeps what was typed, besides the plan's summary; also for an error
+/// that names a stage override by its position in the document
+/// (`isolation.stages[0].capacity`).
+#[tokio::test]
+async fn a_refused_limit_is_shown_at_its_input_and_keeps_what_was_typed() {
+    let f = Fixture::start().await;
+    let b = browser(&f, "admin").await;
+    let typed = limits_form(&b, &[("connection.capacity", "110")]);
+    // The preview htmx asks for as the form changes names the input.
+    let mut r = form("/limits/preview", &typed, Some(&b));
+    r.headers_mut()
+        .insert("hx-request", "true".parse().unwrap());
+    let (s, body, _) = f.call(r).await;
+    assert_eq!(s, StatusCode::OK);
+    let html = text_of(&body);
+    assert!(
+        html.contains(r#"data-input="connection.capacity""#),
+        "{html}"
+    );
+    assert!(
+        html.contains("can only lower the Connection total"),
+        "{html}"
+    );
+    // Applied anyway (or without JavaScript): the page again with the
+    // error at the input, in the plan's summary and at the top.
+    let (s, body, _) = f.call(form("/limits", &typed, Some(&b))).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let html = text_of(&body);
+    let cell = html
+        .split(r#"name="connection.capacity""#)
+        .nth(1)
+        .and_then(|r| r.split("</td>").next())
+        .unwrap_or_else(|| panic!("no Connection capacity input: {html}"));
+    assert!(cell.contains(r#"value="110""#), "{cell}");
+    assert!(cell.contains(r#"aria-invalid="true""#), "{cell}");
+    assert!(
+        cell.contains(r#"<span class="field-error plan" role="alert">"#)
+            && cell.contains("can only lower the Connection total"),
+        "{cell}"
+    );
+    assert_eq!(html.matches(r#"aria-invalid="true""#).count(), 1, "{html}");
+    assert!(html.contains(r#"id="plan-error""#), "{html}");
+    assert!(error_of(&html).contains("can only lower the Connection total"));
+    f.stop().await;
+}

@@ -51,18 +51,93 @@ fn stage_defaults(config: &Config) -> Vec<[String; 5]> {
 
 /// The limits form's values.
 pub struct LimitsForm {
+    /// `server.max_session_count` (empty: keep the stored value).
+    max_session_count: String,
+    /// `server.max_channel_count` (empty: keep the stored value).
+    max_channel_count: String,
     mode: String,
     default_weight: String,
     max_tracked_owners: String,
     stages: Vec<StageForm>,
+    /// The input the plan's error is about and that error, shown next to
+    /// it (see [`Self::marked`]).
+    error: Option<(String, String)>,
+}
+
+/// One input of a stage row.
+pub struct Cell {
+    input: String,
+    label: &'static str,
+    value: String,
+    placeholder: String,
+}
+
+impl StageForm {
+    /// The row's inputs, in column order.
+    fn cells(&self) -> [Cell; 5] {
+        let cell = |field: &str, label, value: &String, placeholder: &String| Cell {
+            input: format!("{}.{field}", self.key),
+            label,
+            value: value.clone(),
+            placeholder: placeholder.clone(),
+        };
+        [
+            cell("capacity", "Capacity", &self.capacity, &self.defaults[0]),
+            cell(
+                "bootstrap_reserved",
+                "Bootstrap reserve",
+                &self.bootstrap_reserved,
+                &self.defaults[1],
+            ),
+            cell(
+                "reconnect_reserved",
+                "Reconnect reserve",
+                &self.reconnect_reserved,
+                &self.defaults[2],
+            ),
+            cell(
+                "control_reserved",
+                "Control reserve",
+                &self.control_reserved,
+                &self.defaults[3],
+            ),
+            cell(
+                "owner_hard_limit",
+                "Owner hard limit",
+                &self.owner_hard_limit,
+                &self.defaults[4],
+            ),
+        ]
+    }
 }
 
 impl LimitsForm {
+    /// The error to show next to `input`, if the plan's error is about it.
+    fn error_at(&self, input: &str) -> Option<&str> {
+        self.error
+            .as_ref()
+            .filter(|(at, _)| at == input)
+            .map(|(_, e)| e.as_str())
+    }
+
+    /// The form with `preview`'s error next to the input it names.
+    fn marked(mut self, preview: &Preview) -> LimitsForm {
+        self.error = preview
+            .error
+            .clone()
+            .filter(|_| !preview.error_input.is_empty())
+            .map(|e| (preview.error_input.clone(), e));
+        self
+    }
+
     fn of(config: &Config) -> LimitsForm {
         let iso = &config.isolation;
         let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
         let defaults = stage_defaults(config);
         LimitsForm {
+            max_session_count: config.server.max_session_count.to_string(),
+            max_channel_count: config.server.max_channel_count.to_string(),
+            error: None,
             mode: iso.mode.as_str().to_string(),
             default_weight: iso.default_weight.to_string(),
             max_tracked_owners: iso.max_tracked_owners.to_string(),
@@ -96,6 +171,9 @@ impl LimitsForm {
                 .unwrap_or_default()
         };
         LimitsForm {
+            max_session_count: get("server.max_session_count"),
+            max_channel_count: get("server.max_channel_count"),
+            error: None,
             mode: get("mode"),
             default_weight: get("default_weight"),
             max_tracked_owners: get("max_tracked_owners"),
@@ -127,6 +205,13 @@ impl LimitsForm {
     /// `base` with this form's isolation settings; a value that is not a
     /// number is refused naming its setting.
     fn apply_to(&self, mut base: Config) -> Result<Config, ApiError> {
+        // Restart-only server settings; a form without them keeps them.
+        if let Some(v) = number("server.max_session_count", &self.max_session_count)? {
+            base.server.max_session_count = v;
+        }
+        if let Some(v) = number("server.max_channel_count", &self.max_channel_count)? {
+            base.server.max_channel_count = v;
+        }
         let iso = &mut base.isolation;
         iso.mode = MODES
             .iter()
@@ -192,8 +277,20 @@ pub struct Preview {
 }
 
 /// The limits form input a setting is edited in
-/// (`isolation.stages.request_execution.capacity` → `request_execution.capacity`).
-fn input_of(setting: &str) -> String {
+/// (`isolation.stages.request_execution.capacity` → `request_execution.capacity`;
+/// `isolation.stages[0].capacity`, the first of the document's stage
+/// overrides `overrides`, → `connection.capacity` when that is Connection).
+fn input_of(setting: &str, overrides: &[Stage]) -> String {
+    let indexed = setting
+        .strip_prefix("isolation.stages[")
+        .and_then(|rest| rest.split_once("]."))
+        .and_then(|(n, field)| {
+            let stage = overrides.get(n.parse::<usize>().ok()?)?;
+            Some(format!("{}.{field}", stage.key()))
+        });
+    if let Some(input) = indexed {
+        return input;
+    }
     setting
         .strip_prefix("isolation.stages.")
         .or_else(|| setting.strip_prefix("isolation."))
@@ -243,6 +340,10 @@ fn placeholders(candidate: &Config) -> String {
 impl Preview {
     fn of(config: Result<Config, ApiError>, oob: bool) -> Preview {
         let hints = config.as_ref().map(placeholders).unwrap_or_default();
+        let overrides: Vec<Stage> = config
+            .as_ref()
+            .map(|c| c.isolation.stages.iter().map(|o| o.stage).collect())
+            .unwrap_or_default();
         match config.and_then(|c| ops::check_config(&c)) {
             Ok(plan) => Preview {
                 lines: ops::plan_view(&plan).into_iter().map(|s| s.line).collect(),
@@ -254,7 +355,7 @@ impl Preview {
             Err(e) => Preview {
                 lines: Vec::new(),
                 error_input: match &e {
-                    ApiError::Invalid { field: Some(f), .. } => input_of(f),
+                    ApiError::Invalid { field: Some(f), .. } => input_of(f, &overrides),
                     _ => String::new(),
                 },
                 error: Some(e.to_string()),
@@ -326,14 +427,15 @@ pub async fn preview(
             StatusCode::OK,
         );
     }
-    let form = form.with_defaults(&base);
+    let preview = Preview::of(candidate, false);
+    let form = form.with_defaults(&base).marked(&preview);
     let t = LimitsPage {
         usage: super::usage::usage(&state),
         chrome_admin: who.can(Role::Admin),
         chrome: Chrome::new(&who, "Limits", "/limits", None),
         modes: MODES,
         form,
-        preview: Preview::of(candidate, false),
+        preview,
     };
     page(&t, StatusCode::OK)
 }
@@ -379,7 +481,7 @@ async fn render_with_error(
     let (form, preview) = match ops::stored_config(state).await {
         Ok(base) => {
             let preview = Preview::of(form.apply_to(base.clone()), false);
-            (form.with_defaults(&base), preview)
+            (form.with_defaults(&base).marked(&preview), preview)
         }
         Err(_) => (
             form,
@@ -411,10 +513,22 @@ mod input_tests {
     #[test]
     fn errors_point_at_their_input_and_placeholders_follow_the_capacity() {
         assert_eq!(
-            input_of("isolation.stages.request_execution.capacity"),
+            input_of("isolation.stages.request_execution.capacity", &[]),
             "request_execution.capacity"
         );
-        assert_eq!(input_of("isolation.default_weight"), "default_weight");
+        assert_eq!(input_of("isolation.default_weight", &[]), "default_weight");
+        // An error naming a stage override by its position in the document.
+        assert_eq!(
+            input_of(
+                "isolation.stages[1].capacity",
+                &[Stage::RequestExecution, Stage::Connection]
+            ),
+            "connection.capacity"
+        );
+        assert_eq!(
+            input_of("server.max_channel_count", &[]),
+            "server.max_channel_count"
+        );
         let base = Config::default();
         let before: serde_json::Value =
             serde_json::from_str(&placeholders(&base)).unwrap_or_default();
