@@ -246,6 +246,28 @@ test("every page, the dashboard charts and the maintenance banner", async (t) =>
     );
   });
 
+  await t.test("the first trusted owner on the default limits: refused in plain words, with the fix", async () => {
+    for (const [width, p] of [["1366", page], ["390", await narrow.newPage()]]) {
+      await p.goto("/owners");
+      await p.fill("#owner-key", "scada");
+      await p.fill("#owner-weight", "5");
+      await p.fill("#owner-reservations", "request_execution 4");
+      await p.fill("#owner-ingress", "10.0.5.0/24");
+      await p.click("#owner-form button[type=submit]");
+      await p.waitForSelector("#error");
+      const error = await p.textContent("#error");
+      assert.match(error, /^Reserving 1 connection for scada needs room the gateway does not have: it allows 103 connections/);
+      assert.match(error, /Raise Max connections to 104 or more, or lower Max sessions to 99, on the Limits page/);
+      await shot(p, `owners-no-room-${width}`);
+      await p.goto("/limits");
+      await shot(p, `limits-sessions-connections-${width}`);
+      if (width === "390") {
+        assert.deepEqual(await overflow(p), [], "no sideways scrolling at 390 px");
+        await p.close();
+      }
+    }
+  });
+
   await t.test("the Content-Security-Policy blocked nothing on any page", async () => {
     const csp = (await page.request.get("/")).headers()["content-security-policy"];
     assert.match(csp, /script-src 'self'/);

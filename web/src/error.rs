@@ -115,6 +115,15 @@ impl From<uagate_system::SystemError> for ApiError {
 }
 
 impl ApiError {
+    /// The offending setting or request field of an invalid request, when
+    /// known.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            ApiError::Invalid { field, .. } => field.as_deref(),
+            _ => None,
+        }
+    }
+
     /// An invalid request naming `field`.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
         ApiError::Invalid {

@@ -880,22 +880,28 @@ pub async fn upsert_owner(
         return Err(ApiError::invalid("key", "an owner key is required"));
     }
     edit_config(state, who, |c| {
-        c.isolation.mode = uagate_config::IsolationMode::TrustedReservations;
-        for cidr in ingress {
-            c.isolation.ingress.push(uagate_config::IngressRule {
-                cidr,
-                owner: Some(owner.key.clone()),
-                class: None,
-            });
-        }
-        let owners = &mut c.isolation.trusted_owners;
-        match owners.iter_mut().find(|o| o.key == owner.key) {
-            Some(o) => *o = owner,
-            None => owners.push(owner),
-        }
+        put_owner(c, owner, ingress);
         Ok(())
     })
     .await
+}
+
+/// `c` with `owner` added (or replacing the owner of its key), its callers
+/// from `ingress`, and the profile that gives owners their reserves.
+pub fn put_owner(c: &mut Config, owner: uagate_config::TrustedOwner, ingress: Vec<String>) {
+    c.isolation.mode = uagate_config::IsolationMode::TrustedReservations;
+    for cidr in ingress {
+        c.isolation.ingress.push(uagate_config::IngressRule {
+            cidr,
+            owner: Some(owner.key.clone()),
+            class: None,
+        });
+    }
+    let owners = &mut c.isolation.trusted_owners;
+    match owners.iter_mut().find(|o| o.key == owner.key) {
+        Some(o) => *o = owner,
+        None => owners.push(owner),
+    }
 }
 
 /// Removes a trusted owner and the ingress rules that map to it, as one

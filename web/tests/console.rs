@@ -1586,3 +1586,83 @@ async fn a_refused_limit_is_shown_at_its_input_and_keeps_what_was_typed() {
     assert!(error_of(&html).contains("can only lower the Connection total"));
     f.stop().await;
 }
+
+/// On the default limits (100 sessions, 103 connections) the first trusted
+/// owner's connection reserve leaves too few connections: the Owners page
+/// says so in plain words with the numbers that fit, REST keeps naming the
+/// setting, and Max connections raised on the Limits page (a restart-only
+/// setting, and the page says so) makes room.
+#[tokio::test]
+async fn an_owner_without_room_is_explained_and_the_limits_page_makes_room() {
+    let f = Fixture::start().await;
+    let b = browser(&f, "admin").await;
+    let owner = [
+        ("_csrf", b.csrf.as_str()),
+        ("key", "scada"),
+        ("weight", "5"),
+        ("reservations", "request_execution 4"),
+        ("ingress", "10.0.5.0/24"),
+    ];
+    let (s, body, _) = f.call(form("/owners", &owner, Some(&b))).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let error = error_of(&text_of(&body));
+    for words in [
+        "Reserving 1 connection for scada needs room the gateway does not have",
+        "it allows 103 connections (Max connections) and keeps 101 of them for its 100 sessions (one each, plus one to reconnect)",
+        "Raise Max connections to 104 or more, or lower Max sessions to 99, on the Limits page",
+        "takes effect after the gateway restarts. Nothing was saved.",
+    ] {
+        assert!(error.contains(words), "{words:?} not in {error}");
+    }
+    assert!(!error.contains("server.max_channel_count"), "{error}");
+    // REST answers as before: 422 naming the setting.
+    let admin = f.token("admin").await;
+    let (s, body, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/owners",
+            Some(&admin),
+            json!({"key": "scada", "weight": 5, "ingress": ["10.0.5.0/24"],
+                   "reservations": [{"stage": "request_execution", "reserved": 4}]}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["field"], "server.max_channel_count");
+    // The Limits page edits both, and says when they take effect.
+    let (s, body, _) = f.call(page("/limits", &b)).await;
+    assert_eq!(s, StatusCode::OK);
+    let html = text_of(&body);
+    assert!(
+        html.contains(r#"name="server.max_channel_count" id="max_channel_count" inputmode="numeric" value="103""#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"name="server.max_session_count" id="max_session_count" inputmode="numeric" value="100""#),
+        "{html}"
+    );
+    assert!(html.contains("A change here takes effect after the gateway restarts."));
+    let raised = limits_form(
+        &b,
+        &[
+            ("server.max_session_count", "100"),
+            ("server.max_channel_count", "104"),
+        ],
+    );
+    let (s, _, h) = f.call(form("/limits", &raised, Some(&b))).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let (_, config, _) = f.call(get("/api/v1/config", Some(&admin))).await;
+    assert_eq!(config["server"]["max_channel_count"], 104, "{h:?}");
+    let (_, status, _) = f.call(get("/api/v1/status", Some(&admin))).await;
+    assert!(
+        status["waiting_for_restart"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v == "server.max_channel_count"),
+        "{status}"
+    );
+    // Now the owner fits.
+    let (s, body, _) = f.call(form("/owners", &owner, Some(&b))).await;
+    assert_eq!(s, StatusCode::SEE_OTHER, "{}", error_of(&text_of(&body)));
+    f.stop().await;
+}

@@ -8,7 +8,8 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Form;
 use serde::Deserialize;
-use uagate_config::{IngressClass, IngressRule, Reservation, Stage, TrustedOwner};
+use uagate_config::{Config, IngressClass, IngressRule, Reservation, Stage, TrustedOwner};
+use uagate_isolation::plan::Plan;
 
 use super::{change_notice, done, error_page, number, page, take_flash, Chrome, EditQuery};
 use crate::auth::Authed;
@@ -202,23 +203,100 @@ pub async fn save(
     who: Authed,
     Form(f): Form<OwnerForm>,
 ) -> Response {
-    let result = async {
+    let parsed = (|| {
         let owner = TrustedOwner {
             key: f.key.trim().to_string(),
             weight: number("weight", &f.weight)?.unwrap_or(1),
             reservations: parse_reservations(&f.reservations)?,
         };
-        let ingress = f
+        let ingress: Vec<String> = f
             .ingress
             .split([',', '\n', ' '])
             .map(str::trim)
             .filter(|c| !c.is_empty())
             .map(str::to_string)
             .collect();
-        ops::upsert_owner(&state, &who, owner, ingress).await
-    }
-    .await;
+        Ok::<_, ApiError>((owner, ingress))
+    })();
+    let (owner, ingress) = match parsed {
+        Ok(p) => p,
+        Err(e) => return owners_outcome(&state, &who, Err(e)).await,
+    };
+    let key = owner.key.clone();
+    let result = match ops::upsert_owner(&state, &who, owner.clone(), ingress.clone()).await {
+        // No room for the owner's connections: say so in plain words, with
+        // the numbers that would fit.
+        Err(e) if e.field() == Some(ROOM_SETTING) => {
+            let hint = match ops::stored_config(&state).await {
+                Ok(mut candidate) => {
+                    ops::put_owner(&mut candidate, owner, ingress);
+                    connection_room(&candidate, &key)
+                }
+                Err(_) => None,
+            };
+            Err(hint.map_or(e, |h| ApiError::invalid(ROOM_SETTING, h)))
+        }
+        other => other,
+    };
     owners_outcome(&state, &who, result).await
+}
+
+/// The setting the plan names when the shared Connection capacity cannot
+/// hold every session (+1) next to the reserves.
+const ROOM_SETTING: &str = "server.max_channel_count";
+
+/// In plain words, why `candidate` (the stored document with the owner
+/// `key` put in) has no room for its connection reserves, and what to set
+/// on the Limits page instead; `None` when that is not what is wrong.
+pub fn connection_room(candidate: &Config, key: &str) -> Option<String> {
+    let no_room =
+        |c: &Config| matches!(Plan::build(c), Err(e) if e.setting() == Some(ROOM_SETTING));
+    if !no_room(candidate) {
+        return None;
+    }
+    let total = candidate.server.max_channel_count;
+    let sessions = candidate.server.max_session_count;
+    // The fewest connections that hold it all (bounded: the reserves are
+    // far smaller), and the plan with them.
+    let (enough, plan) = (1..=10_000u32).find_map(|more| {
+        let mut c = candidate.clone();
+        c.server.max_channel_count = total.checked_add(more)?;
+        let plan = Plan::build(&c).ok()?;
+        Some((c.server.max_channel_count, plan))
+    })?;
+    let connection = plan
+        .stages()
+        .iter()
+        .find(|s| s.stage == Stage::Connection)?;
+    let reserved = connection.total.saturating_sub(connection.shared);
+    let own = connection
+        .trusted
+        .iter()
+        .find(|t| t.key == key)
+        .map_or(0, |t| t.reserved);
+    // The most sessions that fit next to the reserves as they are.
+    let fewer = (1..sessions).rev().find(|&n| {
+        let mut c = candidate.clone();
+        c.server.max_session_count = n;
+        !no_room(&c)
+    });
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    let mut text = format!(
+        "Reserving {own} connection{} for {key} needs room the gateway does not have: it allows {total} connections (Max connections) and keeps {} of them for its {sessions} sessions (one each, plus one to reconnect), and with {key} {reserved} connection{} are reserved for particular callers. ",
+        plural(own),
+        u64::from(sessions) + 1,
+        plural(reserved),
+    );
+    match fewer {
+        Some(n) => text.push_str(&format!(
+            "Raise Max connections to {enough} or more, or lower Max sessions to {n}, on the Limits page, then save {key} again."
+        )),
+        None => text.push_str(&format!(
+            "Raise Max connections to {enough} or more on the Limits page, then save {key} again."
+        )),
+    }
+    text.push_str(" That change takes effect after the gateway restarts. Nothing was saved.");
+    Some(text)
 }
 
 /// `POST /owners/remove` form.
