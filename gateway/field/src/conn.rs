@@ -3422,6 +3422,16 @@ fn identity_token(identity: &Identity) -> Result<IdentityToken, String> {
     })
 }
 
+/// A login kind as the console names it.
+fn login_kind(t: UserTokenType) -> &'static str {
+    match t {
+        UserTokenType::Anonymous => "anonymous",
+        UserTokenType::UserName => "user name and password",
+        UserTokenType::Certificate => "user certificate",
+        UserTokenType::IssuedToken => "issued token",
+    }
+}
+
 /// Opens a session on `endpoint` (at `url`) with the configured identity
 /// and closes it again: the login part of "test connection", so that a
 /// wrong password or an unreadable certificate file shows before saving.
@@ -3435,10 +3445,10 @@ async fn probe_login(
     endpoint.endpoint_url = url.into();
     // A login kind the endpoint does not offer, said plainly (the stack
     // would say BadSecurityPolicyRejected).
-    let (wanted, name) = match identity {
-        Identity::Anonymous => (UserTokenType::Anonymous, "anonymous"),
-        Identity::UserName { .. } => (UserTokenType::UserName, "user name and password"),
-        Identity::Certificate { .. } => (UserTokenType::Certificate, "user certificate"),
+    let wanted = match identity {
+        Identity::Anonymous => UserTokenType::Anonymous,
+        Identity::UserName { .. } => UserTokenType::UserName,
+        Identity::Certificate { .. } => UserTokenType::Certificate,
     };
     let offered: Vec<UserTokenType> = endpoint
         .user_identity_tokens
@@ -3447,17 +3457,10 @@ async fn probe_login(
         .map(|t| t.token_type)
         .collect();
     if !offered.contains(&wanted) {
-        let names: Vec<&str> = offered
-            .iter()
-            .map(|t| match t {
-                UserTokenType::Anonymous => "anonymous",
-                UserTokenType::UserName => "user name and password",
-                UserTokenType::Certificate => "user certificate",
-                UserTokenType::IssuedToken => "issued token",
-            })
-            .collect();
+        let names: Vec<&str> = offered.iter().map(|t| login_kind(*t)).collect();
         return Err(format!(
-            "the server takes no {name} login on this endpoint (it takes: {})",
+            "the server takes no {} login on this endpoint (it takes: {})",
+            login_kind(wanted),
             names.join(", ")
         ));
     }

@@ -157,10 +157,11 @@ impl SessionTable {
         if let Some(id) = closed {
             tracing::info!(session = %id, "session closed");
         }
+        let count = sessions.len();
         drop(sessions);
         // The subscription timer and the field demand see the change.
         self.changed.notify_one();
-        Ok(self.table.lock().len())
+        Ok(count)
     }
 
     /// Removes the session with public SessionId `id` (an operator closing
