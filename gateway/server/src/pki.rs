@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use opcua_crypto::{CertificateStore, PrivateKey, X509Data, X509};
+use opcua_crypto::{CertificateStore, PrivateKey, X509};
 use parking_lot::RwLock;
 
 use crate::error::StartError;
@@ -64,25 +64,14 @@ pub fn load_or_create(
         }
     };
     if replace || !cert_path.exists() || !key_path.exists() {
-        let mut args = X509Data {
-            key_size: 2048,
-            common_name: application_name.to_string(),
-            organization: "uagate".into(),
-            organizational_unit: "gateway".into(),
-            // No placeholder country or state: an empty entry is left out.
-            country: String::new(),
-            state: String::new(),
-            alt_host_names: Default::default(),
-            certificate_duration_days: 5 * 365,
-        };
-        // Part 6 6.2.2: the application URI is a URI entry (clients compare
-        // it with the server's ApplicationUri), the host names and addresses
-        // DNS and IP entries.
-        args.alt_host_names.add_uri(application_uri);
-        args.alt_host_names.add_addresses(hosts);
-        store
-            .create_and_store_application_instance_cert(&args, true)
-            .map_err(StartError::DataDir)?;
+        let (der, key_pem) = new_instance_certificate(application_name, application_uri, hosts)?;
+        write_private(&key_path, key_pem.as_bytes())?;
+        if let Some(own) = cert_path.parent() {
+            std::fs::create_dir_all(own)
+                .map_err(|e| StartError::DataDir(format!("{}: {e}", own.display())))?;
+        }
+        std::fs::write(&cert_path, &der)
+            .map_err(|e| StartError::DataDir(format!("{}: {e}", cert_path.display())))?;
         tracing::info!(path = %cert_path.display(), "created application instance certificate");
     }
     restrict(&key_path, 0o600)?;
@@ -93,6 +82,147 @@ pub fn load_or_create(
         cert,
         key,
     })
+}
+
+/// How far back a new certificate's validity starts: a field server or
+/// client whose clock is behind the gateway's (a PLC set by hand, or
+/// without time synchronisation) would otherwise refuse the certificate as
+/// not yet valid (BadCertificateTimeInvalid) for that long.
+const BACKDATED_DAYS: i64 = 1;
+
+/// How long a new certificate is valid.
+const VALID_DAYS: i64 = 5 * 365;
+
+/// Makes a new self-signed application instance certificate and its key,
+/// as Part 6 6.2.2 describes one: RSA 2048 signed with SHA-256; subject
+/// `CN=<application name>, O=uagate, OU=gateway, DC=<host name>` (the
+/// host name makes two appliances' subjects differ); serial number from
+/// the key's SHA-256 (unique per certificate, where the OPC UA library's
+/// builder numbers every certificate 42, and certificate stores that index
+/// by issuer and serial confuse two of them); URI subjectAltName the
+/// application URI, DNS and IP entries `hosts`; not a CA; key usages and
+/// extended key usages for both client and server. Returns the DER
+/// certificate and the PKCS#8 PEM key. Called by [`load_or_create`].
+fn new_instance_certificate(
+    application_name: &str,
+    application_uri: &str,
+    hosts: &[String],
+) -> Result<(Vec<u8>, String), StartError> {
+    use rcgen::{
+        CertificateParams, CustomExtension, DistinguishedName, DnType, DnValue,
+        ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
+    };
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        StartError::DataDir(format!(
+            "creating the application instance certificate: {what}: {e}"
+        ))
+    };
+    let key = PrivateKey::new(2048).map_err(|e| fail("RSA key", &e))?;
+    let pkcs8 = key.to_der().map_err(|e| fail("RSA key", &e))?;
+    let signer = KeyPair::from_pkcs8_der_and_sign_algo(
+        &pkcs8.as_bytes().to_vec().into(),
+        &rcgen::PKCS_RSA_SHA256,
+    )
+    .map_err(|e| fail("RSA key", &e))?;
+    let mut params = CertificateParams::default();
+    let mut subject = DistinguishedName::new();
+    subject.push(DnType::CommonName, application_name);
+    subject.push(DnType::OrganizationName, "uagate");
+    subject.push(DnType::OrganizationalUnitName, "gateway");
+    // domainComponent (RFC 4519), an IA5String.
+    const DOMAIN_COMPONENT: &[u64] = &[0, 9, 2342, 19200300, 100, 1, 25];
+    if let Some(host) = hosts.first().filter(|h| !h.is_empty()) {
+        if let Ok(host) = rcgen::Ia5String::try_from(host.as_str()) {
+            subject.push(
+                DnType::CustomDnType(DOMAIN_COMPONENT.to_vec()),
+                DnValue::Ia5String(host),
+            );
+        }
+    }
+    params.distinguished_name = subject;
+    let uri = rcgen::Ia5String::try_from(application_uri)
+        .map_err(|e| fail("server.application_uri", &e))?;
+    params.subject_alt_names.push(SanType::URI(uri));
+    for host in hosts {
+        let name = match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => match rcgen::Ia5String::try_from(host.as_str()) {
+                Ok(name) => SanType::DnsName(name),
+                // A host name that is not ASCII cannot be a DNS entry.
+                Err(_) => continue,
+            },
+        };
+        if !params.subject_alt_names.contains(&name) {
+            params.subject_alt_names.push(name);
+        }
+    }
+    let today = chrono::Utc::now().date_naive();
+    let day = |date: chrono::NaiveDate| {
+        use chrono::Datelike;
+        rcgen::date_time_ymd(date.year(), date.month() as u8, date.day() as u8)
+    };
+    params.not_before = day(today - chrono::Days::new(BACKDATED_DAYS as u64));
+    params.not_after = day(today + chrono::Days::new(VALID_DAYS as u64));
+    // BasicConstraints (critical) with cA left at its default, false: an
+    // empty SEQUENCE. rcgen's ExplicitNoCa writes the default out, which
+    // DER forbids and strict parsers (Python's cryptography) refuse; with
+    // NoCa it writes neither that nor the SubjectKeyIdentifier, which
+    // node-opcua needs equal to the AuthorityKeyIdentifier to see that the
+    // certificate signs itself (else BadCertificateChainIncomplete). Both
+    // are written here, the key identifier being the first 20 bytes of the
+    // public key's SHA-256 (RFC 7093 4.1).
+    params.is_ca = IsCa::NoCa;
+    let key_id = {
+        use sha2::Digest;
+        sha2::Sha256::digest(signer.public_key_raw())[..20].to_vec()
+    };
+    params.key_identifier_method = rcgen::KeyIdMethod::PreSpecified(key_id.clone());
+    let mut subject_key_id = vec![0x04, key_id.len() as u8];
+    subject_key_id.extend_from_slice(&key_id);
+    params
+        .custom_extensions
+        .push(CustomExtension::from_oid_content(
+            &[2, 5, 29, 14],
+            subject_key_id,
+        ));
+    let mut not_a_ca = CustomExtension::from_oid_content(&[2, 5, 29, 19], vec![0x30, 0x00]);
+    not_a_ca.set_criticality(true);
+    params.custom_extensions.push(not_a_ca);
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::ContentCommitment,
+        KeyUsagePurpose::KeyEncipherment,
+        KeyUsagePurpose::DataEncipherment,
+        KeyUsagePurpose::KeyCertSign,
+    ];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    params.use_authority_key_identifier_extension = true;
+    let cert = params
+        .self_signed(&signer)
+        .map_err(|e| fail("signing", &e))?;
+    let pem = pkcs8
+        .to_pem("PRIVATE KEY", Default::default())
+        .map_err(|e| fail("RSA key", &e))?;
+    Ok((cert.der().to_vec(), pem.to_string()))
+}
+
+/// Writes a private key file that is never readable by others, not even
+/// between its creation and a later chmod.
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), StartError> {
+    let fail = |e: std::io::Error| StartError::DataDir(format!("{}: {e}", path.display()));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path).map_err(fail)?;
+    std::io::Write::write_all(&mut file, bytes).map_err(fail)?;
+    restrict(path, 0o600)
 }
 
 /// Puts `der` into the trusted directory of the PKI at `pki_dir` under the
@@ -142,6 +272,7 @@ fn restrict(_path: &Path, _mode: u32) -> Result<(), StartError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opcua_crypto::X509Data;
 
     fn parsed(identity: &Identity) -> uagate_store::CertSummary {
         uagate_store::describe_certificate(&identity.cert.to_der().unwrap()).unwrap()
@@ -157,8 +288,15 @@ mod tests {
         let id = load_or_create(dir.path(), "Line 1 gateway", "urn:uagate:line1", &hosts).unwrap();
         let summary = parsed(&id);
         assert_eq!(summary.application_uri.as_deref(), Some("urn:uagate:line1"));
-        assert!(!summary.subject.contains("C="), "{}", summary.subject);
-        assert!(!summary.subject.contains("ST="), "{}", summary.subject);
+        let placeholder = |rdn: &str| {
+            let rdn = rdn.trim();
+            rdn.starts_with("C=") || rdn.starts_with("ST=")
+        };
+        assert!(
+            !summary.subject.split(',').any(placeholder),
+            "{}",
+            summary.subject
+        );
         assert!(id.cert.is_hostname_valid("plc-gw.example").is_ok());
         // Loaded again unchanged: the same certificate.
         let again =
@@ -211,5 +349,87 @@ mod tests {
             Some("urn:plant:gw-a")
         );
         assert_ne!(parsed(&id).thumbprint, first);
+    }
+
+    /// Two appliances get certificates that certificate stores keep apart
+    /// (different serial numbers and subjects), valid from a day back so
+    /// that a PLC with a slow clock takes them, and loadable by the OPC UA
+    /// library as the gateway's own identity.
+    #[test]
+    fn new_certificates_differ_in_serial_and_subject_and_start_a_day_back() {
+        use x509_cert::der::Decode;
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let id_a = load_or_create(a.path(), "uagate", "urn:uagate:a", &["gw-a".into()]).unwrap();
+        let id_b = load_or_create(b.path(), "uagate", "urn:uagate:b", &["gw-b".into()]).unwrap();
+        let parse = |id: &Identity| {
+            x509_cert::Certificate::from_der(&id.cert.to_der().unwrap())
+                .unwrap()
+                .tbs_certificate
+        };
+        let (tbs_a, tbs_b) = (parse(&id_a), parse(&id_b));
+        // Not a CA, written as DER requires (the default cA false left out:
+        // Python's cryptography refuses an explicit one).
+        let constraints = tbs_a
+            .extensions
+            .iter()
+            .flatten()
+            .find(|e| e.extn_id.to_string() == "2.5.29.19")
+            .expect("basicConstraints");
+        assert!(constraints.critical);
+        assert_eq!(constraints.extn_value.as_bytes(), [0x30, 0x00]);
+        // Self-signed as node-opcua sees it: the subject key identifier is
+        // there and equals the authority key identifier.
+        let extension = |oid: &str| {
+            tbs_a
+                .extensions
+                .iter()
+                .flatten()
+                .find(|e| e.extn_id.to_string() == oid)
+                .unwrap_or_else(|| panic!("extension {oid}"))
+                .extn_value
+                .as_bytes()
+                .to_vec()
+        };
+        let subject_key_id = extension("2.5.29.14");
+        let authority_key_id = extension("2.5.29.35");
+        assert_eq!(subject_key_id.len(), 22);
+        // AuthorityKeyIdentifier ::= SEQUENCE { [0] keyIdentifier, ... }
+        assert_eq!(&authority_key_id[4..24], &subject_key_id[2..]);
+        assert_ne!(tbs_a.serial_number, tbs_b.serial_number);
+        assert_ne!(
+            tbs_a.serial_number.as_bytes(),
+            [42],
+            "the OPC UA library's builder numbers every certificate 42"
+        );
+        assert_ne!(tbs_a.subject.to_string(), tbs_b.subject.to_string());
+        assert!(
+            tbs_a.subject.to_string().contains("gw-a"),
+            "{}",
+            tbs_a.subject
+        );
+        let not_before = tbs_a.validity.not_before.to_system_time();
+        let age = std::time::SystemTime::now()
+            .duration_since(not_before)
+            .unwrap();
+        assert!(age >= std::time::Duration::from_secs(24 * 3600), "{age:?}");
+        let not_after = tbs_a.validity.not_after.to_system_time();
+        assert!(not_after.duration_since(not_before).unwrap().as_secs() > 4 * 365 * 86400);
+        // The key belongs to the certificate: what it signs, the
+        // certificate's public key verifies.
+        let mut signature = vec![0u8; 256];
+        let len = id_a.key.sign_sha256(b"hello", &mut signature).unwrap();
+        let public = id_a.cert.public_key().unwrap();
+        assert!(public.verify_sha256(b"hello", &signature[..len]).unwrap());
+        // Not readable by others.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(a.path().join("pki/private/private.pem"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o077, 0, "{mode:o}");
+        }
     }
 }
