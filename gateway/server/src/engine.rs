@@ -478,7 +478,8 @@ impl Engine {
     }
 
     /// Sets ServerDiagnosticsSummary (Part 5 6.3.3, 12.9) from the session
-    /// table and the answers counted since start.
+    /// table and the answers counted since start, and the per-session
+    /// diagnostics arrays (6.3.4) from the session table.
     pub(crate) fn publish_diagnostics(&self) {
         let table = self.sessions.diagnostics();
         let answered = self.pipeline.stats().answer_counts();
@@ -499,6 +500,8 @@ impl Engine {
             rejected_requests_count: n(answered.rejected_requests),
         };
         self.space.publish_diagnostics(summary);
+        self.space
+            .publish_session_diagnostics(self.sessions.session_diagnostics());
     }
 
     /// Forgets channel `channel_id` everywhere: its responder, its parked

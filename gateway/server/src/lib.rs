@@ -29,6 +29,7 @@ mod routed;
 pub mod samples;
 mod services;
 pub mod session;
+mod session_diag;
 mod sessions;
 mod space;
 mod split;
@@ -192,6 +193,16 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError>
     Ok((listener, local))
 }
 
+/// When this build was made (BuildInfo.BuildDate): recorded by the build
+/// script, see `build.rs`. Clients show it beside the version to tell two
+/// builds of one version apart.
+fn build_date() -> opcua_types::DateTime {
+    let seconds: i64 = env!("UAGATE_BUILD_EPOCH").parse().unwrap_or(0);
+    chrono::DateTime::from_timestamp(seconds, 0)
+        .map(opcua_types::DateTime::from)
+        .unwrap_or_else(opcua_types::DateTime::null)
+}
+
 /// The host names and addresses the instance and TLS certificates name:
 /// the host name, localhost, the listen address when specific, and the
 /// advertised `host`.
@@ -210,9 +221,6 @@ fn certificate_hosts(hostname: &str, host: &str, addr: SocketAddr) -> Vec<String
     hosts
 }
 
-/// The local address space at start: the Server object with the limits
-/// of `[server]` and this build, the gateway namespace, and the demo nodes
-/// when configured.
 /// The gateway's OPC UA application URI: `[server] application_uri`, or
 /// `urn:uagate:<hostname>`. Called at start (and by the pair, which names
 /// the appliance by it).
@@ -224,6 +232,9 @@ pub fn application_uri(config: &Config, hostname: &str) -> String {
         .unwrap_or_else(|| format!("urn:uagate:{hostname}"))
 }
 
+/// The local address space at start: the Server object with the limits
+/// of `[server]` and this build, the gateway namespace, and the demo nodes
+/// when configured.
 fn local_space(config: &Config, application_uri: &str, hostname: &str) -> LocalSpace {
     let s = &config.server;
     let limits = SpaceLimits {
@@ -241,6 +252,9 @@ fn local_space(config: &Config, application_uri: &str, hostname: &str) -> LocalS
         // What CreateMonitoredItems grants: a client reading 100 ms here
         // while 50 ms items are revised to 50 ms was told two things.
         min_supported_sample_rate: s.min_sampling_interval.as_secs_f64() * 1000.0,
+        max_subscriptions_per_session: s.max_subscriptions_per_session,
+        max_monitored_items_per_subscription: s.max_monitored_items_per_subscription,
+        max_monitored_items_queue_size: s.max_queue_size,
         ..SpaceLimits::default()
     };
     let build = BuildInfo {
@@ -249,7 +263,7 @@ fn local_space(config: &Config, application_uri: &str, hostname: &str) -> LocalS
         product_name: "uagate OPC UA gateway".into(),
         software_version: env!("CARGO_PKG_VERSION").into(),
         build_number: env!("CARGO_PKG_VERSION").into(),
-        build_date: opcua_types::DateTime::now(),
+        build_date: build_date(),
     };
     let mut space = LocalSpace::new(
         application_uri,
@@ -490,5 +504,41 @@ async fn demo_counter(engine: Arc<Engine>, cancel: CancellationToken) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// BuildInfo.BuildDate is when the build was made, not when the
+    /// gateway started: two starts a second apart report the same date,
+    /// and it is not in the future.
+    #[test]
+    fn the_build_date_is_the_builds_not_the_starts() {
+        let read = || {
+            let space = local_space(&Config::default(), "urn:uagate:test", "test");
+            let read = opcua_types::ReadValueId {
+                node_id: opcua_types::NodeId::new(0, 2266u32), // BuildInfo.BuildDate
+                attribute_id: opcua_types::AttributeId::Value as u32,
+                ..Default::default()
+            };
+            let value = space.read(
+                opcua_types::DateTime::now(),
+                &read,
+                opcua_types::TimestampsToReturn::Neither,
+                0.0,
+            );
+            match value.value {
+                Some(opcua_types::Variant::DateTime(date)) => *date,
+                other => panic!("BuildDate: {other:?}"),
+            }
+        };
+        let first = read();
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let second = read();
+        assert_eq!(first, second);
+        assert!(first.as_chrono() <= chrono::Utc::now());
+        assert!(first.as_chrono().timestamp() > 1_700_000_000, "{first:?}");
     }
 }

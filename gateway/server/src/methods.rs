@@ -28,16 +28,39 @@ const SERVER_OBJECT: u32 = 2253;
 /// ConditionType.ConditionRefresh and ConditionType.ConditionRefresh2.
 const CONDITION_REFRESH: [u32; 2] = [3875, 12912];
 
-/// True for the methods whose Call is maintenance or recovery work
-/// (RequestServerStateChange, ConditionRefresh, ConditionRefresh2): such a
-/// Call from an activated session may use the control reserve (see
-/// [`crate::sessions::SessionTable::work_class`]).
 /// Whether `id` is Server.RequestServerStateChange (its UserExecutable
 /// follows [`Caller::is_secure_admin`]).
 pub(crate) fn is_request_server_state_change(id: &NodeId) -> bool {
     is_ns0(id, &REQUEST_SERVER_STATE_CHANGE)
 }
 
+/// Whether reading `attribute` of `node` shows other clients' sessions:
+/// the Value of SessionsDiagnosticsSummary's SessionDiagnosticsArray or
+/// SessionSecurityDiagnosticsArray (Part 5 6.3.4: security information,
+/// for authorised users only). Only a caller for whom [`is_secure_admin`]
+/// holds may read or monitor them.
+pub(crate) fn shows_other_sessions(node: &NodeId, attribute: u32) -> bool {
+    const SESSION_DIAGNOSTICS_ARRAYS: [u32; 2] = [3707, 3708];
+    attribute == opcua_types::AttributeId::Value as u32 && is_ns0(node, &SESSION_DIAGNOSTICS_ARRAYS)
+}
+
+/// Whether `identity` on a channel of security `mode` is an administrator
+/// on a signed and encrypted channel: who may change the server state and
+/// see other clients' sessions.
+pub(crate) fn is_secure_admin(identity: &UserIdentity, mode: MessageSecurityMode) -> bool {
+    matches!(
+        identity,
+        UserIdentity::User {
+            role: Role::Admin,
+            ..
+        }
+    ) && mode == MessageSecurityMode::SignAndEncrypt
+}
+
+/// True for the methods whose Call is maintenance or recovery work
+/// (RequestServerStateChange, ConditionRefresh, ConditionRefresh2): such a
+/// Call from an activated session may use the control reserve (see
+/// [`crate::sessions::SessionTable::work_class`]).
 pub(crate) fn is_control_method(id: &NodeId) -> bool {
     is_ns0(id, &REQUEST_SERVER_STATE_CHANGE) || is_ns0(id, &CONDITION_REFRESH)
 }
@@ -83,13 +106,7 @@ impl Caller {
     /// Whether this caller may change the server state: an administrator on
     /// a signed and encrypted channel.
     pub fn is_secure_admin(&self) -> bool {
-        matches!(
-            &self.identity,
-            UserIdentity::User {
-                role: Role::Admin,
-                ..
-            }
-        ) && self.mode == MessageSecurityMode::SignAndEncrypt
+        is_secure_admin(&self.identity, self.mode)
     }
 
     /// Name recorded in audit entries.

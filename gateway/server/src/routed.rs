@@ -236,8 +236,11 @@ impl Engine {
     /// write bits for a caller who may not write, and not executable for a
     /// method the caller may not call (a field server's method without the
     /// right to write; RequestServerStateChange but for a secure
-    /// administrator). A client then offers no input that would fail. Only
-    /// looks at the session when the Read asks for one of the two.
+    /// administrator). A client then offers no input that would fail. The
+    /// session diagnostics arrays show other clients' sessions: their
+    /// Value is BadUserAccessDenied, and their UserAccessLevel not
+    /// readable, but for a secure administrator. Only looks at the session
+    /// when the Read asks for one of these.
     fn as_the_caller_has_them(
         &self,
         chan: &ChannelInfo,
@@ -248,10 +251,11 @@ impl Engine {
         const USER_ACCESS_LEVEL: u32 = 18;
         const USER_EXECUTABLE: u32 = 22;
         let nodes = r.nodes_to_read.as_deref().unwrap_or(&[]);
-        if !nodes
-            .iter()
-            .any(|n| n.attribute_id == USER_ACCESS_LEVEL || n.attribute_id == USER_EXECUTABLE)
-        {
+        if !nodes.iter().any(|n| {
+            n.attribute_id == USER_ACCESS_LEVEL
+                || n.attribute_id == USER_EXECUTABLE
+                || crate::methods::shows_other_sessions(&n.node_id, n.attribute_id)
+        }) {
             return Ok(());
         }
         let caller = self
@@ -259,9 +263,25 @@ impl Engine {
             .caller(chan, &r.request_header.authentication_token)?;
         let anonymous_write = self.config.server.allow_anonymous_write;
         for (node, result) in nodes.iter().zip(results.iter_mut()) {
+            if crate::methods::shows_other_sessions(&node.node_id, node.attribute_id)
+                && !caller.is_secure_admin()
+            {
+                *result = DataValue {
+                    status: Some(StatusCode::BadUserAccessDenied),
+                    ..DataValue::null()
+                };
+                continue;
+            }
             match (node.attribute_id, &mut result.value) {
                 (USER_ACCESS_LEVEL, Some(opcua_types::Variant::Byte(level))) => {
                     *level = caller.user_access_level(*level, anonymous_write);
+                    let value = opcua_types::AttributeId::Value as u32;
+                    if crate::methods::shows_other_sessions(&node.node_id, value)
+                        && !caller.is_secure_admin()
+                    {
+                        // CurrentRead off.
+                        *level &= !0x01;
+                    }
                 }
                 (USER_EXECUTABLE, Some(opcua_types::Variant::Boolean(executable))) => {
                     let allowed = if crate::methods::is_request_server_state_change(&node.node_id) {
@@ -391,16 +411,22 @@ impl Engine {
             .with_session(chan, &r.request_header, |_| Ok(()))?;
         let fields = self.space.fields();
         let fields = fields.as_deref();
-        let split = Split::new(nodes.len(), |i| {
-            match route_node(fields, &nodes[i].node_id, false) {
-                Route::Mount(m)
-                    if fields.is_some_and(|f| f.is_mount_folder(m, &nodes[i].node_id)) =>
-                {
-                    Route::Both(m)
+        let split = {
+            let space = self.space.local();
+            Split::new(nodes.len(), |i| {
+                if let Err(status) = space.check_browse_description(&nodes[i]) {
+                    return Route::Answered(status);
                 }
-                route => route,
-            }
-        });
+                match route_node(fields, &nodes[i].node_id, false) {
+                    Route::Mount(m)
+                        if fields.is_some_and(|f| f.is_mount_folder(m, &nodes[i].node_id)) =>
+                    {
+                        Route::Both(m)
+                    }
+                    route => route,
+                }
+            })
+        };
         let ctx = ctx_of(&r.request_header);
         let local = async {
             let space = self.space.local();

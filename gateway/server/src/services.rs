@@ -50,8 +50,9 @@ impl Engine {
         request: RequestMessage,
     ) -> Option<ResponseMessage> {
         let service = crate::stats::service_index(&request);
+        let slot = crate::session_diag::slot(service, &request);
         let started = Instant::now();
-        let answer = self.answer_request(chan, request_id, request).await;
+        let answer = self.answer_request(chan, request_id, request, slot).await;
         if let Some(a) = &answer {
             self.pipeline.stats().observe(
                 service,
@@ -62,12 +63,15 @@ impl Engine {
         answer
     }
 
-    /// The work of [`Engine::handle_request`].
+    /// The work of [`Engine::handle_request`]; counts the answer in the
+    /// diagnostics of the session the request names, in `slot` (see
+    /// [`crate::session_diag::slot`]).
     async fn answer_request(
         &self,
         chan: &ChannelInfo,
         request_id: u32,
         request: RequestMessage,
+        slot: usize,
     ) -> Option<ResponseMessage> {
         let header = request.request_header().clone();
         // CreateSession and ActivateSession hold a SessionEstablishment slot
@@ -91,7 +95,14 @@ impl Engine {
         };
         let result = match request {
             RequestMessage::Publish(r) => match self.publish(chan, request_id, &r) {
-                Ok(answer) => return answer,
+                Ok(answer) => {
+                    let status = answer
+                        .as_ref()
+                        .map_or(StatusCode::Good, |a| a.response_header().service_result);
+                    self.sessions
+                        .count_request(&header.authentication_token, slot, status);
+                    return answer;
+                }
                 Err(e) => Err(e),
             },
             RequestMessage::GetEndpoints(r) => Ok(self.endpoints.get_endpoints(&r)),
@@ -135,10 +146,16 @@ impl Engine {
             RequestMessage::SetTriggering(r) => self.set_triggering(chan, &r),
             _ => Err(ServiceError::Unsupported),
         };
-        Some(result.unwrap_or_else(|e| {
+        let answer = result.unwrap_or_else(|e| {
             tracing::debug!(error = %e, "service fault");
             fault(&header, &e, self.pipeline.retry_after())
-        }))
+        });
+        self.sessions.count_request(
+            &header.authentication_token,
+            slot,
+            answer.response_header().service_result,
+        );
+        Some(answer)
     }
 
     fn create_session(
@@ -224,6 +241,12 @@ impl Engine {
                 owner: chan.caller.as_ref().map(|c| c.owner.to_string()),
                 created: Some(std::time::SystemTime::now()),
             },
+            client: Box::new(crate::session_diag::ClientRecord::new(
+                r.client_description.clone(),
+                r.server_uri.clone(),
+                r.endpoint_url.clone(),
+                r.max_response_message_size,
+            )),
         };
         let (id, token) = (session.id.clone(), session.auth_token.clone());
         let count = self.sessions.insert(session)?;
@@ -314,6 +337,9 @@ impl Engine {
                 }
             }
             session.last_activity = Instant::now();
+            session
+                .client
+                .activated(r.locale_ids.clone().unwrap_or_default(), &identity);
             session.phase = Phase::Active(Active { identity });
             sessions.bind_channel(&r.request_header.authentication_token, chan.channel_id);
         }

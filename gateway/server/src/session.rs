@@ -90,6 +90,9 @@ pub struct Session {
     pub subscriptions: SessionSubscriptions,
     /// How the client reached us (for the console's session list).
     pub origin: Origin,
+    /// What the client said at CreateSession and ActivateSession, and its
+    /// requests counted by service (the session diagnostics).
+    pub client: Box<crate::session_diag::ClientRecord>,
 }
 
 /// Where a session came from: transport, security and the isolation owner
@@ -422,6 +425,7 @@ mod tests {
             last_activity: now,
             server_nonce: ByteString::null(),
             origin: Origin::default(),
+            client: Default::default(),
             phase: Phase::Created(Created { since: now }),
             continuation_points: ContinuationPoints::new(2),
             subscriptions: SessionSubscriptions::new(Default::default()),

@@ -235,6 +235,41 @@ impl SessionTable {
         }
     }
 
+    /// Counts an answered request in the diagnostics of the session whose
+    /// authentication token is `token`, if there is one (see
+    /// [`crate::session_diag::ClientRecord::count`]). Called for every
+    /// answer.
+    pub(crate) fn count_request(&self, token: &NodeId, slot: usize, status: StatusCode) {
+        if token.is_null() {
+            return;
+        }
+        if let Ok(session) = self.table.lock().get_mut(token) {
+            session.client.count(slot, status);
+        }
+    }
+
+    /// SessionDiagnosticsArray and SessionSecurityDiagnosticsArray (Part 5
+    /// 6.3.4): one entry per session now (not the ended ones keeping their
+    /// subscriptions). Built once a second for the address space.
+    pub(crate) fn session_diagnostics(
+        &self,
+    ) -> (
+        Vec<opcua_types::SessionDiagnosticsDataType>,
+        Vec<opcua_types::SessionSecurityDiagnosticsDataType>,
+    ) {
+        let (now, instant) = (opcua_types::DateTime::now(), Instant::now());
+        let sessions = self.table.lock();
+        sessions
+            .live()
+            .map(|s| {
+                (
+                    crate::session_diag::session_diagnostics(s, now, instant),
+                    crate::session_diag::session_security_diagnostics(s),
+                )
+            })
+            .unzip()
+    }
+
     /// Subscriptions and monitored items of all sessions.
     pub(crate) fn subscription_counts(&self) -> (usize, usize) {
         let sessions = self.table.lock();

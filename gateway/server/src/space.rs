@@ -80,6 +80,20 @@ impl AddressSpace {
         self.local.write().set_diagnostics_summary(summary);
     }
 
+    /// Shows the per-session diagnostics arrays in the address space (same
+    /// lock order as [`Self::publish_session_count`]).
+    pub(crate) fn publish_session_diagnostics(
+        &self,
+        (sessions, security): (
+            Vec<opcua_types::SessionDiagnosticsDataType>,
+            Vec<opcua_types::SessionSecurityDiagnosticsDataType>,
+        ),
+    ) {
+        self.local
+            .write()
+            .set_session_diagnostics(sessions, security);
+    }
+
     /// Shows the session count in the address space. Lock order: the space
     /// lock may be taken before the sessions lock (services do), so the
     /// sessions lock is always released before this is called.

@@ -43,7 +43,13 @@ const MIN_TICK_SPACING: Duration = Duration::from_millis(10);
 
 /// Monitored items on local nodes sample the local address space; items on
 /// mounted field nodes sample the shared southbound item they need.
-pub(crate) struct SpaceSource<'a>(pub &'a LocalSpace, pub Option<&'a crate::fields::Fields>);
+pub(crate) struct SpaceSource<'a>(
+    pub &'a LocalSpace,
+    pub Option<&'a crate::fields::Fields>,
+    /// Whether new items may show other clients' sessions (see
+    /// [`crate::methods::shows_other_sessions`]).
+    pub bool,
+);
 
 impl SpaceSource<'_> {
     /// The field connection serving `node`, when it is a mounted field node
@@ -85,6 +91,9 @@ impl ItemSource for SpaceSource<'_> {
     }
 
     fn check(&self, item: &ReadValueId) -> std::result::Result<(), StatusCode> {
+        if !self.2 && crate::methods::shows_other_sessions(&item.node_id, item.attribute_id) {
+            return Err(StatusCode::BadUserAccessDenied);
+        }
         if self.field(&item.node_id).is_some() {
             // An attribute no node has is refused here, as for a local
             // node. The field server validates the rest; a failure shows
@@ -367,8 +376,13 @@ impl Engine {
     ) -> Result<T> {
         let fields = self.space.fields();
         let space = self.space.local();
-        let source = SpaceSource(&space, fields.as_deref());
-        self.sessions.with_session(chan, header, |s| f(s, &source))
+        self.sessions.with_session(chan, header, |s| {
+            let sees_sessions = s
+                .identity()
+                .is_some_and(|who| crate::methods::is_secure_admin(who, chan.mode));
+            let source = SpaceSource(&space, fields.as_deref(), sees_sessions);
+            f(s, &source)
+        })
     }
 
     pub(crate) fn create_subscription(
@@ -663,7 +677,8 @@ impl Engine {
         let field_events = fields.as_ref().map(|f| f.take_events()).unwrap_or_default();
         {
             let space = self.space.local();
-            let source = SpaceSource(&space, fields.as_deref());
+            // Items exist already: their check was at creation.
+            let source = SpaceSource(&space, fields.as_deref(), true);
             let mut sessions = self.sessions.lock();
             self.deliver_field_events(&mut sessions, field_events);
             // Every session is visited at every tick; its deadline is kept

@@ -1600,6 +1600,42 @@ async fn a_browse_with_a_view_timestamp_reaches_mounted_nodes() {
     f.stop().await;
 }
 
+/// A Browse of a mounted node with a browse direction that is none of
+/// the three, or a standard reference type id that names no reference
+/// type, is refused by the gateway with the Part 4 status, whatever the
+/// field server would have said (the demo's simulator answers Good).
+#[tokio::test]
+async fn a_browse_of_a_mounted_node_with_an_invalid_direction_or_reference_type_is_refused() {
+    let f = OneField::start("", "field-browse-checks").await;
+    let (s, ns) = (&f.s, f.ns);
+    let node = |browse_direction, reference_type_id| BrowseDescription {
+        node_id: NodeId::new(ns, "Simulation"),
+        browse_direction,
+        reference_type_id,
+        include_subtypes: true,
+        node_class_mask: NodeClassMask::all().bits(),
+        result_mask: BrowseResultMask::All as u32,
+    };
+    let nodes = [
+        node(BrowseDirection::Invalid, NodeId::new(0, 33u32)),
+        // ObjectsFolder: a node of namespace 0, not a reference type.
+        node(BrowseDirection::Forward, NodeId::new(0, 85u32)),
+        node(BrowseDirection::Forward, NodeId::new(0, 33u32)),
+    ];
+    let results = s.browse(&nodes, 0, None).await.unwrap();
+    let statuses: Vec<StatusCode> = results.iter().map(|r| r.status_code).collect();
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::BadBrowseDirectionInvalid,
+            StatusCode::BadReferenceTypeIdInvalid,
+            StatusCode::Good
+        ]
+    );
+    assert!(!ref_ids(&results[2]).is_empty(), "{:?}", results[2]);
+    f.stop().await;
+}
+
 /// Reads `attribute` of each node through the gateway.
 async fn read_attribute(
     s: &opcua_client::Session,

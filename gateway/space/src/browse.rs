@@ -233,18 +233,35 @@ impl LocalSpace {
             .collect()
     }
 
-    /// All references of one BrowseDescription, filtered and described
-    /// according to its masks, in a stable order.
-    fn collect_references(
-        &self,
-        d: &BrowseDescription,
-    ) -> Result<Vec<ReferenceDescription>, StatusCode> {
+    /// The checks of a BrowseDescription that do not depend on where its
+    /// node lives (Part 4 5.8.2): a browse direction that is none of
+    /// Forward, Inverse, Both is BadBrowseDirectionInvalid; a standard
+    /// (namespace 0) reference type that is not one is
+    /// BadReferenceTypeIdInvalid. The gateway answers these itself for a
+    /// mounted node too, since field servers differ in what they accept.
+    pub fn check_browse_description(&self, d: &BrowseDescription) -> Result<(), StatusCode> {
         if !matches!(
             d.browse_direction,
             BrowseDirection::Forward | BrowseDirection::Inverse | BrowseDirection::Both
         ) {
             return Err(StatusCode::BadBrowseDirectionInvalid);
         }
+        if !d.reference_type_id.is_null()
+            && d.reference_type_id.namespace == 0
+            && !self.is_reference_type(&d.reference_type_id)
+        {
+            return Err(StatusCode::BadReferenceTypeIdInvalid);
+        }
+        Ok(())
+    }
+
+    /// All references of one BrowseDescription, filtered and described
+    /// according to its masks, in a stable order.
+    fn collect_references(
+        &self,
+        d: &BrowseDescription,
+    ) -> Result<Vec<ReferenceDescription>, StatusCode> {
+        self.check_browse_description(d)?;
         let filter = if d.reference_type_id.is_null() {
             None
         } else if self.is_reference_type(&d.reference_type_id) {

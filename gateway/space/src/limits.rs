@@ -74,6 +74,12 @@ pub struct SpaceLimits {
     pub max_sessions: u32,
     /// `ServerCapabilities/MinSupportedSampleRate` in milliseconds.
     pub min_supported_sample_rate: f64,
+    /// `ServerCapabilities/MaxSubscriptionsPerSession`.
+    pub max_subscriptions_per_session: u32,
+    /// `ServerCapabilities/MaxMonitoredItemsPerSubscription`.
+    pub max_monitored_items_per_subscription: u32,
+    /// `ServerCapabilities/MaxMonitoredItemsQueueSize`.
+    pub max_monitored_items_queue_size: u32,
 }
 
 impl Default for SpaceLimits {
@@ -93,6 +99,9 @@ impl Default for SpaceLimits {
             max_byte_string_length: 4 * 1024 * 1024,
             max_sessions: 100,
             min_supported_sample_rate: 100.0,
+            max_subscriptions_per_session: 10,
+            max_monitored_items_per_subscription: 1000,
+            max_monitored_items_queue_size: 100,
         }
     }
 }

@@ -77,6 +77,29 @@ impl LocalSpace {
             V::Server_ServerCapabilities_MaxQueryContinuationPoints
             | V::Server_ServerCapabilities_MaxHistoryContinuationPoints => 0u16.into(),
             V::Server_ServerCapabilities_MaxArrayLength => l.max_array_length.into(),
+            V::Server_ServerCapabilities_MaxSubscriptionsPerSession => {
+                l.max_subscriptions_per_session.into()
+            }
+            V::Server_ServerCapabilities_MaxMonitoredItemsPerSubscription => {
+                l.max_monitored_items_per_subscription.into()
+            }
+            V::Server_ServerCapabilities_MaxMonitoredItemsQueueSize => {
+                l.max_monitored_items_queue_size.into()
+            }
+            // No limit beyond the per-session ones above (0: none), and none
+            // on an event filter's select and where clauses.
+            V::Server_ServerCapabilities_MaxSubscriptions
+            | V::Server_ServerCapabilities_MaxMonitoredItems
+            | V::Server_ServerCapabilities_MaxSelectClauseParameters
+            | V::Server_ServerCapabilities_MaxWhereClauseParameters => 0u32.into(),
+            // No signed software certificates; no conformance units stated
+            // (the profiles are in ServerProfileArray).
+            V::Server_ServerCapabilities_SoftwareCertificates => {
+                Variant::from(Vec::<ExtensionObject>::new())
+            }
+            V::Server_ServerCapabilities_ConformanceUnits => {
+                Variant::from(Vec::<opcua_types::QualifiedName>::new())
+            }
             V::Server_ServerCapabilities_MaxStringLength => l.max_string_length.into(),
             V::Server_ServerCapabilities_MaxByteStringLength => l.max_byte_string_length.into(),
             V::Server_ServerCapabilities_MaxSessions => l.max_sessions.into(),
@@ -108,7 +131,33 @@ impl LocalSpace {
             | V::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryUpdateEvents => {
                 0u32.into()
             }
+            // HistoryRead (raw, modified, processed, at time, events) is
+            // passed to the field server that owns a mounted node; the
+            // gateway keeps no history itself, changes none (no
+            // HistoryUpdate) and sets no limit of its own on what a
+            // HistoryRead returns (0: none).
+            V::HistoryServerCapabilities_AccessHistoryDataCapability
+            | V::HistoryServerCapabilities_AccessHistoryEventsCapability => true.into(),
+            V::HistoryServerCapabilities_InsertDataCapability
+            | V::HistoryServerCapabilities_ReplaceDataCapability
+            | V::HistoryServerCapabilities_UpdateDataCapability
+            | V::HistoryServerCapabilities_DeleteRawCapability
+            | V::HistoryServerCapabilities_DeleteAtTimeCapability
+            | V::HistoryServerCapabilities_InsertAnnotationCapability
+            | V::HistoryServerCapabilities_InsertEventCapability
+            | V::HistoryServerCapabilities_ReplaceEventCapability
+            | V::HistoryServerCapabilities_UpdateEventCapability
+            | V::HistoryServerCapabilities_DeleteEventCapability
+            | V::HistoryServerCapabilities_ServerTimestampSupported => false.into(),
+            V::HistoryServerCapabilities_MaxReturnDataValues
+            | V::HistoryServerCapabilities_MaxReturnEventValues => 0u32.into(),
             V::Server_ServerDiagnostics_EnabledFlag => true.into(),
+            V::Server_ServerDiagnostics_SessionsDiagnosticsSummary_SessionDiagnosticsArray => {
+                rt.session_diagnostics.clone()
+            }
+            V::Server_ServerDiagnostics_SessionsDiagnosticsSummary_SessionSecurityDiagnosticsArray => {
+                rt.session_security_diagnostics.clone()
+            }
             V::Server_ServerDiagnostics_ServerDiagnosticsSummary => {
                 ExtensionObject::from_message(rt.diagnostics.clone()).into()
             }

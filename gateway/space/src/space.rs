@@ -4,9 +4,9 @@
 use opcua_nodes::{DefaultTypeTree, EventNotifier, NodeBase, NodeType, Object, TypeTree, Variable};
 use opcua_server::address_space::{AddressSpace, CoreNamespace};
 use opcua_types::{
-    DataTypeId, DataValue, DateTime, LocalizedText, NodeClass, NodeId, ObjectId, ObjectTypeId,
-    QualifiedName, ReferenceTypeId, ServerDiagnosticsSummaryDataType, ServerState, StatusCode,
-    VariableTypeId, Variant,
+    DataTypeId, DataValue, DateTime, ExtensionObject, LocalizedText, NodeClass, NodeId, ObjectId,
+    ObjectTypeId, QualifiedName, ReferenceTypeId, ServerDiagnosticsSummaryDataType, ServerState,
+    StatusCode, VariableTypeId, Variant,
 };
 
 use crate::demo::add_demo_nodes;
@@ -42,6 +42,10 @@ pub(crate) struct ServerRuntime {
     pub(crate) redundancy: RedundancyState,
     pub(crate) estimated_return_time: DateTime,
     pub(crate) diagnostics: ServerDiagnosticsSummaryDataType,
+    /// SessionsDiagnosticsSummary's SessionDiagnosticsArray, encoded.
+    pub(crate) session_diagnostics: Variant,
+    /// SessionsDiagnosticsSummary's SessionSecurityDiagnosticsArray, encoded.
+    pub(crate) session_security_diagnostics: Variant,
     pub(crate) hostname: String,
     pub(crate) profiles: Vec<String>,
     pub(crate) locales: Vec<String>,
@@ -117,6 +121,8 @@ impl LocalSpace {
             redundancy: RedundancyState::default(),
             estimated_return_time: DateTime::null(),
             diagnostics: ServerDiagnosticsSummaryDataType::default(),
+            session_diagnostics: Variant::from(Vec::<ExtensionObject>::new()),
+            session_security_diagnostics: Variant::from(Vec::<ExtensionObject>::new()),
             hostname: String::new(),
             profiles: vec![DEFAULT_PROFILE.to_string()],
             locales: vec!["en".to_string()],
@@ -222,6 +228,30 @@ impl LocalSpace {
     /// Replaces the whole `ServerDiagnosticsSummary` structure.
     pub fn set_diagnostics_summary(&mut self, summary: ServerDiagnosticsSummaryDataType) {
         self.rt.diagnostics = summary;
+    }
+
+    /// Replaces SessionsDiagnosticsSummary's SessionDiagnosticsArray and
+    /// SessionSecurityDiagnosticsArray (one entry per session each). Who
+    /// may read them is the server's decision: the space answers every
+    /// Read of them alike.
+    pub fn set_session_diagnostics(
+        &mut self,
+        sessions: Vec<opcua_types::SessionDiagnosticsDataType>,
+        security: Vec<opcua_types::SessionSecurityDiagnosticsDataType>,
+    ) {
+        let encode = |v: Vec<ExtensionObject>| Variant::from(v);
+        self.rt.session_diagnostics = encode(
+            sessions
+                .into_iter()
+                .map(ExtensionObject::from_message)
+                .collect(),
+        );
+        self.rt.session_security_diagnostics = encode(
+            security
+                .into_iter()
+                .map(ExtensionObject::from_message)
+                .collect(),
+        );
     }
 
     /// Sets `Gateway/Hostname` (the engine reads the host name; this crate

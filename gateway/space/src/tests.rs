@@ -755,6 +755,64 @@ fn capabilities_reflect_limits() {
     );
 }
 
+/// Every variable under ServerCapabilities has a value: a client that
+/// reads a null AccessHistoryDataCapability concludes that this server
+/// gives no history, while HistoryRead is passed to the field servers.
+#[test]
+fn every_capability_has_a_value() {
+    let s = space();
+    let mut cps = ContinuationPoints::new(10);
+    let mut todo = vec![id(ObjectId::Server_ServerCapabilities)];
+    // The role set's identity mapping rules (Part 18) are not managed over
+    // OPC UA: the console's users and roles are.
+    let mut seen = BTreeSet::from([id(ObjectId::Server_ServerCapabilities_RoleSet).to_string()]);
+    let mut nulls = Vec::new();
+    let mut variables = 0;
+    while let Some(node) = todo.pop() {
+        if !seen.insert(node.to_string()) || seen.len() > 500 {
+            continue;
+        }
+        let res = s.browse(
+            &ViewDescription::default(),
+            0,
+            &[desc(
+                node,
+                BrowseDirection::Forward,
+                id(ReferenceTypeId::HierarchicalReferences),
+                true,
+                63,
+            )],
+            &mut cps,
+        );
+        for r in res[0].references.iter().flatten() {
+            let child = r.node_id.node_id.clone();
+            match r.node_class {
+                NodeClass::Variable => {
+                    variables += 1;
+                    let dv = read(&s, child.clone(), 13);
+                    if dv.value.is_none() || dv.value == Some(Variant::Empty) {
+                        nulls.push(format!("{} ({child})", r.browse_name.name));
+                    }
+                    todo.push(child);
+                }
+                NodeClass::Object => todo.push(child),
+                _ => {}
+            }
+        }
+    }
+    assert!(variables > 20, "{variables}");
+    assert!(nulls.is_empty(), "capabilities without a value: {nulls:?}");
+    let v = |n: VariableId| read(&s, n, 13).value;
+    assert_eq!(
+        v(VariableId::HistoryServerCapabilities_AccessHistoryDataCapability),
+        Some(Variant::Boolean(true))
+    );
+    assert_eq!(
+        v(VariableId::HistoryServerCapabilities_UpdateDataCapability),
+        Some(Variant::Boolean(false))
+    );
+}
+
 #[test]
 fn every_attribute_of_variable_and_object() {
     let s = space();

@@ -1163,6 +1163,12 @@ impl SessionSubscriptions {
         Some(s.items.values().map(|i| (i.id, i.client_handle)).unzip())
     }
 
+    /// Number of monitored items (data and event, any mode) of all this
+    /// session's subscriptions: the session diagnostics' count.
+    pub fn monitored_item_count(&self) -> usize {
+        self.subs.values().map(|s| s.items.len()).sum()
+    }
+
     /// Number of queued Publish requests.
     pub fn pending_publish_count(&self) -> usize {
         self.queue.len()

@@ -416,3 +416,51 @@ describe("node-opcua: server state and redundancy (uagate)", { timeout: TEST_TIM
       });
     }));
 });
+
+describe("node-opcua: session diagnostics", { timeout: TEST_TIMEOUT_MS }, () => {
+  // Part 5 6.3.4 and 12.11: one SessionSecurityDiagnosticsDataType per session, readable by an
+  // administrator on an encrypted channel only (asyncua cannot decode these entries: it declares
+  // the Encoding field a Byte where the standard says String).
+  const ADMIN = { type: UserTokenType.UserName, userName: "ada", password: "ada-pass-55" };
+  const SESSION_SECURITY_DIAGNOSTICS = "ns=0;i=3708";
+  test(
+    "SessionSecurityDiagnosticsArray names each session's user, login and security",
+    { timeout: TEST_TIMEOUT_MS, skip: SKIP_UAGATE_ONLY },
+    () =>
+      withServer(
+        async (target) => {
+          await target.userAdd(ADMIN.userName, "admin", ADMIN.password);
+          await target.trustClient(await createClientCertificate(pkiOf(target)));
+          await target.start();
+          await withSession(makeClient(pkiOf(target)), target.url, ANONYMOUS, async (anonymous) => {
+            const refused = await bounded(
+              anonymous.read({ nodeId: SESSION_SECURITY_DIAGNOSTICS, attributeId: AttributeIds.Value }),
+              "read as anonymous",
+            );
+            assert.equal(refused.statusCode.name, "BadUserAccessDenied");
+            await withSession(makeClient(pkiOf(target), SECURE), target.url, ADMIN, async (admin) => {
+              // Refreshed once a second.
+              let entries = [];
+              const deadline = Date.now() + 5_000;
+              while (entries.length !== 2 && Date.now() < deadline) {
+                entries = (await readValue(admin, SESSION_SECURITY_DIAGNOSTICS)).value;
+                if (entries.length !== 2) await sleep(250);
+              }
+              assert.equal(entries.length, 2, "two sessions listed");
+              const byUser = Object.fromEntries(entries.map((e) => [e.clientUserIdOfSession ?? "", e]));
+              assert.deepEqual(Object.keys(byUser).sort(), ["", "ada"]);
+              assert.equal(byUser.ada.authenticationMechanism, "UserName");
+              assert.equal(byUser.ada.securityMode, MessageSecurityMode.SignAndEncrypt);
+              assert.equal(byUser.ada.securityPolicyUri, SecurityPolicy.Basic256Sha256);
+              assert.equal(byUser.ada.encoding, "UA Binary");
+              assert.ok(byUser.ada.clientCertificate && byUser.ada.clientCertificate.length > 100);
+              assert.equal(byUser[""].authenticationMechanism, "Anonymous");
+              assert.equal(byUser[""].securityMode, MessageSecurityMode.None);
+              assert.match(byUser[""].transportProtocol, /uatcp-uasc-uabinary$/);
+            });
+          });
+        },
+        { start: false },
+      ),
+  );
+});

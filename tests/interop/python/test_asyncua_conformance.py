@@ -243,3 +243,71 @@ async def test_history_read_refusals_and_the_advertised_sample_rate(server: Serv
         assert created.RevisedSamplingInterval == advertised, (created.RevisedSamplingInterval, advertised)
     finally:
         await bounded(client.disconnect())
+
+
+SESSION_DIAGNOSTICS = ua.NodeId(3707)  # SessionsDiagnosticsSummary.SessionDiagnosticsArray
+SESSION_SECURITY_DIAGNOSTICS = ua.NodeId(3708)  # ...SessionSecurityDiagnosticsArray
+
+
+async def test_session_diagnostics_list_every_session_for_a_secure_administrator_only(
+    target: ServerTarget, client_cert: ClientCert
+) -> None:
+    """Part 5 6.3.4: SessionDiagnosticsArray and SessionSecurityDiagnosticsArray hold one entry per
+    session, with its client, its requests counted by service, its user and its security (before:
+    null); the security entries are checked with node-opcua (see below). They show other clients' sessions, so only an administrator on an encrypted channel
+    may read or monitor them; anyone else gets BadUserAccessDenied, and UserAccessLevel says so."""
+    target.user_add("ada", "admin", "ada-pass-55")
+    target.trust_client(client_cert.cert_der)
+    target.start()
+    hmi = Client(target.url, timeout=REQUEST_TIMEOUT_S)
+    hmi.description = "line 3 HMI"  # asyncua names the session "<description> Session1"
+    await bounded(hmi.connect())
+    admin = await secure_client(target.url, client_cert, user=("ada", "ada-pass-55"))
+    await bounded(admin.connect())
+    try:
+        for _ in range(3):
+            await bounded(hmi.get_node(CURRENT_TIME).read_value())
+        for node in (SESSION_DIAGNOSTICS, SESSION_SECURITY_DIAGNOSTICS):
+            refused = await bounded(hmi.get_node(node).read_data_value(raise_on_bad_status=False))
+            assert code_name(refused.StatusCode) == "BadUserAccessDenied", node
+            level = await bounded(hmi.get_node(node).read_attribute(ua.AttributeIds.UserAccessLevel))
+            assert level.Value.Value & 0x01 == 0, (node, level.Value.Value)
+            level = await bounded(admin.get_node(node).read_attribute(ua.AttributeIds.UserAccessLevel))
+            assert level.Value.Value & 0x01 == 1, (node, level.Value.Value)
+        sub = await create_subscription(hmi, interval_ms=250, keepalive_count=10)
+        params = ua.CreateMonitoredItemsParameters(
+            SubscriptionId=sub.id,
+            TimestampsToReturn=ua.TimestampsToReturn.Both,
+            ItemsToCreate=[item_request(SESSION_DIAGNOSTICS, client_handle=1, sampling_ms=1000)],
+        )
+        created = await bounded(hmi.uaclient.session.create_monitored_items(params))
+        assert code_name(created[0].StatusCode) == "BadUserAccessDenied"
+
+        # Refreshed once a second: wait until the HMI's three Reads are counted.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5.0
+        while True:
+            sessions = await bounded(admin.get_node(SESSION_DIAGNOSTICS).read_value())
+            mine = [s for s in sessions if s.SessionName.startswith("line 3 HMI")]
+            if (mine and mine[0].ReadCount.TotalCount >= 4) or loop.time() > deadline:
+                break
+            await asyncio.sleep(0.25)
+        assert len(sessions) == 2, [s.SessionName for s in sessions]
+        assert mine, [s.SessionName for s in sessions]
+        entry = mine[0]
+        assert isinstance(entry, ua.SessionDiagnosticsDataType)
+        # Three Reads of CurrentTime and two of the arrays (refused, not an error of the service).
+        assert entry.ReadCount.TotalCount >= 5, entry.ReadCount
+        assert entry.ReadCount.ErrorCount == 0, entry.ReadCount
+        assert entry.CreateMonitoredItemsCount.TotalCount == 1, entry.CreateMonitoredItemsCount
+        assert entry.CurrentSubscriptionsCount == 1
+        assert entry.TotalRequestCount.TotalCount >= entry.ReadCount.TotalCount
+        assert entry.ClientDescription.ApplicationName.Text, entry.ClientDescription
+        assert entry.EndpointUrl, entry
+        assert entry.ActualSessionTimeout > 0
+        # SessionSecurityDiagnosticsArray: asyncua 2.1 declares its Encoding field a Byte where
+        # Part 5 12.11 (and the standard nodeset) says String, so it cannot decode the entries of
+        # any server; tests/interop/node/session_diagnostics.test.mjs checks them with node-opcua.
+    finally:
+        await bounded(admin.disconnect())
+        await bounded(hmi.disconnect())
