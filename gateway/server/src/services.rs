@@ -242,10 +242,16 @@ impl Engine {
                 created: Some(std::time::SystemTime::now()),
             },
             client: Box::new(crate::session_diag::ClientRecord::new(
-                r.client_description.clone(),
-                r.server_uri.clone(),
-                r.endpoint_url.clone(),
-                r.max_response_message_size,
+                crate::session_diag::ClientFixed {
+                    description: r.client_description.clone(),
+                    session_name: r.session_name.clone(),
+                    server_uri: r.server_uri.clone(),
+                    endpoint_url: r.endpoint_url.clone(),
+                    max_response_message_size: r.max_response_message_size,
+                    connected: opcua_types::DateTime::now(),
+                    security_policy_uri: chan.policy.to_uri().into(),
+                    certificate: chan.client_certificate.clone(),
+                },
             )),
         };
         let (id, token) = (session.id.clone(), session.auth_token.clone());

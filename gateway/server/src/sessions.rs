@@ -258,15 +258,16 @@ impl SessionTable {
         Vec<opcua_types::SessionSecurityDiagnosticsDataType>,
     ) {
         let (now, instant) = (opcua_types::DateTime::now(), Instant::now());
-        let sessions = self.table.lock();
-        sessions
-            .live()
-            .map(|s| {
-                (
-                    crate::session_diag::session_diagnostics(s, now, instant),
-                    crate::session_diag::session_security_diagnostics(s),
-                )
-            })
+        let snapshots: Vec<_> = {
+            let sessions = self.table.lock();
+            sessions
+                .live()
+                .map(|s| crate::session_diag::Snapshot::of(s, instant))
+                .collect()
+        };
+        snapshots
+            .iter()
+            .map(|s| (s.session_diagnostics(now), s.session_security_diagnostics()))
             .unzip()
     }
 
@@ -275,7 +276,7 @@ impl SessionTable {
         let sessions = self.table.lock();
         sessions.iter().fold((0, 0), |(s, m), session| {
             (
-                s + session.subscriptions.subscription_ids().len(),
+                s + session.subscriptions.subscription_count(),
                 m + session.subscriptions.data_items().len(),
             )
         })
@@ -533,7 +534,7 @@ fn summary(s: &Session) -> SessionSummary {
             }
         },
         created: s.origin.created,
-        subscriptions: s.subscriptions.subscription_ids().len(),
+        subscriptions: s.subscriptions.subscription_count(),
     }
 }
 

@@ -1200,6 +1200,11 @@ impl SessionSubscriptions {
             .collect()
     }
 
+    /// Number of this session's subscriptions.
+    pub fn subscription_count(&self) -> usize {
+        self.subs.len()
+    }
+
     /// Ids of this session's subscriptions.
     pub fn subscription_ids(&self) -> Vec<u32> {
         self.subs.keys().copied().collect()
