@@ -91,6 +91,26 @@ pub async fn get_config(
         .map_err(ApiError::internal)
 }
 
+/// A configuration document from its JSON form; a document that does not
+/// fit is refused with 422 naming the setting that does not
+/// (`server.max_sesion_count` for a misspelt key, `server.max_session_count`
+/// for a value of the wrong type), or `config` when the whole document is
+/// not an object.
+fn config_document(value: serde_json::Value) -> Result<Config, ApiError> {
+    serde_path_to_error::deserialize::<_, Config>(value).map_err(|e| {
+        let setting = e.path().to_string();
+        let setting = if setting == "." || setting.is_empty() {
+            "config".to_string()
+        } else {
+            setting
+        };
+        ApiError::invalid(
+            setting,
+            format!("configuration is not valid: {}", e.inner()),
+        )
+    })
+}
+
 /// Replaces the whole configuration document, validated as a unit: an
 /// invalid document is refused with 422 naming the setting and nothing is
 /// stored.
@@ -100,8 +120,7 @@ pub async fn put_config(
     body: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Json<ConfigChange>, ApiError> {
     let Json(value) = body.map_err(json_error)?;
-    let new: Config = serde_json::from_value(value)
-        .map_err(|e| ApiError::invalid("config", format!("configuration is not valid: {e}")))?;
+    let new = config_document(value)?;
     Ok(Json(ops::apply_config(&state, &who, new).await?))
 }
 
@@ -112,8 +131,7 @@ pub async fn preview_plan(
     body: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Json<Vec<StageView>>, ApiError> {
     let Json(value) = body.map_err(json_error)?;
-    let config: Config = serde_json::from_value(value)
-        .map_err(|e| ApiError::invalid("config", format!("configuration is not valid: {e}")))?;
+    let config = config_document(value)?;
     let plan = ops::check_config(&config)?;
     Ok(Json(ops::plan_view(&plan)))
 }

@@ -172,6 +172,14 @@ async fn config_put_is_admin_only_validated_as_a_unit_and_reports_its_effect() {
     unknown["server"]["max_sesion_count"] = json!(5);
     let (s, b) = f.put_config(&admin, unknown).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    // Named by its path, like a refused value (it was "config").
+    assert_eq!(b["field"], "server.max_sesion_count", "{b}");
+    // A value of the wrong type, named the same way.
+    let mut wrong_type = doc.clone();
+    wrong_type["server"]["max_session_count"] = json!("many");
+    let (s, b) = f.put_config(&admin, wrong_type).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert_eq!(b["field"], "server.max_session_count", "{b}");
     // A live change (the default weight) applies at once.
     let mut live = doc.clone();
     live["isolation"]["default_weight"] = json!(3);
