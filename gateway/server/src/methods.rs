@@ -37,10 +37,11 @@ pub(crate) fn is_request_server_state_change(id: &NodeId) -> bool {
 /// Whether reading `attribute` of `node` shows other clients' sessions:
 /// the Value of SessionsDiagnosticsSummary's SessionDiagnosticsArray or
 /// SessionSecurityDiagnosticsArray (Part 5 6.3.4: security information,
-/// for authorised users only). Only a caller for whom [`is_secure_admin`]
-/// holds may read or monitor them.
+/// for authorised users only), or of ServerDiagnostics'
+/// SubscriptionDiagnosticsArray (every session's subscriptions). Only a
+/// caller for whom [`is_secure_admin`] holds may read or monitor them.
 pub(crate) fn shows_other_sessions(node: &NodeId, attribute: u32) -> bool {
-    const SESSION_DIAGNOSTICS_ARRAYS: [u32; 2] = [3707, 3708];
+    const SESSION_DIAGNOSTICS_ARRAYS: [u32; 3] = [3707, 3708, 2290];
     attribute == opcua_types::AttributeId::Value as u32 && is_ns0(node, &SESSION_DIAGNOSTICS_ARRAYS)
 }
 

@@ -250,25 +250,32 @@ impl SessionTable {
 
     /// SessionDiagnosticsArray and SessionSecurityDiagnosticsArray (Part 5
     /// 6.3.4): one entry per session now (not the ended ones keeping their
-    /// subscriptions). Built once a second for the address space.
-    pub(crate) fn session_diagnostics(
-        &self,
-    ) -> (
-        Vec<opcua_types::SessionDiagnosticsDataType>,
-        Vec<opcua_types::SessionSecurityDiagnosticsDataType>,
-    ) {
+    /// subscriptions); and SubscriptionDiagnosticsArray (6.3.3): one entry
+    /// per subscription, of ended sessions too. Built once a second for the
+    /// address space: snapshots under the lock, structures after it.
+    pub(crate) fn session_diagnostics(&self) -> DiagnosticsArrays {
         let (now, instant) = (opcua_types::DateTime::now(), Instant::now());
-        let snapshots: Vec<_> = {
+        let (snapshots, subscriptions): (Vec<_>, Vec<_>) = {
             let sessions = self.table.lock();
-            sessions
+            let snapshots = sessions
                 .live()
                 .map(|s| crate::session_diag::Snapshot::of(s, instant))
-                .collect()
+                .collect();
+            let subscriptions = sessions
+                .iter()
+                .flat_map(|s| s.subscriptions.diagnostics(&s.id))
+                .collect();
+            (snapshots, subscriptions)
         };
-        snapshots
+        let (sessions, security) = snapshots
             .iter()
             .map(|s| (s.session_diagnostics(now), s.session_security_diagnostics()))
-            .unzip()
+            .unzip();
+        DiagnosticsArrays {
+            sessions,
+            security,
+            subscriptions,
+        }
     }
 
     /// Subscriptions and monitored items of all sessions.
@@ -456,12 +463,32 @@ impl SessionTable {
                             StatusCode::BadUserAccessDenied
                         } else if &owner_token == token {
                             // Already ours: just resend if asked.
-                            StatusCode::Good
-                        } else {
-                            match sessions
-                                .holder_mut(&owner_token)
-                                .and_then(|s| s.subscriptions.take(*id, now_dt))
+                            if let Some(sub) = sessions
+                                .get_mut(token)
+                                .ok()
+                                .and_then(|s| s.subscriptions.subscription_mut(*id))
                             {
+                                sub.record_transfer(None);
+                            }
+                            StatusCode::Good
+                        } else if sessions.get_mut(token).is_ok_and(|target| {
+                            target.subscriptions.subscription_count()
+                                >= target.subscriptions.limits().max_subscriptions_per_session
+                                    as usize
+                        }) {
+                            // Refused before it leaves its session: taken
+                            // first, it would be lost.
+                            StatusCode::BadTooManySubscriptions
+                        } else {
+                            let client_of =
+                                |s: &Session| s.client.fixed.description.application_uri.clone();
+                            let target_client = sessions.get_mut(token).ok().map(|s| client_of(s));
+                            match sessions.holder_mut(&owner_token).and_then(|s| {
+                                let same_client = Some(client_of(s)) == target_client;
+                                let mut sub = s.subscriptions.take(*id, now_dt)?;
+                                sub.record_transfer(Some(same_client));
+                                Some(sub)
+                            }) {
                                 Some(sub) => match sessions.get_mut(token) {
                                     Ok(target) => target
                                         .subscriptions
@@ -580,4 +607,15 @@ fn not_ours(sessions: &Sessions, id: u32) -> StatusCode {
     } else {
         StatusCode::BadSubscriptionIdInvalid
     }
+}
+
+/// The diagnostics arrays built from the session table once a second (see
+/// [`SessionTable::session_diagnostics`]).
+pub(crate) struct DiagnosticsArrays {
+    /// SessionDiagnosticsArray.
+    pub sessions: Vec<opcua_types::SessionDiagnosticsDataType>,
+    /// SessionSecurityDiagnosticsArray.
+    pub security: Vec<opcua_types::SessionSecurityDiagnosticsDataType>,
+    /// SubscriptionDiagnosticsArray.
+    pub subscriptions: Vec<opcua_types::SubscriptionDiagnosticsDataType>,
 }

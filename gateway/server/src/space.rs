@@ -80,18 +80,15 @@ impl AddressSpace {
         self.local.write().set_diagnostics_summary(summary);
     }
 
-    /// Shows the per-session diagnostics arrays in the address space (same
+    /// Shows the session and subscription diagnostics arrays in the address
+    /// space (same
     /// lock order as [`Self::publish_session_count`]).
-    pub(crate) fn publish_session_diagnostics(
-        &self,
-        (sessions, security): (
-            Vec<opcua_types::SessionDiagnosticsDataType>,
-            Vec<opcua_types::SessionSecurityDiagnosticsDataType>,
-        ),
-    ) {
-        self.local
-            .write()
-            .set_session_diagnostics(sessions, security);
+    pub(crate) fn publish_session_diagnostics(&self, arrays: crate::sessions::DiagnosticsArrays) {
+        self.local.write().set_session_diagnostics(
+            arrays.sessions,
+            arrays.security,
+            arrays.subscriptions,
+        );
     }
 
     /// Shows the session count in the address space. Lock order: the space

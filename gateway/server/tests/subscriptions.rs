@@ -292,6 +292,46 @@ async fn transfer_subscriptions_between_sessions_of_one_user() {
     gw.stop().await;
 }
 
+/// A TransferSubscriptions into a session that has no room for another
+/// subscription is refused with BadTooManySubscriptions and the
+/// subscription stays where it was (it was taken from its session first,
+/// then dropped when the target refused it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_transfer_leaves_the_subscription_where_it_was() {
+    let gw = TestGateway::start("[server]\nmax_subscriptions_per_session = 1\n").await;
+    gw.add_user("op", "operator password", Role::Operator).await;
+    let (a, ta) = gw.user_session("a", "op", "operator password").await;
+    let (b, tb) = gw.user_session("b", "op", "operator password").await;
+    let id = a
+        .create_subscription(&ta, 100.0, 300, 10)
+        .await
+        .subscription_id;
+    b.create_subscription(&tb, 100.0, 300, 10).await;
+    let resp = b
+        .send(TransferSubscriptionsRequest {
+            request_header: b.header(&tb),
+            subscription_ids: Some(vec![id]),
+            send_initial_values: false,
+        })
+        .await
+        .unwrap();
+    let ResponseMessage::TransferSubscriptions(resp) = resp else {
+        panic!("unexpected response");
+    };
+    assert_eq!(
+        resp.results.unwrap()[0].status_code,
+        StatusCode::BadTooManySubscriptions
+    );
+    // Still the first session's: its Publish is answered by it.
+    let kept = a.publish(&ta, &[]).await.unwrap();
+    assert_eq!(kept.subscription_id, id);
+    assert_eq!(status_change(&kept), None);
+    for chan in [a, b] {
+        chan.close().await;
+    }
+    gw.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscription_follows_the_session_to_a_new_channel() {
     let gw = TestGateway::start("").await;

@@ -158,6 +158,9 @@ impl LocalSpace {
             V::Server_ServerDiagnostics_SessionsDiagnosticsSummary_SessionSecurityDiagnosticsArray => {
                 rt.session_security_diagnostics.clone()
             }
+            V::Server_ServerDiagnostics_SubscriptionDiagnosticsArray => {
+                rt.subscription_diagnostics.clone()
+            }
             V::Server_ServerDiagnostics_ServerDiagnosticsSummary => {
                 ExtensionObject::from_message(rt.diagnostics.clone()).into()
             }

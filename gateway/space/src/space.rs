@@ -46,6 +46,8 @@ pub(crate) struct ServerRuntime {
     pub(crate) session_diagnostics: Variant,
     /// SessionsDiagnosticsSummary's SessionSecurityDiagnosticsArray, encoded.
     pub(crate) session_security_diagnostics: Variant,
+    /// ServerDiagnostics' SubscriptionDiagnosticsArray, encoded.
+    pub(crate) subscription_diagnostics: Variant,
     pub(crate) hostname: String,
     pub(crate) profiles: Vec<String>,
     pub(crate) locales: Vec<String>,
@@ -123,6 +125,7 @@ impl LocalSpace {
             diagnostics: ServerDiagnosticsSummaryDataType::default(),
             session_diagnostics: Variant::from(Vec::<ExtensionObject>::new()),
             session_security_diagnostics: Variant::from(Vec::<ExtensionObject>::new()),
+            subscription_diagnostics: Variant::from(Vec::<ExtensionObject>::new()),
             hostname: String::new(),
             profiles: vec![DEFAULT_PROFILE.to_string()],
             locales: vec!["en".to_string()],
@@ -231,13 +234,15 @@ impl LocalSpace {
     }
 
     /// Replaces SessionsDiagnosticsSummary's SessionDiagnosticsArray and
-    /// SessionSecurityDiagnosticsArray (one entry per session each). Who
+    /// SessionSecurityDiagnosticsArray (one entry per session each) and
+    /// ServerDiagnostics' SubscriptionDiagnosticsArray. Who
     /// may read them is the server's decision: the space answers every
     /// Read of them alike.
     pub fn set_session_diagnostics(
         &mut self,
         sessions: Vec<opcua_types::SessionDiagnosticsDataType>,
         security: Vec<opcua_types::SessionSecurityDiagnosticsDataType>,
+        subscriptions: Vec<opcua_types::SubscriptionDiagnosticsDataType>,
     ) {
         let encode = |v: Vec<ExtensionObject>| Variant::from(v);
         self.rt.session_diagnostics = encode(
@@ -248,6 +253,12 @@ impl LocalSpace {
         );
         self.rt.session_security_diagnostics = encode(
             security
+                .into_iter()
+                .map(ExtensionObject::from_message)
+                .collect(),
+        );
+        self.rt.subscription_diagnostics = encode(
+            subscriptions
                 .into_iter()
                 .map(ExtensionObject::from_message)
                 .collect(),

@@ -99,6 +99,8 @@ pub(crate) struct MonitoredItem {
     /// Set while the item's first notification waits for its source's
     /// first value, until this instant (see [`INITIAL_VALUE_HOLD`]).
     pub hold_initial_until: Option<Instant>,
+    /// Times this item's queue overflowed (subscription diagnostics).
+    pub overflows: u32,
 }
 
 /// Result of validating and revising MonitoringParameters.
@@ -365,24 +367,26 @@ fn with_overflow(dv: &mut DataValue) {
 }
 
 /// Pushes into a bounded queue per §5.12.1.5; `mark` sets the overflow bit (data values only).
+/// Returns whether the queue overflowed (a value was discarded from a full queue of more
+/// than one).
 fn push_bounded<T>(
     q: &mut VecDeque<T>,
     size: usize,
     discard_oldest: bool,
     v: T,
     mark: Option<fn(&mut T)>,
-) {
+) -> bool {
     if size <= 1 {
         q.clear();
         q.push_back(v);
-        return;
+        return false;
     }
     while q.len() > size {
         q.pop_front();
     }
     if q.len() < size {
         q.push_back(v);
-        return;
+        return false;
     }
     if discard_oldest {
         q.pop_front();
@@ -397,6 +401,7 @@ fn push_bounded<T>(
             m(back);
         }
     }
+    true
 }
 
 impl MonitoredItem {
@@ -427,7 +432,9 @@ impl MonitoredItem {
         let (size, discard) = (self.queue_size, self.discard_oldest);
         if let ItemKind::Data { last, queue, .. } = &mut self.kind {
             *last = Some(dv);
-            push_bounded(queue, size, discard, out, Some(with_overflow));
+            if push_bounded(queue, size, discard, out, Some(with_overflow)) {
+                self.overflows = self.overflows.saturating_add(1);
+            }
         }
     }
 
@@ -550,7 +557,9 @@ impl MonitoredItem {
                 .iter()
                 .map(|op| op.as_ref().map_or(Variant::Empty, |op| ev.field(op)))
                 .collect();
-            push_bounded(queue, size, discard, fields, None);
+            if push_bounded(queue, size, discard, fields, None) {
+                self.overflows = self.overflows.saturating_add(1);
+            }
         }
     }
 

@@ -29,7 +29,8 @@ use opcua_types::{
     MonitoredItemCreateRequest, MonitoredItemCreateResult, MonitoredItemModifyRequest,
     MonitoredItemModifyResult, MonitoringMode, NodeId, NotificationMessage, ObjectId, ObjectTypeId,
     PublishRequest, PublishResponse, QualifiedName, ReadValueId, ResponseHeader,
-    SimpleAttributeOperand, StatusChangeNotification, StatusCode, TimestampsToReturn, Variant,
+    SimpleAttributeOperand, StatusChangeNotification, StatusCode, SubscriptionDiagnosticsDataType,
+    TimestampsToReturn, Variant,
 };
 
 use item::{revise_params, ItemKind, MonitoredItem};
@@ -378,6 +379,7 @@ impl SessionSubscriptions {
             max_retransmission: self.limits.max_retransmission_queue.max(1) as usize,
             items: BTreeMap::new(),
             next_item_id: 1,
+            counts: Default::default(),
         };
         self.subs.insert(id, sub);
         Ok(r.into_revised(id))
@@ -405,6 +407,7 @@ impl SessionSubscriptions {
         sub.keep_alive_count = r.keep_alive;
         sub.max_notifications = r.max_notifications;
         sub.priority = req.priority;
+        sub.counts.modify += 1;
         sub.keep_alive_counter = sub.keep_alive_counter.min(r.keep_alive);
         sub.reset_lifetime();
         sub.next_publish = now + r.interval;
@@ -419,6 +422,11 @@ impl SessionSubscriptions {
             .map(|id| match self.subs.get_mut(id) {
                 Some(s) => {
                     s.publishing_enabled = enabled;
+                    if enabled {
+                        s.counts.enable += 1;
+                    } else {
+                        s.counts.disable += 1;
+                    }
                     s.reset_lifetime();
                     StatusCode::Good
                 }
@@ -526,6 +534,7 @@ impl SessionSubscriptions {
                 trigger_pending: false,
                 source_cursor: None,
                 hold_initial_until: None,
+                overflows: 0,
             };
             if let Some(dv) = sample {
                 mi.start_with(dv, now);
@@ -636,7 +645,10 @@ impl SessionSubscriptions {
         let res = ids
             .iter()
             .map(|id| match s.items.remove(id) {
-                Some(_) => StatusCode::Good,
+                Some(gone) => {
+                    s.counts.note_removed_item(&gone);
+                    StatusCode::Good
+                }
                 None => StatusCode::BadMonitoredItemIdInvalid,
             })
             .collect();
@@ -917,6 +929,7 @@ impl SessionSubscriptions {
         if go_late && s.late.is_none() {
             self.late_seq += 1;
             s.late = Some(self.late_seq);
+            s.counts.late += 1;
         }
         if queue_was_empty {
             s.lifetime_counter = s.lifetime_counter.saturating_sub(1);
@@ -1021,11 +1034,15 @@ impl SessionSubscriptions {
     /// Republish: BadSubscriptionIdInvalid or BadMessageNotAvailable.
     pub fn republish(&mut self, sub: u32, seq: u32) -> Result<NotificationMessage, StatusCode> {
         let s = self.sub_mut(sub)?;
-        s.retransmission
+        s.counts.republish_requests += 1;
+        let message = s
+            .retransmission
             .iter()
             .find(|m| m.sequence_number == seq)
             .cloned()
-            .ok_or(StatusCode::BadMessageNotAvailable)
+            .ok_or(StatusCode::BadMessageNotAvailable)?;
+        s.counts.republished += 1;
+        Ok(message)
     }
 
     /// Delivers an event to event items monitoring the Server object or the event's source
@@ -1198,6 +1215,21 @@ impl SessionSubscriptions {
                     .map(|(node, filter)| (node.clone(), filter.clone()))
             })
             .collect()
+    }
+
+    /// The SubscriptionDiagnosticsDataType of each of this session's
+    /// subscriptions, for the session `session_id`.
+    pub fn diagnostics(&self, session_id: &NodeId) -> Vec<SubscriptionDiagnosticsDataType> {
+        self.subs
+            .values()
+            .map(|s| s.diagnostics(session_id.clone()))
+            .collect()
+    }
+
+    /// The subscription `sub`, to record a TransferSubscriptions request
+    /// naming it (see [`Subscription::record_transfer`]).
+    pub fn subscription_mut(&mut self, sub: u32) -> Option<&mut Subscription> {
+        self.subs.get_mut(&sub)
     }
 
     /// Number of this session's subscriptions.

@@ -6,10 +6,51 @@ use std::time::{Duration, Instant};
 
 use opcua_types::{
     DataChangeNotification, DateTime, EventNotificationList, ExtensionObject, MonitoringMode,
-    NotificationMessage,
+    NodeId, NotificationMessage, SubscriptionDiagnosticsDataType,
 };
 
 use crate::item::{ItemKind, MonitoredItem};
+
+/// What a subscription counts since it was created, for its diagnostics
+/// (Part 5 12.15 SubscriptionDiagnosticsDataType).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SubscriptionCounts {
+    pub modify: u32,
+    pub enable: u32,
+    pub disable: u32,
+    pub republish_requests: u32,
+    pub republished: u32,
+    pub transfer_requests: u32,
+    pub transferred_same_client: u32,
+    pub transferred_alt_client: u32,
+    /// Publish requests answered by this subscription (data or keep-alive).
+    pub publish_requests: u32,
+    pub data_changes: u32,
+    pub events: u32,
+    /// Times the subscription went late (a Publish was due and none queued).
+    pub late: u32,
+    /// Messages dropped from the full retransmission queue unacknowledged.
+    pub discarded: u32,
+    /// Queue overflows of data and of event items deleted since.
+    pub removed_data_overflows: u32,
+    pub removed_event_overflows: u32,
+}
+
+impl SubscriptionCounts {
+    /// Keeps the overflow count of a deleted item.
+    pub(crate) fn note_removed_item(&mut self, item: &MonitoredItem) {
+        match item.kind {
+            ItemKind::Data { .. } => {
+                self.removed_data_overflows =
+                    self.removed_data_overflows.saturating_add(item.overflows)
+            }
+            ItemKind::Event { .. } => {
+                self.removed_event_overflows =
+                    self.removed_event_overflows.saturating_add(item.overflows)
+            }
+        }
+    }
+}
 
 /// A subscription owned by a session; movable between sessions (TransferSubscriptions) via
 /// [`crate::SessionSubscriptions::take`] and [`crate::SessionSubscriptions::insert`].
@@ -33,6 +74,7 @@ pub struct Subscription {
     pub(crate) max_retransmission: usize,
     pub(crate) items: BTreeMap<u32, MonitoredItem>,
     pub(crate) next_item_id: u32,
+    pub(crate) counts: SubscriptionCounts,
 }
 
 impl Subscription {
@@ -84,6 +126,76 @@ impl Subscription {
         self.items.len()
     }
 
+    /// Called by TransferSubscriptions for this subscription: a request
+    /// naming it, and whether it then moved to a session of the same client
+    /// application (`Some(true)`), another (`Some(false)`) or stayed
+    /// (`None`: refused, or already the caller's).
+    pub fn record_transfer(&mut self, moved_to_same_client: Option<bool>) {
+        self.counts.transfer_requests += 1;
+        match moved_to_same_client {
+            Some(true) => self.counts.transferred_same_client += 1,
+            Some(false) => self.counts.transferred_alt_client += 1,
+            None => {}
+        }
+    }
+
+    /// This subscription's SubscriptionDiagnosticsDataType (Part 5 12.15),
+    /// for the session `session_id`.
+    pub fn diagnostics(&self, session_id: NodeId) -> SubscriptionDiagnosticsDataType {
+        let c = &self.counts;
+        let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        let (mut data_overflows, mut event_overflows) =
+            (c.removed_data_overflows, c.removed_event_overflows);
+        for item in self.items.values() {
+            match item.kind {
+                ItemKind::Data { .. } => {
+                    data_overflows = data_overflows.saturating_add(item.overflows)
+                }
+                ItemKind::Event { .. } => {
+                    event_overflows = event_overflows.saturating_add(item.overflows)
+                }
+            }
+        }
+        SubscriptionDiagnosticsDataType {
+            session_id,
+            subscription_id: self.id,
+            priority: self.priority,
+            publishing_interval: self.interval.as_secs_f64() * 1000.0,
+            max_keep_alive_count: self.keep_alive_count,
+            max_lifetime_count: self.lifetime_count,
+            max_notifications_per_publish: self.max_notifications,
+            publishing_enabled: self.publishing_enabled,
+            modify_count: c.modify,
+            enable_count: c.enable,
+            disable_count: c.disable,
+            republish_request_count: c.republish_requests,
+            // Each Republish asks for one message.
+            republish_message_request_count: c.republish_requests,
+            republish_message_count: c.republished,
+            transfer_request_count: c.transfer_requests,
+            transferred_to_alt_client_count: c.transferred_alt_client,
+            transferred_to_same_client_count: c.transferred_same_client,
+            publish_request_count: c.publish_requests,
+            data_change_notifications_count: c.data_changes,
+            event_notifications_count: c.events,
+            notifications_count: c.data_changes.saturating_add(c.events),
+            late_publish_request_count: c.late,
+            current_keep_alive_count: self.keep_alive_counter,
+            current_lifetime_count: self.lifetime_counter,
+            unacknowledged_message_count: n(self.retransmission.len()),
+            discarded_message_count: c.discarded,
+            monitored_item_count: n(self.items.len()),
+            disabled_monitored_item_count: n(self
+                .items
+                .values()
+                .filter(|i| i.mode == MonitoringMode::Disabled)
+                .count()),
+            monitoring_queue_overflow_count: data_overflows,
+            next_sequence_number: self.next_seq,
+            event_queue_overflow_count: event_overflows,
+        }
+    }
+
     pub(crate) fn take_seq(&mut self) -> u32 {
         let s = self.next_seq;
         self.next_seq = if s == u32::MAX { 1 } else { s + 1 };
@@ -105,6 +217,7 @@ impl Subscription {
 
     /// A keep-alive: carries the next sequence number without consuming it.
     pub(crate) fn keep_alive(&mut self, now_dt: DateTime) -> NotificationMessage {
+        self.counts.publish_requests = self.counts.publish_requests.saturating_add(1);
         self.message_sent = true;
         self.keep_alive_counter = self.keep_alive_count;
         NotificationMessage {
@@ -149,6 +262,10 @@ impl Subscription {
                 item.trigger_pending = false;
             }
         }
+        let c = &mut self.counts;
+        c.publish_requests = c.publish_requests.saturating_add(1);
+        c.data_changes = c.data_changes.saturating_add(data.len() as u32);
+        c.events = c.events.saturating_add(events.len() as u32);
         let mut payload = Vec::new();
         if !data.is_empty() {
             payload.push(ExtensionObject::from_message(DataChangeNotification {
@@ -169,6 +286,7 @@ impl Subscription {
         self.retransmission.push_back(msg.clone());
         while self.retransmission.len() > self.max_retransmission.max(1) {
             self.retransmission.pop_front();
+            self.counts.discarded = self.counts.discarded.saturating_add(1);
         }
         self.message_sent = true;
         self.keep_alive_counter = self.keep_alive_count;

@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 use opcua_types::{
     AttributeId, DataChangeFilter, DataChangeNotification, DataChangeTrigger, DataValue, DateTime,
     EventFilter, EventFilterResult, EventNotificationList, ExtensionObject,
-    MonitoredItemCreateRequest, MonitoredItemModifyRequest, MonitoringMode, MonitoringParameters,
-    NodeId, NotificationMessage, ObjectId, ObjectTypeId, PublishRequest, PublishResponse,
-    QualifiedName, ReadValueId, RequestHeader, SimpleAttributeOperand, StatusChangeNotification,
-    StatusCode, SubscriptionAcknowledgement, TimestampsToReturn, Variant,
+    ModifySubscriptionRequest, MonitoredItemCreateRequest, MonitoredItemModifyRequest,
+    MonitoringMode, MonitoringParameters, NodeId, NotificationMessage, ObjectId, ObjectTypeId,
+    PublishRequest, PublishResponse, QualifiedName, ReadValueId, RequestHeader,
+    SimpleAttributeOperand, StatusChangeNotification, StatusCode, SubscriptionAcknowledgement,
+    TimestampsToReturn, Variant,
 };
 
 use crate::*;
@@ -531,6 +532,36 @@ fn retransmission_queue_is_bounded() {
         f.s.republish(f.sub, 2),
         Err(StatusCode::BadMessageNotAvailable)
     );
+    assert!(f.s.republish(f.sub, 4).is_ok());
+    // Diagnostics: two messages dropped unacknowledged, two kept; two
+    // Republish requests of which one found its message.
+    let d = f.s.subscription(f.sub).unwrap().diagnostics(NodeId::null());
+    assert_eq!(d.discarded_message_count, 2);
+    assert_eq!(d.unacknowledged_message_count, 2);
+    assert_eq!(d.republish_request_count, 2);
+    assert_eq!(d.republish_message_request_count, 2);
+    assert_eq!(d.republish_message_count, 1);
+    assert_eq!(d.next_sequence_number, 5);
+    // SetPublishingMode and ModifySubscription are counted.
+    f.s.set_publishing_mode(false, &[f.sub]);
+    f.s.set_publishing_mode(true, &[f.sub]);
+    f.s.set_publishing_mode(false, &[f.sub]);
+    let modify = ModifySubscriptionRequest {
+        subscription_id: f.sub,
+        requested_publishing_interval: 200.0,
+        requested_lifetime_count: 30,
+        requested_max_keep_alive_count: 10,
+        ..Default::default()
+    };
+    f.s.modify_subscription(&modify, f.t0).unwrap();
+    let d =
+        f.s.subscription(f.sub)
+            .unwrap()
+            .diagnostics(NodeId::new(1, 7u32));
+    assert_eq!((d.enable_count, d.disable_count, d.modify_count), (1, 2, 1));
+    assert!(!d.publishing_enabled);
+    assert_eq!(d.publishing_interval, 200.0);
+    assert_eq!(d.session_id, NodeId::new(1, 7u32));
 }
 
 #[test]
@@ -798,6 +829,21 @@ fn queue_overflow_sets_overflow_bit() {
     );
     assert!(b[2].2.overflow());
     assert!(!b[0].2.overflow() && !b[1].2.overflow());
+    // The subscription diagnostics count the overflows (two per item: four
+    // values into a queue of three, after the initial one), the
+    // notifications sent and the Publish requests answered.
+    let d = f.s.subscription(f.sub).unwrap().diagnostics(NodeId::null());
+    assert_eq!(d.monitoring_queue_overflow_count, 4);
+    assert_eq!(d.data_change_notifications_count, 6);
+    assert_eq!(d.notifications_count, 6);
+    assert_eq!(d.publish_request_count, 1);
+    assert_eq!(d.monitored_item_count, 2);
+    assert_eq!(d.priority, 1);
+    // A deleted item's overflows stay counted.
+    f.s.delete_monitored_items(f.sub, &[1]).unwrap();
+    let d = f.s.subscription(f.sub).unwrap().diagnostics(NodeId::null());
+    assert_eq!(d.monitoring_queue_overflow_count, 4);
+    assert_eq!(d.monitored_item_count, 1);
 }
 
 #[test]

@@ -247,14 +247,16 @@ async def test_history_read_refusals_and_the_advertised_sample_rate(server: Serv
 
 SESSION_DIAGNOSTICS = ua.NodeId(3707)  # SessionsDiagnosticsSummary.SessionDiagnosticsArray
 SESSION_SECURITY_DIAGNOSTICS = ua.NodeId(3708)  # ...SessionSecurityDiagnosticsArray
+SUBSCRIPTION_DIAGNOSTICS = ua.NodeId(2290)  # ServerDiagnostics.SubscriptionDiagnosticsArray
 
 
 async def test_session_diagnostics_list_every_session_for_a_secure_administrator_only(
     target: ServerTarget, client_cert: ClientCert
 ) -> None:
-    """Part 5 6.3.4: SessionDiagnosticsArray and SessionSecurityDiagnosticsArray hold one entry per
+    """Part 5 6.3.3-6.3.4: SessionDiagnosticsArray and SessionSecurityDiagnosticsArray hold one entry per
     session, with its client, its requests counted by service, its user and its security (before:
-    null); the security entries are checked with node-opcua (see below). They show other clients' sessions, so only an administrator on an encrypted channel
+    null), SubscriptionDiagnosticsArray one per subscription; the security entries are checked
+    with node-opcua (see below). They show other clients' sessions, so only an administrator on an encrypted channel
     may read or monitor them; anyone else gets BadUserAccessDenied, and UserAccessLevel says so."""
     target.user_add("ada", "admin", "ada-pass-55")
     target.trust_client(client_cert.cert_der)
@@ -267,7 +269,7 @@ async def test_session_diagnostics_list_every_session_for_a_secure_administrator
     try:
         for _ in range(3):
             await bounded(hmi.get_node(CURRENT_TIME).read_value())
-        for node in (SESSION_DIAGNOSTICS, SESSION_SECURITY_DIAGNOSTICS):
+        for node in (SESSION_DIAGNOSTICS, SESSION_SECURITY_DIAGNOSTICS, SUBSCRIPTION_DIAGNOSTICS):
             refused = await bounded(hmi.get_node(node).read_data_value(raise_on_bad_status=False))
             assert code_name(refused.StatusCode) == "BadUserAccessDenied", node
             level = await bounded(hmi.get_node(node).read_attribute(ua.AttributeIds.UserAccessLevel))
@@ -305,6 +307,13 @@ async def test_session_diagnostics_list_every_session_for_a_secure_administrator
         assert entry.ClientDescription.ApplicationName.Text, entry.ClientDescription
         assert entry.EndpointUrl, entry
         assert entry.ActualSessionTimeout > 0
+        # One subscription, the HMI's, with its parameters.
+        subscriptions = await bounded(admin.get_node(SUBSCRIPTION_DIAGNOSTICS).read_value())
+        assert [(d.SessionId, d.SubscriptionId) for d in subscriptions] == [(entry.SessionId, sub.id)]
+        assert subscriptions[0].PublishingInterval == 250.0
+        assert subscriptions[0].MaxKeepAliveCount == 10
+        assert subscriptions[0].PublishingEnabled is True
+        assert subscriptions[0].MonitoredItemCount == 0
         # SessionSecurityDiagnosticsArray: asyncua 2.1 declares its Encoding field a Byte where
         # Part 5 12.11 (and the standard nodeset) says String, so it cannot decode the entries of
         # any server; tests/interop/node/session_diagnostics.test.mjs checks them with node-opcua.
