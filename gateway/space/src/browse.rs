@@ -290,7 +290,7 @@ impl LocalSpace {
 
     /// `(reference type, target, is_forward)` of the references of `node` in
     /// `direction` matching `filter` (`(type, include_subtypes)`), sorted.
-    fn matching_references(
+    pub(crate) fn matching_references(
         &self,
         node: &NodeId,
         direction: BrowseDirection,

@@ -143,7 +143,52 @@ impl LocalSpace {
             mounts: Vec::new(),
         };
         me.link_redundancy_nodes();
+        me.remove_unsupported_features();
         me
+    }
+
+    /// Takes out of the standard node set the optional features the gateway
+    /// does not provide, so that a client browsing for them finds nothing
+    /// rather than methods answering BadNotImplemented and variables
+    /// without values: ServerConfiguration (push certificate
+    /// management, Part 12, a component of Server: configuration and trust lists are managed from
+    /// the console, CLI and REST) and Server.SetSubscriptionDurable (durable
+    /// subscriptions, kept across a restart, are not provided). Called once
+    /// by [`LocalSpace::new`].
+    fn remove_unsupported_features(&mut self) {
+        for root in [
+            NodeId::from(ObjectId::ServerConfiguration),
+            NodeId::from(opcua_types::MethodId::Server_SetSubscriptionDurable),
+        ] {
+            self.remove_subtree(&root);
+        }
+    }
+
+    /// Deletes `root` and every node below it by forward hierarchical
+    /// references, with every reference to them. Only for instance subtrees
+    /// of their own (no shared type nodes below).
+    fn remove_subtree(&mut self, root: &NodeId) {
+        let hierarchical = NodeId::from(ReferenceTypeId::HierarchicalReferences);
+        let mut todo = vec![root.clone()];
+        let mut doomed = Vec::new();
+        while let Some(node) = todo.pop() {
+            if doomed.contains(&node) || self.find(&node).is_none() {
+                continue;
+            }
+            for (_, target, forward) in self.matching_references(
+                &node,
+                opcua_types::BrowseDirection::Forward,
+                Some((&hierarchical, true)),
+            ) {
+                if forward {
+                    todo.push(target);
+                }
+            }
+            doomed.push(node);
+        }
+        for node in doomed {
+            self.space.delete(&node, true);
+        }
     }
 
     /// The limits this space was built with; the dispatcher uses them for

@@ -813,6 +813,50 @@ fn every_capability_has_a_value() {
     );
 }
 
+/// Optional features the gateway does not provide are not in its address
+/// space: Server.ServerConfiguration (push certificate management) and
+/// Server.SetSubscriptionDurable; what it does provide stays.
+#[test]
+fn unsupported_optional_features_are_not_offered() {
+    let s = space();
+    let mut cps = ContinuationPoints::new(10);
+    let res = s.browse(
+        &ViewDescription::default(),
+        0,
+        &[all_refs(id(ObjectId::Server))],
+        &mut cps,
+    );
+    let names: Vec<String> = res[0]
+        .references
+        .iter()
+        .flatten()
+        .map(|r| r.browse_name.name.to_string())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n == "ServerConfiguration"),
+        "{names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n == "SetSubscriptionDurable"),
+        "{names:?}"
+    );
+    for kept in [
+        "ServerCapabilities",
+        "GetMonitoredItems",
+        "ResendData",
+        "RequestServerStateChange",
+    ] {
+        assert!(names.iter().any(|n| n == kept), "{kept} missing: {names:?}");
+    }
+    for gone in [12637u32, 12749, 12740, 13737] {
+        assert_eq!(
+            read(&s, NodeId::new(0, gone), 3).status(),
+            StatusCode::BadNodeIdUnknown,
+            "i={gone}"
+        );
+    }
+}
+
 #[test]
 fn every_attribute_of_variable_and_object() {
     let s = space();
