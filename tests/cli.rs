@@ -499,6 +499,12 @@ fn pair_invite_join_status_and_replicated_cli_changes() {
     assert!(!wrong.status.success());
     let why = String::from_utf8_lossy(&wrong.stderr);
     assert!(why.contains("wrong, used or expired"), "{why}");
+    // In plain words first, with what to do; the raw refusal after it.
+    assert!(
+        why.contains("The other appliance refused the code")
+            && why.contains("Press Invite on the other appliance for a new code"),
+        "{why}"
+    );
     // The other appliance refused: no hint that the local gateway is down.
     assert!(!why.contains("is `uagate run` running"), "{why}");
     let joined = ok(uagate(&b)

@@ -56,4 +56,7 @@ pub enum PairError {
     /// progress).
     #[error("{0}")]
     Raft(String),
+    /// Joining another appliance failed: what to do, and the raw cause.
+    #[error("{0}")]
+    Join(crate::join_failure::JoinFailure),
 }

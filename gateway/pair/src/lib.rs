@@ -27,6 +27,7 @@
 //! every node, never a storage error; a storage error stops the Raft node.
 
 mod error;
+pub mod join_failure;
 mod log_store;
 pub mod node;
 pub mod pairing;
@@ -42,6 +43,7 @@ use serde::{Deserialize, Serialize};
 use uagate_store::{Change, Proposal};
 
 pub use error::PairError;
+pub use join_failure::{JoinFailure, JoinProblem};
 pub use log_store::{LogStore, MAX_ENTRIES_PER_READ};
 pub use node::{
     Departure, Handover, Member, NodeSettings, PairNode, PairRole, PairStatus, HANDOVER_TIMEOUT,

@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use uagate_store::{Change, Proposal, Store, StoreError};
 
 use crate::error::PairError;
+use crate::join_failure::{JoinCause, JoinFailure};
 use crate::pairing::{self, PairingCode, INVITE_TTL, MAX_FAILED_ATTEMPTS};
 use crate::quiet::LogThrottle;
 use crate::tls::{peer_fingerprint, peer_public_key, Identity};
@@ -1001,15 +1002,29 @@ impl PairNode {
         joined
     }
 
-    /// [`PairNode::join`] itself.
+    /// [`PairNode::join`] itself. Every failure is a
+    /// [`PairError::Join`], mapped by [`JoinFailure::of`].
     async fn join_with_code(&self, addr: &str, code: &str) -> Result<(NodeId, String), PairError> {
-        let code = PairingCode::parse(code).map_err(|e| PairError::Refused(e.to_string()))?;
+        let failed = |cause: JoinCause<'_>| PairError::Join(JoinFailure::of(addr, cause));
+        let code = PairingCode::parse(code).map_err(|e| failed(JoinCause::Code(&e.to_string())))?;
         if self.members().await.len() > 1 {
-            return Err(PairError::Refused(
-                "this appliance is already paired; `uagate pair leave` first".into(),
-            ));
+            return Err(failed(JoinCause::AlreadyPaired(
+                "this appliance is already paired; `uagate pair leave` first",
+            )));
         }
-        let (mut conn, leader_fp) = connect(&self.identity, addr, self.source()).await?;
+        let (mut conn, leader_fp) = match dial(&self.identity, addr, self.source()).await {
+            Ok(c) => c,
+            Err(DialError::Connect { error, message }) => {
+                return Err(failed(JoinCause::Connect {
+                    error: &error,
+                    message: &message,
+                }))
+            }
+            Err(DialError::Handshake(message)) => {
+                return Err(failed(JoinCause::Handshake(&message)))
+            }
+            Err(DialError::Local(e)) => return Err(failed(JoinCause::Local(&e))),
+        };
         let hello = JoinHello {
             node_id: self.id,
             addr: self.advertise.clone(),
@@ -1018,36 +1033,49 @@ impl PairNode {
             console: self.console.clone(),
             proof: pairing::join_proof(&code, &leader_fp, self.fingerprint()),
         };
-        conn.send(&Request::Join(hello)).await?;
+        conn.send(&Request::Join(hello))
+            .await
+            .map_err(|e| failed(JoinCause::Exchange(Some(&e))))?;
         let welcome = match tokio::time::timeout(ADMIN_TIMEOUT, conn.recv::<Response>()).await {
-            Err(_) => return Err(PairError::Refused(format!("{addr} did not answer"))),
-            Ok(r) => r?,
+            Err(_) => {
+                return Err(failed(JoinCause::Timeout(&format!(
+                    "{addr} did not answer within {} s",
+                    ADMIN_TIMEOUT.as_secs()
+                ))))
+            }
+            Ok(r) => r.map_err(|e| failed(JoinCause::Exchange(Some(&e))))?,
         };
         let welcome = match welcome {
             Some(Response::Welcome(Ok(w))) => w,
             Some(Response::Welcome(Err(why))) | Some(Response::Refused(why)) => {
-                return Err(PairError::Refused(format!("{addr} refused: {why}")))
+                return Err(failed(JoinCause::Refused(&why)))
             }
-            other => {
-                return Err(PairError::Refused(format!(
+            None => return Err(failed(JoinCause::Exchange(None))),
+            Some(other) => {
+                return Err(failed(JoinCause::OutOfTurn(&format!(
                     "{addr} answered out of turn: {other:?}"
-                )))
+                ))))
             }
         };
         pairing::verify_welcome(&code, &leader_fp, self.fingerprint(), &welcome.proof).map_err(
             |e| {
                 tracing::warn!(%addr, "pairing answer does not prove the code");
-                PairError::Refused(e.to_string())
+                failed(JoinCause::Proof(&e.to_string()))
             },
         )?;
         // From here on this appliance follows the other one.
-        {
-            let mut file = self.file.lock();
-            file.pinned.insert(leader_fp.clone());
-            file.mark = welcome.mark;
-            file.save(&self.dir.join(NODE_FILE))?;
-        }
-        self.reset_log().await?;
+        let followed = async {
+            {
+                let mut file = self.file.lock();
+                file.pinned.insert(leader_fp.clone());
+                file.mark = welcome.mark;
+                file.save(&self.dir.join(NODE_FILE))?;
+            }
+            self.reset_log().await
+        };
+        followed
+            .await
+            .map_err(|e: PairError| failed(JoinCause::Local(&e)))?;
         tracing::info!(leader = welcome.node_id, %addr, fingerprint = %leader_fp, "joined the pair; taking the leader's state");
         Ok((welcome.node_id, leader_fp))
     }
@@ -2277,35 +2305,91 @@ async fn connect(
     addr: &str,
     source: Option<std::net::IpAddr>,
 ) -> Result<(Conn<tokio_rustls::client::TlsStream<TcpStream>>, String), PairError> {
-    let connector = TlsConnector::from(identity.client_config()?);
-    let name = ServerName::try_from("uagate-pair").map_err(|e| PairError::Tls(e.to_string()))?;
-    let tls = tokio::time::timeout(CONNECT_TIMEOUT, async {
-        let tcp = match source {
-            None => TcpStream::connect(addr).await?,
-            Some(ip) => {
-                let to = tokio::net::lookup_host(addr)
-                    .await?
-                    .find(|a| a.is_ipv4() == ip.is_ipv4());
-                let to = to.ok_or_else(|| {
-                    std::io::Error::new(std::io::ErrorKind::NotFound, format!("{addr}: no address"))
-                })?;
-                let socket = if ip.is_ipv4() {
-                    tokio::net::TcpSocket::new_v4()?
-                } else {
-                    tokio::net::TcpSocket::new_v6()?
-                };
-                socket.bind(SocketAddr::new(ip, 0))?;
-                socket.connect(to).await?
+    Ok(dial(identity, addr, source).await?)
+}
+
+/// Why [`dial`] could not open a pair connection.
+#[derive(Debug)]
+enum DialError {
+    /// This appliance's TLS configuration could not be made.
+    Local(PairError),
+    /// No TCP connection, or none (with its TLS session) in time.
+    Connect {
+        /// Why, as the system said it (`TimedOut` for no answer in time).
+        error: std::io::Error,
+        /// The address and the error, as logs and the CLI show it.
+        message: String,
+    },
+    /// A TCP connection, but no TLS session with a certificate: not a
+    /// pair listener.
+    Handshake(String),
+}
+
+impl From<DialError> for PairError {
+    fn from(e: DialError) -> PairError {
+        match e {
+            DialError::Local(e) => e,
+            DialError::Connect { message, .. } | DialError::Handshake(message) => {
+                PairError::Refused(message)
             }
-        };
-        tcp.set_nodelay(true)?;
-        connector.connect(name, tcp).await
+        }
+    }
+}
+
+/// [`connect`], telling a connection that could not be made from a peer
+/// that is not a pair listener (for [`PairNode::join`]'s advice).
+async fn dial(
+    identity: &Identity,
+    addr: &str,
+    source: Option<std::net::IpAddr>,
+) -> Result<(Conn<tokio_rustls::client::TlsStream<TcpStream>>, String), DialError> {
+    let connector = TlsConnector::from(identity.client_config().map_err(DialError::Local)?);
+    let name = ServerName::try_from("uagate-pair")
+        .map_err(|e| DialError::Local(PairError::Tls(e.to_string())))?;
+    let tcp_failed = |error: std::io::Error| DialError::Connect {
+        message: format!("{addr}: {error}"),
+        error,
+    };
+    let tls = tokio::time::timeout(CONNECT_TIMEOUT, async {
+        let tcp = async {
+            let tcp = match source {
+                None => TcpStream::connect(addr).await?,
+                Some(ip) => {
+                    let to = tokio::net::lookup_host(addr)
+                        .await?
+                        .find(|a| a.is_ipv4() == ip.is_ipv4());
+                    let to = to.ok_or_else(|| {
+                        std::io::Error::new(
+                            std::io::ErrorKind::NotFound,
+                            format!("{addr}: no address"),
+                        )
+                    })?;
+                    let socket = if ip.is_ipv4() {
+                        tokio::net::TcpSocket::new_v4()?
+                    } else {
+                        tokio::net::TcpSocket::new_v6()?
+                    };
+                    socket.bind(SocketAddr::new(ip, 0))?;
+                    socket.connect(to).await?
+                }
+            };
+            tcp.set_nodelay(true)?;
+            Ok::<_, std::io::Error>(tcp)
+        }
+        .await
+        .map_err(tcp_failed)?;
+        connector
+            .connect(name, tcp)
+            .await
+            .map_err(|e| DialError::Handshake(format!("{addr}: {e}")))
     })
     .await
-    .map_err(|_| PairError::Refused(format!("{addr}: no answer within {CONNECT_TIMEOUT:?}")))?
-    .map_err(|e| PairError::Refused(format!("{addr}: {e}")))?;
+    .map_err(|_| DialError::Connect {
+        error: std::io::Error::from(std::io::ErrorKind::TimedOut),
+        message: format!("{addr}: no answer within {CONNECT_TIMEOUT:?}"),
+    })??;
     let fp = peer_fingerprint(tls.get_ref().1.peer_certificates())
-        .ok_or_else(|| PairError::Refused(format!("{addr} presented no certificate")))?;
+        .ok_or_else(|| DialError::Handshake(format!("{addr} presented no certificate")))?;
     Ok((Conn::new(tls), fp))
 }
 
