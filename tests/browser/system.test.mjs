@@ -3,7 +3,8 @@
 // sample beside it; UAGATE_RAUC, UAGATE_OS_RELEASE and UAGATE_REBOOT_REQUEST name them): the slots
 // at a glance, an install that shows its progress and then its result, refused bundles in plain
 // words (a bad signature; a real verity bundle altered after signing, which the gateway's own check
-// refuses before `rauc install`), and the restart with its confirmation step. Screenshots at
+// refuses before `rauc install`), the restart with its confirmation step, and a host with RAUC
+// installed but without its service (not the appliance image) in plain words. Screenshots at
 // 1366x768 and 390 px wide (no sideways scrolling) into $UAGATE_TEST_OUTPUT (default
 // target/test-output/browser).
 
@@ -234,6 +235,34 @@ test("the System page: slots, an install with progress and result, a refusal, th
     assert.match(text, /sys uploaded an update bundle/);
     assert.match(text, /The update sys started was installed: 0\.2\.0 into slot B/);
     assert.match(text, /sys restarted the appliance/);
+  });
+
+  await t.test("RAUC installed on a host that is not the appliance image: said in plain words", async () => {
+    const osRelease = path.join(fake, "os-release");
+    const image = fs.readFileSync(osRelease, "utf8");
+    fs.writeFileSync(path.join(fake, "no-service"), "");
+    try {
+      // A Debian host with the rauc package: `rauc status` fails with a D-Bus error.
+      fs.writeFileSync(osRelease, 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nVERSION_ID="12"\nID=debian\n');
+      await page.goto("/system");
+      const banner = await page.textContent("#not-appliance");
+      assert.match(banner, /not the uagate appliance image: updates are managed by the appliance image/);
+      assert.doesNotMatch(banner.replace(await page.textContent("#rauc-detail"), ""), /D-Bus/, "the raw error only in the small print");
+      assert.match(await page.textContent("#rauc-detail"), /RAUC said: Error retrieving slot status via D-Bus/);
+      for (const sel of ["#rauc-error", "#update-form", "#reboot-form", "#booted-slot"]) {
+        assert.equal(await page.$(sel), null, `${sel} on a host that is not the appliance image`);
+      }
+      await bothWidths(page, narrow, "not-image");
+      // On the appliance image, the same error means RAUC's service does not answer.
+      fs.writeFileSync(osRelease, `${image}IMAGE_ID=uagate\n`);
+      await page.goto("/system");
+      assert.match(await page.textContent("#rauc-error"), /RAUC's service on this appliance does not answer.*Restart the appliance/s);
+      assert.match(await page.textContent("#rauc-detail"), /D-Bus/);
+      await bothWidths(page, narrow, "no-rauc-service");
+    } finally {
+      fs.rmSync(path.join(fake, "no-service"), { force: true });
+      fs.writeFileSync(osRelease, image);
+    }
   });
 
   await narrow.close();

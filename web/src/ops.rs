@@ -1529,8 +1529,12 @@ pub struct SystemView {
     /// The update: idle, receiving, installing, installed or failed.
     pub update: UpdateView,
     /// Off the appliance, why; on it, why RAUC did not report the slots
-    /// (when it did not).
+    /// (when it did not), in plain words.
     pub message: Option<String>,
+    /// What RAUC itself said when it did not report the slots (its last
+    /// line, e.g. a D-Bus error); the page shows it in small print.
+    #[serde(default)]
+    pub detail: Option<String>,
 }
 
 /// One root slot in [`SystemView`].
@@ -1587,6 +1591,7 @@ pub async fn system(state: &WebState) -> SystemView {
         slots: Vec::new(),
         update,
         message: None,
+        detail: None,
     };
     if !appliance {
         view.message = Some(
@@ -1615,10 +1620,72 @@ pub async fn system(state: &WebState) -> SystemView {
         }
         Err(e) => {
             tracing::warn!(error = %e, "rauc status failed");
-            view.message = Some(e.to_string());
+            let detail = match e {
+                uagate_system::SystemError::Status(line) => line,
+                other => other.to_string(),
+            };
+            let trouble = rauc_trouble(&detail, updater.on_appliance_image().await);
+            view.appliance = trouble.appliance;
+            view.message = Some(trouble.message);
+            view.detail = Some(detail);
         }
     }
     view
+}
+
+/// What the System page makes of a failed `rauc status`: whether to treat
+/// the host as the appliance, and what to say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaucTrouble {
+    /// Still the appliance (its slots could not be read now); `false`: a
+    /// host with RAUC installed that is not the appliance image (nothing
+    /// to show or install).
+    pub appliance: bool,
+    /// What it means and what to do, in plain words.
+    pub message: String,
+}
+
+/// Maps RAUC's answer to `rauc status` (`detail`, its last line) on a host
+/// that is the appliance image (`image`, see
+/// [`uagate_system::os_release::is_appliance_image`]) or not, to words
+/// for the System page and `GET /api/v1/system`. Off the image, RAUC has
+/// no service and no slots there (typically "Error retrieving slot status
+/// via D-Bus: … Could not connect"): updates are the appliance image's
+/// business. On the image, a service that does not answer is said so.
+pub fn rauc_trouble(detail: &str, image: bool) -> RaucTrouble {
+    let no_service = [
+        "D-Bus",
+        "DBus",
+        "dbus",
+        "de.pengutronix.rauc",
+        "system.conf",
+        "system config",
+    ]
+    .iter()
+    .any(|s| detail.contains(s));
+    if !image {
+        return RaucTrouble {
+            appliance: false,
+            message: "RAUC is installed on this host, but the host is not the uagate appliance \
+                      image: updates are managed by the appliance image (its RAUC service and \
+                      its two system slots), which this host does not have. There are no slots \
+                      to show and nothing to install here: update uagate on this host by \
+                      replacing the uagate program."
+                .into(),
+        };
+    }
+    let message = if no_service {
+        "RAUC's service on this appliance does not answer, so its slots cannot be shown and no \
+         update can be installed now. Restart the appliance; if this stays after a restart, the \
+         appliance needs its image flashed again (see Recovery in the appliance guide)."
+    } else {
+        "RAUC did not report the slots, so they cannot be shown now. Reload this page in a \
+         moment; if this stays, restart the appliance."
+    };
+    RaucTrouble {
+        appliance: true,
+        message: message.into(),
+    }
 }
 
 /// Starts receiving an update bundle of `declared` bytes (when the
@@ -1730,5 +1797,56 @@ mod tests {
             subscriptions: 0,
         };
         assert_eq!(s.created_utc().as_deref(), Some("2026-12-04 17:02:44 UTC"));
+    }
+
+    #[test]
+    fn rauc_without_the_appliance_image_is_said_in_plain_words() {
+        // What `rauc status` prints on a Debian host with the rauc package
+        // but no RAUC service.
+        let dbus = "Error retrieving slot status via D-Bus: error creating proxy: Could not \
+                    connect: No such file or directory";
+        let t = rauc_trouble(dbus, false);
+        assert!(!t.appliance);
+        assert!(
+            t.message.contains("not the uagate appliance image"),
+            "{}",
+            t.message
+        );
+        assert!(
+            t.message.contains("managed by the appliance image"),
+            "{}",
+            t.message
+        );
+        assert!(
+            !t.message.contains("D-Bus"),
+            "the raw error is the detail: {}",
+            t.message
+        );
+        // Any other failure off the image: the same.
+        assert_eq!(rauc_trouble("exit status 1", false), t);
+    }
+
+    #[test]
+    fn rauc_on_the_image_that_does_not_answer() {
+        let t = rauc_trouble(
+            "Error retrieving slot status via D-Bus: The name de.pengutronix.rauc was not \
+             provided by any .service files",
+            true,
+        );
+        assert!(t.appliance);
+        assert!(
+            t.message
+                .contains("service on this appliance does not answer"),
+            "{}",
+            t.message
+        );
+        assert!(t.message.contains("Restart the appliance"), "{}", t.message);
+        let t = rauc_trouble("Failed to parse status", true);
+        assert!(t.appliance);
+        assert!(
+            t.message.contains("did not report the slots"),
+            "{}",
+            t.message
+        );
     }
 }

@@ -6,22 +6,32 @@
 /// `VERSION_ID`; quotes around the value are removed. `None` when neither
 /// is there (or is empty).
 pub fn image_version(text: &str) -> Option<String> {
-    let value = |key: &str| {
-        text.lines().find_map(|line| {
-            let (k, v) = line.trim().split_once('=')?;
-            if k.trim() != key {
-                return None;
-            }
-            let v = v.trim();
-            let v = v
-                .strip_prefix('"')
-                .and_then(|v| v.strip_suffix('"'))
-                .or_else(|| v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
-                .unwrap_or(v);
-            (!v.is_empty()).then(|| v.to_string())
-        })
-    };
-    value("IMAGE_VERSION").or_else(|| value("VERSION_ID"))
+    value(text, "IMAGE_VERSION").or_else(|| value(text, "VERSION_ID"))
+}
+
+/// Whether an os-release text is the uagate appliance image's: the image
+/// build writes `IMAGE_ID=uagate`. A host with RAUC installed but not this
+/// image has no RAUC service for the gateway to talk to.
+pub fn is_appliance_image(text: &str) -> bool {
+    value(text, "IMAGE_ID").as_deref() == Some("uagate")
+}
+
+/// The value of `key` in an os-release text, without quotes; `None` when
+/// it is not there or empty.
+pub fn value(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let (k, v) = line.trim().split_once('=')?;
+        if k.trim() != key {
+            return None;
+        }
+        let v = v.trim();
+        let v = v
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .or_else(|| v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
+            .unwrap_or(v);
+        (!v.is_empty()).then(|| v.to_string())
+    })
 }
 
 #[cfg(test)]
@@ -39,6 +49,18 @@ mod tests {
     fn version_id_without_image_version() {
         let text = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GNU/Linux\"\nVERSION_ID=\"12\"\nID=debian\n";
         assert_eq!(image_version(text).as_deref(), Some("12"));
+    }
+
+    #[test]
+    fn the_appliance_image_names_itself() {
+        assert!(is_appliance_image(
+            "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nIMAGE_ID=uagate\nIMAGE_VERSION=0.3.0\n"
+        ));
+        assert!(is_appliance_image("IMAGE_ID=\"uagate\"\n"));
+        assert!(!is_appliance_image(
+            "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_ID=\"12\"\nID=debian\n"
+        ));
+        assert!(!is_appliance_image("IMAGE_ID=other\n"));
     }
 
     #[test]

@@ -376,6 +376,15 @@ impl Updater {
         crate::os_release::image_version(&text)
     }
 
+    /// Whether the os-release file is the appliance image's
+    /// ([`crate::os_release::is_appliance_image`]); `false` when it cannot
+    /// be read.
+    pub async fn on_appliance_image(&self) -> bool {
+        tokio::fs::read_to_string(&self.settings.os_release)
+            .await
+            .is_ok_and(|text| crate::os_release::is_appliance_image(&text))
+    }
+
     /// Starts receiving a bundle: refused off the appliance
     /// ([`SystemError::NotOnAppliance`]) and while another update is under
     /// way ([`SystemError::Busy`]). The state is `receiving` until the
