@@ -17,6 +17,8 @@ use serde_json::Value;
 use uagate_server::{CONFIG_KEY, NODE_CONFIG_KEY};
 use uagate_store::{FIELD_NAMESPACES_SETTING, REQUESTED_STATE_SETTING};
 
+use crate::digest::Digest;
+
 /// The kinds the audit page filters by; every entry is in exactly one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Group {
@@ -329,7 +331,10 @@ fn who(actor: &str) -> String {
         "setup" => "The first-run setup".into(),
         "anonymous" => "An anonymous OPC UA client".into(),
         a => match a.strip_prefix("x509:") {
-            Some(thumbprint) => format!("The OPC UA client with certificate {thumbprint}"),
+            Some(thumbprint) => format!(
+                "The OPC UA client with the certificate of thumbprint {}",
+                Digest::from_hex(thumbprint)
+            ),
             None => a.to_string(),
         },
     }
@@ -498,10 +503,30 @@ fn service_level(s: &mut Sentence, who: &str, v: &Value) {
 
 // ------------------------------------------------------------------- trust
 
+/// How an entry names a certificate's digests: its fingerprint (SHA-256,
+/// from the DER the entry carries) and its OPC UA thumbprint (SHA-1),
+/// both as the console writes them ([`crate::digest`]); the thumbprint
+/// alone when the entry has no DER (a removal).
+fn digests(v: &Value) -> String {
+    let thumbprint = Digest::from_hex(str_of(v, "thumbprint"));
+    let der = v
+        .get("der")
+        .and_then(Value::as_str)
+        .and_then(|d| hex::decode(d).ok())
+        .filter(|d| !d.is_empty());
+    match der {
+        Some(der) => format!(
+            "fingerprint {}, thumbprint {thumbprint}",
+            Digest::fingerprint(&der)
+        ),
+        None => format!("thumbprint {thumbprint}"),
+    }
+}
+
 fn trust(s: &mut Sentence, who: &str, kind: &str, v: &Value) {
     let subject = str_of(v, "subject");
     let uri = v.get("application_uri").and_then(Value::as_str);
-    let thumbprint = str_of(v, "thumbprint");
+    let thumbprint = Digest::from_hex(str_of(v, "thumbprint"));
     let named = |s: &mut Sentence| {
         s.text(format!("\"{subject}\""));
         if let Some(uri) = uri {
@@ -527,7 +552,7 @@ fn trust(s: &mut Sentence, who: &str, kind: &str, v: &Value) {
                 }
                 None => {}
             }
-            s.text(format!("; thumbprint {thumbprint}"));
+            s.text(format!("; {}", digests(v)));
             if let Some(until) = v.get("not_after").and_then(Value::as_str) {
                 s.text(", valid until ").time_text(until);
             }
@@ -535,7 +560,7 @@ fn trust(s: &mut Sentence, who: &str, kind: &str, v: &Value) {
         "trust.reject" => {
             s.text(format!("{who} rejected the untrusted certificate "));
             named(s);
-            s.text(format!("; thumbprint {thumbprint}"));
+            s.text(format!("; {}", digests(v)));
             if let Some(until) = v.get("not_after").and_then(Value::as_str) {
                 s.text(", valid until ").time_text(until);
             }
@@ -1088,8 +1113,8 @@ mod tests {
         let v = json!({"key": REQUESTED_STATE_SETTING, "value": shutdown.to_string()});
         assert_eq!(
             text("x509:ab12", "setting.set", v).1,
-            "The OPC UA client with certificate ab12 announced a shutdown of the gateway \
-             in 1 min 30 s: power cut"
+            "The OPC UA client with the certificate of thumbprint AB:12 announced a shutdown of \
+             the gateway in 1 min 30 s: power cut"
         );
     }
 
@@ -1127,12 +1152,15 @@ mod tests {
             "not_before": "2024-01-01T00:00:00Z", "not_after": "2027-01-01T00:00:00Z",
             "der": "3082",
         });
+        // The fingerprint (SHA-256 of the DER "3082") and the thumbprint,
+        // labelled, in the console's one format.
         assert_eq!(
             text("ada", "trust.add", cert.clone()),
             (
                 Group::Trust,
                 "ada trusted the certificate \"CN=plc1\" (urn:plc1), which had been rejected; \
-                 thumbprint AB12, valid until 2027-01-01 00:00 UTC"
+                 fingerprint 9D:F0:69:2E:6D:29:B2:A4:06:31:CD:75:EA:0C:E4:62:06:37:4E:DC:B7:A7:\
+                 95:0C:E3:18:00:25:C7:08:8A:00, thumbprint AB:12, valid until 2027-01-01 00:00 UTC"
                     .into()
             )
         );
@@ -1145,7 +1173,8 @@ mod tests {
         assert_eq!(
             text("engine", "trust.reject", cert).1,
             "The gateway rejected the untrusted certificate \"CN=plc1\" (urn:plc1); \
-             thumbprint AB12, valid until 2027-01-01 00:00 UTC"
+             fingerprint 9D:F0:69:2E:6D:29:B2:A4:06:31:CD:75:EA:0C:E4:62:06:37:4E:DC:B7:A7:\
+             95:0C:E3:18:00:25:C7:08:8A:00, thumbprint AB:12, valid until 2027-01-01 00:00 UTC"
         );
         assert_eq!(
             text(
@@ -1155,7 +1184,7 @@ mod tests {
             ),
             (
                 Group::Trust,
-                "ada removed the certificate with thumbprint AB12 from the rejected list".into()
+                "ada removed the certificate with thumbprint AB:12 from the rejected list".into()
             )
         );
         let crl = json!({

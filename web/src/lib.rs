@@ -11,8 +11,8 @@
 //! code.
 //!
 //! The modules, from the bottom up (each uses only those listed before
-//! it): [`error`] the error type; [`auth`] tokens, roles and the login
-//! throttle; [`state`] the shared state; [`access`] what every request
+//! it): [`error`] the error type; [`digest`] how certificate digests are
+//! written; [`auth`] tokens, roles and the login throttle; [`state`] the shared state; [`access`] what every request
 //! passes (CSRF, renewal, the caller, the role check); [`ops`] the
 //! operations both the REST API and the pages call; [`audit_text`] the
 //! audit log in words; [`api`], [`rest`],
@@ -23,6 +23,7 @@ pub mod access;
 pub mod api;
 pub mod audit_text;
 pub mod auth;
+pub mod digest;
 pub mod error;
 pub mod headers;
 pub mod listener;

@@ -1294,21 +1294,16 @@ impl OfferedCert {
             subject: summary.subject,
             application_uri: summary.application_uri,
             not_after: when(&summary.not_after),
-            sha256: sha256_fingerprint(der),
+            sha256: crate::digest::Digest::fingerprint(der).to_string(),
             thumbprint: summary.thumbprint,
         })
     }
-}
 
-/// The SHA-256 fingerprint of a certificate as the console shows every
-/// fingerprint: colon-separated upper-case hex.
-pub fn sha256_fingerprint(der: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(der)
-        .iter()
-        .map(|b| format!("{b:02X}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    /// [`Self::sha256`] for an HTML page: breaking between pairs (see
+    /// [`crate::digest::Digest::html`]).
+    pub fn fingerprint_html(&self) -> String {
+        crate::digest::Digest::from_hex(&self.sha256).html()
+    }
 }
 
 /// An RFC 3339 time as the console shows times: `YYYY-MM-DD HH:MM UTC`

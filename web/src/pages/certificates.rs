@@ -13,6 +13,7 @@ use uagate_store::{CertInfo, CertKind, CertSummary};
 
 use super::{done, error_page, page, take_flash, Chrome};
 use crate::auth::Authed;
+use crate::digest::Digest;
 use crate::error::ApiError;
 use crate::ops;
 use crate::state::WebState;
@@ -29,8 +30,11 @@ pub struct CertList {
 pub struct CertRow {
     subject: String,
     application_uri: Option<String>,
-    sha256: String,
+    fingerprint: Digest,
+    /// The thumbprint as the store keys it (the forms' value).
     thumbprint: String,
+    /// The thumbprint as the console writes digests.
+    thumbprint_shown: Digest,
     not_before: String,
     not_after: String,
     since: String,
@@ -45,8 +49,9 @@ impl CertRow {
         CertRow {
             subject: c.subject.clone(),
             application_uri: c.application_uri.clone(),
-            sha256: ops::sha256_fingerprint(&c.der),
+            fingerprint: Digest::fingerprint(&c.der),
             thumbprint: c.thumbprint.clone(),
+            thumbprint_shown: Digest::from_hex(&c.thumbprint),
             not_before: ops::when(&c.not_before),
             not_after: ops::when(&c.not_after),
             since: ops::when(&c.first_seen),
@@ -59,10 +64,10 @@ impl CertRow {
 pub struct OwnRow {
     what: &'static str,
     subject: String,
-    sha256: String,
+    fingerprint: Digest,
     /// The OPC UA thumbprint (SHA-1), for the application instance
     /// certificate only.
-    thumbprint: Option<String>,
+    thumbprint: Option<Digest>,
     not_after: String,
 }
 
@@ -104,8 +109,8 @@ async fn render_certificates(
         .map(|a: CertSummary| OwnRow {
             what: "OPC UA application instance",
             subject: a.subject,
-            sha256: ops::sha256_fingerprint(&app_der),
-            thumbprint: Some(a.thumbprint),
+            fingerprint: Digest::fingerprint(&app_der),
+            thumbprint: Some(Digest::from_hex(&a.thumbprint)),
             not_after: ops::when(&a.not_after),
         })
         .into_iter()
@@ -114,7 +119,7 @@ async fn render_certificates(
         OwnRow {
             what: "TLS (console, opc.wss, opc.https)",
             subject: t.subject,
-            sha256: t.fingerprint.to_ascii_uppercase(),
+            fingerprint: Digest::from_hex(&t.fingerprint),
             thumbprint: None,
             not_after: t
                 .not_after
