@@ -103,6 +103,23 @@
       } catch (err) { /* no hints */ }
     }
   }
+  // Copy buttons (data-copy names the element whose text they copy): shown only with
+  // JavaScript; the text itself is selectable with one click without it.
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("button[data-copy]").forEach(function (b) {
+      if (navigator.clipboard) b.hidden = false;
+    });
+  });
+  document.addEventListener("click", function (e) {
+    var b = e.target && e.target.closest && e.target.closest("button[data-copy]");
+    if (!b) return;
+    var source = document.getElementById(b.getAttribute("data-copy"));
+    if (!source || !navigator.clipboard) return;
+    navigator.clipboard.writeText(source.textContent.trim()).then(function () {
+      b.textContent = "Copied";
+      setTimeout(function () { b.textContent = "Copy"; }, 2000);
+    });
+  });
   document.addEventListener("input", function (e) {
     if (e.target && e.target.closest && e.target.closest("#limits-form")) {
       var n = document.getElementById("notice");

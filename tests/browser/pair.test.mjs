@@ -25,6 +25,8 @@ const STEP_MS = 15_000;
 const ADMIN = ["ada", "ada-console-pass-1"];
 const WIDE = { width: 1366, height: 768 };
 const NARROW = { width: 390, height: 844 };
+/** A SHA-256 fingerprint as the console writes every fingerprint. */
+const FINGERPRINT = /^([0-9A-F]{2}:){31}[0-9A-F]{2}$/;
 
 let tmp;
 let browser;
@@ -185,14 +187,73 @@ test("the Pair page: invite, join, standby banner, promotion, diverged", async (
   await firstAdmin(pb, await setupCode("b"));
 
   let code;
-  await t.test("A invites: a one-time code on the page", async () => {
+  let inviteFingerprint;
+  await t.test("A invites: its pair address, a one-time code and its fingerprint on the page", async () => {
     await pa.goto("/pair");
     assert.equal(await pa.textContent("#pair-role"), "standalone");
     await shot(pa, "pair-01-standalone");
     await pa.click("#pair-invite");
     code = (await pa.textContent("#invite-code")).trim();
     assert.match(code, /^[0-9A-Z]{4}(-[0-9A-Z]{4}){4}$/);
+    // The address to type on B, ready to copy: A's pair listener (a specific address here).
+    const addrs = await pa.$$eval(".invite-addr", (els) => els.map((e) => e.textContent.trim()));
+    assert.deepEqual(addrs, [appliances.a.pair]);
+    inviteFingerprint = (await pa.textContent("#invite-fingerprint")).trim();
+    assert.match(inviteFingerprint, FINGERPRINT);
+    // The copy buttons copy what they stand by.
+    await pa.context().grantPermissions(["clipboard-read", "clipboard-write"]);
+    await pa.click('button[data-copy="invite-addr-1"]');
+    assert.equal(await pa.evaluate(() => navigator.clipboard.readText()), appliances.a.pair);
+    await pa.click('button[data-copy="invite-code"]');
+    assert.equal(await pa.evaluate(() => navigator.clipboard.readText()), code);
     await shot(pa, "pair-02-invite");
+    // At 390 px: the same invite (a second code; both stay valid), without sideways scrolling.
+    const narrow = await newPage("a", NARROW);
+    await login(narrow, ...ADMIN);
+    await narrow.goto("/pair");
+    await narrow.click("#pair-invite");
+    await narrow.waitForSelector("#invite-shown");
+    await fits(narrow);
+    await shot(narrow, "pair-02-invite-390");
+  });
+
+  await t.test("B's failed joins say what to do in plain words, the raw cause in small print", async () => {
+    await pb.goto("/pair");
+    // Nothing listens there.
+    const nowhere = `127.0.0.1:${await freePort()}`;
+    await pb.fill("#join-addr", nowhere);
+    await pb.fill("#join-code", code);
+    await pb.click("#join-submit");
+    await pb.waitForSelector("#error");
+    const unreachable = await pb.textContent("#error");
+    assert.match(unreachable, new RegExp(`cannot be reached at ${nowhere}.*gateway is running.*firewalls`, "s"));
+    assert.match(await pb.textContent("#error-detail"), /Connection refused|os error/);
+    // What was typed stays in the form.
+    assert.equal(await pb.inputValue("#join-addr"), nowhere);
+    assert.equal(await pb.inputValue("#join-code"), code);
+    await shot(pb, "pair-02b-join-unreachable-1366");
+    // A's console port answers, but it is not a pair listener.
+    await pb.fill("#join-addr", new URL(appliances.a.console).host);
+    await pb.click("#join-submit");
+    await pb.waitForSelector("#error");
+    assert.match(await pb.textContent("#error"), /not as the pair address of a uagate appliance.*pair port/s);
+    // A wrong code (A's real address): A refuses it.
+    await pb.fill("#join-addr", appliances.a.pair);
+    await pb.fill("#join-code", "0000-0000-0000-0000-0000");
+    await pb.click("#join-submit");
+    await pb.waitForSelector("#error");
+    assert.match(await pb.textContent("#error"), /refused the code.*Press Invite on the other appliance for a new code/s);
+    assert.match(await pb.textContent("#error-detail"), /refused: the pairing code is wrong, used or expired/);
+    const narrow = await newPage("b", NARROW);
+    await login(narrow, ...ADMIN);
+    await narrow.goto("/pair");
+    await narrow.fill("#join-addr", nowhere);
+    await narrow.fill("#join-code", code);
+    await narrow.click("#join-submit");
+    await narrow.waitForSelector("#error-detail");
+    await fits(narrow);
+    await shot(narrow, "pair-02b-join-unreachable-390");
+    // A wrong try costs the invite one of its five: A's code still works.
   });
 
   await t.test("B joins with it and shows the read-only banner", async () => {
@@ -201,7 +262,10 @@ test("the Pair page: invite, join, standby banner, promotion, diverged", async (
     await pb.fill("#join-code", code);
     await pb.click("#join-submit");
     // The join waits for A's snapshot: a loaded machine may take a while.
-    assert.match(await notice(pb, 60_000), /Joined the pair/);
+    const joined = await notice(pb, 60_000);
+    assert.match(joined, /Joined the pair/);
+    // The fingerprint B saw, as the console writes every fingerprint: the one A's invite showed.
+    assert.ok(joined.includes(inviteFingerprint), `${joined} / ${inviteFingerprint}`);
     await waitRole(pb, "standby");
     const banner = await pb.textContent("#follower-banner");
     assert.match(banner, /standby/);
@@ -233,6 +297,22 @@ test("the Pair page: invite, join, standby banner, promotion, diverged", async (
       await pa.goto("/pair");
     }
     assert.equal(await pa.$("#follower-banner"), null);
+    // The pair's fingerprint on the page is the one the invite showed, in the same format.
+    assert.equal((await pa.textContent("#pair-fingerprint")).trim(), inviteFingerprint);
+    // Certificates: every fingerprint (the OPC UA and the TLS certificate) in the same format,
+    // the OPC UA thumbprint labelled as such, in the same format too.
+    await pa.goto("/certificates");
+    const fps = await pa.$$eval("#own code.fingerprint", (els) => els.map((e) => e.textContent.trim()));
+    assert.equal(fps.length, 2, fps.join(" / "));
+    for (const fp of fps) assert.match(fp, FINGERPRINT);
+    assert.match((await pa.textContent("#own code.thumbprint")).trim(), /^([0-9A-F]{2}:){19}[0-9A-F]{2}$/);
+    assert.match(await pa.textContent("#own"), /Thumbprint \(SHA-1\)/);
+    const narrowCerts = await newPage("a", NARROW);
+    await login(narrowCerts, ...ADMIN);
+    await narrowCerts.goto("/certificates");
+    await fits(narrowCerts);
+    await shot(narrowCerts, "pair-04b-certificates-390");
+    await pa.goto("/pair");
     await shot(pa, "pair-04-primary-1366");
     const narrowA = await newPage("a", NARROW);
     await login(narrowA, ...ADMIN);

@@ -861,6 +861,15 @@ impl PairNode {
         source_of(self.local_addr)
     }
 
+    /// The address the other appliance of a pair reaches this one's pair
+    /// listener at (`host:port`): the public host with the pair port when
+    /// one is configured, else the listener's own address (a wildcard such
+    /// as `0.0.0.0:4850` when it listens on every address). Shown with a
+    /// pairing code.
+    pub fn advertised(&self) -> &str {
+        &self.advertise
+    }
+
     /// openraft's view of this node now (vote, log and applied positions,
     /// replication progress on the leader): for diagnostics and tests.
     pub async fn raft_metrics(&self) -> openraft::RaftMetrics<NodeId, PeerNode> {

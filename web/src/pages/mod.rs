@@ -85,6 +85,9 @@ pub struct Chrome {
     pub notice: Option<String>,
     /// An error to show above the content.
     pub error: Option<String>,
+    /// The raw cause of `error` (an I/O or protocol error), shown under
+    /// it in small print.
+    pub error_detail: Option<String>,
     /// On a pair member that is not the leader: the leader's console URL
     /// (empty when unknown); the page shows a read-only banner.
     pub follower_of: Option<String>,
@@ -117,6 +120,7 @@ impl Chrome {
             admin: who.can(Role::Admin),
             notice,
             error: None,
+            error_detail: None,
             follower_of: who.follower_of.clone(),
             state_banner: who.state_banner.clone(),
             waiting_for_restart: who.waiting_for_restart.clone(),

@@ -4,6 +4,8 @@
 //! appliance (a one-time code), join one, leave, and the forced promotion
 //! of a standby whose primary is lost (through a confirmation step).
 
+use std::net::{IpAddr, SocketAddr};
+
 use askama::Template;
 use axum::extract::{Request, State};
 use axum::http::HeaderMap;
@@ -13,6 +15,7 @@ use serde::Deserialize;
 
 use super::{done, page, take_flash, Chrome};
 use crate::auth::Authed;
+use crate::digest::Digest;
 use crate::error::ApiError;
 use crate::ops::{self, PairStatusView};
 use crate::state::WebState;
@@ -34,11 +37,71 @@ struct MemberRow {
     behind: bool,
 }
 
-/// What the page shows after "Invite": the code to type on the other
-/// appliance.
+/// What the page shows after "Invite": what to type on the other
+/// appliance (this one's pair address and the code) and the fingerprint
+/// to compare.
 struct InviteShown {
+    /// This appliance's pair address(es) as `HOST:PORT`, to enter on the
+    /// other appliance (see [`join_addresses`]).
+    addrs: Vec<String>,
+    /// The pair listener listens on every address of this host and no
+    /// public host is set: `addrs` are the host's addresses, one of which
+    /// the other appliance reaches.
+    every_address: bool,
     code: String,
-    fingerprint: String,
+    fingerprint: Digest,
+}
+
+/// The addresses the other appliance enters to join this one: the pair
+/// listener's advertised address (`public_host` with the pair port, or the
+/// listener's own address); when that is a wildcard (`0.0.0.0`, `[::]`:
+/// it listens on every address), each of this host's addresses (`host`)
+/// in the listener's family with its port: IPv4 for `0.0.0.0`, both for
+/// `[::]`; without loopback and IPv6 link-local addresses (unless only
+/// loopback is left), IPv4 first. The advertised text itself when it is
+/// a host name or nothing better is known.
+pub fn join_addresses(advertised: &str, host: &[IpAddr]) -> Vec<String> {
+    let Ok(listen) = advertised.parse::<SocketAddr>() else {
+        return vec![advertised.to_string()];
+    };
+    if !listen.ip().is_unspecified() {
+        return vec![advertised.to_string()];
+    }
+    let in_family = |ip: &&IpAddr| listen.is_ipv6() || ip.is_ipv4();
+    let link_local_v6 = |ip: &IpAddr| match ip {
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+        IpAddr::V4(_) => false,
+    };
+    let mut usable: Vec<IpAddr> = host
+        .iter()
+        .filter(in_family)
+        .filter(|ip| !ip.is_unspecified() && !link_local_v6(ip))
+        .copied()
+        .collect();
+    if usable.iter().any(|ip| !ip.is_loopback()) {
+        usable.retain(|ip| !ip.is_loopback());
+    }
+    usable.sort_by_key(|ip| (ip.is_ipv6(), *ip));
+    usable.dedup();
+    if usable.is_empty() {
+        return vec![advertised.to_string()];
+    }
+    usable
+        .into_iter()
+        .map(|ip| SocketAddr::new(ip, listen.port()).to_string())
+        .collect()
+}
+
+/// This host's IP addresses (every interface's); empty when they cannot
+/// be read.
+fn host_addresses() -> Vec<IpAddr> {
+    match if_addrs::get_if_addrs() {
+        Ok(interfaces) => interfaces.iter().map(|i| i.ip()).collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list this host's addresses for the pairing invite");
+            Vec::new()
+        }
+    }
 }
 
 #[derive(Template)]
@@ -54,6 +117,11 @@ struct PairPage {
     invite: Option<InviteShown>,
     confirm_promote: bool,
     confirm_leave: bool,
+    /// This appliance's pair certificate fingerprint, as the console
+    /// writes digests.
+    fingerprint: Digest,
+    /// The join form's fields (empty unless a join was refused).
+    typed: JoinTyped,
 }
 
 fn rows(p: &PairStatusView) -> Vec<MemberRow> {
@@ -95,16 +163,23 @@ fn rows(p: &PairStatusView) -> Vec<MemberRow> {
 struct Shown {
     flash: Option<String>,
     error: Option<ApiError>,
+    /// The raw cause under the error, in small print.
+    detail: Option<String>,
+    /// The join form's fields after a refused join.
+    typed: JoinTyped,
     invite: Option<InviteShown>,
     confirm_promote: bool,
     confirm_leave: bool,
 }
 
 fn render(state: &WebState, who: &Authed, shown: Shown) -> Response {
-    let (chrome, status) = Chrome::with_error(who, "Pair", "/pair", shown.flash, shown.error);
+    let (mut chrome, status) = Chrome::with_error(who, "Pair", "/pair", shown.flash, shown.error);
+    chrome.error_detail = shown.detail;
     let pair = ops::pair(state);
     page(
         &PairPage {
+            fingerprint: Digest::from_hex(&pair.fingerprint),
+            typed: shown.typed,
             chrome,
             members: rows(&pair),
             running: state.pair.is_some(),
@@ -169,11 +244,16 @@ fn answer(state: &WebState, who: &Authed, result: Result<Response, ApiError>) ->
 /// redirect: it must not land in the browser history).
 pub async fn invite(State(state): State<WebState>, who: Authed) -> Response {
     let result = async {
-        let (code, fingerprint) = node(&state)?.invite().await.map_err(refusal)?;
+        let node = node(&state)?;
+        let (code, fingerprint) = node.invite().await.map_err(refusal)?;
         tracing::info!(actor = %who.user, "pairing code issued from the console");
+        let addrs = join_addresses(node.advertised(), &host_addresses());
+        let every_address = addrs.first().map(String::as_str) != Some(node.advertised());
         let invite = Some(InviteShown {
+            addrs,
+            every_address,
             code: code.to_string(),
-            fingerprint,
+            fingerprint: Digest::from_hex(&fingerprint),
         });
         Ok(render(
             &state,
@@ -195,29 +275,64 @@ pub struct JoinForm {
     code: String,
 }
 
-/// `POST /pair/join`: this appliance joins the one at `addr`.
+/// `POST /pair/join`: this appliance joins the one at `addr`. A failed
+/// join shows what to do in plain words with the raw cause in small print
+/// ([`uagate_pair::JoinFailure`]), the form keeping what was typed.
 pub async fn join(State(state): State<WebState>, who: Authed, Form(f): Form<JoinForm>) -> Response {
-    let result = async {
-        let addr = f.addr.trim();
-        if addr.is_empty() {
-            return Err(ApiError::invalid(
+    let addr = f.addr.trim();
+    let typed = JoinTyped {
+        addr: addr.to_string(),
+        code: f.code.trim().to_string(),
+    };
+    let refused = |error: ApiError, detail: Option<String>| {
+        let shown = Shown {
+            error: Some(error),
+            detail,
+            typed: typed.clone(),
+            ..Shown::default()
+        };
+        render(&state, &who, shown)
+    };
+    if addr.is_empty() {
+        return refused(
+            ApiError::invalid(
                 "addr",
-                "the other appliance's pair address (HOST:PORT) is missing",
-            ));
-        }
-        let (_, fingerprint) = node(&state)?.join(addr, &f.code).await.map_err(refusal)?;
-        tracing::info!(actor = %who.user, %addr, "joined a pair from the console");
-        Ok(done(
-            "/pair",
-            &format!(
-                "Joined the pair of {addr}: this appliance takes its configuration now. \
-                 Its certificate fingerprint is {fingerprint}: it should be the one its \
-                 Pair page showed with the code."
+                "Enter the other appliance's pair address (HOST:PORT): its Pair page shows it \
+                 with the code.",
             ),
-        ))
+            None,
+        );
     }
-    .await;
-    answer(&state, &who, result)
+    let node = match node(&state) {
+        Ok(node) => node,
+        Err(e) => return refused(e, None),
+    };
+    match node.join(addr, &f.code).await {
+        Ok((_, fingerprint)) => {
+            tracing::info!(actor = %who.user, %addr, "joined a pair from the console");
+            done(
+                "/pair",
+                &format!(
+                    "Joined the pair of {addr}: this appliance takes its configuration now. \
+                     Its certificate fingerprint is {}: it should be the one its Pair page \
+                     showed with the code.",
+                    Digest::from_hex(&fingerprint)
+                ),
+            )
+        }
+        Err(uagate_pair::PairError::Join(failure)) => {
+            tracing::warn!(actor = %who.user, %addr, problem = ?failure.problem, detail = %failure.detail, "join from the console failed");
+            refused(ApiError::Conflict(failure.advice()), Some(failure.detail))
+        }
+        Err(e) => refused(refusal(e), None),
+    }
+}
+
+/// What was typed into the join form, shown again after a refusal.
+#[derive(Debug, Clone, Default)]
+struct JoinTyped {
+    addr: String,
+    code: String,
 }
 
 /// `POST /pair/leave` and `/pair/promote` form: the confirmation step.
@@ -272,4 +387,54 @@ pub async fn promote(
     }
     .await;
     answer(&state, &who, result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ips(list: &[&str]) -> Vec<IpAddr> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_specific_address_or_host_name_is_shown_as_it_is() {
+        let host = ips(&["10.0.0.1", "192.168.1.5"]);
+        assert_eq!(join_addresses("10.0.0.1:4850", &host), ["10.0.0.1:4850"]);
+        assert_eq!(
+            join_addresses("gw-a.plant.local:4850", &host),
+            ["gw-a.plant.local:4850"]
+        );
+    }
+
+    #[test]
+    fn a_wildcard_shows_the_hosts_addresses_with_the_port() {
+        let host = ips(&[
+            "127.0.0.1",
+            "192.168.1.5",
+            "10.0.0.1",
+            "::1",
+            "fe80::1",
+            "fd00::5",
+        ]);
+        // 0.0.0.0 listens on IPv4 only: no loopback while there is better.
+        assert_eq!(
+            join_addresses("0.0.0.0:4850", &host),
+            ["10.0.0.1:4850", "192.168.1.5:4850"]
+        );
+        // [::] takes both families; IPv6 link-local (it needs a zone) left out.
+        assert_eq!(
+            join_addresses("[::]:4850", &host),
+            ["10.0.0.1:4850", "192.168.1.5:4850", "[fd00::5]:4850"]
+        );
+    }
+
+    #[test]
+    fn only_loopback_or_nothing_known() {
+        assert_eq!(
+            join_addresses("0.0.0.0:4850", &ips(&["127.0.0.1", "::1"])),
+            ["127.0.0.1:4850"]
+        );
+        assert_eq!(join_addresses("0.0.0.0:4850", &[]), ["0.0.0.0:4850"]);
+    }
 }
