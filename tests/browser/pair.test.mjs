@@ -268,7 +268,7 @@ test("the Pair page: invite, join, standby banner, promotion, diverged", async (
     assert.ok(joined.includes(inviteFingerprint), `${joined} / ${inviteFingerprint}`);
     await waitRole(pb, "standby");
     const banner = await pb.textContent("#follower-banner");
-    assert.match(banner, /standby/);
+    assert.match(banner, /This appliance is the standby; change settings on the primary at/);
     // The role is known from the join; the leader's address (and so the
     // link) from its first heartbeat, which a loaded machine may delay.
     const t1 = Date.now();
@@ -278,9 +278,47 @@ test("the Pair page: invite, join, standby banner, promotion, diverged", async (
       await pb.goto("/pair");
     }
     assert.equal(await pb.getAttribute("#leader-console", "href"), `${appliances.a.console}pair`);
+    // The primary's address in words, not only behind a link.
+    assert.match(await pb.textContent("#follower-banner"), new RegExp(`on the primary at ${appliances.a.console}`));
     // Every page carries it.
     await pb.goto("/limits");
     assert.ok(await pb.$("#follower-banner"), "banner on /limits");
+    // The settings the pair shares are shown read-only, with where to change them; no form
+    // that the standby would refuse.
+    const readOnly = {
+      "/limits": ["#apply"],
+      "/users": ["#user-form", "form[action='/users/role']", "form[action='/users/remove']"],
+      "/owners": ["#owner-form", "#ingress-form"],
+      "/fields": ["#field-editor"],
+      "/certificates": ["#cert-form", "#crl-form"],
+    };
+    for (const [where, gone] of Object.entries(readOnly)) {
+      await pb.goto(where);
+      for (const sel of gone) assert.equal(await pb.$(sel), null, `${sel} on the standby's ${where}`);
+      const note = await pb.textContent("#standby-note");
+      assert.match(note, /this appliance is the standby\./, `${where}: ${note}`);
+      assert.equal(await pb.getAttribute("#standby-note a", "href"), `${appliances.a.console}${where.slice(1)}`);
+    }
+    await pb.goto("/limits");
+    assert.ok(await pb.$eval("#max_session_count", (i) => i.matches(":disabled")), "limits are shown, not edited");
+    await shot(pb, "pair-03c-standby-limits-1366");
+    await pb.goto("/users");
+    assert.match(await pb.textContent("#users"), /ada\s*admin/);
+    await shot(pb, "pair-03b-standby-users-1366");
+    // A form posted anyway (an old tab, a script) is still refused by the standby.
+    const posted = await pb.evaluate(async () => {
+      const csrf = document.querySelector("input[name=_csrf]").value;
+      const r = await fetch("/users", {
+        method: "POST",
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams({ _csrf: csrf, username: "mallory", password: "mallory-pass-1", role: "admin" }),
+      });
+      return { status: r.status, text: await r.text() };
+    });
+    assert.equal(posted.status, 409, posted.text);
+    assert.match(posted.text, /not the configuration leader: write on/);
+    await pb.goto("/users");
+    assert.ok(!(await pb.textContent("#users")).includes("mallory"));
     await pb.goto("/pair");
     await shot(pb, "pair-03-standby-1366");
     const narrow = await newPage("b", NARROW);
@@ -288,6 +326,9 @@ test("the Pair page: invite, join, standby banner, promotion, diverged", async (
     await narrow.goto("/pair");
     await fits(narrow);
     await shot(narrow, "pair-03-standby-390");
+    await narrow.goto("/users");
+    await fits(narrow);
+    await shot(narrow, "pair-03b-standby-users-390");
     // On A: two members, B in step.
     await waitRole(pa, "primary");
     const t0 = Date.now();
@@ -299,6 +340,10 @@ test("the Pair page: invite, join, standby banner, promotion, diverged", async (
     assert.equal(await pa.$("#follower-banner"), null);
     // The pair's fingerprint on the page is the one the invite showed, in the same format.
     assert.equal((await pa.textContent("#pair-fingerprint")).trim(), inviteFingerprint);
+    // The primary keeps its forms.
+    await pa.goto("/users");
+    assert.ok(await pa.$("#user-form"));
+    assert.equal(await pa.$("#standby-note"), null);
     // Certificates: every fingerprint (the OPC UA and the TLS certificate) in the same format,
     // the OPC UA thumbprint labelled as such, in the same format too.
     await pa.goto("/certificates");

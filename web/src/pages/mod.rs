@@ -81,6 +81,15 @@ pub struct Chrome {
     pub operator: bool,
     /// Whether admin controls are shown.
     pub admin: bool,
+    /// Whether operator controls that change what the pair shares (field
+    /// connections, trusted certificates, CRLs) are shown: an operator on
+    /// the primary or a standalone appliance; never on the standby, which
+    /// refuses those changes (they are made on the primary).
+    pub shared_operator: bool,
+    /// Whether admin controls that change what the pair shares (users,
+    /// limits, trusted owners, ingress rules) are shown: like
+    /// [`Chrome::shared_operator`], for an admin.
+    pub shared_admin: bool,
     /// A one-shot notice (after a successful change).
     pub notice: Option<String>,
     /// An error to show above the content.
@@ -118,6 +127,8 @@ impl Chrome {
             csrf: who.csrf.clone(),
             operator: who.can(Role::Operator),
             admin: who.can(Role::Admin),
+            shared_operator: who.can(Role::Operator) && who.follower_of.is_none(),
+            shared_admin: who.can(Role::Admin) && who.follower_of.is_none(),
             notice,
             error: None,
             error_detail: None,
@@ -129,6 +140,21 @@ impl Chrome {
 }
 
 impl Chrome {
+    /// On the standby: the address of this page on the primary's console
+    /// (where its settings are changed), empty when the primary's console
+    /// is not known; `None` elsewhere.
+    pub fn on_primary(&self) -> Option<String> {
+        let console = self.follower_of.as_deref()?;
+        if console.is_empty() {
+            return Some(String::new());
+        }
+        Some(format!(
+            "{}/{}",
+            console.trim_end_matches('/'),
+            self.active.trim_start_matches('/')
+        ))
+    }
+
     /// The chrome of a page shown after `error` (if any), and the HTTP
     /// status the page is answered with.
     fn with_error(
