@@ -142,10 +142,11 @@ impl JoinFailure {
         match self.problem {
             JoinProblem::MalformedCode => "That is not a pairing code: a code has 20 letters and \
                 digits in groups of four (like 7KQ2-M9XD-4HTB-0WRE-5PZC). Copy it again from the \
-                other appliance's Pair page."
+                other appliance's Pair page (or what `uagate pair invite` printed there)."
                 .to_string(),
             JoinProblem::AlreadyPaired => "This appliance is in a pair already. To join another \
-                appliance, leave its pair first (Leave the pair… on this page)."
+                appliance, leave its pair first (Leave the pair… on its Pair page, or `uagate \
+                pair leave`)."
                 .to_string(),
             JoinProblem::BadAddress => format!(
                 "\"{addr}\" is not an address to join: enter the other appliance's pair address \
@@ -391,6 +392,7 @@ mod tests {
         let f = of(JoinCause::AlreadyPaired("this appliance is already paired"));
         assert_eq!(f.problem, JoinProblem::AlreadyPaired);
         assert!(f.advice().contains("leave its pair first"));
+        assert!(f.advice().contains("uagate pair leave"));
         let f = of(JoinCause::Timeout("10.0.0.1:4850 did not answer"));
         assert_eq!(f.problem, JoinProblem::NoAnswer);
         assert!(f.advice().contains("Try again"));
