@@ -1310,9 +1310,7 @@ impl PairNode {
             Request::Vote { rpc, .. } => Response::Vote(raft.vote(rpc).await),
             Request::Snapshot { rpc, .. } => Response::Snapshot(raft.install_snapshot(rpc).await),
             Request::Join(hello) => match &peer.public_key {
-                Some(key) => {
-                    Response::Welcome(self.welcome(&peer.fingerprint, key, hello, &raft).await)
-                }
+                Some(key) => Response::Welcome(self.welcome(peer, key, hello, &raft).await),
                 None => {
                     Response::Welcome(Err("the pair certificate must carry a P-256 key".into()))
                 }
@@ -1445,11 +1443,19 @@ impl PairNode {
     /// this side's proof.
     async fn welcome(
         &self,
-        fp: &str,
+        peer: &PeerCert,
         public_key: &str,
-        hello: JoinHello,
+        mut hello: JoinHello,
         raft: &Raft<PairConfig>,
     ) -> Result<JoinWelcome, String> {
+        let fp = peer.fingerprint.as_str();
+        // A joiner listening on every address (no public_host) names
+        // itself 0.0.0.0: it is known by the address its connection came
+        // from instead.
+        if let Some(remote) = peer.remote {
+            hello.addr = with_host(&hello.addr, remote.ip());
+            hello.console = with_host(&hello.console, remote.ip());
+        }
         let code = {
             let mut invites = self.invites.lock();
             let now = Instant::now();
@@ -1504,6 +1510,9 @@ impl PairNode {
         raft.add_learner(hello.node_id, node, false)
             .await
             .map_err(|e| e.to_string())?;
+        if let Some(local) = peer.local {
+            self.name_own_host(local.ip(), raft).await;
+        }
         if hello.witness {
             tracing::info!(joiner = hello.node_id, addr = %hello.addr, fingerprint = %fp, "witness joined the pair");
         } else {
@@ -1732,6 +1741,33 @@ impl PairNode {
         Ok(())
     }
 
+    /// When this node's own entry in the membership names no host (its
+    /// listener is on every address and no public_host is set: 0.0.0.0),
+    /// names it by `ip`, the address a joiner reached it at, so that the
+    /// other members can reach it too (they would dial 0.0.0.0, which is
+    /// themselves). Called by the leader after it welcomed a joiner.
+    async fn name_own_host(&self, ip: std::net::IpAddr, raft: &Raft<PairConfig>) {
+        let members = self.members().await;
+        let Some((_, me, _)) = members.iter().find(|(id, _, _)| *id == self.id) else {
+            return;
+        };
+        if known_host(&me.addr).is_some() || !names_no_host(&me.addr) {
+            return;
+        }
+        let mut named = me.clone();
+        named.addr = with_host(&me.addr, ip);
+        named.console = with_host(&me.console, ip);
+        let change = openraft::ChangeMembers::SetNodes(BTreeMap::from([(self.id, named.clone())]));
+        match change_members(raft, change, false, Instant::now() + WRITE_TIMEOUT).await {
+            Ok(_) => {
+                tracing::info!(addr = %named.addr, console = %named.console, "pair: this appliance is known by the address the other one reached it at")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "pair: could not name this appliance's address in the membership")
+            }
+        }
+    }
+
     /// The leader's side of [`Request::Announce`] (and of its own
     /// announcement): sets member `node_id`'s console URL and application
     /// URI in the membership when the request comes from that member's own
@@ -1755,6 +1791,13 @@ impl PairNode {
         if raft.metrics().borrow().current_leader != Some(self.id) {
             return Err("not the leader".into());
         }
+        // An appliance listening on every address announces a console URL
+        // naming 0.0.0.0: the host already known for it stays.
+        let console = match known_host(&node.addr) {
+            Some(ip) => with_host(console, ip),
+            None => console.to_string(),
+        };
+        let console = console.as_str();
         if node.console == console && node.application_uri == application_uri {
             return Ok(());
         }
@@ -2278,6 +2321,12 @@ struct PeerCert {
     fingerprint: String,
     /// Its public key (hex), when it is a P-256 key.
     public_key: Option<String>,
+    /// The address the connection came from (its IP is how this node
+    /// reaches the peer).
+    remote: Option<SocketAddr>,
+    /// The address of this node the peer connected to (its IP is how the
+    /// peer reaches this node).
+    local: Option<SocketAddr>,
 }
 
 /// Serves one pair connection: TLS, then requests in turn.
@@ -2286,6 +2335,7 @@ async fn connection(
     tcp: TcpStream,
     acceptor: TlsAcceptor,
 ) -> Result<(), PairError> {
+    let (remote, local) = (tcp.peer_addr().ok(), tcp.local_addr().ok());
     let tls = tokio::time::timeout(CONNECT_TIMEOUT, acceptor.accept(tcp))
         .await
         .map_err(|_| PairError::Refused("TLS handshake timed out".into()))??;
@@ -2296,6 +2346,8 @@ async fn connection(
     let peer = PeerCert {
         fingerprint,
         public_key: peer_public_key(certs),
+        remote,
+        local,
     };
     let mut conn = Conn::new(tls);
     while let Some(request) = conn.recv::<Request>().await? {
@@ -2653,5 +2705,84 @@ impl RaftNetwork<PairConfig> for Peer {
             Ok(other) => Err(unexpected("Vote", &other)),
             Err(e) => Err(unreachable(&e)),
         }
+    }
+}
+
+/// Whether `addr` (`host:port`, or a URL `scheme://host:port/...`) names
+/// no host: 0.0.0.0 or [::], what a listener on every address reports.
+fn names_no_host(addr: &str) -> bool {
+    host_span(addr).is_some_and(|(start, end)| {
+        let host = addr[start..end]
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        host.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_unspecified())
+    })
+}
+
+/// The IP `addr` names, when it names one that is not 0.0.0.0 or [::].
+fn known_host(addr: &str) -> Option<std::net::IpAddr> {
+    let (start, end) = host_span(addr)?;
+    let host = addr[start..end]
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    host.parse::<std::net::IpAddr>()
+        .ok()
+        .filter(|ip| !ip.is_unspecified())
+}
+
+/// `addr` with its host replaced by `ip` when it names no host (see
+/// [`names_no_host`]); otherwise `addr` unchanged.
+fn with_host(addr: &str, ip: std::net::IpAddr) -> String {
+    match host_span(addr) {
+        Some((start, end)) if names_no_host(addr) => {
+            let host = match ip {
+                std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+                std::net::IpAddr::V4(v4) => v4.to_string(),
+            };
+            format!("{}{host}{}", &addr[..start], &addr[end..])
+        }
+        _ => addr.to_string(),
+    }
+}
+
+/// Where the host is in `addr`: after `scheme://` when there is one, up to
+/// the port's colon (the closing bracket of an IPv6 literal included).
+fn host_span(addr: &str) -> Option<(usize, usize)> {
+    let start = addr.find("://").map_or(0, |i| i + 3);
+    let rest = &addr[start..];
+    let len = if rest.starts_with('[') {
+        rest.find(']')? + 1
+    } else {
+        rest.find([':', '/']).unwrap_or(rest.len())
+    };
+    Some((start, start + len))
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::*;
+
+    #[test]
+    fn an_address_naming_no_host_takes_the_observed_one() {
+        let ip: std::net::IpAddr = "10.1.2.3".parse().unwrap();
+        assert_eq!(with_host("0.0.0.0:4850", ip), "10.1.2.3:4850");
+        assert_eq!(with_host("[::]:4850", ip), "10.1.2.3:4850");
+        assert_eq!(
+            with_host("https://0.0.0.0:8443/", ip),
+            "https://10.1.2.3:8443/"
+        );
+        let v6: std::net::IpAddr = "fd00::7".parse().unwrap();
+        assert_eq!(with_host("0.0.0.0:4850", v6), "[fd00::7]:4850");
+        // A named host stays.
+        assert_eq!(with_host("192.0.2.9:4850", ip), "192.0.2.9:4850");
+        assert_eq!(with_host("gw-a.plant:4850", ip), "gw-a.plant:4850");
+        assert_eq!(
+            with_host("https://gw-a.plant:8443/", ip),
+            "https://gw-a.plant:8443/"
+        );
+        assert_eq!(known_host("0.0.0.0:4850"), None);
+        assert_eq!(known_host("10.1.2.3:4850"), Some(ip));
+        assert_eq!(known_host("gw-a.plant:4850"), None);
     }
 }

@@ -1177,3 +1177,84 @@ async fn a_member_that_refuses_is_not_called_in_a_loop() {
     server.abort();
     a2.stop().await;
 }
+
+/// A free port on 127.0.0.1 (bound, read, released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Appliances whose pair listener is on every address and that have no
+/// public_host (the appliance image's default) name themselves 0.0.0.0;
+/// the other member would dial 0.0.0.0, which is itself. The pair knows
+/// each by the address the other reached it at instead: the joiner by the
+/// address its connection came from, the primary by the one the joiner
+/// dialled; console URLs likewise. (Simulated on 127.0.0.1: the nodes
+/// listen there and advertise 0.0.0.0, as a wildcard listener would.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appliances_listening_on_every_address_are_known_by_the_address_they_were_reached_at() {
+    let start = |name: &'static str, port: u16| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("config.db")).await.unwrap();
+        let pair_dir = dir.path().join("pair");
+        let node = PairNode::start(
+            NodeSettings {
+                dir: pair_dir.clone(),
+                name: name.into(),
+                listen: format!("127.0.0.1:{port}").parse().unwrap(),
+                advertise: Some(format!("0.0.0.0:{port}")),
+                application_uri: format!("urn:uagate:{name}"),
+                witness: false,
+                console: "https://0.0.0.0:8443/".into(),
+            },
+            store.clone(),
+        )
+        .await
+        .unwrap();
+        Appliance {
+            _dir: dir,
+            store,
+            node,
+            pair_dir,
+        }
+    };
+    let (pa, pb) = (free_port(), free_port());
+    let a = start("a", pa).await;
+    let b = start("b", pb).await;
+    let (code, _) = invite(&a).await;
+    join(&b, &a, &code).await.unwrap();
+    let (a_id, b_id) = (a.node.id(), b.node.id());
+    let t0 = Instant::now();
+    loop {
+        let members = b.node.status().await.unwrap().members;
+        let addr = |id: u64| {
+            members
+                .iter()
+                .find(|m| m.node_id == id)
+                .map(|m| (m.addr.clone(), m.console.clone()))
+        };
+        let want_a = Some((
+            format!("127.0.0.1:{pa}"),
+            "https://127.0.0.1:8443/".to_string(),
+        ));
+        let want_b = Some((
+            format!("127.0.0.1:{pb}"),
+            "https://127.0.0.1:8443/".to_string(),
+        ));
+        if addr(a_id) == want_a && addr(b_id) == want_b {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "members never named by the addresses they were reached at: {members:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.node.write(add_user("erik")).await.unwrap();
+    wait_user(&b.store, "erik").await;
+    a.node.stop().await;
+    b.node.stop().await;
+}
