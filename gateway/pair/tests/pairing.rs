@@ -43,6 +43,18 @@ async fn node_at(
     listen: std::net::SocketAddr,
     advertise: Option<String>,
 ) -> Appliance {
+    let console = format!("https://{name}.example:8443/");
+    node_with(name, witness, listen, advertise, console).await
+}
+
+/// A node as [`node_at`] makes it, with this console URL.
+async fn node_with(
+    name: &str,
+    witness: bool,
+    listen: std::net::SocketAddr,
+    advertise: Option<String>,
+    console: String,
+) -> Appliance {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("config.db")).await.unwrap();
     let pair_dir = dir.path().join("pair");
@@ -54,7 +66,7 @@ async fn node_at(
             advertise,
             application_uri: format!("urn:uagate:{name}"),
             witness,
-            console: format!("https://{name}.example:8443/"),
+            console,
         },
         store.clone(),
     )
@@ -1196,30 +1208,14 @@ fn free_port() -> u16 {
 /// listen there and advertise 0.0.0.0, as a wildcard listener would.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appliances_listening_on_every_address_are_known_by_the_address_they_were_reached_at() {
-    let start = |name: &'static str, port: u16| async move {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("config.db")).await.unwrap();
-        let pair_dir = dir.path().join("pair");
-        let node = PairNode::start(
-            NodeSettings {
-                dir: pair_dir.clone(),
-                name: name.into(),
-                listen: format!("127.0.0.1:{port}").parse().unwrap(),
-                advertise: Some(format!("0.0.0.0:{port}")),
-                application_uri: format!("urn:uagate:{name}"),
-                witness: false,
-                console: "https://0.0.0.0:8443/".into(),
-            },
-            store.clone(),
+    let start = |name: &'static str, port: u16| {
+        node_with(
+            name,
+            false,
+            format!("127.0.0.1:{port}").parse().unwrap(),
+            Some(format!("0.0.0.0:{port}")),
+            "https://0.0.0.0:8443/".into(),
         )
-        .await
-        .unwrap();
-        Appliance {
-            _dir: dir,
-            store,
-            node,
-            pair_dir,
-        }
     };
     let (pa, pb) = (free_port(), free_port());
     let a = start("a", pa).await;
