@@ -1320,23 +1320,28 @@ pub fn when(rfc3339: &str) -> String {
 
 /// The view of what a probe found.
 fn probe_views(probes: Vec<uagate_field::Probe>) -> Vec<ProbeView> {
+    // The status code, or the gateway's own sentence.
+    let said = |e: &uagate_field::FieldError| match e.status {
+        Some(st) if st != opcua_types::StatusCode::BadTimeout => st.to_string(),
+        _ => e.detail.clone(),
+    };
     probes
         .into_iter()
         .map(|p| ProbeView {
             server: p.server + 1,
             url: p.url,
             reachable: p.result.is_ok(),
-            error: p.result.as_ref().err().cloned(),
+            error: p.result.as_ref().err().map(said),
             endpoints: p.result.unwrap_or_default(),
             matches_config: p.matches_config,
             certificate: p.certificate.map(|c| match c {
                 Ok(()) => "trusted".to_string(),
-                Err(e) => e,
+                Err(e) => said(&e),
             }),
             untrusted: p.untrusted_der.as_deref().and_then(OfferedCert::of),
             login: p.login.map(|l| match l {
                 Ok(()) => "accepted".to_string(),
-                Err(e) => e,
+                Err(e) => e.detail,
             }),
         })
         .collect()

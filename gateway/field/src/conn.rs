@@ -197,6 +197,19 @@ pub struct FieldStatus {
     pub next_cycle_at: Option<DateTime>,
     /// Last protocol-level error.
     pub last_error: Option<StatusCode>,
+    /// [`Self::last_error`] with what was said about it and the URL it
+    /// concerns, for the console to explain.
+    pub last_failure: Option<FieldError>,
+    /// The connection serves nobody and is failing rather than still
+    /// connecting (see [`Failover::failing`]).
+    pub failing: bool,
+    /// Connect attempts that failed since a server last served the
+    /// connection (since the start when none ever did).
+    pub failed_since_connected: u64,
+    /// Since when the connection has served nobody after a failure: its
+    /// first failed attempt, or the loss of the server that served; `None`
+    /// while a server serves.
+    pub failing_since: Option<DateTime>,
     /// Per-server view.
     pub servers: Vec<ServerView>,
 }
@@ -556,6 +569,30 @@ impl Inner {
     }
 
     fn record(&self, server: Option<usize>, kind: &'static str, detail: impl Into<String>) {
+        self.push_history(server, kind, detail.into(), None);
+    }
+
+    /// Records a failed attempt or a lost session in the history, and as
+    /// the status's [`FieldStatus::last_failure`].
+    fn record_failure(
+        &self,
+        server: Option<usize>,
+        kind: &'static str,
+        detail: impl Into<String>,
+        failure: FieldError,
+    ) {
+        self.status
+            .send_modify(|st| st.last_failure = Some(failure.clone()));
+        self.push_history(server, kind, detail.into(), Some(failure));
+    }
+
+    fn push_history(
+        &self,
+        server: Option<usize>,
+        kind: &'static str,
+        detail: String,
+        failure: Option<FieldError>,
+    ) {
         let mut h = self.history.lock();
         if h.len() >= HISTORY_LEN {
             h.pop_front();
@@ -564,10 +601,15 @@ impl Inner {
             at: std::time::SystemTime::now(),
             server,
             kind,
-            detail: detail.into(),
+            detail,
+            failure,
         });
     }
 }
+
+/// [`FieldStatus::last_error_detail`] of an error that ended a session
+/// that was up (rather than failing an attempt to make one).
+pub const LOST: &str = "connection lost";
 
 /// Most entries kept in a connection's history.
 pub const HISTORY_LEN: usize = 100;
@@ -589,6 +631,39 @@ pub struct HistoryEvent {
     pub kind: &'static str,
     /// The URL, the status code, or who asked.
     pub detail: String,
+    /// For a failed attempt or a lost session: what failed, for the console
+    /// to explain.
+    pub failure: Option<FieldError>,
+}
+
+/// An error toward a field server as the gateway saw it: what the console
+/// explains in plain words (with the status code for the specialist).
+/// Made when a connect attempt fails, a session is lost, or a probe (Test
+/// connection) fails a step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    /// The OPC UA status the stack, the field server or the gateway's checks
+    /// gave; `None` when the gateway found the problem itself and
+    /// [`Self::detail`] says it in plain words.
+    pub status: Option<StatusCode>,
+    /// What was said about it: the stack's message (with the operating
+    /// system's, e.g. "Connection refused"), [`LOST`] for a session that
+    /// was up, or the gateway's own sentence.
+    pub detail: String,
+    /// The URL it concerns: the path an attempt started with, the one a
+    /// lost session used, or the one probed.
+    pub url: String,
+}
+
+impl FieldError {
+    /// The failure of a step toward `url` with `status` and what was said.
+    fn new(status: StatusCode, detail: impl Into<String>, url: &str) -> FieldError {
+        FieldError {
+            status: Some(status),
+            detail: detail.into(),
+            url: url.to_string(),
+        }
+    }
 }
 
 /// Reconnect attempts and how long recoveries took.
@@ -625,19 +700,19 @@ pub struct Probe {
     /// The URL probed.
     pub url: String,
     /// The endpoints it offers (`policy/mode`), or why it could not be asked.
-    pub result: Result<Vec<String>, String>,
+    pub result: Result<Vec<String>, FieldError>,
     /// Whether an endpoint matches the configured security policy and mode.
     pub matches_config: bool,
     /// For a secured connection: whether the server's certificate is
     /// trusted (an unknown one is now on the rejected list).
-    pub certificate: Option<Result<(), String>>,
+    pub certificate: Option<Result<(), FieldError>>,
     /// The server's certificate (DER) when it is not trusted, for the
     /// operator to look at and trust.
     pub untrusted_der: Option<Vec<u8>>,
     /// Whether a session with the configured identity was accepted (and
     /// closed again), or why not; `None` when no login was tried (no
     /// endpoint with the configured security, or an untrusted certificate).
-    pub login: Option<Result<(), String>>,
+    pub login: Option<Result<(), FieldError>>,
 }
 
 /// A managed field connection (see the module docs). Created with
@@ -1293,6 +1368,7 @@ fn record_note(inner: &Inner, note: Note<Arc<LinkSession>>) {
         }
         Note::Failed {
             link,
+            url,
             failure,
             detail,
         } => {
@@ -1301,13 +1377,31 @@ fn record_note(inner: &Inner, note: Note<Arc<LinkSession>>) {
                 st.last_error = Some(failure.status);
             });
             inner.stats.lock().attempts_failed += 1;
-            inner.record(Some(link), "failed", failure.status.to_string());
+            inner.record_failure(
+                Some(link),
+                "failed",
+                failure.status.to_string(),
+                FieldError {
+                    status: Some(failure.status),
+                    detail: detail.clone(),
+                    url,
+                },
+            );
             tracing::warn!(field = %s.name, server = link, status = %failure.status, %detail, "field connect failed");
         }
-        Note::Lost { link, status } => {
+        Note::Lost { link, url, status } => {
             tracing::warn!(field = %s.name, server = link, %status, "field session lost");
-            inner.record(Some(link), "lost", status.to_string());
             inner.status.send_modify(|st| st.last_error = Some(status));
+            inner.record_failure(
+                Some(link),
+                "lost",
+                status.to_string(),
+                FieldError {
+                    status: Some(status),
+                    detail: LOST.to_string(),
+                    url,
+                },
+            );
         }
         Note::Moved {
             link,
@@ -1405,8 +1499,12 @@ fn publish_status(inner: &Inner, machine: &Machine, now: Now) {
             let ticks = i64::try_from(ms).unwrap_or(i64::MAX / 20_000) * 10_000;
             DateTime::from(now.wall.ticks().saturating_add(ticks))
         });
+    let outage = machine.outage();
     inner.status.send_modify(|st| {
         st.state = machine.state();
+        st.failing = machine.failing();
+        st.failed_since_connected = outage.map_or(0, |o| o.failed_attempts);
+        st.failing_since = outage.map(|o| o.since);
         st.next_cycle_at = next_cycle_at;
         st.active_server = active;
         st.active_endpoint = active
@@ -1716,6 +1814,7 @@ async fn connect(
                     }
                     ev = stream.next() => match ev {
                         Some(Ok(SessionPollResult::ConnectionLost(st))) => {
+                            let lost_url = paths.get(current).cloned().unwrap_or_default();
                             if paths.len() > 1 {
                                 current = (current + 1) % paths.len();
                                 path.set(&paths[current]);
@@ -1731,7 +1830,12 @@ async fn connect(
                             interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
                             if let Some(inner) = weak.upgrade() {
                                 inner.status.send_modify(|s| s.last_error = Some(st));
-                                inner.record(Some(i), "connection_lost", format!("{st}; re-activating the session"));
+                                inner.record_failure(
+                                    Some(i),
+                                    "connection_lost",
+                                    format!("{st}; re-activating the session"),
+                                    FieldError { status: Some(st), detail: LOST.to_string(), url: lost_url },
+                                );
                             }
                         }
                         Some(Ok(SessionPollResult::SessionActivity(
@@ -3441,7 +3545,7 @@ async fn probe_login(
     mut endpoint: EndpointDescription,
     identity: &Identity,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), FieldError> {
     endpoint.endpoint_url = url.into();
     // A login kind the endpoint does not offer, said plainly (the stack
     // would say BadSecurityPolicyRejected).
@@ -3458,16 +3562,21 @@ async fn probe_login(
         .collect();
     if !offered.contains(&wanted) {
         let names: Vec<&str> = offered.iter().map(|t| login_kind(*t)).collect();
-        return Err(format!(
-            "the server takes no {} login on this endpoint (it takes: {})",
-            login_kind(wanted),
-            names.join(", ")
-        ));
+        return Err(FieldError {
+            status: None,
+            detail: format!(
+                "the server takes no {} login on this endpoint (it takes: {})",
+                login_kind(wanted),
+                names.join(", ")
+            ),
+            url: url.to_string(),
+        });
     }
-    let token = identity_token(identity)?;
+    let token = identity_token(identity)
+        .map_err(|e| FieldError::new(StatusCode::BadIdentityTokenInvalid, e, url))?;
     let (session, event_loop) = client
         .connect_to_endpoint_directly(endpoint, token)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| FieldError::new(e.status(), e.to_string(), url))?;
     let mut running = event_loop.spawn();
     // The event loop ends with the reason when the server refuses the
     // session (it does not retry: `session_retry_limit(0)`).
@@ -3475,14 +3584,18 @@ async fn probe_login(
         connected = session.wait_for_connection() => if connected {
             Ok(())
         } else {
-            Err("the session was refused".to_string())
+            Err(FieldError::new(StatusCode::BadNotConnected, "the session was refused", url))
         },
         ended = &mut running => Err(match ended {
-            Ok(status) => status.to_string(),
-            Err(_) => "the session was refused".to_string(),
+            Ok(status) => FieldError::new(status, status.to_string(), url),
+            Err(_) => FieldError::new(StatusCode::BadNotConnected, "the session was refused", url),
         }),
         _ = tokio::time::sleep(timeout) => {
-            Err(format!("no session within {} ms", timeout.as_millis()))
+            Err(FieldError::new(
+                StatusCode::BadTimeout,
+                format!("no session within {} ms", timeout.as_millis()),
+                url,
+            ))
         }
     };
     if result.is_ok() {
@@ -3501,7 +3614,7 @@ async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Durati
     let mut probe = Probe {
         server,
         url: url.to_string(),
-        result: Err(String::new()),
+        result: Ok(Vec::new()),
         matches_config: false,
         certificate: None,
         untrusted_der: None,
@@ -3511,7 +3624,11 @@ async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Durati
     let mut client = match client {
         Ok(c) => c,
         Err(e) => {
-            probe.result = Err(e.join("; "));
+            probe.result = Err(FieldError::new(
+                StatusCode::BadConfigurationError,
+                e.join("; "),
+                url,
+            ));
             return probe;
         }
     };
@@ -3519,11 +3636,15 @@ async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Durati
         match tokio::time::timeout(timeout, client.get_server_endpoints_from_url(url)).await {
             Ok(Ok(e)) => e,
             Ok(Err(e)) => {
-                probe.result = Err(e.status().to_string());
+                probe.result = Err(FieldError::new(e.status(), format!("{e} {e:?}"), url));
                 return probe;
             }
             Err(_) => {
-                probe.result = Err(format!("no answer within {} ms", timeout.as_millis()));
+                probe.result = Err(FieldError::new(
+                    StatusCode::BadTimeout,
+                    format!("no answer within {} ms", timeout.as_millis()),
+                    url,
+                ));
                 return probe;
             }
         };
@@ -3535,9 +3656,15 @@ async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Durati
     if let Some(e) = wanted.filter(|_| s.security_mode != MessageSecurityMode::None) {
         let der = e.server_certificate.as_ref().to_vec();
         probe.certificate = Some(if der.is_empty() {
-            Err("no server certificate".to_string())
+            Err(FieldError::new(
+                StatusCode::BadCertificateInvalid,
+                "no server certificate",
+                url,
+            ))
         } else {
-            let checked = (su.trust)(der.clone()).await.map_err(|st| st.to_string());
+            let checked = (su.trust)(der.clone())
+                .await
+                .map_err(|st| FieldError::new(st, "field server certificate not trusted", url));
             if checked.is_err() {
                 probe.untrusted_der = Some(der);
             }

@@ -88,6 +88,24 @@ impl ConnState {
     }
 }
 
+/// Connect attempts in a row that fail before a connection that serves
+/// nobody reads as failing rather than connecting (see
+/// [`Failover::failing`]): one refused attempt can be a server that is
+/// starting; three (a few seconds with the default policy) are a fault to
+/// look at.
+pub const FAILING_AFTER: u64 = 3;
+
+/// How long, and with how many failed attempts, a connection has served
+/// nobody (see [`Failover::outage`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outage {
+    /// Wall time of its start: the connection's first failed attempt, or
+    /// the loss of the server that served.
+    pub since: DateTime,
+    /// Connect attempts that failed since (every server of the set).
+    pub failed_attempts: u64,
+}
+
 /// How the servers of a redundant set are used (Part 4 Table 107).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Handling {
@@ -335,6 +353,8 @@ pub enum Note<S> {
     Failed {
         /// Index of the link.
         link: usize,
+        /// The path (URL) the attempt started with.
+        url: String,
         /// The failure.
         failure: Failure,
         /// What went wrong.
@@ -344,6 +364,8 @@ pub enum Note<S> {
     Lost {
         /// Index of the link.
         link: usize,
+        /// The path (URL) the session used last.
+        url: String,
         /// Why.
         status: StatusCode,
     },
@@ -537,6 +559,9 @@ pub struct Failover<S> {
     reconnect_pending: bool,
     /// The shared items changed; reconcile every link after the decisions.
     reconcile_all: bool,
+    /// Since when, and with how many failed attempts, the connection has
+    /// served nobody (`None` while it serves, and before anything failed).
+    outage: Option<Outage>,
     deadline: Option<Instant>,
     out: Vec<Action<S>>,
 }
@@ -580,6 +605,7 @@ impl<S: Clone> Failover<S> {
             force_pending: false,
             reconnect_pending: false,
             reconcile_all: false,
+            outage: None,
             deadline: None,
             out: Vec::new(),
         }
@@ -611,6 +637,38 @@ impl<S: Clone> Failover<S> {
     /// can change anything.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.deadline
+    }
+
+    /// Since when, and with how many failed connect attempts, the
+    /// connection has served nobody, as of the last poll: from its first
+    /// failed attempt (a connection that never served) or from the loss of
+    /// the server that served, until a server serves again. `None` while
+    /// a server serves, and while nothing has failed yet.
+    pub fn outage(&self) -> Option<&Outage> {
+        self.outage.as_ref()
+    }
+
+    /// Whether the connection is failing rather than still connecting, as
+    /// of the last poll: it serves nobody and [`FAILING_AFTER`] connect
+    /// attempts in a row have failed, or every server's reconnect cycle ran
+    /// out ([`ConnState::GaveUp`]). The first attempts of a connection (and
+    /// the re-activation after a blip) read as connecting or reconnecting.
+    pub fn failing(&self) -> bool {
+        self.state == ConnState::GaveUp
+            || self
+                .outage
+                .as_ref()
+                .is_some_and(|o| o.failed_attempts >= FAILING_AFTER)
+    }
+
+    /// Whether a server serves the connection now: the active one's session
+    /// is up and reachable (not being re-activated after a lost
+    /// connection).
+    fn serving(&self) -> bool {
+        self.active.is_some_and(|a| {
+            self.links.get(a).is_some_and(Link::is_up)
+                && self.peers.get(a).is_some_and(|p| p.reachable)
+        })
     }
 
     /// Takes in what happened. Its direct consequences (records, the
@@ -719,17 +777,31 @@ impl<S: Clone> Failover<S> {
         now: Now,
     ) {
         let policy = self.reconnect.clone();
+        let serving = self.serving();
         let Some(link) = self.current(i, generation) else {
             return;
         };
+        let url = link.next_path().to_string();
         link.next_path = (link.next_path + 1) % link.paths.len().max(1);
         let delay = link.cycle.next_delay(&policy, failure, now.mono, jitter);
         link.phase = match delay {
             Some(d) => Phase::Waiting(now.mono + d),
             None => Phase::Exhausted(now.mono + policy.max_delay),
         };
+        // Only the attempts of a connection that serves nobody count (a
+        // backup of a redundant set failing while another server serves
+        // is not an outage).
+        if !serving {
+            self.outage
+                .get_or_insert(Outage {
+                    since: now.wall,
+                    failed_attempts: 0,
+                })
+                .failed_attempts += 1;
+        }
         self.out.push(Action::Note(Note::Failed {
             link: i,
+            url,
             failure,
             detail,
         }));
@@ -757,6 +829,7 @@ impl<S: Clone> Failover<S> {
         };
         // Reconnect over the path that worked last.
         link.next_path = path;
+        let url = link.next_path().to_string();
         link.down_since = Some(now.mono);
         link.cycle = ReconnectCycle::start(now.mono);
         // The first reconnect attempt follows the policy's initial delay.
@@ -770,7 +843,11 @@ impl<S: Clone> Failover<S> {
             None => Phase::Exhausted(now.mono + policy.max_delay),
         };
         self.peers[i] = PeerStatus::default();
-        self.out.push(Action::Note(Note::Lost { link: i, status }));
+        self.out.push(Action::Note(Note::Lost {
+            link: i,
+            url,
+            status,
+        }));
         if delay.is_none() {
             self.note(Note::GaveUp {
                 link: i,
@@ -1111,6 +1188,16 @@ impl<S: Clone> Failover<S> {
         };
         if all_exhausted && was != ConnState::GaveUp {
             self.out.push(Action::MarkItemsBad);
+        }
+        if self.state == ConnState::Connected {
+            self.outage = None;
+        } else if was == ConnState::Connected && self.outage.is_none() {
+            // The server that served was lost: the outage starts now, its
+            // failed attempts follow.
+            self.outage = Some(Outage {
+                since: now.wall,
+                failed_attempts: 0,
+            });
         }
         if std::mem::take(&mut self.reconcile_all) {
             self.reconcile_every_link();

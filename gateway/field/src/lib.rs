@@ -25,9 +25,10 @@ pub mod spread;
 pub mod tcp;
 
 pub use conn::{
-    ClientSetup, ConnState, FieldConnection, FieldSettings, FieldStatus, Handling, HistoryEvent,
-    Identity, LinkSession, NamespaceHook, Probe, ReconnectStats, ServerView, TrustCheck,
-    RECONNECT_BUCKETS,
+    ClientSetup, ConnState, FieldConnection, FieldError, FieldSettings, FieldStatus, Handling,
+    HistoryEvent, Identity, LinkSession, NamespaceHook, Probe, ReconnectStats, ServerView,
+    TrustCheck, LOST, RECONNECT_BUCKETS,
 };
 pub use events::{Audience, EventKey, EventTable, Taken};
+pub use failover::FAILING_AFTER;
 pub use items::{ItemKey, ItemTable};

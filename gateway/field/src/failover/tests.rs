@@ -364,6 +364,7 @@ fn a_lost_active_server_hands_off_and_reconnects_after_the_initial_delay() {
         notes(&acts)[0],
         Note::Lost {
             link: 0,
+            url: "opc.tcp://a".into(),
             status: StatusCode::BadConnectionClosed
         }
     );
@@ -417,6 +418,7 @@ fn failed_attempts_wait_the_policy_delay_and_try_the_next_path() {
         notes(&acts),
         vec![Note::Failed {
             link: 0,
+            url: "opc.tcp://a".into(),
             failure: refused(),
             detail: "refused".into()
         }]
@@ -440,6 +442,108 @@ fn failed_attempts_wait_the_policy_delay_and_try_the_next_path() {
     );
     assert_eq!(sim.m.next_deadline(), Some(sim.at(secs(13))));
     assert_eq!(sim.m.state(), ConnState::Connecting);
+}
+
+#[test]
+fn failed_attempts_name_the_path_they_tried() {
+    let mut sim = Sim::new(Handling::None, &[&["opc.tcp://a", "opc.tcp://a-alt"]]);
+    sim.tick();
+    sim.fail(0, refused());
+    sim.advance(secs(1));
+    sim.tick();
+    let acts = sim.fail(0, refused());
+    assert!(
+        matches!(&notes(&acts)[..], [Note::Failed { url, .. }] if url == "opc.tcp://a-alt"),
+        "{acts:?}"
+    );
+}
+
+/// A connection that never served: its first attempts read as connecting,
+/// from the third failure in a row it is failing, counted from the first
+/// failure; a served connection forgets it.
+#[test]
+fn a_connection_that_keeps_failing_is_failing_with_its_count_and_start() {
+    let policy = ReconnectPolicy {
+        max_delay: secs(2),
+        ..ReconnectPolicy::default()
+    };
+    let mut sim = Sim::with_policy(Handling::None, &[&["opc.tcp://a"]], policy);
+    sim.tick();
+    assert_eq!(sim.m.outage(), None, "nothing failed yet");
+    assert!(!sim.m.failing());
+    sim.advance(secs(2));
+    let first_failure = sim.now().wall;
+    sim.fail(0, refused());
+    assert_eq!(
+        sim.m.outage(),
+        Some(&Outage {
+            since: first_failure,
+            failed_attempts: 1
+        })
+    );
+    assert!(!sim.m.failing(), "one failure still reads as connecting");
+    for n in 2..=15u64 {
+        let due = sim.m.next_deadline().expect("a next attempt");
+        sim.advance(due.saturating_duration_since(sim.now().mono));
+        assert_eq!(connects(&sim.tick()).len(), 1);
+        sim.fail(0, refused());
+        assert_eq!(sim.m.failing(), n >= FAILING_AFTER, "after {n} failures");
+        assert_eq!(sim.m.state(), ConnState::Connecting);
+    }
+    let outage = sim.m.outage().copied().expect("failing");
+    assert_eq!(outage.failed_attempts, 15);
+    assert_eq!(
+        outage.since, first_failure,
+        "counted from the first failure"
+    );
+    // It connects: nothing is failing any more.
+    let due = sim.m.next_deadline().expect("a next attempt");
+    sim.advance(due.saturating_duration_since(sim.now().mono));
+    sim.tick();
+    sim.up_running(0, 255);
+    assert_eq!(sim.m.state(), ConnState::Connected);
+    assert_eq!(sim.m.outage(), None);
+    assert!(!sim.m.failing());
+}
+
+/// The loss of the serving server starts the outage; the attempts after it
+/// count; the failures of a backup while another server serves do not.
+#[test]
+fn an_outage_starts_at_the_loss_and_a_failing_backup_is_none() {
+    let mut sim = hot_pair_on_a();
+    // B is lost and fails to come back while A serves: no outage.
+    sim.lose(1, 0);
+    for _ in 0..4 {
+        let due = sim.m.next_deadline().expect("a next attempt");
+        sim.advance(due.saturating_duration_since(sim.now().mono));
+        sim.tick();
+        sim.fail(1, refused());
+    }
+    assert_eq!(sim.m.state(), ConnState::Connected);
+    assert_eq!(sim.m.outage(), None);
+    assert!(!sim.m.failing());
+    // A goes too: the outage starts at its loss, nobody serves.
+    sim.advance(secs(5));
+    let lost_at = sim.now().wall;
+    sim.lose(0, 0);
+    assert_eq!(sim.m.state(), ConnState::Reconnecting);
+    assert_eq!(
+        sim.m.outage(),
+        Some(&Outage {
+            since: lost_at,
+            failed_attempts: 0
+        })
+    );
+    assert!(!sim.m.failing(), "reconnecting, not failing yet");
+    for _ in 0..FAILING_AFTER {
+        let due = sim.m.next_deadline().expect("a next attempt");
+        sim.advance(due.saturating_duration_since(sim.now().mono));
+        for link in connects(&sim.tick()).into_iter().map(|(l, _, _)| l) {
+            sim.fail(link, refused());
+        }
+    }
+    assert!(sim.m.failing(), "{:?}", sim.m.outage());
+    assert_eq!(sim.m.outage().map(|o| o.since), Some(lost_at));
 }
 
 #[test]
