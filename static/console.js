@@ -1,5 +1,6 @@
 // uagate console: shows the times the server writes in UTC (<time datetime="…Z">) in the
-// browser's time zone, keeping UTC in their title, and names that zone (.tz-name). Forms marked
+// browser's time zone (data-precision="minute": without seconds; "clock": the time of day only
+// when it is today), keeping UTC in their title, and names that zone (.tz-name). Forms marked
 // data-local-times send the zone offset of their datetime-local inputs as `tz`. Without
 // JavaScript the pages read in UTC.
 (function () {
@@ -19,11 +20,19 @@
       return "local time";
     }
   }
+  // A time of day ("10:42") when it is today, else with its date.
+  function clock(d) {
+    var now = new Date();
+    var today = d.getFullYear() === now.getFullYear() && d.getMonth() === now.getMonth() &&
+      d.getDate() === now.getDate();
+    return today ? pad(d.getHours()) + ":" + pad(d.getMinutes()) : local(d, false);
+  }
   function rewrite(root) {
     root.querySelectorAll("time[datetime]").forEach(function (t) {
       var d = new Date(t.getAttribute("datetime"));
       if (isNaN(d.getTime())) return;
-      t.textContent = local(d, t.getAttribute("data-precision") !== "minute");
+      var precision = t.getAttribute("data-precision");
+      t.textContent = precision === "clock" ? clock(d) : local(d, precision !== "minute");
     });
     root.querySelectorAll(".tz-name").forEach(function (s) {
       s.textContent = zone();

@@ -248,5 +248,81 @@ test("field connections: a structured form, tested, trusted and applied live", a
     await narrow.close();
   });
 
+  await t.test("a connection that keeps failing: not connected, in plain words, at 1366 and 390 px", async () => {
+    const add = async (name, url) => {
+      await page.goto("/fields");
+      await page.click("#field-editor > summary");
+      await page.fill("#f-name", name);
+      await page.fill("#f-url0", url);
+      await page.selectOption("#f-mode", "none");
+      await page.selectOption("#f-policy", "None");
+      await page.click("details.advanced > summary");
+      await page.fill("#f-initial-delay", "100ms");
+      await page.fill("#f-max-delay", "200ms");
+      await page.click("#f-save");
+      assert.match(await notice(page), /saved and applied/);
+    };
+    await add("plc7", "opc.tcp://plc-7.invalid:4840");
+    await add("press9", "opc.tcp://127.0.0.1:1");
+    for (const name of ["plc7", "press9"]) {
+      await page.waitForSelector(`#fields tr[data-connection=${name}] td.state-failing`, { timeout: 20_000 });
+    }
+    const row = (name) => page.textContent(`#fields tr[data-connection=${name}]`);
+    const plc7 = await row("plc7");
+    assert.match(plc7, /not connected\s*\d+ attempts failed since \d{2}:\d{2} \([^)]+\)/);
+    assert.doesNotMatch(plc7, /connecting/);
+    assert.match(plc7, /the host name plc-7\.invalid was not found/);
+    assert.match(plc7, /check the address or DNS/);
+    assert.equal(await page.textContent("#fields tr[data-connection=plc7] small.status-code"), "BadTcpEndpointUrlInvalid");
+    assert.match(
+      await page.getAttribute("#fields tr[data-connection=plc7] small.status-code", "title"),
+      /.+/,
+      "the code's meaning on hover",
+    );
+    const press9 = await row("press9");
+    assert.match(press9, /connection refused by 127\.0\.0\.1:1/);
+    assert.match(press9, /check that the OPC UA server runs there and listens on port 1/);
+    // The fault is styled as one: red, not the amber of "connecting".
+    const colour = await page.$eval("#fields tr[data-connection=plc7] td.state-failing", (td) => getComputedStyle(td).color);
+    assert.equal(colour, "rgb(180, 35, 24)");
+    await shot(page, "25-fields-failing-1366");
+    assert.deepEqual(await overflow(page), [], "no horizontal overflow at 1366 px");
+    // Test connection of the form says the same.
+    await page.goto("/fields?edit=plc7#field-editor");
+    await page.click("#f-test");
+    await page.waitForSelector("#form-probe");
+    const probe = await page.textContent("#form-probe");
+    assert.match(probe, /does not answer: the host name plc-7\.invalid was not found\s*check the address or DNS\s*BadTcpEndpointUrlInvalid/);
+    await shot(page, "25b-fields-test-unknown-host-1366");
+    // The Dashboard.
+    await page.goto("/");
+    await page.waitForSelector("#dashboard-fields tr[data-connection=press9] td.state-failing");
+    assert.match(
+      await page.textContent("#dashboard-fields tr[data-connection=press9]"),
+      /not connected — \d+ attempts failed since \d{2}:\d{2} \([^)]+\), last: connection refused by 127\.0\.0\.1:1/,
+    );
+    await shot(page, "25c-dashboard-failing-1366");
+    const narrow = await narrowLike(browser, context, console_url, STEP_MS);
+    const p = await narrow.newPage();
+    for (const [url, name] of [["/fields", "25d-fields-failing-390"], ["/", "25e-dashboard-failing-390"]]) {
+      await p.goto(url);
+      await p.waitForSelector("td.state-failing");
+      await shot(p, name);
+      assert.deepEqual(await overflow(p), [], `no horizontal overflow of ${url} at 390 px`);
+    }
+    await p.goto("/fields?edit=plc7#field-editor");
+    await p.click("#f-test");
+    await p.waitForSelector("#form-probe");
+    await shot(p, "25f-fields-test-unknown-host-390");
+    assert.deepEqual(await overflow(p), [], "no horizontal overflow of the test result at 390 px");
+    await narrow.close();
+    for (const name of ["plc7", "press9"]) {
+      await page.goto("/fields");
+      page.once("dialog", (d) => d.accept());
+      await page.click(`#entries tr[data-entry="${name}"] button.danger`);
+      assert.match(await notice(page), /removed/);
+    }
+  });
+
   await context.close();
 });

@@ -12,8 +12,10 @@
 //!
 //! The modules, from the bottom up (each uses only those listed before
 //! it): [`error`] the error type; [`digest`] how certificate digests are
-//! written; [`auth`] tokens, roles and the login throttle; [`state`] the shared state; [`access`] what every request
-//! passes (CSRF, renewal, the caller, the role check); [`ops`] the
+//! written; [`auth`] tokens, roles and the login throttle; [`state`] the
+//! shared state; [`access`] what every request passes (CSRF, renewal, the
+//! caller, the role check); [`field_text`] field-connection errors in plain
+//! words; [`ops`] the
 //! operations both the REST API and the pages call; [`audit_text`] the
 //! audit log in words; [`api`], [`rest`],
 //! [`users`], [`metrics`] and [`openapi`] the REST side; [`pages`] the
@@ -25,6 +27,7 @@ pub mod audit_text;
 pub mod auth;
 pub mod digest;
 pub mod error;
+pub mod field_text;
 pub mod headers;
 pub mod listener;
 pub mod metrics;

@@ -18,6 +18,7 @@ use uagate_store::Role;
 
 use crate::auth::Authed;
 use crate::error::ApiError;
+use crate::field_text::{explain, Explained};
 use crate::state::WebState;
 
 // ------------------------------------------------------ login and setup
@@ -123,6 +124,52 @@ pub struct FieldView {
     pub reconnect_count: u64,
     /// Changes of the active server.
     pub failover_count: u64,
+    /// It serves nobody and is failing rather than still connecting:
+    /// several connect attempts in a row failed (the first ones read as
+    /// `connecting`), or it gave up.
+    #[serde(default)]
+    pub failing: bool,
+    /// Connect attempts that failed since a server last served it (since
+    /// the start when none ever did); 0 while it is served.
+    #[serde(default)]
+    pub failed_attempts_since_connected: u64,
+    /// Since when it has served nobody after a failure (its first failed
+    /// attempt, or the loss of the server that served), RFC 3339; absent
+    /// while it is served.
+    #[serde(default)]
+    pub failing_since: Option<String>,
+    /// Connect attempts that failed since the gateway started.
+    #[serde(default)]
+    pub failed_attempts: u64,
+    /// The status code of the last error (e.g. `BadCommunicationError`).
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// The last error in plain words: what happened and what to do.
+    #[serde(default)]
+    pub last_error_explained: Option<Explained>,
+}
+
+impl FieldView {
+    /// The view of a running connection's status.
+    pub fn of(name: &str, st: uagate_field::FieldStatus) -> FieldView {
+        FieldView {
+            name: name.to_string(),
+            state: conn_state(st.state).to_string(),
+            active_endpoint: st.active_endpoint,
+            service_level: st.service_level,
+            reconnect_count: st.reconnect_count,
+            failover_count: st.failover_count,
+            failing: st.failing,
+            failed_attempts_since_connected: st.failed_since_connected,
+            failing_since: st.failing_since.map(|t| {
+                t.as_chrono()
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            }),
+            failed_attempts: st.failed_attempts,
+            last_error: st.last_error.map(|e| e.sub_code().name().to_string()),
+            last_error_explained: st.last_failure.as_ref().map(explain),
+        }
+    }
 }
 
 /// `GET /api/v1/pair` answer: this appliance's place in the pair.
@@ -364,17 +411,7 @@ pub fn status(state: &WebState) -> StatusView {
         .applied_config()
         .field_servers
         .iter()
-        .filter_map(|f| {
-            let st = engine.field_status(&f.name)?;
-            Some(FieldView {
-                name: f.name.clone(),
-                state: conn_state(st.state).to_string(),
-                active_endpoint: st.active_endpoint,
-                service_level: st.service_level,
-                reconnect_count: st.reconnect_count,
-                failover_count: st.failover_count,
-            })
-        })
+        .filter_map(|f| Some(FieldView::of(&f.name, engine.field_status(&f.name)?)))
         .collect();
     let note = state
         .level_override
@@ -1251,13 +1288,20 @@ pub struct ProbeView {
     pub reachable: bool,
     /// Its endpoints (`policy/mode`) when reachable.
     pub endpoints: Vec<String>,
-    /// Why not, when not reachable.
+    /// Why not, when not reachable: the status code (e.g.
+    /// `BadTcpEndpointUrlInvalid`), or `no answer within N ms`.
     pub error: Option<String>,
+    /// The same in plain words: what happened and what to do.
+    #[serde(default)]
+    pub error_explained: Option<Explained>,
     /// Whether an endpoint matches the configured policy and mode.
     pub matches_config: bool,
     /// For a secured connection: `trusted`, or why the certificate is not
     /// (an unknown certificate is now on the rejected list).
     pub certificate: Option<String>,
+    /// Why the certificate is not trusted, in plain words.
+    #[serde(default)]
+    pub certificate_explained: Option<Explained>,
     /// The server's certificate when it is not trusted: what the operator
     /// checks before trusting it (with its OPC UA thumbprint, which
     /// `POST /api/v1/certificates/{thumbprint}/trust` takes).
@@ -1266,6 +1310,9 @@ pub struct ProbeView {
     /// (and closed), or why it was refused; absent when none was tried (no
     /// endpoint with the chosen security, or an untrusted certificate).
     pub login: Option<String>,
+    /// Why the login was refused, in plain words.
+    #[serde(default)]
+    pub login_explained: Option<Explained>,
 }
 
 /// A field server certificate the gateway does not trust yet, as "Test
@@ -1320,7 +1367,8 @@ pub fn when(rfc3339: &str) -> String {
 
 /// The view of what a probe found.
 fn probe_views(probes: Vec<uagate_field::Probe>) -> Vec<ProbeView> {
-    // The status code, or the gateway's own sentence.
+    // What the REST answer said before the plain words: the status code,
+    // or the gateway's own sentence.
     let said = |e: &uagate_field::FieldError| match e.status {
         Some(st) if st != opcua_types::StatusCode::BadTimeout => st.to_string(),
         _ => e.detail.clone(),
@@ -1332,17 +1380,24 @@ fn probe_views(probes: Vec<uagate_field::Probe>) -> Vec<ProbeView> {
             url: p.url,
             reachable: p.result.is_ok(),
             error: p.result.as_ref().err().map(said),
+            error_explained: p.result.as_ref().err().map(explain),
             endpoints: p.result.unwrap_or_default(),
             matches_config: p.matches_config,
-            certificate: p.certificate.map(|c| match c {
+            certificate: p.certificate.as_ref().map(|c| match c {
                 Ok(()) => "trusted".to_string(),
-                Err(e) => said(&e),
+                Err(e) => said(e),
             }),
+            certificate_explained: p
+                .certificate
+                .as_ref()
+                .and_then(|c| c.as_ref().err())
+                .map(explain),
             untrusted: p.untrusted_der.as_deref().and_then(OfferedCert::of),
-            login: p.login.map(|l| match l {
+            login: p.login.as_ref().map(|l| match l {
                 Ok(()) => "accepted".to_string(),
-                Err(e) => e.detail,
+                Err(e) => e.detail.clone(),
             }),
+            login_explained: p.login.as_ref().and_then(|l| l.as_ref().err()).map(explain),
         })
         .collect()
 }
@@ -1396,6 +1451,9 @@ pub struct HistoryView {
     pub kind: String,
     /// URL, status code or who asked.
     pub detail: String,
+    /// For a failed attempt or a lost session: the error in plain words.
+    #[serde(default)]
+    pub explained: Option<Explained>,
 }
 
 impl HistoryView {
@@ -1426,6 +1484,7 @@ pub fn field_history(state: &WebState, name: &str) -> Result<Vec<HistoryView>, A
             at: rfc3339(e.at),
             server: e.server.map(|s| s + 1),
             kind: e.kind.to_string(),
+            explained: e.failure.as_ref().map(explain),
             detail: e.detail,
         })
         .collect())

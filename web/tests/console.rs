@@ -850,6 +850,152 @@ async fn field_connections_sessions_and_secrets() {
 }
 
 /// A described path with its parameters filled in.
+const FAILING: &str = r#"
+[[field_servers]]
+name = "refused"
+security_mode = "none"
+security_policy = "None"
+reconnect = { initial_delay = "100ms", max_delay = "200ms", jitter = 0.0 }
+[[field_servers.endpoints]]
+url = "opc.tcp://127.0.0.1:1"
+[[field_servers]]
+name = "unknown"
+security_mode = "none"
+security_policy = "None"
+reconnect = { initial_delay = "100ms", max_delay = "200ms", jitter = 0.0 }
+[[field_servers.endpoints]]
+url = "opc.tcp://plc-7.invalid:4840"
+"#;
+
+/// A field connection that keeps failing reads as failing, not as
+/// connecting: in words with its count, since when and its last reason,
+/// which is said plainly (host name not found, connection refused) with
+/// the status code kept for the specialist; the REST status has the same
+/// facts besides the fields it had (`state` still says `connecting`).
+#[tokio::test]
+async fn a_failing_field_connection_says_so_in_plain_words() {
+    let f = Fixture::start_with(true, FAILING).await;
+    let viewer = f.token("viewer").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        let (_, st, _) = f.call(get("/api/v1/status", Some(&viewer))).await;
+        let failing = |n: usize| {
+            st["fields"][n]["failing"] == true
+                && st["fields"][n]["failed_attempts_since_connected"]
+                    .as_u64()
+                    .is_some_and(|c| c >= 3)
+        };
+        if failing(0) && failing(1) {
+            break st;
+        }
+        assert!(std::time::Instant::now() < deadline, "not failing: {st}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let refused = &status["fields"][0];
+    assert_eq!(refused["name"], "refused");
+    assert_eq!(
+        refused["state"], "connecting",
+        "the old field keeps its meaning"
+    );
+    assert_eq!(refused["last_error"], "BadCommunicationError", "{refused}");
+    assert_eq!(
+        refused["last_error_explained"]["what"], "connection refused by 127.0.0.1:1",
+        "{refused}"
+    );
+    assert_eq!(
+        refused["last_error_explained"]["todo"],
+        "check that the OPC UA server runs there and listens on port 1"
+    );
+    let since = refused["failing_since"].as_str().unwrap_or_default();
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(since).is_ok(),
+        "{refused}"
+    );
+    let unknown = &status["fields"][1];
+    assert_eq!(
+        unknown["last_error"], "BadTcpEndpointUrlInvalid",
+        "{unknown}"
+    );
+    assert_eq!(
+        unknown["last_error_explained"]["what"],
+        "the host name plc-7.invalid was not found"
+    );
+    assert_eq!(
+        unknown["last_error_explained"]["todo"],
+        "check the address or DNS"
+    );
+    // The Fields page: "not connected", the count and since when, the
+    // reason in words, the code in small print.
+    let (_, html, _) = f.call(get("/partials/fields", Some(&viewer))).await;
+    let html = text_of(&html);
+    let row = |name: &str| {
+        html.split(&format!(r#"data-connection="{name}""#))
+            .nth(1)
+            .and_then(|r| r.split("</tr>").next())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let r = row("refused");
+    assert!(r.contains(r#"class="state-failing""#), "{r}");
+    assert!(r.contains("<strong>not connected</strong>"), "{r}");
+    assert!(r.contains(" attempts failed since <time datetime="), "{r}");
+    assert!(r.contains("connection refused by 127.0.0.1:1"), "{r}");
+    assert!(
+        r.contains(r#"<small class="status-code""#) && r.contains(">BadCommunicationError</small>"),
+        "{r}"
+    );
+    let u = row("unknown");
+    assert!(
+        u.contains("the host name plc-7.invalid was not found"),
+        "{u}"
+    );
+    assert!(u.contains("check the address or DNS"), "{u}");
+    assert!(!u.contains(">connecting<"), "{u}");
+    // Its recent events say the same.
+    let (_, page, _) = f.call(get("/fields", Some(&viewer))).await;
+    let history = text_of(&page);
+    let history = history
+        .split(r#"class="history stack-narrow" data-connection="unknown">"#)
+        .nth(1)
+        .and_then(|r| r.split("</table>").next())
+        .unwrap_or_default();
+    assert!(
+        history.contains("the host name plc-7.invalid was not found"),
+        "{history}"
+    );
+    // The Dashboard.
+    let (_, html, _) = f.call(get("/partials/dashboard", Some(&viewer))).await;
+    let html = text_of(&html);
+    let r = html
+        .split(r#"data-connection="refused""#)
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .unwrap_or_default();
+    assert!(r.contains("<strong>not connected</strong> — "), "{r}");
+    assert!(
+        r.contains(", last: <span class=\"what\">connection refused by 127.0.0.1:1</span>"),
+        "{r}"
+    );
+    // Test connection: the same words.
+    let op = f.token("operator").await;
+    let (s, probe, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/fields/unknown/test",
+            Some(&op),
+            Value::Null,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{probe}");
+    assert_eq!(probe[0]["error"], "BadTcpEndpointUrlInvalid", "{probe}");
+    assert_eq!(
+        probe[0]["error_explained"]["what"], "the host name plc-7.invalid was not found",
+        "{probe}"
+    );
+    f.stop().await;
+}
+
+/// A described path with its parameters filled in.
 fn concrete(path: &str) -> String {
     path.replace("{key}", "k")
         .replace("{index}", "0")

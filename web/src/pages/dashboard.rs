@@ -33,6 +33,8 @@ pub struct Live {
     memory: Option<String>,
     /// The charts (title, inline SVG).
     charts: Vec<(&'static str, String)>,
+    /// The field connections, each with its failing state in words.
+    fields: Vec<(ops::FieldView, Option<super::fields::Failing>)>,
     rejected_certs: Vec<String>,
 }
 
@@ -157,6 +159,11 @@ async fn live(state: &WebState) -> Live {
         },
         memory: resident_memory().map(charts::bytes),
         charts: charts(state),
+        fields: status
+            .fields
+            .iter()
+            .map(|f| (f.clone(), super::fields::failing(f)))
+            .collect(),
         status,
         rejected_certs,
     }

@@ -16,19 +16,26 @@ use super::field_form::{self, FieldFormView};
 use super::{change_notice, done, error_page, page, take_flash, Chrome, EditQuery, NameForm};
 use crate::auth::Authed;
 use crate::error::ApiError;
+use crate::field_text::Explained;
 use crate::ops;
 use crate::state::WebState;
 
 /// One field connection's live row.
 pub struct FieldRow {
     name: String,
+    /// The state's label (`connected`, `connecting`, `gave_up`, ...), or
+    /// `disabled`.
     state: &'static str,
+    /// While it is failing rather than connecting: since when, and how
+    /// often, in words.
+    failing: Option<Failing>,
     active_endpoint: Option<String>,
     service_level: Option<u8>,
     reconnects: u64,
     failovers: u64,
     failed_attempts: u64,
-    last_error: String,
+    /// The last error in plain words.
+    last_error: Option<Explained>,
     /// While the connection gave up: when its next reconnect cycle starts
     /// (UTC, `HH:MM:SS`).
     next_cycle: Option<String>,
@@ -39,6 +46,52 @@ pub struct FieldRow {
     servers: Vec<(String, bool, Option<u8>)>,
 }
 
+/// A connection that serves nobody and keeps failing, as the Fields page
+/// and the Dashboard say it: "15 attempts failed since 10:42 (12 min)".
+pub struct Failing {
+    /// "15 attempts failed".
+    pub attempts: String,
+    /// When it started failing (RFC 3339; the page's script shows it in the
+    /// browser's time zone).
+    pub since: String,
+    /// The same for a page without JavaScript: `10:42 UTC` today,
+    /// `2025-06-01 10:42 UTC` before.
+    pub since_text: String,
+    /// How long it has been failing: `12 min`.
+    pub lasting: String,
+}
+
+/// The failing state of `view` in words; `None` while it connects, is
+/// served, or is off.
+pub fn failing(view: &ops::FieldView) -> Option<Failing> {
+    if !view.failing {
+        return None;
+    }
+    let since = view
+        .failing_since
+        .as_deref()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&chrono::Utc))?;
+    let now = chrono::Utc::now();
+    Some(Failing {
+        attempts: match view.failed_attempts_since_connected {
+            1 => "1 attempt failed".to_string(),
+            n => format!("{n} attempts failed"),
+        },
+        since: since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        since_text: if since.date_naive() == now.date_naive() {
+            since.format("%H:%M UTC").to_string()
+        } else {
+            since.format("%Y-%m-%d %H:%M UTC").to_string()
+        },
+        lasting: super::charts::uptime(
+            now.signed_duration_since(since)
+                .to_std()
+                .unwrap_or_default(),
+        ),
+    })
+}
+
 fn field_rows(state: &WebState) -> Vec<FieldRow> {
     let engine = &state.engine;
     engine
@@ -47,35 +100,37 @@ fn field_rows(state: &WebState) -> Vec<FieldRow> {
         .iter()
         .filter_map(|f| {
             let st = engine.field_status(&f.name)?;
+            let can_reconnect = f.enabled
+                && (matches!(
+                    st.state,
+                    uagate_field::ConnState::GaveUp
+                        | uagate_field::ConnState::Reconnecting
+                        | uagate_field::ConnState::Connecting
+                ) || st.servers.iter().any(|v| !v.reachable));
+            let next_cycle = st
+                .next_cycle_at
+                .map(|t| t.as_chrono().format("%H:%M:%S UTC").to_string());
+            let servers = st
+                .servers
+                .iter()
+                .map(|v| (v.url.clone(), v.reachable, v.service_level))
+                .collect();
+            let label = ops::conn_state(st.state);
+            let view = ops::FieldView::of(&f.name, st);
             Some(FieldRow {
                 name: f.name.clone(),
                 // A disabled connection is off on purpose, not broken.
-                state: if f.enabled {
-                    ops::conn_state(st.state)
-                } else {
-                    "disabled"
-                },
-                active_endpoint: st.active_endpoint,
-                service_level: st.service_level,
-                reconnects: st.reconnect_count,
-                failovers: st.failover_count,
-                failed_attempts: st.failed_attempts,
-                last_error: st.last_error.map(|e| e.to_string()).unwrap_or_default(),
-                next_cycle: st
-                    .next_cycle_at
-                    .map(|t| t.as_chrono().format("%H:%M:%S UTC").to_string()),
-                can_reconnect: f.enabled
-                    && (matches!(
-                        st.state,
-                        uagate_field::ConnState::GaveUp
-                            | uagate_field::ConnState::Reconnecting
-                            | uagate_field::ConnState::Connecting
-                    ) || st.servers.iter().any(|v| !v.reachable)),
-                servers: st
-                    .servers
-                    .iter()
-                    .map(|v| (v.url.clone(), v.reachable, v.service_level))
-                    .collect(),
+                state: if f.enabled { label } else { "disabled" },
+                failing: failing(&view).filter(|_| f.enabled),
+                active_endpoint: view.active_endpoint,
+                service_level: view.service_level,
+                reconnects: view.reconnect_count,
+                failovers: view.failover_count,
+                failed_attempts: view.failed_attempts,
+                last_error: view.last_error_explained,
+                next_cycle,
+                can_reconnect,
+                servers,
             })
         })
         .collect()
