@@ -258,7 +258,24 @@ test("every page, the dashboard charts and the maintenance banner", async (t) =>
       const error = await p.textContent("#error");
       assert.match(error, /^Reserving 1 connection for scada needs room the gateway does not have: it allows 103 connections/);
       assert.match(error, /Raise Max connections to 104 or more, or lower Max sessions to 99, on the Limits page/);
+      // What was typed stays, and the error is at the input it concerns.
+      assert.equal(await p.inputValue("#owner-key"), "scada");
+      assert.equal(await p.inputValue("#owner-weight"), "5");
+      assert.equal(await p.inputValue("#owner-reservations"), "request_execution 4");
+      assert.equal(await p.inputValue("#owner-ingress"), "10.0.5.0/24");
+      assert.equal(await p.getAttribute("#owner-reservations", "aria-invalid"), "true");
+      assert.match(await p.textContent("#owner-reservations-error"), /^Reserving 1 connection for scada needs room/);
+      assert.equal(await p.$("#owner-key[aria-invalid], #owner-weight[aria-invalid], #owner-ingress[aria-invalid]"), null);
       await shot(p, `owners-no-room-${width}`);
+      // A weight that is not a number: said at the weight, the rest kept as typed.
+      await p.fill("#owner-weight", "heavy");
+      await p.click("#owner-form button[type=submit]");
+      await p.waitForSelector("#owner-weight-error");
+      assert.match(await p.textContent("#owner-weight-error"), /heavy/);
+      assert.equal(await p.inputValue("#owner-weight"), "heavy");
+      assert.equal(await p.inputValue("#owner-reservations"), "request_execution 4");
+      assert.equal(await p.inputValue("#owner-ingress"), "10.0.5.0/24");
+      await shot(p, `owners-bad-weight-${width}`);
       await p.goto("/limits");
       await shot(p, `limits-sessions-connections-${width}`);
       if (width === "390") {

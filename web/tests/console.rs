@@ -1812,3 +1812,86 @@ async fn an_owner_without_room_is_explained_and_the_limits_page_makes_room() {
     assert_eq!(s, StatusCode::SEE_OTHER, "{}", error_of(&text_of(&body)));
     f.stop().await;
 }
+
+/// The input of `id` in `html` (up to the end of its tag, or of its
+/// textarea), and the field error that follows it inside its label.
+fn input_and_error(html: &str, id: &str) -> (String, String) {
+    let at = html
+        .split(&format!(r#"id="{id}""#))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no #{id}: {html}"));
+    let label = at.split("</label>").next().unwrap_or_default();
+    let input = label.split('>').next().unwrap_or_default().to_string();
+    let error = label
+        .split(r#"class="field-error""#)
+        .nth(1)
+        .map(|e| e.split("</span>").next().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    (input, error)
+}
+
+/// A refused owner form comes back with what was typed and the error at
+/// the input it concerns: the reservations that leave no room, a weight
+/// that is not a number, an address range that is not one.
+#[tokio::test]
+async fn a_refused_owner_keeps_what_was_typed_and_says_where() {
+    let f = Fixture::start().await;
+    let b = browser(&f, "admin").await;
+    let owner = |weight: &'static str, ingress: &'static str| {
+        vec![
+            ("_csrf", b.csrf.clone()),
+            ("key", "scada".to_string()),
+            ("weight", weight.to_string()),
+            ("reservations", "request_execution 4".to_string()),
+            ("ingress", ingress.to_string()),
+        ]
+    };
+    let post = |fields: Vec<(&'static str, String)>| {
+        let pairs: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        form("/owners", &pairs, Some(&b))
+    };
+    // No room for its connection reserve (default limits).
+    let (s, body, _) = f.call(post(owner("5", "10.0.5.0/24"))).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let html = text_of(&body);
+    let (key, e) = input_and_error(&html, "owner-key");
+    assert!(key.contains(r#"value="scada""#), "{key}");
+    assert_eq!(e, "", "nothing wrong with the key");
+    let (weight, _) = input_and_error(&html, "owner-weight");
+    assert!(weight.contains(r#"value="5""#), "{weight}");
+    let (ingress, _) = input_and_error(&html, "owner-ingress");
+    assert!(ingress.contains(r#"value="10.0.5.0/24""#), "{ingress}");
+    assert!(
+        html.contains(r#"rows="4" aria-invalid="true" aria-describedby="owner-reservations-error">request_execution 4</textarea>"#),
+        "{html}"
+    );
+    let (_, e) = input_and_error(&html, "owner-reservations");
+    assert!(
+        e.contains("Reserving 1 connection for scada needs room the gateway does not have"),
+        "{e}"
+    );
+    assert_eq!(html.matches(r#"aria-invalid="true""#).count(), 1, "{html}");
+    // A weight that is not a number: at the weight, the rest kept.
+    let (s, body, _) = f.call(post(owner("heavy", "10.0.5.0/24"))).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let html = text_of(&body);
+    let (weight, e) = input_and_error(&html, "owner-weight");
+    assert!(
+        weight.contains(r#"value="heavy""#) && weight.contains("aria-invalid"),
+        "{weight}"
+    );
+    assert!(e.contains("heavy"), "{e}");
+    let (key, _) = input_and_error(&html, "owner-key");
+    assert!(key.contains(r#"value="scada""#), "{key}");
+    // An address range that is not one: at the address ranges.
+    let (s, body, _) = f.call(post(owner("5", "10.0.5.0/99"))).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let html = text_of(&body);
+    let (ingress, e) = input_and_error(&html, "owner-ingress");
+    assert!(
+        ingress.contains(r#"value="10.0.5.0/99""#) && ingress.contains("aria-invalid"),
+        "{ingress}"
+    );
+    assert!(!e.is_empty(), "{html}");
+    f.stop().await;
+}

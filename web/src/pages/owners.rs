@@ -36,8 +36,100 @@ struct OwnersPage {
     chrome: Chrome,
     owners: Vec<OwnerRow>,
     ingress: Vec<IngressRow>,
-    /// The owner whose values prefill the form (`?edit=KEY`).
-    editing: Option<OwnerRow>,
+    /// The owner form: empty, an owner's values to edit (`?edit=KEY`), or
+    /// what was typed before a refusal.
+    form: OwnerInput,
+}
+
+/// What the owner form shows: its values and, after a refusal, the error
+/// next to the input it concerns.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OwnerInput {
+    /// Editing an existing owner (its key is fixed), not adding one.
+    editing: bool,
+    key: String,
+    weight: String,
+    reservations: String,
+    ingress: String,
+    /// The input the error is about (`key`, `weight`, `reservations`,
+    /// `ingress`) and the error.
+    error: Option<(&'static str, String)>,
+}
+
+impl OwnerInput {
+    /// The form of a new owner.
+    fn blank() -> OwnerInput {
+        OwnerInput {
+            weight: "1".into(),
+            ..OwnerInput::default()
+        }
+    }
+
+    /// The form editing `o`.
+    fn of(o: &TrustedOwner) -> OwnerInput {
+        OwnerInput {
+            editing: true,
+            key: o.key.clone(),
+            weight: o.weight.to_string(),
+            reservations: reservations_text(&o.reservations),
+            ..OwnerInput::default()
+        }
+    }
+
+    /// The form as posted, to show again after a refusal.
+    fn posted(f: &OwnerForm) -> OwnerInput {
+        OwnerInput {
+            editing: f.editing.is_some(),
+            key: f.key.clone(),
+            weight: f.weight.clone(),
+            reservations: f.reservations.clone(),
+            ingress: f.ingress.clone(),
+            error: None,
+        }
+    }
+
+    /// The error to show next to `input`, if the refusal concerns it.
+    fn error_at(&self, input: &str) -> Option<&str> {
+        self.error
+            .as_ref()
+            .filter(|(at, _)| *at == input)
+            .map(|(_, e)| e.as_str())
+    }
+
+    /// Remembers `error` next to the input it concerns, when it concerns
+    /// one of the form's.
+    fn mark(mut self, error: &ApiError) -> OwnerInput {
+        if let ApiError::Invalid {
+            field: Some(field),
+            message,
+        } = error
+        {
+            self.error = owner_input(field).map(|at| (at, message.clone()));
+        }
+        self
+    }
+}
+
+/// The owner form's input a refused setting is entered in: the form's own
+/// names (`weight`), the document's (`isolation.trusted_owners[0].weight`,
+/// `isolation.ingress[2].cidr`), and the Connection room the owner's
+/// reserves need ([`ROOM_SETTING`]: its reservations do not fit).
+fn owner_input(setting: &str) -> Option<&'static str> {
+    let last = setting.rsplit('.').next().unwrap_or(setting);
+    if setting == ROOM_SETTING || setting.contains("reservations") {
+        Some("reservations")
+    } else if setting.starts_with("isolation.ingress") || setting == "ingress" || last == "cidr" {
+        Some("ingress")
+    } else if setting.starts_with("isolation.trusted_owners[") || !setting.contains('.') {
+        match last {
+            "key" => Some("key"),
+            "weight" => Some("weight"),
+            "reserved" | "hard_limit" => Some("reservations"),
+            _ => None,
+        }
+    } else {
+        None
+    }
 }
 
 async fn render_owners(
@@ -46,36 +138,31 @@ async fn render_owners(
     flash: Option<String>,
     error: Option<ApiError>,
 ) -> Response {
-    render_owners_editing(state, who, flash, error, None).await
+    render_owners_with(state, who, flash, error, None).await
 }
 
-async fn render_owners_editing(
+/// The page; `form` is what the owner form shows (`None`: a new owner's
+/// form).
+async fn render_owners_with(
     state: &WebState,
     who: &Authed,
     flash: Option<String>,
     error: Option<ApiError>,
-    edit: Option<&str>,
+    form: Option<OwnerInput>,
 ) -> Response {
     let config = match ops::stored_config(state).await {
         Ok(c) => c,
         Err(e) => return error_page(e),
     };
+    let form = form.unwrap_or_else(OwnerInput::blank);
+    let form = match &error {
+        Some(e) => form.mark(e),
+        None => form,
+    };
     let (chrome, status) = Chrome::with_error(who, "Trusted owners", "/owners", flash, error);
-    let editing = edit.and_then(|k| {
-        config
-            .isolation
-            .trusted_owners
-            .iter()
-            .find(|o| o.key == k)
-            .map(|o| OwnerRow {
-                key: o.key.clone(),
-                weight: o.weight,
-                reservations: reservations_text(&o.reservations),
-            })
-    });
     let t = OwnersPage {
         chrome,
-        editing,
+        form,
         owners: config
             .isolation
             .trusted_owners
@@ -168,7 +255,19 @@ pub async fn show(
     Query(q): Query<EditQuery>,
 ) -> Response {
     let flash = take_flash(&headers);
-    render_owners_editing(&state, &who, flash, None, q.edit.as_deref()).await
+    let form = match q.edit.as_deref() {
+        Some(key) => match ops::stored_config(&state).await {
+            Ok(c) => c
+                .isolation
+                .trusted_owners
+                .iter()
+                .find(|o| o.key == key)
+                .map(OwnerInput::of),
+            Err(e) => return error_page(e),
+        },
+        None => None,
+    };
+    render_owners_with(&state, &who, flash, None, form).await
 }
 
 /// After a change on the owners page: back to it with what the change
@@ -187,6 +286,10 @@ async fn owners_outcome(
 /// `POST /owners` form: add or replace an owner.
 #[derive(Debug, Deserialize)]
 pub struct OwnerForm {
+    /// Present when the form edits an existing owner.
+    #[serde(default)]
+    editing: Option<String>,
+    #[serde(default)]
     key: String,
     #[serde(default)]
     weight: String,
@@ -206,7 +309,17 @@ pub async fn save(
     let parsed = (|| {
         let owner = TrustedOwner {
             key: f.key.trim().to_string(),
-            weight: number("weight", &f.weight)?.unwrap_or(1),
+            weight: number("weight", &f.weight)
+                .map_err(|_| {
+                    ApiError::invalid(
+                        "weight",
+                        format!(
+                            "Weight: “{}” is not a number; enter a whole number from 1 to 1000.",
+                            f.weight.trim()
+                        ),
+                    )
+                })?
+                .unwrap_or(1),
             reservations: parse_reservations(&f.reservations)?,
         };
         let ingress: Vec<String> = f
@@ -220,7 +333,7 @@ pub async fn save(
     })();
     let (owner, ingress) = match parsed {
         Ok(p) => p,
-        Err(e) => return owners_outcome(&state, &who, Err(e)).await,
+        Err(e) => return refused_owner(&state, &who, &f, e).await,
     };
     let key = owner.key.clone();
     let result = match ops::upsert_owner(&state, &who, owner.clone(), ingress.clone()).await {
@@ -238,7 +351,16 @@ pub async fn save(
         }
         other => other,
     };
-    owners_outcome(&state, &who, result).await
+    match result {
+        Ok(change) => done("/owners", &change_notice(&change)),
+        Err(e) => refused_owner(&state, &who, &f, e).await,
+    }
+}
+
+/// The page again after the owner form was refused: what was typed stays,
+/// the error is shown next to the input it concerns (and above the page).
+async fn refused_owner(state: &WebState, who: &Authed, f: &OwnerForm, e: ApiError) -> Response {
+    render_owners_with(state, who, None, Some(e), Some(OwnerInput::posted(f))).await
 }
 
 /// The setting the plan names when the shared Connection capacity cannot
