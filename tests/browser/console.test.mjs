@@ -235,7 +235,9 @@ test("the console end to end", async (t) => {
     assert.equal(await page.isEnabled("#apply"), true);
     await input.fill("lots");
     await page.waitForSelector("#plan-error");
-    assert.match(await page.textContent("#plan-error"), /isolation\.stages\.request_execution\.capacity/);
+    // In the page's words, naming the input's label, not the setting's key.
+    assert.match(await page.textContent("#plan-error"), /^RequestExecution Capacity: “lots” is not a number; enter a whole number/);
+    assert.doesNotMatch(await page.textContent("#plan-error"), /isolation\.|server\./);
     // ... and next to the field that causes it.
     await page.waitForSelector("td:has(input[name='request_execution.capacity']) .field-error");
     assert.equal(await input.getAttribute("aria-invalid"), "true");
@@ -247,10 +249,10 @@ test("the console end to end", async (t) => {
     const connection = page.locator("input[name='connection.capacity']");
     await connection.fill("110");
     await page.waitForSelector("td:has(input[name='connection.capacity']) .field-error");
-    assert.match(await page.textContent("td:has(input[name='connection.capacity']) .field-error"), /can only lower the Connection total/);
+    assert.match(await page.textContent("td:has(input[name='connection.capacity']) .field-error"), /^Connection Capacity can only be lowered: enter 1 to \d+, or leave it empty for \d+\.$/);
     assert.equal(await connection.getAttribute("aria-invalid"), "true");
     assert.equal(await connection.inputValue(), "110");
-    assert.match(await page.textContent("#plan-error"), /can only lower the Connection total/);
+    assert.match(await page.textContent("#plan-error"), /^Connection Capacity can only be lowered/);
     assert.equal(await page.isDisabled("#apply"), true);
     await shot(page, "03b-limits-connection-too-high");
     await connection.fill("");

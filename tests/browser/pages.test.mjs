@@ -278,6 +278,14 @@ test("every page, the dashboard charts and the maintenance banner", async (t) =>
       await shot(p, `owners-bad-weight-${width}`);
       await p.goto("/limits");
       await shot(p, `limits-sessions-connections-${width}`);
+      // Too few connections for the sessions: said with the page's labels, at Max connections.
+      await p.fill("#max_channel_count", "100");
+      await p.waitForSelector("label:has(#max_channel_count) .field-error");
+      const limitsError = await p.textContent("label:has(#max_channel_count) .field-error");
+      assert.match(limitsError, /^Max connections must be at least 103: each of the 100 sessions \(Max sessions\) needs a connection/);
+      assert.doesNotMatch(limitsError, /server\.|isolation\.|shared/);
+      assert.equal(await p.getAttribute("#max_channel_count", "aria-invalid"), "true");
+      await shot(p, `limits-too-few-connections-${width}`);
       if (width === "390") {
         assert.deepEqual(await overflow(p), [], "no sideways scrolling at 390 px");
         await p.close();

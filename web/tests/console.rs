@@ -849,7 +849,6 @@ async fn field_connections_sessions_and_secrets() {
     f.stop().await;
 }
 
-/// A described path with its parameters filled in.
 const FAILING: &str = r#"
 [[field_servers]]
 name = "refused"
@@ -1707,9 +1706,10 @@ async fn a_refused_limit_is_shown_at_its_input_and_keeps_what_was_typed() {
         "{html}"
     );
     assert!(
-        html.contains("can only lower the Connection total"),
+        html.contains("Connection Capacity can only be lowered: enter 1 to 103"),
         "{html}"
     );
+    assert!(!html.contains("isolation.stages"), "{html}");
     // Applied anyway (or without JavaScript): the page again with the
     // error at the input, in the plan's summary and at the top.
     let (s, body, _) = f.call(form("/limits", &typed, Some(&b))).await;
@@ -1724,12 +1724,27 @@ async fn a_refused_limit_is_shown_at_its_input_and_keeps_what_was_typed() {
     assert!(cell.contains(r#"aria-invalid="true""#), "{cell}");
     assert!(
         cell.contains(r#"<span class="field-error plan" role="alert">"#)
-            && cell.contains("can only lower the Connection total"),
+            && cell.contains("Connection Capacity can only be lowered: enter 1 to 103"),
         "{cell}"
     );
     assert_eq!(html.matches(r#"aria-invalid="true""#).count(), 1, "{html}");
     assert!(html.contains(r#"id="plan-error""#), "{html}");
-    assert!(error_of(&html).contains("can only lower the Connection total"));
+    assert!(error_of(&html).contains("Connection Capacity can only be lowered: enter 1 to 103"));
+    assert!(!error_of(&html).contains("isolation.stages"));
+    // REST keeps the plan's message naming the setting.
+    let admin = f.token("admin").await;
+    let (_, mut doc, _) = f.call(get("/api/v1/config", Some(&admin))).await;
+    doc["isolation"]["stages"] = json!([{"stage": "connection", "capacity": 110}]);
+    let (s, body) = f.put_config(&admin, doc).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["field"], "isolation.stages[0].capacity", "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("can only lower the Connection total"),
+        "{body}"
+    );
     f.stop().await;
 }
 

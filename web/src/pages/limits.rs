@@ -10,7 +10,7 @@ use axum::Form;
 use uagate_config::{Config, IsolationMode, Stage, StageOverride};
 use uagate_store::Role;
 
-use super::{change_notice, done, error_page, number, page, take_flash, Chrome};
+use super::{change_notice, done, error_page, limits_text, number, page, take_flash, Chrome};
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops;
@@ -352,17 +352,36 @@ impl Preview {
                 placeholders: hints,
                 oob,
             },
-            Err(e) => Preview {
-                lines: Vec::new(),
-                error_input: match &e {
-                    ApiError::Invalid { field: Some(f), .. } => input_of(f, &overrides),
-                    _ => String::new(),
-                },
-                error: Some(e.to_string()),
-                placeholders: hints,
-                oob,
-            },
+            Err(e) => {
+                let (error_input, error) = in_page_words(&e, &overrides);
+                Preview {
+                    lines: Vec::new(),
+                    error_input,
+                    error: Some(error),
+                    placeholders: hints,
+                    oob,
+                }
+            }
         }
+    }
+}
+
+/// A refusal as the page says it: the input it is shown at and the
+/// message in the page's words, naming inputs by their labels (see
+/// [`limits_text`]); `overrides` are the candidate document's stage
+/// overrides in order (an error may name one by its position). The REST
+/// API keeps the plan's message, which names the setting.
+fn in_page_words(e: &ApiError, overrides: &[Stage]) -> (String, String) {
+    match e {
+        ApiError::Invalid {
+            field: Some(setting),
+            message,
+        } => {
+            let input = limits_text::input_for(setting, &input_of(setting, overrides), message);
+            let words = limits_text::words(setting, &input, message);
+            (input, words)
+        }
+        other => (String::new(), other.to_string()),
     }
 }
 
@@ -478,9 +497,14 @@ async fn render_with_error(
     form: LimitsForm,
     error: ApiError,
 ) -> Response {
+    let mut overrides = Vec::new();
     let (form, preview) = match ops::stored_config(state).await {
         Ok(base) => {
-            let preview = Preview::of(form.apply_to(base.clone()), false);
+            let candidate = form.apply_to(base.clone());
+            if let Ok(c) = &candidate {
+                overrides = c.isolation.stages.iter().map(|o| o.stage).collect();
+            }
+            let preview = Preview::of(candidate, false);
             (form.with_defaults(&base).marked(&preview), preview)
         }
         Err(_) => (
@@ -493,6 +517,13 @@ async fn render_with_error(
                 oob: false,
             },
         ),
+    };
+    // Above the page too, in the page's words.
+    let error = match &error {
+        ApiError::Invalid {
+            field: Some(field), ..
+        } => ApiError::invalid(field.clone(), in_page_words(&error, &overrides).1),
+        _ => error,
     };
     let (chrome, status) = Chrome::with_error(who, "Limits", "/limits", None, Some(error));
     let t = LimitsPage {
@@ -509,6 +540,162 @@ async fn render_with_error(
 #[cfg(test)]
 mod input_tests {
     use super::*;
+
+    /// The preview of the default document with `typed` in the form (the
+    /// rest as the page shows the defaults): (input, message).
+    fn refused(typed: &[(&str, &str)]) -> (String, String) {
+        let base = Config::default();
+        let mut fields: Vec<(String, String)> = vec![
+            ("mode".into(), "balanced".into()),
+            ("default_weight".into(), "1".into()),
+            ("max_tracked_owners".into(), "4096".into()),
+        ];
+        for (k, v) in typed {
+            fields.retain(|(n, _)| n != k);
+            fields.push((k.to_string(), v.to_string()));
+        }
+        let form = LimitsForm::from_fields(&fields);
+        let p = Preview::of(form.apply_to(base), false);
+        (p.error_input, p.error.unwrap_or_default())
+    }
+
+    /// Every refusal the page can meet, in the page's words: the input's
+    /// label, no setting key, no planner terms; shown at the input.
+    #[test]
+    fn refusals_name_the_inputs_label_not_the_setting() {
+        // (what is typed, the input the error is at, what it says)
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+        let cases: &[Case] = &[
+            (
+                &[("server.max_channel_count", "100")],
+                "server.max_channel_count",
+                "Max connections must be at least 103: each of the 100 sessions (Max sessions) needs a connection, one more stays free for a client to reconnect, and 2 are kept for new and reconnecting clients and trusted owners. Or lower Max sessions or the Connection reserves.",
+            ),
+            (
+                &[("connection.capacity", "110")],
+                "connection.capacity",
+                "Connection Capacity can only be lowered: enter 1 to 103, or leave it empty for 103.",
+            ),
+            (
+                &[("connection.capacity", "102")],
+                "connection.capacity",
+                "Connection Capacity must be at least 103: each of the 100 sessions (Max sessions) needs a connection, one more stays free for a client to reconnect, and 2 are kept for new and reconnecting clients and trusted owners. Or lower Max sessions or the Connection reserves.",
+            ),
+            (
+                &[("request_execution.capacity", "lots")],
+                "request_execution.capacity",
+                "RequestExecution Capacity: “lots” is not a number; enter a whole number, or leave it empty for the profile's value.",
+            ),
+            (
+                &[("server.max_session_count", "many")],
+                "server.max_session_count",
+                "Max sessions: “many” is not a number; enter a whole number, or leave it empty to keep the value in force.",
+            ),
+            (
+                &[("server.max_session_count", "0")],
+                "server.max_session_count",
+                "Max sessions must be at least 1.",
+            ),
+            (
+                &[("mode", "shared_only"), ("connection.bootstrap_reserved", "1")],
+                "connection.bootstrap_reserved",
+                "Connection Bootstrap reserve: mode shared_only keeps no reserves; leave it empty or 0, or choose mode balanced or trusted_reservations.",
+            ),
+            (
+                &[("connection.control_reserved", "1")],
+                "connection.control_reserved",
+                "Connection Control reserve: Connection has no control work, so it keeps no control reserve; leave it empty or 0.",
+            ),
+            (
+                &[("default_weight", "0")],
+                "default_weight",
+                "Default weight must be between 1 and 1000.",
+            ),
+            (
+                &[("default_weight", "")],
+                "default_weight",
+                "Default weight is needed: enter a whole number.",
+            ),
+            (
+                &[("max_tracked_owners", "2")],
+                "max_tracked_owners",
+                "Max tracked owners must be at least 4: one for everyone without a reserve, one per reserve in use (new, reconnecting and control callers) and one per trusted owner.",
+            ),
+            (
+                &[("request_execution.capacity", "20"), ("request_execution.owner_hard_limit", "30")],
+                "request_execution.owner_hard_limit",
+                "RequestExecution Owner hard limit must be between 1 (its largest reserve, at least one) and 20 (its capacity).",
+            ),
+            (
+                &[
+                    ("request_execution.capacity", "2"),
+                    ("request_execution.bootstrap_reserved", "1"),
+                    ("request_execution.reconnect_reserved", "1"),
+                    ("request_execution.control_reserved", "1"),
+                ],
+                "request_execution.capacity",
+                "RequestExecution Capacity (2) is less than what RequestExecution reserves (3): lower RequestExecution's reserves, raise RequestExecution Capacity, or choose another mode.",
+            ),
+            (
+                &[
+                    ("request_execution.capacity", "3"),
+                    ("request_execution.bootstrap_reserved", "1"),
+                    ("request_execution.reconnect_reserved", "1"),
+                    ("request_execution.control_reserved", "1"),
+                ],
+                "request_execution.capacity",
+                "RequestExecution holds 3 and reserves 3, which leaves 0 for everyone else; at least 1 must be left: lower its reserves or raise RequestExecution Capacity.",
+            ),
+            (
+                &[("mode", "trusted_reservations")],
+                "mode",
+                "Mode trusted_reservations needs a trusted owner: add one on the Trusted owners page (adding the first one chooses this mode).",
+            ),
+        ];
+        for (typed, input, words) in cases {
+            let (at, said) = refused(typed);
+            assert_eq!((at.as_str(), said.as_str()), (*input, *words), "{typed:?}");
+            // The planner's terms ("shared capacity", "total"); the mode
+            // shared_only is an option on the page.
+            for jargon in ["server.", "isolation.", "`", " total", "shared ", "max_"] {
+                assert!(!said.contains(jargon), "{jargon:?} in {said:?}");
+            }
+        }
+    }
+
+    /// A stage whose size comes from a setting the page has no input for:
+    /// shown at the stage's Capacity, with only the fix the page offers.
+    #[test]
+    fn reserves_above_a_stage_sized_elsewhere_point_at_its_row() {
+        let mut c = Config::default();
+        c.server.max_request_thread_count = 20;
+        let form = LimitsForm::from_fields(&[
+            ("mode".into(), "balanced".into()),
+            ("default_weight".into(), "1".into()),
+            ("max_tracked_owners".into(), "4096".into()),
+            ("request_execution.bootstrap_reserved".into(), "1000".into()),
+        ]);
+        let p = Preview::of(form.apply_to(c), false);
+        let said = p.error.unwrap_or_default();
+        assert_eq!(p.error_input, "request_execution.capacity", "{said}");
+        assert!(said.starts_with("RequestExecution holds "), "{said}");
+        assert!(said.contains("lower its reserves"), "{said}");
+        assert!(!said.contains("raise"), "{said}");
+        assert!(!said.contains("server."), "{said}");
+    }
+
+    /// The REST API and the CLI keep the plan's message naming the setting.
+    #[test]
+    fn the_plans_own_message_still_names_the_setting() {
+        let mut c = Config::default();
+        c.server.max_channel_count = 100;
+        let e = ops::check_config(&c).expect_err("too few connections");
+        assert_eq!(e.field(), Some("server.max_channel_count"));
+        assert!(
+            e.to_string().contains("server.max_session_count + 1"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn errors_point_at_their_input_and_placeholders_follow_the_capacity() {

@@ -21,6 +21,7 @@ pub mod dashboard;
 pub mod field_form;
 pub mod fields;
 pub mod limits;
+pub mod limits_text;
 pub mod login;
 pub mod maintenance;
 pub mod owners;
