@@ -68,13 +68,18 @@ impl FromRequestParts<WebState> for Authed {
                 who
             }
         };
-        // The stored role wins: a demoted or removed user loses access now.
-        who.role = state
+        // The stored role wins: a demoted or removed user loses access now,
+        // and a session begun before the password was last set has ended.
+        let standing = state
             .store
-            .user_role(&who.user)
+            .user_standing(&who.user)
             .await
             .map_err(ApiError::internal)?
             .ok_or(ApiError::Unauthenticated)?;
+        if standing.stamp != who.stamp {
+            return Err(ApiError::Unauthenticated);
+        }
+        who.role = standing.role;
         who.follower_of = crate::ops::follower_of(state);
         who.state_banner = crate::ops::state_banner(state);
         who.waiting_for_restart = state.engine.waiting_for_restart();

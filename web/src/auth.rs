@@ -104,13 +104,16 @@ impl TokenKeys {
         }
     }
 
-    /// A token for a new session of `user` with `role`, valid for
-    /// [`TOKEN_LIFETIME`].
-    pub fn issue(&self, user: &str, role: Role) -> Result<String, ApiError> {
+    /// A token for a new session of `user` (the stored name) with `role`,
+    /// valid for [`TOKEN_LIFETIME`]; `stamp` is the user's credential stamp
+    /// at login ([`uagate_store::Login::stamp`]): the session ends when the
+    /// password is set again (see [`uagate_store::Store::user_standing`]).
+    pub fn issue(&self, user: &str, role: Role, stamp: &str) -> Result<String, ApiError> {
         let now = unix_now();
         self.sign(&Claims {
             sub: user.to_string(),
             role: role.as_str().to_string(),
+            cred: stamp.to_string(),
             sid: hex::encode(rand::random::<[u8; 16]>()),
             auth: now,
             iat: now,
@@ -130,6 +133,7 @@ impl TokenKeys {
         self.sign(&Claims {
             sub: who.user.clone(),
             role: who.role.as_str().to_string(),
+            cred: who.stamp.clone(),
             sid: who.sid.clone(),
             auth: who.auth_time,
             iat: now,
@@ -145,7 +149,8 @@ impl TokenKeys {
 
     /// The user and role of a valid, unexpired token whose session was not
     /// logged out. The role is the one in the token; the [`Authed`]
-    /// extractor replaces it with the stored one.
+    /// extractor replaces it with the stored one, and refuses the token
+    /// when its credential stamp is not the user's now.
     pub fn verify(&self, token: &str) -> Result<Authed, ApiError> {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.leeway = 0;
@@ -160,6 +165,7 @@ impl TokenKeys {
             csrf: self.csrf_token(&c.sid),
             user: c.sub,
             role,
+            stamp: c.cred,
             sid: c.sid,
             auth_time: c.auth,
             issued: c.iat,
@@ -248,6 +254,10 @@ pub(crate) fn unix_now() -> u64 {
 struct Claims {
     sub: String,
     role: String,
+    /// The user's credential stamp at login: the session ends when the
+    /// password is set again. A token without one (issued before the
+    /// stamp existed) is refused.
+    cred: String,
     /// Session id: stays the same across renewals; keys the CSRF token.
     sid: String,
     /// When the user logged in (bounds renewal).
@@ -281,6 +291,9 @@ pub struct Authed {
     pub user: String,
     /// The user's current role.
     pub role: Role,
+    /// The user's credential stamp when the session began (see
+    /// [`uagate_store::Store::user_standing`]).
+    pub stamp: String,
     /// The console session (stable across renewals).
     pub sid: String,
     /// The session's CSRF token (forms and htmx send it back).
@@ -459,7 +472,7 @@ mod tests {
     #[test]
     fn tokens_round_trip_and_foreign_ones_are_refused() {
         let keys = TokenKeys::from_secret(&[7u8; 32]);
-        let t = keys.issue("ann", Role::Operator).unwrap();
+        let t = keys.issue("ann", Role::Operator, "stamp").unwrap();
         let a = keys.verify(&t).unwrap();
         assert_eq!(a.user, "ann");
         assert_eq!(a.role, Role::Operator);
@@ -475,7 +488,7 @@ mod tests {
     fn roles_are_ordered() {
         let keys = TokenKeys::from_secret(&[7u8; 32]);
         let mut viewer = keys
-            .verify(&keys.issue("v", Role::Viewer).unwrap())
+            .verify(&keys.issue("v", Role::Viewer, "stamp").unwrap())
             .unwrap();
         assert!(viewer.can(Role::Viewer));
         assert!(!viewer.can(Role::Operator));
@@ -488,7 +501,7 @@ mod tests {
     fn renewal_keeps_the_session_and_logout_revokes_it() {
         let keys = TokenKeys::from_secret(&[7u8; 32]);
         let first = keys
-            .verify(&keys.issue("ann", Role::Admin).unwrap())
+            .verify(&keys.issue("ann", Role::Admin, "stamp").unwrap())
             .unwrap();
         let renewed = keys.verify(&keys.renew(&first).unwrap()).unwrap();
         assert_eq!(renewed.sid, first.sid);
@@ -496,7 +509,7 @@ mod tests {
         assert_eq!(renewed.auth_time, first.auth_time);
         // Another session has another CSRF token.
         let other = keys
-            .verify(&keys.issue("ann", Role::Admin).unwrap())
+            .verify(&keys.issue("ann", Role::Admin, "stamp").unwrap())
             .unwrap();
         assert_ne!(other.csrf, first.csrf);
         // A session past the absolute limit is not renewed.
@@ -511,7 +524,7 @@ mod tests {
             Err(ApiError::Unauthenticated)
         ));
         assert!(keys
-            .verify(&keys.issue("ann", Role::Admin).unwrap())
+            .verify(&keys.issue("ann", Role::Admin, "stamp").unwrap())
             .is_ok());
     }
 

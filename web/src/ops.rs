@@ -35,23 +35,25 @@ pub async fn check_login(
     addr: Option<IpAddr>,
 ) -> Result<String, ApiError> {
     let now = Instant::now();
-    let delay = state.throttle.check(username, addr, now)?;
+    // One name to the throttle in any case, as to the login itself.
+    let key = uagate_store::user_key(username);
+    let delay = state.throttle.check(&key, addr, now)?;
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    let role = state
+    let login = state
         .store
-        .verify_user(username, password)
+        .login(username, password)
         .await
         .map_err(ApiError::internal)?;
-    match role {
-        Some(role) => {
-            state.throttle.succeeded(username, addr);
-            tracing::info!(user = %username, "console login");
-            state.keys.issue(username, role)
+    match login {
+        Some(login) => {
+            state.throttle.succeeded(&key, addr);
+            tracing::info!(user = %login.name, "console login");
+            state.keys.issue(&login.name, login.role, &login.stamp)
         }
         None => {
-            state.throttle.failed(username, addr, now);
+            state.throttle.failed(&key, addr, now);
             tracing::warn!(user = %username, "console login refused");
             Err(ApiError::BadCredentials)
         }
@@ -98,13 +100,19 @@ pub async fn check_setup(
         state.throttle.failed("(setup)", addr, now);
         return Err(ApiError::Forbidden { role: "setup" });
     }
-    state
+    let name = state
         .store
         .add_user("setup", &req.username, &req.password, Role::Admin)
         .await?;
     state.setup_done();
-    tracing::info!(user = %req.username, "first console administrator created");
-    state.keys.issue(&req.username, Role::Admin)
+    tracing::info!(user = %name, "first console administrator created");
+    let standing = state
+        .store
+        .user_standing(&name)
+        .await
+        .map_err(ApiError::internal)?
+        .ok_or(ApiError::Unauthenticated)?;
+    state.keys.issue(&name, standing.role, &standing.stamp)
 }
 
 // ------------------------------------------------------------------ status

@@ -32,7 +32,7 @@ async fn every_route_but_login_requires_a_valid_token() {
     assert_eq!(s, StatusCode::UNAUTHORIZED);
     // A token signed with another key is refused.
     let foreign = uagate_web::TokenKeys::from_secret(&[1u8; 32])
-        .issue("admin", Role::Admin)
+        .issue("admin", Role::Admin, "stamp")
         .unwrap();
     let (s, _, _) = f.call(get("/api/v1/status", Some(&foreign))).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
@@ -83,11 +83,11 @@ async fn login_gives_a_token_and_wrong_passwords_are_throttled() {
     }
     let (s, b, _) = attempt([127, 0, 1, 6], "viewer", "correct horse viewer").await;
     assert_eq!(s, StatusCode::OK, "{b}");
-    // Five failures of one name from one address lock that pair: even the
-    // right password gets 429 there, and the administrator still logs in
-    // from another address.
-    for _ in 0..5 {
-        let (s, _, _) = attempt([127, 0, 2, 1], "admin", "wrong password").await;
+    // Five failures of one name (in any case: it is one user) from one
+    // address lock that pair: even the right password gets 429 there, and
+    // the administrator still logs in from another address.
+    for name in ["admin", "Admin", "ADMIN", "aDmin", "admiN"] {
+        let (s, _, _) = attempt([127, 0, 2, 1], name, "wrong password").await;
         assert_eq!(s, StatusCode::UNAUTHORIZED);
     }
     let (s, b, h) = attempt([127, 0, 2, 1], "admin", "correct horse admin").await;
@@ -425,6 +425,12 @@ async fn admins_manage_users_and_read_the_audit_trail() {
         .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
     assert_eq!(b["field"], "role", "{b}");
+    // nina's session, begun before her password is reset below.
+    let (s, b) = f.login("nina", "nina-pass-1").await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let nina = b["token"].as_str().unwrap().to_string();
+    let (s, b, _) = f.call(get("/api/v1/status", Some(&nina))).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
     // Promote and reset the password; the new one works, the old one not.
     let (s, b, _) = f
         .call(json_request(
@@ -439,6 +445,45 @@ async fn admins_manage_users_and_read_the_audit_trail() {
     assert_eq!(s, StatusCode::UNAUTHORIZED);
     let (s, b) = f.login("nina", "nina-pass-2").await;
     assert_eq!(s, StatusCode::OK, "{b}");
+    // The reset ended the session begun with the old password.
+    let (s, b, _) = f.call(get("/api/v1/status", Some(&nina))).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{b}");
+    // Names are one user whatever their case: NINA is nina (and logs in
+    // as nina), a second Nina is refused; Unicode letters are names.
+    let (s, b) = f.login("NINA", "nina-pass-2").await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let token = b["token"].as_str().unwrap().to_string();
+    let (s, b, _) = f.call(get("/api/v1/status", Some(&token))).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let (s, b, _) = f
+        .call(add(
+            json!({"username": "Nina", "password": "nina-pass-3", "role": "viewer"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{b}");
+    assert_eq!(b["message"], "user \"nina\" already exists", "{b}");
+    let (s, b, _) = f
+        .call(add(
+            json!({"username": "Jürgen", "password": "jürgen-pass-1", "role": "viewer"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let (s, b, _) = f
+        .call(add(
+            json!({"username": "eight", "password": "        ", "role": "viewer"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert_eq!(b["field"], "password", "{b}");
+    let (s, b, _) = f
+        .call(json_request(
+            Method::PUT,
+            "/api/v1/users/J%C3%9CRGEN",
+            Some(&admin),
+            json!({"role": "operator"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT, "{b}");
     // The last admin can be neither demoted nor removed.
     let (s, b, _) = f
         .call(json_request(

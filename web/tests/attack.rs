@@ -25,11 +25,12 @@ fn now() -> u64 {
         .as_secs()
 }
 
-/// Claims shaped like the console's own, for `user` as admin.
-fn claims(exp: u64) -> Value {
+/// Claims shaped like the console's own, for `admin` whose credential
+/// stamp (see `Store::user_standing`) is `cred`.
+fn claims(exp: u64, cred: &str) -> Value {
     let t = now();
-    json!({"sub": "admin", "role": "admin", "sid": "00112233445566778899aabbccddeeff",
-           "auth": t, "iat": t, "exp": exp})
+    json!({"sub": "admin", "role": "admin", "cred": cred,
+           "sid": "00112233445566778899aabbccddeeff", "auth": t, "iat": t, "exp": exp})
 }
 
 fn b64(v: &[u8]) -> String {
@@ -41,10 +42,22 @@ async fn forged_expired_unsigned_and_foreign_tokens_are_refused() {
     let f = Fixture::start().await;
     let secret = std::fs::read(f.data_dir().join("console/jwt.key")).unwrap();
     let key = EncodingKey::from_secret(&secret);
+    let cred = f
+        .state
+        .store
+        .user_standing("admin")
+        .await
+        .unwrap()
+        .unwrap()
+        .stamp;
     // The control: a token made here with the gateway's key is accepted,
     // so every refusal below is for the one thing changed.
-    let good =
-        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims(now() + 600), &key).unwrap();
+    let good = jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims(now() + 600, &cred),
+        &key,
+    )
+    .unwrap();
     let (s, b, _) = f.call(get("/api/v1/status", Some(&good))).await;
     assert_eq!(s, StatusCode::OK, "{b}");
 
@@ -52,10 +65,32 @@ async fn forged_expired_unsigned_and_foreign_tokens_are_refused() {
     // Expired a minute ago (no leeway).
     refused.push((
         "expired",
-        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims(now() - 60), &key).unwrap(),
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims(now() - 60, &cred),
+            &key,
+        )
+        .unwrap(),
+    ));
+    // A session begun before the password was last set (another
+    // credential stamp), and one from before stamps existed (none).
+    refused.push((
+        "older password",
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims(now() + 600, &"0".repeat(32)),
+            &key,
+        )
+        .unwrap(),
+    ));
+    let mut unstamped = claims(now() + 600, &cred);
+    unstamped.as_object_mut().unwrap().remove("cred");
+    refused.push((
+        "no credential stamp",
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &unstamped, &key).unwrap(),
     ));
     // `alg: none`, no signature.
-    let body = b64(claims(now() + 600).to_string().as_bytes());
+    let body = b64(claims(now() + 600, &cred).to_string().as_bytes());
     refused.push((
         "alg none",
         format!("{}.{body}.", b64(br#"{"alg":"none","typ":"JWT"}"#)),
@@ -63,14 +98,19 @@ async fn forged_expired_unsigned_and_foreign_tokens_are_refused() {
     // Another HMAC algorithm with the right key.
     refused.push((
         "HS512",
-        jsonwebtoken::encode(&Header::new(Algorithm::HS512), &claims(now() + 600), &key).unwrap(),
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS512),
+            &claims(now() + 600, &cred),
+            &key,
+        )
+        .unwrap(),
     ));
     // Another key.
     refused.push((
         "other key",
         jsonwebtoken::encode(
             &Header::new(Algorithm::HS256),
-            &claims(now() + 600),
+            &claims(now() + 600, &cred),
             &EncodingKey::from_secret(&[9u8; 32]),
         )
         .unwrap(),

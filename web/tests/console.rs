@@ -304,8 +304,16 @@ async fn an_active_session_is_renewed_but_a_refresh_loop_does_not_keep_it() {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    let claims = json!({"sub": "viewer", "role": "viewer", "sid": "0123abcd", "auth": now - 840,
-                        "iat": now - 840, "exp": now + 60});
+    let cred = f
+        .state
+        .store
+        .user_standing("viewer")
+        .await
+        .unwrap()
+        .unwrap()
+        .stamp;
+    let claims = json!({"sub": "viewer", "role": "viewer", "cred": cred, "sid": "0123abcd",
+                        "auth": now - 840, "iat": now - 840, "exp": now + 60});
     let token = jsonwebtoken::encode(
         &jsonwebtoken::Header::default(),
         &claims,

@@ -191,7 +191,7 @@ fn empty(route: &Route) -> (&'static str, String) {
 /// `route` as `user` (a fresh session of theirs), or without a session:
 /// a Bearer token for the REST API, the session cookie and its CSRF token
 /// for the console.
-fn request(
+async fn request(
     f: &Fixture,
     route: &Route,
     user: Option<&str>,
@@ -207,7 +207,15 @@ fn request(
     }
     if let Some(user) = user {
         let role = uagate_web::auth::role_from_str(user).unwrap();
-        let token = f.state.keys.issue(user, role).unwrap();
+        let stamp = f
+            .state
+            .store
+            .user_standing(user)
+            .await
+            .unwrap()
+            .unwrap()
+            .stamp;
+        let token = f.state.keys.issue(user, role, &stamp).unwrap();
         let csrf = f.state.keys.verify(&token).unwrap().csrf;
         b = match route.kind {
             Kind::Api => b.header(header::AUTHORIZATION, format!("Bearer {token}")),
@@ -256,7 +264,7 @@ async fn a_lesser_role_is_refused_with_403_on_every_route_before_anything_change
             }
             let what = format!("{} {} as {user}", route.method, route.path);
             let (s, body, h) = f
-                .call(request(&f, &route, Some(user), false, body_for(&route)))
+                .call(request(&f, &route, Some(user), false, body_for(&route)).await)
                 .await;
             assert_eq!(s, StatusCode::FORBIDDEN, "{what}: {body}");
             let reason = format!("the {user} role may not do this");
@@ -328,7 +336,7 @@ async fn without_a_session_rest_calls_get_401_and_pages_the_login() {
         }
         let what = format!("{} {}", route.method, route.path);
         let (s, body, h) = f
-            .call(request(&f, &route, None, false, empty(&route)))
+            .call(request(&f, &route, None, false, empty(&route)).await)
             .await;
         match route.kind {
             Kind::Api => {
@@ -339,7 +347,9 @@ async fn without_a_session_rest_calls_get_401_and_pages_the_login() {
                 assert_eq!(s, StatusCode::SEE_OTHER, "{what}: {body}");
                 let to = h[header::LOCATION].to_str().unwrap();
                 assert!(to.starts_with("/login?next=%2F"), "{what}: {to}");
-                let (s, _, h) = f.call(request(&f, &route, None, true, empty(&route))).await;
+                let (s, _, h) = f
+                    .call(request(&f, &route, None, true, empty(&route)).await)
+                    .await;
                 assert_eq!(s, StatusCode::OK, "{what} from htmx");
                 // An htmx request comes from a page opened with a session
                 // (as does a form post): the login page says it expired.
@@ -366,7 +376,7 @@ async fn the_least_role_itself_gets_through_on_every_route() {
         let what = format!("{} {} as {user}", route.method, route.path);
         // Empty bodies: harmless, and enough to see the router let it in.
         let (s, body, h) = f
-            .call(request(&f, &route, Some(user), false, empty(&route)))
+            .call(request(&f, &route, Some(user), false, empty(&route)).await)
             .await;
         assert_ne!(s, StatusCode::UNAUTHORIZED, "{what}: {body}");
         assert!(

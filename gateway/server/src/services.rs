@@ -400,19 +400,24 @@ impl Engine {
             let password = String::from_utf8(password.as_ref().to_vec())
                 .map_err(|_| ServiceError::UserAccessDenied)?;
             let throttle = self.sessions.throttle();
-            throttle.wait(&name).await;
+            // One name to the throttle in any case, as to the login itself.
+            let key = uagate_store::user_key(&name);
+            throttle.wait(&key).await;
             let verdict = self
                 .store
-                .verify_user(&name, &password)
+                .login(&name, &password)
                 .await
                 .map_err(|e| ServiceError::Internal(e.to_string()))?;
             return match verdict {
-                Some(role) => {
-                    throttle.success(&name);
-                    Ok(UserIdentity::User { name, role })
+                Some(login) => {
+                    throttle.success(&key);
+                    Ok(UserIdentity::User {
+                        name: login.name,
+                        role: login.role,
+                    })
                 }
                 None => {
-                    throttle.failure(&name);
+                    throttle.failure(&key);
                     tracing::warn!(user = %name, "user authentication failed");
                     Err(ServiceError::UserAccessDenied)
                 }

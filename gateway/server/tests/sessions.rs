@@ -266,9 +266,10 @@ async fn username_login_and_throttled_failures() {
         .await
         .unwrap()
         .authentication_token;
+    // The name in any case is the user alice.
     chan.activate(
         &token,
-        IdentityToken::new_user_name("alice", "correct horse battery"),
+        IdentityToken::new_user_name("ALICE", "correct horse battery"),
     )
     .await
     .expect("right password");
@@ -280,12 +281,13 @@ async fn username_login_and_throttled_failures() {
         .unwrap()
         .authentication_token;
     let mut elapsed = Vec::new();
-    for _ in 0..4 {
+    // Another case of the name is no new name to the throttle.
+    for name in ["alice", "Alice", "ALICE", "aLiCe"] {
         let t = Instant::now();
         let r = chan
             .activate(
                 &token,
-                IdentityToken::new_user_name("alice", "wrong password!"),
+                IdentityToken::new_user_name(name, "wrong password!"),
             )
             .await;
         elapsed.push(t.elapsed());

@@ -24,8 +24,9 @@ use crate::error::{invalid, StoreError};
 use crate::model::{CertInfo, CertKind, Role};
 use crate::x509::{self, ParsedCert, ParsedCrl};
 use crate::{
-    admin_count, kind_from_db, role_from_db, validate_actor, validate_setting_key,
-    validate_user_name, Store, MAX_SETTING_VALUE_LEN, REJECTED_CAP,
+    admin_count, kind_from_db, names_with_key, resolve_user, role_from_db, user_key,
+    validate_actor, validate_setting_key, validate_user_name, Store, MAX_SETTING_VALUE_LEN,
+    REJECTED_CAP,
 };
 
 /// Largest payload of an [`Change::Event`], in bytes.
@@ -383,6 +384,16 @@ pub(crate) async fn append_log(
     Ok((seq, row.try_get("epoch")?))
 }
 
+/// The stored name of the user a change names (any case, see
+/// [`crate::resolve_user`]), or [`StoreError::UnknownUser`] with the name
+/// as given.
+async fn stored_user(tx: &mut SqliteConnection, name: String) -> Result<String, StoreError> {
+    match resolve_user(tx, &name).await? {
+        Some(stored) => Ok(stored),
+        None => Err(StoreError::UnknownUser(name)),
+    }
+}
+
 /// Runs a validated change inside `tx`; a refusal returns `Err` before
 /// anything is written or after writes the caller rolls back.
 pub(crate) async fn run(
@@ -392,6 +403,10 @@ pub(crate) async fn run(
 ) -> Result<Effect, StoreError> {
     match plan {
         Plan::AddUser { name, hash, role } => {
+            // Names are one user whatever their case (see `user_key`).
+            if let Some(existing) = names_with_key(tx, &user_key(&name)).await?.pop() {
+                return Err(StoreError::UserExists(existing));
+            }
             let inserted = sqlx::query(
                 "INSERT INTO users (name, password_hash, role, created_at, updated_at) \
                  VALUES (?1, ?2, ?3, ?4, ?4)",
@@ -415,6 +430,7 @@ pub(crate) async fn run(
             ))
         }
         Plan::SetPassword { name, hash } => {
+            let name = stored_user(tx, name).await?;
             let updated =
                 sqlx::query("UPDATE users SET password_hash = ?1, updated_at = ?2 WHERE name = ?3")
                     .bind(&hash)
@@ -428,6 +444,7 @@ pub(crate) async fn run(
             Ok(Effect::logged("user.password", json!({ "name": name })))
         }
         Plan::SetRole { name, role } => {
+            let name = stored_user(tx, name).await?;
             let previous: Option<String> =
                 sqlx::query_scalar("SELECT role FROM users WHERE name = ?1")
                     .bind(&name)
@@ -438,7 +455,10 @@ pub(crate) async fn run(
                 None => return Err(StoreError::UnknownUser(name)),
             };
             if previous == Role::Admin && role != Role::Admin && admin_count(tx).await? <= 1 {
-                return Err(invalid("role", "cannot demote the last admin"));
+                return Err(invalid(
+                    "role",
+                    format!("cannot demote {name}, the last admin (make another user admin first)"),
+                ));
             }
             sqlx::query("UPDATE users SET role = ?1, updated_at = ?2 WHERE name = ?3")
                 .bind(role.as_str())
@@ -452,6 +472,7 @@ pub(crate) async fn run(
             ))
         }
         Plan::DeleteUser { name } => {
+            let name = stored_user(tx, name).await?;
             let role: Option<String> = sqlx::query_scalar("SELECT role FROM users WHERE name = ?1")
                 .bind(&name)
                 .fetch_optional(&mut *tx)
@@ -461,7 +482,10 @@ pub(crate) async fn run(
                 None => return Err(StoreError::UnknownUser(name)),
             };
             if role == Role::Admin && admin_count(tx).await? <= 1 {
-                return Err(invalid("name", "cannot delete the last admin"));
+                return Err(invalid(
+                    "name",
+                    format!("cannot remove {name}, the last admin (make another user admin first)"),
+                ));
             }
             sqlx::query("DELETE FROM users WHERE name = ?1")
                 .bind(&name)

@@ -107,9 +107,10 @@ impl fmt::Debug for PasswordHash {
 #[serde(rename_all = "snake_case")]
 pub enum Change {
     /// Creates a user (`user.add`: name, role). Refused with
-    /// [`crate::StoreError::UserExists`] for a taken name.
+    /// [`crate::StoreError::UserExists`] for a taken name, in any case
+    /// (see [`crate::user_key`]).
     AddUser {
-        /// Login name (letters, digits and `. _ - @`).
+        /// Login name in its canonical form (see [`crate::user_name`]).
         name: String,
         /// The password's argon2id hash.
         password_hash: PasswordHash,
@@ -118,7 +119,7 @@ pub enum Change {
     },
     /// Replaces a user's password (`user.password`: name).
     SetPassword {
-        /// The user.
+        /// The user (the stored name in any case).
         name: String,
         /// The new password's argon2id hash.
         password_hash: PasswordHash,
@@ -126,7 +127,7 @@ pub enum Change {
     /// Changes a user's role (`user.role`: name, role, previous). Demoting
     /// the last admin is refused.
     SetRole {
-        /// The user.
+        /// The user (the stored name in any case).
         name: String,
         /// The new role.
         role: Role,
@@ -134,7 +135,7 @@ pub enum Change {
     /// Deletes a user (`user.delete`: name). Deleting the last admin is
     /// refused.
     DeleteUser {
-        /// The user.
+        /// The user (the stored name in any case).
         name: String,
     },
     /// Puts a certificate on the trusted or issuer list (`trust.add`), off

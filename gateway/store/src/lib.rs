@@ -110,6 +110,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, SqliteConnection};
 use tokio::sync::Semaphore;
+use unicode_normalization::UnicodeNormalization;
 
 pub use apply::{report_replication, Applied, MAX_EVENT_PAYLOAD_LEN};
 pub use chain::{TrustVerdict, MAX_CHAIN_LEN};
@@ -195,6 +196,33 @@ fn validate_actor(actor: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The canonical form of a user name as someone typed it: white space
+/// around it removed and its characters in Unicode normalization form C (so
+/// `Jürgen` is one name however the `ü` was entered), checked: 1 to
+/// [`MAX_NAME_LEN`] letters and digits of any script (Unicode Alphabetic
+/// and Numeric) and `. _ - @`. The one check of a new user name: the CLI,
+/// the console and REST (first-start setup included) all add users through
+/// [`Store::add_user`], which calls it.
+pub fn user_name(input: &str) -> Result<String, StoreError> {
+    let name: String = input.trim().nfc().collect();
+    validate_user_name(&name)?;
+    Ok(name)
+}
+
+/// What user names are compared by: the name in lower case (after
+/// [`user_name`]'s normalization). Two names with the same key are the same
+/// user: a second one is refused, and logging in, the CLI, the console and
+/// REST find a user by any case of its name (see [`Store::login`]). Also
+/// the key the login throttles count failures under, so that `OTTO` and
+/// `otto` are one name to them too.
+pub fn user_key(name: &str) -> String {
+    name.trim().nfc().collect::<String>().to_lowercase()
+}
+
+/// A stored user name is valid: [`user_name`]'s rules, already in its
+/// canonical form. Called by apply for every new user (and for the users
+/// of a snapshot), so that both appliances of a pair hold names in the
+/// same form.
 fn validate_user_name(name: &str) -> Result<(), StoreError> {
     if name.is_empty() {
         return Err(invalid("name", "user name must not be empty"));
@@ -207,16 +235,26 @@ fn validate_user_name(name: &str) -> Result<(), StoreError> {
     }
     if !name
         .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
+        .all(|c| c.is_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
     {
         return Err(invalid(
             "name",
             "user name may only contain letters, digits and . _ - @",
         ));
     }
+    if !unicode_normalization::is_nfc(name) {
+        return Err(invalid(
+            "name",
+            "user name must be in Unicode normalization form C",
+        ));
+    }
     Ok(())
 }
 
+/// A new password is acceptable: [`MIN_PASSWORD_LEN`] characters or more,
+/// at most [`MAX_PASSWORD_LEN`] bytes, and not white space only. The one
+/// check of a new password, for [`Store::add_user`] and
+/// [`Store::set_password`] (so for the CLI, the console and REST alike).
 fn validate_password(password: &str) -> Result<(), StoreError> {
     if password.chars().count() < MIN_PASSWORD_LEN {
         return Err(invalid(
@@ -228,6 +266,12 @@ fn validate_password(password: &str) -> Result<(), StoreError> {
         return Err(invalid(
             "password",
             format!("must be at most {MAX_PASSWORD_LEN} bytes"),
+        ));
+    }
+    if password.chars().all(char::is_whitespace) {
+        return Err(invalid(
+            "password",
+            "must not be only spaces or other white space",
         ));
     }
     Ok(())
@@ -313,6 +357,77 @@ async fn admin_count(conn: &mut SqliteConnection) -> Result<i64, StoreError> {
     )
 }
 
+/// The stored names of the users whose name has the key `key` (see
+/// [`user_key`]): none or one, or several that differ only in case, added
+/// before names were compared that way. Reads every name: the table holds
+/// an appliance's few dozen users, and SQLite cannot lower-case beyond
+/// ASCII.
+async fn names_with_key(conn: &mut SqliteConnection, key: &str) -> Result<Vec<String>, StoreError> {
+    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM users ORDER BY name")
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(names.into_iter().filter(|n| user_key(n) == key).collect())
+}
+
+/// The stored name of the user `name` means: the user of exactly that name,
+/// else the one user whose name equals it but for case (see [`user_key`]);
+/// `None` when no user matches. Several users differing only in case (from
+/// before names were compared that way) and none named exactly so: refused,
+/// naming them. Called by apply for every change of a user, and by
+/// [`Store::login`]; it depends only on the stored rows, as apply must.
+pub(crate) async fn resolve_user(
+    conn: &mut SqliteConnection,
+    name: &str,
+) -> Result<Option<String>, StoreError> {
+    let exact: Option<String> = sqlx::query_scalar("SELECT name FROM users WHERE name = ?1")
+        .bind(name)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if exact.is_some() {
+        return Ok(exact);
+    }
+    let mut found = names_with_key(conn, &user_key(name)).await?;
+    match found.len() {
+        0 | 1 => Ok(found.pop()),
+        _ => Err(invalid(
+            "name",
+            format!(
+                "{name:?} matches the users {}, which differ only in case: give the name exactly",
+                found.join(", ")
+            ),
+        )),
+    }
+}
+
+/// The credential stamp of a stored password hash: changes whenever the
+/// password is set (each hash has its own random salt), and says nothing
+/// about the password. See [`Store::user_standing`].
+fn credential_stamp(password_hash: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(password_hash.as_bytes())[..16])
+}
+
+/// A successful login (see [`Store::login`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Login {
+    /// The user's name as stored (the login may have used another case).
+    pub name: String,
+    /// The user's role.
+    pub role: Role,
+    /// The user's credential stamp now (see [`Store::user_standing`]).
+    pub stamp: String,
+}
+
+/// What a logged-in user is allowed now (see [`Store::user_standing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserStanding {
+    /// The user's current role.
+    pub role: Role,
+    /// The user's current credential stamp: it changes when the password
+    /// is set, so a console session begun with an older one has ended.
+    pub stamp: String,
+}
+
 impl Store {
     /// Opens (creating if missing) the database at `db_path`, readable by
     /// this process's user only (see [`files::private_db_file`]), switches
@@ -393,38 +508,43 @@ impl Store {
     // ----------------------------------------------------------------- users
 
     /// Creates a user with an argon2id-hashed password: proposes
-    /// [`Change::AddUser`]. Logged as `user.add` (name and role only).
+    /// [`Change::AddUser`]. The name is put in its canonical form and
+    /// checked by [`user_name`]; one that differs from an existing user's
+    /// only in case is refused ([`StoreError::UserExists`] naming the
+    /// existing user). Returns the name as stored. Logged as `user.add`
+    /// (name and role only).
     pub async fn add_user(
         &self,
         actor: &str,
         name: &str,
         password: &str,
         role: Role,
-    ) -> Result<(), StoreError> {
+    ) -> Result<String, StoreError> {
         validate_actor(actor)?;
-        validate_user_name(name)?;
+        let name = user_name(name)?;
         validate_password(password)?;
         // Cheap pre-check to avoid hashing for an obvious duplicate; apply
         // decides.
-        let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM users WHERE name = ?1")
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await?;
-        if exists.is_some() {
-            return Err(StoreError::UserExists(name.to_owned()));
+        let mut conn = self.pool.acquire().await?;
+        if let Some(existing) = names_with_key(&mut conn, &user_key(&name)).await?.pop() {
+            return Err(StoreError::UserExists(existing));
         }
+        drop(conn);
         let password_hash = PasswordHash::new(self.hash_password(password).await?);
         let change = Change::AddUser {
-            name: name.to_owned(),
+            name: name.clone(),
             password_hash,
             role,
         };
         self.apply(Proposal::now(actor, change)).await?;
-        Ok(())
+        Ok(name)
     }
 
-    /// Replaces a user's password: proposes [`Change::SetPassword`]. Logged
-    /// as `user.password` (name only).
+    /// Replaces a user's password (`name` in any case, see
+    /// [`resolve_user`]): proposes [`Change::SetPassword`]. The user's
+    /// credential stamp changes with it, which ends their console sessions
+    /// (see [`Store::user_standing`]). Logged as `user.password` (name
+    /// only).
     pub async fn set_password(
         &self,
         actor: &str,
@@ -442,9 +562,9 @@ impl Store {
         Ok(())
     }
 
-    /// Changes a user's role: proposes [`Change::SetRole`]. Demoting the
-    /// last admin is refused so the console cannot lock itself out. Logged
-    /// as `user.role`.
+    /// Changes a user's role (`name` in any case): proposes
+    /// [`Change::SetRole`]. Demoting the last admin is refused so the
+    /// console cannot lock itself out. Logged as `user.role`.
     pub async fn set_role(&self, actor: &str, name: &str, role: Role) -> Result<(), StoreError> {
         let change = Change::SetRole {
             name: name.to_owned(),
@@ -454,8 +574,8 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes a user: proposes [`Change::DeleteUser`]. Deleting the last
-    /// admin is refused. Logged as `user.delete`.
+    /// Deletes a user (`name` in any case): proposes [`Change::DeleteUser`].
+    /// Deleting the last admin is refused. Logged as `user.delete`.
     pub async fn delete_user(&self, actor: &str, name: &str) -> Result<(), StoreError> {
         let change = Change::DeleteUser {
             name: name.to_owned(),
@@ -464,31 +584,49 @@ impl Store {
         Ok(())
     }
 
-    /// Checks a login. Returns the user's role on success, `None` for an
-    /// unknown user or a wrong password (indistinguishable by timing: an
-    /// unknown user is verified against a dummy hash).
-    pub async fn verify_user(
-        &self,
-        name: &str,
-        password: &str,
-    ) -> Result<Option<Role>, StoreError> {
+    /// Checks a login: the user `name` means (its exact name, or the same
+    /// name in another case, see [`resolve_user`]) and its password. Returns
+    /// the user as stored on success, `None` for an unknown user or a wrong
+    /// password (indistinguishable by timing: an unknown user is verified
+    /// against a dummy hash). Called by the console's and REST's login and
+    /// by the OPC UA user name login.
+    pub async fn login(&self, name: &str, password: &str) -> Result<Option<Login>, StoreError> {
         if password.len() > MAX_PASSWORD_LEN || name.len() > 4 * MAX_NAME_LEN {
             return Ok(None);
         }
-        let row = sqlx::query("SELECT password_hash, role FROM users WHERE name = ?1")
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await?;
+        let mut conn = self.pool.acquire().await?;
+        let stored = match resolve_user(&mut conn, name).await {
+            Ok(stored) => stored,
+            // Several names differing only in case: none of them by this one.
+            Err(e) if e.is_refusal() => None,
+            Err(e) => return Err(e),
+        };
+        let row = match &stored {
+            Some(stored) => {
+                sqlx::query("SELECT name, password_hash, role FROM users WHERE name = ?1")
+                    .bind(stored)
+                    .fetch_optional(&mut *conn)
+                    .await?
+            }
+            None => None,
+        };
+        drop(conn);
         let password = password.to_owned();
         match row {
             Some(row) => {
+                let name: String = row.try_get("name")?;
                 let hash: String = row.try_get("password_hash")?;
                 let role: String = row.try_get("role")?;
+                let stamp = credential_stamp(&hash);
                 let ok = self
                     .blocking(move || password::verify(&password, &hash))
                     .await?;
                 if ok {
-                    Ok(Some(role_from_db(&role)?))
+                    Ok(Some(Login {
+                        name,
+                        role: role_from_db(&role)?,
+                        stamp,
+                    }))
                 } else {
                     Ok(None)
                 }
@@ -501,15 +639,41 @@ impl Store {
         }
     }
 
-    /// The current role of a user, `None` for an unknown name. Called on
-    /// every console request so a role change or removal takes effect at
-    /// once, not when the user's token expires.
+    /// Checks a login like [`Store::login`] and returns only the role.
+    pub async fn verify_user(
+        &self,
+        name: &str,
+        password: &str,
+    ) -> Result<Option<Role>, StoreError> {
+        Ok(self.login(name, password).await?.map(|l| l.role))
+    }
+
+    /// The current role of a user (the exact stored name), `None` for an
+    /// unknown name.
     pub async fn user_role(&self, name: &str) -> Result<Option<Role>, StoreError> {
-        let role: Option<String> = sqlx::query_scalar("SELECT role FROM users WHERE name = ?1")
+        Ok(self.user_standing(name).await?.map(|s| s.role))
+    }
+
+    /// The current role and credential stamp of a user (the exact stored
+    /// name, as [`Store::login`] returned it), `None` for an unknown name.
+    /// Called on every console request so that a role change, a removal or
+    /// a new password takes effect at once, not when the user's token
+    /// expires: a session whose stamp is not the user's stamp now began
+    /// before the password was last set, and has ended.
+    pub async fn user_standing(&self, name: &str) -> Result<Option<UserStanding>, StoreError> {
+        let row = sqlx::query("SELECT password_hash, role FROM users WHERE name = ?1")
             .bind(name)
             .fetch_optional(&self.pool)
             .await?;
-        role.as_deref().map(role_from_db).transpose()
+        row.map(|row| {
+            let hash: String = row.try_get("password_hash")?;
+            let role: String = row.try_get("role")?;
+            Ok(UserStanding {
+                role: role_from_db(&role)?,
+                stamp: credential_stamp(&hash),
+            })
+        })
+        .transpose()
     }
 
     /// Records an operator action that changes no stored state (a

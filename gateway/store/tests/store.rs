@@ -674,3 +674,189 @@ async fn the_filtered_change_log_matches_actor_kind_time_and_sequence_in_sql() {
         ["event.field_reconnect", "event.service_level"]
     );
 }
+
+/// User names: letters and digits of any script; one user whatever the
+/// case or the Unicode form of its name, for adding, changing and logging
+/// in; a password of white space only is refused.
+#[tokio::test]
+async fn user_names_are_unicode_and_one_user_in_any_case() {
+    let (_dir, _path, store) = open_temp().await;
+    // Precomposed ü, and an admin so that others can be demoted.
+    assert_eq!(
+        store
+            .add_user("root", "Jürgen", PW, Role::Admin)
+            .await
+            .unwrap(),
+        "Jürgen"
+    );
+    assert_eq!(
+        store
+            .add_user("root", " otto ", PW, Role::Operator)
+            .await
+            .unwrap(),
+        "otto",
+        "stored without the white space around it"
+    );
+    for (taken, existing) in [
+        ("OTTO", "otto"),
+        ("Otto", "otto"),
+        ("JÜRGEN", "Jürgen"),
+        // u followed by a combining diaeresis: the same name.
+        ("Ju\u{308}rgen", "Jürgen"),
+    ] {
+        match store.add_user("root", taken, PW, Role::Viewer).await {
+            Err(StoreError::UserExists(n)) => assert_eq!(n, existing, "{taken}"),
+            other => panic!("{taken}: {other:?}"),
+        }
+    }
+    for good in ["Øyvind", "Σοφία", "Дмитрий", "李小龙", "jane.doe@plant-1"] {
+        store
+            .add_user("root", good, PW, Role::Viewer)
+            .await
+            .unwrap();
+    }
+    for bad in [
+        "bad name",
+        "zero\u{200d}width",
+        "tab\there",
+        "semi;colon",
+        "",
+    ] {
+        assert!(
+            matches!(
+                store.add_user("root", bad, PW, Role::Viewer).await,
+                Err(StoreError::Invalid { ref setting, .. }) if setting == "name"
+            ),
+            "{bad:?}"
+        );
+    }
+    // Passwords of white space only, however long.
+    for blank in [
+        "        ",
+        "\t\t\t\t\t\t\t\t",
+        "\u{3000}\u{3000}  \u{a0}   ",
+    ] {
+        for refused in [
+            store
+                .add_user("root", "blank", blank, Role::Viewer)
+                .await
+                .err(),
+            store.set_password("root", "otto", blank).await.err(),
+        ] {
+            assert!(
+                matches!(refused, Some(StoreError::Invalid { ref setting, .. }) if setting == "password"),
+                "{blank:?}: {refused:?}"
+            );
+        }
+    }
+    // Logging in by any case gives the stored name.
+    let login = store.login("OTTO", PW).await.unwrap().unwrap();
+    assert_eq!((login.name.as_str(), login.role), ("otto", Role::Operator));
+    let login = store.login("jürgen", PW).await.unwrap().unwrap();
+    assert_eq!(login.name, "Jürgen");
+    assert_eq!(store.login("OTTO", "wrong-password").await.unwrap(), None);
+    // Changes find the user by any case, and log the stored name.
+    store.set_role("root", "OTTO", Role::Viewer).await.unwrap();
+    store
+        .set_password("root", "Otto", "otto-pass-2")
+        .await
+        .unwrap();
+    assert!(store.login("otto", "otto-pass-2").await.unwrap().is_some());
+    store.delete_user("root", "oTTo").await.unwrap();
+    assert_eq!(store.user_role("otto").await.unwrap(), None);
+    let log = store.change_log_since(0, 100).await.unwrap();
+    let last: Vec<(&str, &str)> = log
+        .iter()
+        .rev()
+        .take(3)
+        .map(|e| (e.kind.as_str(), e.payload.as_str()))
+        .collect();
+    for (kind, payload) in last {
+        assert!(payload.contains("\"name\":\"otto\""), "{kind}: {payload}");
+    }
+    // The last admin, in any case.
+    match store.delete_user("root", "JÜRGEN").await {
+        Err(StoreError::Invalid { message, .. }) => {
+            assert!(
+                message.contains("cannot remove Jürgen, the last admin"),
+                "{message}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Names that differ only in case, stored before names were compared that
+/// way, stay: each logs in and is changed by its exact name; another case
+/// of them is ambiguous and refused, naming both.
+#[tokio::test]
+async fn names_differing_only_in_case_from_before_stay_apart() {
+    let (_dir, path, store) = open_temp().await;
+    store
+        .add_user("root", "otto", PW, Role::Admin)
+        .await
+        .unwrap();
+    // As an older version could store them: a second row by hand.
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(SqliteConnectOptions::new().filename(&path))
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO users (name, password_hash, role, created_at, updated_at) \
+         SELECT 'OTTO', password_hash, 'viewer', created_at, updated_at FROM users \
+         WHERE name = 'otto'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    assert_eq!(
+        store.login("otto", PW).await.unwrap().unwrap().role,
+        Role::Admin
+    );
+    assert_eq!(
+        store.login("OTTO", PW).await.unwrap().unwrap().role,
+        Role::Viewer
+    );
+    assert_eq!(store.login("Otto", PW).await.unwrap(), None);
+    match store.set_role("root", "Otto", Role::Operator).await {
+        Err(StoreError::Invalid { message, .. }) => {
+            assert!(message.contains("OTTO, otto"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    store.delete_user("root", "OTTO").await.unwrap();
+    assert_eq!(
+        store.list_users().await.unwrap(),
+        [("otto".to_string(), Role::Admin)]
+    );
+}
+
+/// A user's credential stamp changes when the password is set (which ends
+/// their console sessions), not when the role changes.
+#[tokio::test]
+async fn the_credential_stamp_changes_with_the_password_only() {
+    let (_dir, _path, store) = open_temp().await;
+    store
+        .add_user("root", "ada", PW, Role::Admin)
+        .await
+        .unwrap();
+    store
+        .add_user("root", "bob", PW, Role::Viewer)
+        .await
+        .unwrap();
+    let stamp = |name: &'static str| {
+        let store = store.clone();
+        async move { store.user_standing(name).await.unwrap().unwrap().stamp }
+    };
+    let at_login = store.login("bob", PW).await.unwrap().unwrap().stamp;
+    assert_eq!(stamp("bob").await, at_login);
+    assert_ne!(stamp("ada").await, at_login, "each user has their own");
+    store.set_role("root", "bob", Role::Operator).await.unwrap();
+    assert_eq!(stamp("bob").await, at_login);
+    // The same password again is a new hash (a new salt): a new stamp.
+    store.set_password("root", "bob", PW).await.unwrap();
+    assert_ne!(stamp("bob").await, at_login);
+    assert_eq!(store.user_standing("nobody").await.unwrap(), None);
+}

@@ -72,13 +72,13 @@ pub async fn add(
         let role = role_field(&f.role)?;
         state
             .store
-            .add_user(&who.user, f.username.trim(), &f.password, role)
+            .add_user(&who.user, &f.username, &f.password, role)
             .await
             .map_err(ApiError::from)
     }
     .await;
     match result {
-        Ok(()) => done("/users", &format!("User {} added.", f.username.trim())),
+        Ok(name) => done("/users", &format!("User {name} added.")),
         Err(e) => render_users(&state, &who, None, Some(e)).await,
     }
 }
