@@ -183,6 +183,26 @@ enum UserCommand {
     },
     /// List users and their roles.
     List,
+    /// Remove a user; the last admin cannot be removed (exit code 2).
+    Remove {
+        /// Login name (any case).
+        name: String,
+    },
+    /// Change a user's role; the last admin cannot be demoted (exit code 2).
+    Role {
+        /// Login name (any case).
+        name: String,
+        /// The new role.
+        #[arg(long, value_enum)]
+        role: RoleArg,
+    },
+    /// Set a user's password (a reset, e.g. for a forgotten one): the new
+    /// one is read from standard input (first line). Ends the user's
+    /// console sessions.
+    Password {
+        /// Login name (any case).
+        name: String,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -206,6 +226,17 @@ enum TrustCommand {
     List,
     /// List rejected certificates awaiting a decision, same format.
     Rejected,
+    /// Remove a certificate from the trusted, issuer or rejected list.
+    Remove {
+        /// Its thumbprint as `trust list` prints it (any case, `:` allowed).
+        thumbprint: String,
+    },
+    /// Trust a rejected certificate: it moves from the rejected list to the
+    /// trusted one (the console's "Trust"); takes effect without restart.
+    Approve {
+        /// Its thumbprint as `trust rejected` prints it (any case, `:` allowed).
+        thumbprint: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -347,6 +378,64 @@ fn existing(data: &Path) -> Result<()> {
         "{}: no such data directory (check --data or UAGATE_DATA; `uagate run` creates it)",
         data.display()
     )
+}
+
+/// Exit code of a change the store refused as such: an unknown user or
+/// certificate, the last admin, an invalid name, password or thumbprint
+/// (like `plan` and `tls set` refusing their input). Other failures (a
+/// paired appliance whose gateway is not running, a standby naming its
+/// primary) exit 1.
+const REFUSED_EXIT: i32 = 2;
+
+/// What a refusal of the store says on the command line: its own words,
+/// which name the user or certificate ("no user named \"otto\"", "cannot
+/// remove ada, the last admin (...)"), a password's fault as "the password
+/// must ...".
+fn refusal(e: &uagate_store::StoreError) -> String {
+    match e {
+        uagate_store::StoreError::Invalid { setting, message } if setting == "password" => {
+            format!("the password {message}")
+        }
+        uagate_store::StoreError::Invalid { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The outcome of a change a CLI command asked the store for: a refusal
+/// (see [`REFUSED_EXIT`]) is printed as one line, `uagate COMMAND: why`
+/// (`why` as `say` puts it, e.g. [`refusal`]), and ends the process with
+/// exit code 2; any other error is returned (exit 1).
+fn unless_refused<T>(
+    command: &str,
+    result: Result<T, uagate_store::StoreError>,
+    say: impl FnOnce(&uagate_store::StoreError) -> String,
+) -> Result<T> {
+    match result {
+        Err(e) if e.is_refusal() => {
+            eprintln!("uagate {command}: {}", say(&e));
+            std::process::exit(REFUSED_EXIT);
+        }
+        other => Ok(other?),
+    }
+}
+
+/// The first line of standard input: the password of `user add` and
+/// `user password`.
+fn read_password() -> Result<String> {
+    let mut input = String::new();
+    std::io::stdin()
+        .read_to_string(&mut input)
+        .context("cannot read the password from standard input")?;
+    Ok(input.lines().next().unwrap_or_default().to_string())
+}
+
+/// A `--role` argument as the store's role.
+fn role_of(role: RoleArg) -> Role {
+    match role {
+        RoleArg::Admin => Role::Admin,
+        RoleArg::Operator => Role::Operator,
+        RoleArg::Viewer => Role::Viewer,
+    }
 }
 
 /// The store in `data` (created, and the directory with it, private to
@@ -783,6 +872,21 @@ async fn pair_command(data: &Path, command: PairCommand) -> Result<()> {
     }
 }
 
+/// What a refusal of a change by thumbprint says, naming the thumbprint as
+/// the operator typed it: "no rejected certificate with thumbprint X" for
+/// an unknown one (`what` names the lists looked in), "X is not a
+/// thumbprint: ..." for one that is not 40 hex digits.
+fn thumbprint_refusal(e: &uagate_store::StoreError, thumbprint: &str, what: &str) -> String {
+    use uagate_store::StoreError;
+    match e {
+        StoreError::UnknownCert(_) => format!("no {what} with thumbprint {thumbprint}"),
+        StoreError::Invalid { setting, message } if setting == "thumbprint" => {
+            format!("{thumbprint:?} is not a thumbprint: {message}")
+        }
+        other => refusal(other),
+    }
+}
+
 /// `trust list` / `trust rejected`: `<thumbprint> <subject>
 /// <application-uri|->`, one line per certificate.
 fn certs_text(certs: &[uagate_store::CertInfo]) -> String {
@@ -956,23 +1060,17 @@ async fn run() -> Result<()> {
             Ok(())
         }
         Command::User { command } => {
-            if matches!(command, UserCommand::List) {
+            // Only `add` may start a store; the others need one.
+            if !matches!(command, UserCommand::Add { .. }) {
                 existing(&cli.data)?;
             }
             let store = open_store_for_change(&cli.data).await?;
             match command {
                 UserCommand::Add { name, role } => {
-                    let mut password = String::new();
-                    std::io::stdin()
-                        .read_to_string(&mut password)
-                        .context("cannot read the password from standard input")?;
-                    let password = password.lines().next().unwrap_or_default();
-                    let role = match role {
-                        RoleArg::Admin => Role::Admin,
-                        RoleArg::Operator => Role::Operator,
-                        RoleArg::Viewer => Role::Viewer,
-                    };
-                    store.add_user(CLI_ACTOR, &name, password, role).await?;
+                    let password = read_password()?;
+                    let role = role_of(role);
+                    // As stored: without white space around it, in NFC.
+                    let name = store.add_user(CLI_ACTOR, &name, &password, role).await?;
                     outln!("user {name} added as {role}")?;
                 }
                 UserCommand::List => {
@@ -984,11 +1082,29 @@ async fn run() -> Result<()> {
                         .collect();
                     out!("{users}")?;
                 }
+                UserCommand::Remove { name } => {
+                    let removed = store.delete_user(CLI_ACTOR, &name).await;
+                    unless_refused("user remove", removed, refusal)?;
+                    outln!("user {name} removed")?;
+                }
+                UserCommand::Role { name, role } => {
+                    let role = role_of(role);
+                    let changed = store.set_role(CLI_ACTOR, &name, role).await;
+                    unless_refused("user role", changed, refusal)?;
+                    outln!("user {name} is now {role}")?;
+                }
+                UserCommand::Password { name } => {
+                    let password = read_password()?;
+                    let set = store.set_password(CLI_ACTOR, &name, &password).await;
+                    unless_refused("user password", set, refusal)?;
+                    outln!("password of {name} set; their console sessions have ended")?;
+                }
             }
             Ok(())
         }
         Command::Trust { command } => {
-            if matches!(command, TrustCommand::List | TrustCommand::Rejected) {
+            // Only `add` may start a store; the others need one.
+            if !matches!(command, TrustCommand::Add { .. }) {
                 existing(&cli.data)?;
             }
             let store = open_store_for_change(&cli.data).await?;
@@ -1011,6 +1127,20 @@ async fn run() -> Result<()> {
                 )?,
                 TrustCommand::Rejected => {
                     out!("{}", certs_text(&store.certs(CertKind::Rejected).await?))?
+                }
+                TrustCommand::Remove { thumbprint } => {
+                    let removed = store.trust_remove(CLI_ACTOR, &thumbprint).await;
+                    unless_refused("trust remove", removed, |e| {
+                        thumbprint_refusal(e, &thumbprint, "certificate")
+                    })?;
+                    outln!("removed {thumbprint}")?;
+                }
+                TrustCommand::Approve { thumbprint } => {
+                    let approved = store.approve_rejected(CLI_ACTOR, &thumbprint).await;
+                    let info = unless_refused("trust approve", approved, |e| {
+                        thumbprint_refusal(e, &thumbprint, "rejected certificate")
+                    })?;
+                    outln!("trusted {} {}", info.thumbprint, info.subject)?;
                 }
             }
             Ok(())

@@ -554,6 +554,40 @@ fn pair_invite_join_status_and_replicated_cli_changes() {
         "{err}"
     );
 
+    // So are the other user changes (their refusal is the pair's, not the
+    // store's: exit 1, like `user add`), naming the primary.
+    for out in [
+        uagate(&b)
+            .args(["user", "role", "olga", "--role", "admin"])
+            .output()
+            .unwrap(),
+        uagate(&b)
+            .args(["user", "remove", "olga"])
+            .output()
+            .unwrap(),
+        uagate_with_input(&b, &["user", "password", "OLGA"], "a new password 2\n"),
+    ] {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("not the configuration leader") && err.contains(&a_pair),
+            "{err}"
+        );
+    }
+    // On the primary they go through the pair to the standby.
+    ok(uagate(&a)
+        .args(["user", "role", "OLGA", "--role", "viewer"])
+        .output()
+        .unwrap());
+    let t0 = Instant::now();
+    while !ok(uagate(&b).args(["user", "list"]).output().unwrap()).contains("olga viewer") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the role never reached B"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
     // The primary is gone: the standby leaves anyway, prints LEFT, says the
     // primary was not told and exits 3.
     drop(_ga);
@@ -941,4 +975,231 @@ fn a_read_only_command_on_a_missing_data_directory_is_refused() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("Connection: total=103,"));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no such data directory"));
     assert!(!data.exists(), "plan created {}", data.display());
+}
+
+/// `uagate --data DATA ARGS…` with `stdin` written to its standard input.
+#[allow(clippy::unwrap_used)]
+fn uagate_with_input(data: &std::path::Path, args: &[&str], stdin: &str) -> std::process::Output {
+    let mut child = uagate(data)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A refusal: exit code 2 and the one line `expected` on stderr, nothing
+/// on stdout.
+fn assert_refused(out: &std::process::Output, expected: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err, format!("{expected}\n"));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// Whether `name` logs in with `password` in the store of `data` (read
+/// directly, as the console's login does).
+#[allow(clippy::unwrap_used)]
+fn logs_in(data: &std::path::Path, name: &str, password: &str) -> bool {
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let store = uagate_store::Store::open(&data.join("uagate.db"))
+            .await
+            .unwrap();
+        let ok = store.login(name, password).await.unwrap().is_some();
+        store.close().await;
+        ok
+    })
+}
+
+/// `user role`, `user password` and `user remove`, with the names as the
+/// operator types them (any case, Unicode letters); the last admin can be
+/// neither demoted nor removed (exit 2, one line), and an unknown user or a
+/// blank password is refused the same way. Once with the gateway stopped,
+/// once with it running (the change then goes through it).
+#[test]
+fn user_role_password_and_remove_refuse_to_lose_the_last_admin() {
+    let dir = tempfile::tempdir().unwrap();
+    for running in [false, true] {
+        let data = dir.path().join(if running { "running" } else { "stopped" });
+        let _gateway = running.then(|| run_gateway(&data, &dir.path().join("c.toml")));
+        ok(user_add(&data, "Jürgen", "admin"));
+        ok(user_add(&data, "bob", "viewer"));
+        // The only admin: neither demoted nor removed, in any case.
+        assert_refused(
+            &uagate(&data)
+                .args(["user", "role", "JÜRGEN", "--role", "operator"])
+                .output()
+                .unwrap(),
+            "uagate user role: cannot demote Jürgen, the last admin (make another user admin first)",
+        );
+        assert_refused(
+            &uagate(&data)
+                .args(["user", "remove", "jürgen"])
+                .output()
+                .unwrap(),
+            "uagate user remove: cannot remove Jürgen, the last admin (make another user admin first)",
+        );
+        assert_refused(
+            &uagate(&data)
+                .args(["user", "remove", "nobody"])
+                .output()
+                .unwrap(),
+            "uagate user remove: no user named \"nobody\"",
+        );
+        // A forgotten password is reset from stdin's first line; a blank
+        // one is refused.
+        assert_refused(
+            &uagate_with_input(
+                &data,
+                &["user", "password", "JÜRGEN"],
+                "        \nignored\n",
+            ),
+            "uagate user password: the password must not be only spaces or other white space",
+        );
+        let out = uagate_with_input(&data, &["user", "password", "JÜRGEN"], "a new password 2\n");
+        assert_eq!(
+            ok(out),
+            "password of JÜRGEN set; their console sessions have ended\n"
+        );
+        assert!(logs_in(&data, "Jürgen", "a new password 2"));
+        assert!(!logs_in(&data, "Jürgen", "a long password 1"));
+        // Another admin first, then the first one may go.
+        let out = uagate(&data)
+            .args(["user", "role", "BOB", "--role", "admin"])
+            .output()
+            .unwrap();
+        assert_eq!(ok(out), "user BOB is now admin\n");
+        let out = uagate(&data)
+            .args(["user", "remove", "Jürgen"])
+            .output()
+            .unwrap();
+        assert_eq!(ok(out), "user Jürgen removed\n");
+        let users = ok(uagate(&data).args(["user", "list"]).output().unwrap());
+        assert_eq!(users, "bob admin\n", "running={running}");
+        // A second bob, in another case, is the same user.
+        let out = user_add(&data, "BOB", "viewer");
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("user \"bob\" already exists"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Nothing to change on a data directory that does not exist: refused,
+    // nothing created.
+    let missing = dir.path().join("missing");
+    for args in [
+        &["user", "remove", "bob"][..],
+        &["user", "role", "bob", "--role", "admin"],
+        &["trust", "remove", &"0".repeat(40)],
+        &["trust", "approve", &"0".repeat(40)],
+    ] {
+        let out = uagate(&missing).args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("no such data directory"),
+            "{args:?}"
+        );
+        assert!(!missing.exists(), "{args:?} created it");
+    }
+}
+
+/// A self-signed certificate (DER) with an application URI.
+#[allow(clippy::unwrap_used)]
+fn certificate(cn: &str) -> Vec<u8> {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    params.subject_alt_names.push(rcgen::SanType::URI(
+        format!("urn:test:{cn}").as_str().try_into().unwrap(),
+    ));
+    let key = rcgen::KeyPair::generate().unwrap();
+    params.self_signed(&key).unwrap().der().to_vec()
+}
+
+/// `trust approve` moves a rejected certificate (as `trust rejected` shows
+/// it) to the trusted list, `trust remove` takes one off by the thumbprint
+/// `trust list` shows; either in upper case and with colons. An unknown or
+/// malformed thumbprint is refused naming it (exit 2).
+#[test]
+fn trust_approve_and_remove_by_thumbprint() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let der = certificate("stranger");
+    // The engine's own record of a certificate it refused.
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        std::fs::create_dir_all(&data).unwrap();
+        let store = uagate_store::Store::open(&data.join("uagate.db"))
+            .await
+            .unwrap();
+        store.record_rejected(&der).await.unwrap();
+        store.close().await;
+    });
+    let rejected = ok(uagate(&data).args(["trust", "rejected"]).output().unwrap());
+    let thumbprint = rejected.split_whitespace().next().unwrap().to_string();
+    assert_eq!(thumbprint.len(), 40, "{rejected}");
+    let typed: String = thumbprint
+        .to_uppercase()
+        .as_bytes()
+        .chunks(2)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect::<Vec<_>>()
+        .join(":");
+    let out = uagate(&data)
+        .args(["trust", "approve", &typed])
+        .output()
+        .unwrap();
+    assert_eq!(ok(out), format!("trusted {thumbprint} CN=stranger\n"));
+    assert_eq!(
+        ok(uagate(&data).args(["trust", "rejected"]).output().unwrap()),
+        ""
+    );
+    assert_eq!(
+        ok(uagate(&data).args(["trust", "list"]).output().unwrap()),
+        format!("{thumbprint} CN=stranger urn:test:stranger\n")
+    );
+    // Trusted now: no longer a rejected one to approve.
+    assert_refused(
+        &uagate(&data)
+            .args(["trust", "approve", &thumbprint])
+            .output()
+            .unwrap(),
+        &format!("uagate trust approve: no rejected certificate with thumbprint {thumbprint}"),
+    );
+    let out = uagate(&data)
+        .args(["trust", "remove", &typed])
+        .output()
+        .unwrap();
+    assert_eq!(ok(out), format!("removed {typed}\n"));
+    assert_eq!(
+        ok(uagate(&data).args(["trust", "list"]).output().unwrap()),
+        ""
+    );
+    assert_refused(
+        &uagate(&data)
+            .args(["trust", "remove", &thumbprint])
+            .output()
+            .unwrap(),
+        &format!("uagate trust remove: no certificate with thumbprint {thumbprint}"),
+    );
+    assert_refused(
+        &uagate(&data)
+            .args(["trust", "remove", "12:34"])
+            .output()
+            .unwrap(),
+        "uagate trust remove: \"12:34\" is not a thumbprint: expected 40 hexadecimal digits (SHA-1)",
+    );
 }

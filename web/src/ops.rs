@@ -1004,25 +1004,24 @@ pub async fn remove_ingress(
 
 // ------------------------------------------------------------ certificates
 
-/// Moves a rejected certificate to the trusted list: the next
-/// handshake with it succeeds.
+/// Moves a rejected certificate to the trusted list (see
+/// [`uagate_store::Store::approve_rejected`], which `uagate trust approve`
+/// calls too): the next handshake with it succeeds.
 pub async fn trust_rejected(
     state: &WebState,
     who: &Authed,
     thumbprint: &str,
 ) -> Result<uagate_store::CertInfo, ApiError> {
-    let wanted = thumbprint.replace(':', "").to_ascii_lowercase();
-    let cert = state
+    state
         .store
-        .certs(uagate_store::CertKind::Rejected)
-        .await?
-        .into_iter()
-        .find(|c| c.thumbprint == wanted)
-        .ok_or_else(|| ApiError::NotFound(format!("no rejected certificate {wanted}")))?;
-    Ok(state
-        .store
-        .trust_add(&who.user, &cert.der, uagate_store::CertKind::Trusted)
-        .await?)
+        .approve_rejected(&who.user, thumbprint)
+        .await
+        .map_err(|e| match e {
+            uagate_store::StoreError::UnknownCert(t) => {
+                ApiError::NotFound(format!("no rejected certificate {t}"))
+            }
+            other => other.into(),
+        })
 }
 
 /// Removes a certificate from whichever list holds it.

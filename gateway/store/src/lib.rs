@@ -752,6 +752,32 @@ impl Store {
         self.trust_add(actor, &der, kind).await
     }
 
+    /// Trusts a certificate the engine rejected: the one on the rejected
+    /// list with `thumbprint` (40 hex digits; case and `:` separators
+    /// ignored) goes to the trusted list, with the DER kept from its
+    /// rejection: proposes [`Change::TrustAdd`]. [`StoreError::UnknownCert`]
+    /// when no rejected certificate has that thumbprint (a trusted one
+    /// included). Called by the console's and REST's "Trust" of a rejected
+    /// certificate and by `uagate trust approve`. Logged as `trust.add`
+    /// (`previous_kind: "rejected"`).
+    pub async fn approve_rejected(
+        &self,
+        actor: &str,
+        thumbprint: &str,
+    ) -> Result<CertInfo, StoreError> {
+        validate_actor(actor)?;
+        let thumbprint = x509::normalize_thumbprint(thumbprint)?;
+        let der: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT der FROM certs WHERE thumbprint = ?1 AND kind = 'rejected'")
+                .bind(&thumbprint)
+                .fetch_optional(&self.pool)
+                .await?;
+        match der {
+            Some(der) => self.trust_add(actor, &der, CertKind::Trusted).await,
+            None => Err(StoreError::UnknownCert(thumbprint)),
+        }
+    }
+
     /// Called by the engine when a peer presents an untrusted certificate:
     /// proposes [`LocalChange::RecordRejected`] (node-local) as actor
     /// `engine`. New certificates are stored as rejected (logged as

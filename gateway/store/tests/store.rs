@@ -860,3 +860,38 @@ async fn the_credential_stamp_changes_with_the_password_only() {
     assert_ne!(stamp("bob").await, at_login);
     assert_eq!(store.user_standing("nobody").await.unwrap(), None);
 }
+
+/// Trusting a rejected certificate by its thumbprint, in any case and with
+/// colons; a thumbprint on no rejected list is unknown.
+#[tokio::test]
+async fn a_rejected_certificate_is_approved_by_its_thumbprint() {
+    let (_dir, _path, store) = open_temp().await;
+    let der = make_cert("Stranger", "urn:test:stranger");
+    store.record_rejected(&der).await.unwrap();
+    let thumbprint = store.certs(CertKind::Rejected).await.unwrap()[0]
+        .thumbprint
+        .clone();
+    let typed = thumbprint
+        .to_uppercase()
+        .as_bytes()
+        .chunks(2)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect::<Vec<_>>()
+        .join(":");
+    let info = store.approve_rejected("alice", &typed).await.unwrap();
+    assert_eq!(info.thumbprint, thumbprint);
+    assert_eq!(info.kind, CertKind::Trusted);
+    assert_eq!(
+        store.cert_status(&der).await.unwrap(),
+        Some(CertKind::Trusted)
+    );
+    // Trusted now, so no longer a rejected one.
+    assert!(matches!(
+        store.approve_rejected("alice", &thumbprint).await,
+        Err(StoreError::UnknownCert(ref t)) if *t == thumbprint
+    ));
+    assert!(matches!(
+        store.approve_rejected("alice", "12:34").await,
+        Err(StoreError::Invalid { ref setting, .. }) if setting == "thumbprint"
+    ));
+}
