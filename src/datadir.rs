@@ -35,8 +35,10 @@ pub struct DataDirLock {
 impl DataDirLock {
     /// Takes the lock on `dir` (prepared first, see [`prepare`]), or
     /// refuses with "data directory DIR is in use by another uagate (pid
-    /// N)" when another process holds it. Called first by the long-running
-    /// commands, before they open anything in `dir`.
+    /// N)" when another process holds it; then makes every file in `dir`
+    /// private to this user (see [`uagate_store::files::private_tree`]).
+    /// Called first by the long-running commands, before they open
+    /// anything in `dir`.
     pub fn acquire(dir: &Path) -> Result<DataDirLock> {
         prepare(dir)?;
         let path = dir.join(LOCK_FILE);
@@ -71,6 +73,15 @@ impl DataDirLock {
         file.set_len(0)
             .and_then(|()| writeln!(file, "{}", std::process::id()))
             .with_context(|| format!("cannot write the lock file {}", path.display()))?;
+        let changed = uagate_store::files::private_tree(dir)
+            .with_context(|| format!("cannot make the data directory {} private", dir.display()))?;
+        if changed > 0 {
+            tracing::info!(
+                dir = %dir.display(),
+                changed,
+                "files in the data directory that others could read made private to this user"
+            );
+        }
         Ok(DataDirLock { _file: file })
     }
 }

@@ -938,6 +938,8 @@ fn tls_set(data: &Path, cert: &Path, key: &Path) -> Result<uagate_server::tls_ce
 const EVENT_INTERVAL: u32 = 4;
 
 fn main() -> std::process::ExitCode {
+    // Before any thread: nothing this process creates is for others.
+    uagate_store::files::private_umask();
     let interval = std::env::var("UAGATE_EVENT_INTERVAL")
         .ok()
         .and_then(|v| v.parse().ok())

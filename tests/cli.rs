@@ -1203,3 +1203,85 @@ fn trust_approve_and_remove_by_thumbprint() {
         "uagate trust remove: \"12:34\" is not a thumbprint: expected 40 hexadecimal digits (SHA-1)",
     );
 }
+
+/// Every file and directory under `dir` whose mode lets the group or
+/// others in (none may).
+#[allow(clippy::unwrap_used)]
+fn readable_by_others(dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        if mode(&path) & 0o077 != 0 {
+            found.push(format!("{} {:o}", path.display(), mode(&path)));
+        }
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap() {
+                pending.push(entry.unwrap().path());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Under a umask of 022, the gateway creates every file in its data
+/// directory for its own user only (private keys 0600); files an older
+/// version left readable by others (0644, 0755) are made private at the
+/// next start.
+#[test]
+fn every_file_in_the_data_directory_is_private_and_mended_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let file = dir.path().join("c.toml");
+    std::fs::write(&file, "[listen]\nopc_tcp = \"127.0.0.1:0\"\n").unwrap();
+    ok(uagate_umask_022(&data)
+        .args(["config", "import"])
+        .arg(&file)
+        .output()
+        .unwrap());
+    let keys = [
+        "pki/private/private.pem",
+        "tls/key.pem",
+        "pair/pair-key.der",
+        "console/jwt.key",
+    ];
+    let run = || {
+        let (gateway, _) = spawn_until_ready(uagate_umask_022(&data).arg("run"));
+        // The console's key is made once the console starts.
+        let t0 = Instant::now();
+        while !data.join("console/jwt.key").exists() {
+            assert!(t0.elapsed() < Duration::from_secs(30));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        gateway
+    };
+    let gateway = run();
+    for key in keys {
+        assert_eq!(mode(&data.join(key)), 0o600, "{key}");
+    }
+    assert_eq!(readable_by_others(&data), Vec::<String>::new());
+    drop(gateway);
+    // As an older version left them: everything readable by everyone.
+    let mut pending = vec![data.clone()];
+    while let Some(path) = pending.pop() {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let mode = if meta.is_dir() { 0o755 } else { 0o644 };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap() {
+                pending.push(entry.unwrap().path());
+            }
+        }
+    }
+    assert!(readable_by_others(&data).len() > keys.len());
+    let _gateway = run();
+    for key in keys {
+        assert_eq!(mode(&data.join(key)), 0o600, "{key}");
+    }
+    assert_eq!(readable_by_others(&data), Vec::<String>::new());
+}
