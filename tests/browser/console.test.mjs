@@ -130,7 +130,7 @@ test("the console end to end", async (t) => {
     await page.fill("input[name=username]", ADMIN[0]);
     await page.fill("input[name=password]", ADMIN[1]);
     await page.click("button[type=submit]");
-    assert.match(await page.textContent("#error"), /Wrong setup code/);
+    assert.match(await page.textContent("#error"), /Wrong or expired setup code/);
     await page.fill("input[name=code]", setup_code);
     await page.fill("input[name=username]", ADMIN[0]);
     await page.fill("input[name=password]", ADMIN[1]);

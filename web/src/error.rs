@@ -33,6 +33,10 @@ pub enum ApiError {
         /// The caller's role.
         role: &'static str,
     },
+    /// First-start setup with a code that is not the one-time setup code,
+    /// or after it was spent (an administrator exists).
+    #[error("wrong or expired setup code")]
+    SetupCode,
     /// The request or the document it carries is invalid.
     #[error("{message}")]
     Invalid {
@@ -144,7 +148,9 @@ impl ApiError {
             ApiError::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
             ApiError::BadCredentials => (StatusCode::UNAUTHORIZED, "bad_credentials"),
             ApiError::Throttled { .. } => (StatusCode::TOO_MANY_REQUESTS, "throttled"),
-            ApiError::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::Forbidden { .. } | ApiError::SetupCode => {
+                (StatusCode::FORBIDDEN, "forbidden")
+            }
             ApiError::Csrf => (StatusCode::FORBIDDEN, "csrf"),
             ApiError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),

@@ -72,9 +72,10 @@ pub struct SetupRequest {
 }
 
 /// Creates the first admin with the one-time setup code and returns their
-/// token. Refused (403) once any user exists or with a wrong code; wrong
-/// codes count towards the login lockout of the caller's address. Shared
-/// by the REST call and the console's setup form.
+/// token. Refused (403, "wrong or expired setup code", logged with the
+/// caller's address but not the code) once any user exists or with a wrong
+/// code; wrong codes count towards the login lockout of the caller's
+/// address. Shared by the REST call and the console's setup form.
 pub async fn check_setup(
     state: &WebState,
     req: &SetupRequest,
@@ -98,7 +99,14 @@ pub async fn check_setup(
         .is_empty();
     if !matches || !no_users {
         state.throttle.failed("(setup)", addr, now);
-        return Err(ApiError::Forbidden { role: "setup" });
+        // Who tried, never the code they sent.
+        let from = addr.map_or_else(|| "unknown".to_string(), |a| a.to_string());
+        tracing::warn!(
+            client = %from,
+            setup_pending = state.setup_code.lock().is_some(),
+            "console setup refused: wrong or expired setup code"
+        );
+        return Err(ApiError::SetupCode);
     }
     let name = state
         .store

@@ -250,6 +250,10 @@ async fn first_start_setup_creates_one_admin_with_the_one_time_code() {
     };
     let (s, b, _) = f.call(setup("0000", "root", "long enough pw")).await;
     assert_eq!(s, StatusCode::FORBIDDEN, "wrong code: {b}");
+    assert_eq!(
+        b,
+        json!({"code": "forbidden", "message": "wrong or expired setup code"})
+    );
     let (s, b, _) = f.call(setup(&code, "root", "short")).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
     assert_eq!(b["field"], "password", "{b}");
@@ -264,8 +268,9 @@ async fn first_start_setup_creates_one_admin_with_the_one_time_code() {
     let (s, b) = f.put_config(&token, doc).await;
     assert_eq!(s, StatusCode::OK, "{b}");
     // The code is spent: no second admin through setup.
-    let (s, _, _) = f.call(setup(&code, "eve", "long enough pw")).await;
+    let (s, b, _) = f.call(setup(&code, "eve", "long enough pw")).await;
     assert_eq!(s, StatusCode::FORBIDDEN);
+    assert_eq!(b["message"], "wrong or expired setup code");
     assert_eq!(f.state.prepare_setup().await.unwrap(), None);
     let (s, _) = f.login("root", "long enough pw").await;
     assert_eq!(s, StatusCode::OK);

@@ -383,6 +383,11 @@ async fn refusals_are_logged_without_the_secrets() {
         text.contains("console login refused"),
         "the refusals are logged: {text}"
     );
+    assert!(
+        text.contains("console setup refused: wrong or expired setup code")
+            && text.contains("client=127.0.0.7"),
+        "a wrong setup code is logged with who sent it: {text}"
+    );
     for secret in [
         wrong,
         &token,

@@ -165,7 +165,7 @@ pub async fn setup_submit(
             &SetupPage {
                 title: "First start".into(),
                 error: Some(match e {
-                    ApiError::Forbidden { .. } => "Wrong setup code.".to_string(),
+                    ApiError::SetupCode => "Wrong or expired setup code.".to_string(),
                     other => other.to_string(),
                 }),
             },
