@@ -266,6 +266,17 @@ test("the Pair page: invite, join, standby banner, promotion, diverged", async (
     assert.match(joined, /Joined the pair/);
     // The fingerprint B saw, as the console writes every fingerprint: the one A's invite showed.
     assert.ok(joined.includes(inviteFingerprint), `${joined} / ${inviteFingerprint}`);
+    // B now has A's users: the session made with B's own ended with them.
+    assert.match(joined, /log in again with a user of that appliance/);
+    // (when A's snapshot has arrived: a loaded machine may take a while).
+    const loggedOutBy = Date.now() + 60_000;
+    for (;;) {
+      await pb.goto("/pair");
+      if (new URL(pb.url()).pathname.startsWith("/login")) break;
+      assert.ok(Date.now() < loggedOutBy, `still logged in on B with B's own user: ${pb.url()}`);
+      await pb.waitForTimeout(500);
+    }
+    await login(pb, ...ADMIN);
     await waitRole(pb, "standby");
     const banner = await pb.textContent("#follower-banner");
     assert.match(banner, /This appliance is the standby; change settings on the primary at/);

@@ -313,9 +313,10 @@ pub async fn join(State(state): State<WebState>, who: Authed, Form(f): Form<Join
             done(
                 "/pair",
                 &format!(
-                    "Joined the pair of {addr}: this appliance takes its configuration now. \
-                     Its certificate fingerprint is {}: it should be the one its Pair page \
-                     showed with the code.",
+                    "Joined the pair of {addr}: this appliance takes its configuration now, \
+                     its users included, so log in again with a user of that appliance. Its \
+                     certificate fingerprint is {}: it should be the one its Pair page showed \
+                     with the code.",
                     Digest::from_hex(&fingerprint)
                 ),
             )
