@@ -452,9 +452,14 @@ test("the Pair page: invite, join, standby banner, promotion, diverged", async (
     const diverged = await page.textContent("#pair-diverged");
     assert.match(diverged, /user\.add/);
     assert.match(diverged, /zed/);
-    // The banner links to B once A knows its new leader.
+    // The banner links to B once A knows its new leader, and B's console
+    // URL of its restart (announced by B, replicated to A: it may first
+    // show the one from before).
     const t1 = Date.now();
-    while (!(await page.$("#leader-console"))) {
+    const linksToB = async () =>
+      (await page.$("#leader-console")) &&
+      (await page.getAttribute("#leader-console", "href")) === `${appliances.b.console}pair`;
+    while (!(await linksToB())) {
       assert.ok(Date.now() - t1 < 15_000, "no banner linking to B on A");
       await page.waitForTimeout(300);
       await page.goto("/pair");
