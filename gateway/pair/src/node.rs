@@ -1751,7 +1751,7 @@ impl PairNode {
         let Some((_, me, _)) = members.iter().find(|(id, _, _)| *id == self.id) else {
             return;
         };
-        if known_host(&me.addr).is_some() || !names_no_host(&me.addr) {
+        if !names_no_host(&me.addr) {
             return;
         }
         let mut named = me.clone();
@@ -2708,27 +2708,26 @@ impl RaftNetwork<PairConfig> for Peer {
     }
 }
 
-/// Whether `addr` (`host:port`, or a URL `scheme://host:port/...`) names
-/// no host: 0.0.0.0 or [::], what a listener on every address reports.
+/// The IP literal `addr` (`host:port`, or a URL `scheme://host:port/...`)
+/// names as its host, if it names one.
+fn host_ip(addr: &str) -> Option<std::net::IpAddr> {
+    let (start, end) = host_span(addr)?;
+    addr[start..end]
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok()
+}
+
+/// Whether `addr` names no host: 0.0.0.0 or [::], what a listener on
+/// every address reports.
 fn names_no_host(addr: &str) -> bool {
-    host_span(addr).is_some_and(|(start, end)| {
-        let host = addr[start..end]
-            .trim_start_matches('[')
-            .trim_end_matches(']');
-        host.parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_unspecified())
-    })
+    host_ip(addr).is_some_and(|ip| ip.is_unspecified())
 }
 
 /// The IP `addr` names, when it names one that is not 0.0.0.0 or [::].
 fn known_host(addr: &str) -> Option<std::net::IpAddr> {
-    let (start, end) = host_span(addr)?;
-    let host = addr[start..end]
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    host.parse::<std::net::IpAddr>()
-        .ok()
-        .filter(|ip| !ip.is_unspecified())
+    host_ip(addr).filter(|ip| !ip.is_unspecified())
 }
 
 /// `addr` with its host replaced by `ip` when it names no host (see

@@ -459,6 +459,16 @@ impl SessionTable {
                                             || same_secure_client(&s.client_certificate, chan))
                                 })
                                 .unwrap_or(false);
+                        // The caller's session: whether it has room for
+                        // one more subscription, and its client application.
+                        let target = sessions.get(token).map(|t| {
+                            let subs = &t.subscriptions;
+                            (
+                                subs.subscription_count()
+                                    >= subs.limits().max_subscriptions_per_session as usize,
+                                t.client.fixed.description.application_uri.clone(),
+                            )
+                        });
                         if !same_user {
                             StatusCode::BadUserAccessDenied
                         } else if &owner_token == token {
@@ -471,20 +481,15 @@ impl SessionTable {
                                 sub.record_transfer(None);
                             }
                             StatusCode::Good
-                        } else if sessions.get_mut(token).is_ok_and(|target| {
-                            target.subscriptions.subscription_count()
-                                >= target.subscriptions.limits().max_subscriptions_per_session
-                                    as usize
-                        }) {
+                        } else if target.as_ref().is_some_and(|(full, _)| *full) {
                             // Refused before it leaves its session: taken
                             // first, it would be lost.
                             StatusCode::BadTooManySubscriptions
                         } else {
-                            let client_of =
-                                |s: &Session| s.client.fixed.description.application_uri.clone();
-                            let target_client = sessions.get_mut(token).ok().map(|s| client_of(s));
+                            let target_client = target.map(|(_, client)| client);
                             match sessions.holder_mut(&owner_token).and_then(|s| {
-                                let same_client = Some(client_of(s)) == target_client;
+                                let client = &s.client.fixed.description.application_uri;
+                                let same_client = target_client.as_ref() == Some(client);
                                 let mut sub = s.subscriptions.take(*id, now_dt)?;
                                 sub.record_transfer(Some(same_client));
                                 Some(sub)
