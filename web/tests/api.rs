@@ -818,3 +818,56 @@ async fn write_answers_say_whether_the_pair_has_the_change() {
     );
     store.set_replicator(None);
 }
+
+/// Refusals decided before a body arrives (no token, a declared length
+/// over the limit) reach an HTTP/2 client whose upload is still running
+/// (RFC 9113 8.1: the whole answer, then RST_STREAM(NO_ERROR)), and its
+/// connection stays usable for the next request.
+#[tokio::test]
+async fn early_refusals_reach_http2_clients_mid_upload() {
+    let f = Fixture::start().await;
+    let token = f.token("admin").await;
+    let mut h2 = f.http2().await;
+    // Larger than the flow-control windows: the upload is still running
+    // when the answer is decided.
+    let upload = vec![b' '; 4 << 20];
+    let put = |token: Option<&str>| {
+        let mut req = Request::builder()
+            .method(Method::PUT)
+            .uri("https://localhost/api/v1/config")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::CONTENT_LENGTH, upload.len());
+        if let Some(t) = token {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        req.body(Body::from(upload.clone())).unwrap()
+    };
+    for (token, status, code) in [
+        (None, StatusCode::UNAUTHORIZED, "unauthenticated"),
+        (
+            Some(token.as_str()),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+        ),
+    ] {
+        let resp = tokio::time::timeout(Duration::from_secs(20), h2.send_request(put(token)))
+            .await
+            .expect("answered in time")
+            .unwrap_or_else(|e| panic!("no answer to a refused upload ({status}): {e}"));
+        assert_eq!(resp.status(), status);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["code"], code, "{body}");
+    }
+    let status = Request::builder()
+        .uri("https://localhost/api/v1/status")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    let resp = h2.send_request(status).await.unwrap();
+    assert_eq!(
+        resp.status(),
+        StatusCode::OK,
+        "the connection is still usable"
+    );
+}

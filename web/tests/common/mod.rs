@@ -74,6 +74,51 @@ impl Fixture {
         }
     }
 
+    /// Serves the console (`app` as `uagate run` serves it, TLS and all)
+    /// on a loopback port and returns an HTTP/2 connection to it, the
+    /// gateway's own certificate trusted. The server ends with the fixture's
+    /// runtime.
+    pub async fn http2(&self) -> hyper::client::conn::http2::SendRequest<Body> {
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+        use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+        let engine = &self.gateway.as_ref().expect("gateway runs").engine;
+        let tls = engine.tls_server_config().expect("TLS configured");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(uagate_web::serve_tls(
+            listener,
+            tls,
+            app(self.state.clone()),
+            tokio_util::sync::CancellationToken::new(),
+        ));
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(self.data.join("tls/cert.pem")).unwrap() {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let provider = std::sync::Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let mut config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .unwrap();
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(b"h2".as_slice()));
+        let (send, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tls),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(conn);
+        send
+    }
+
     /// The gateway's data directory.
     pub fn data_dir(&self) -> &std::path::Path {
         &self.data
