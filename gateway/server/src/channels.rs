@@ -6,8 +6,10 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use opcua_core::ResponseMessage;
+use opcua_types::{ByteString, StatusCode};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use uagate_isolation::FastMap;
 
 use crate::dispatch::Reply;
@@ -29,6 +31,20 @@ pub(crate) struct Channels {
     /// Connections closed because the peer stopped reading (see
     /// [`crate::driver::SEND_STALL`]).
     send_stalls: AtomicU64,
+    /// The open channels secured with a client certificate, so that a
+    /// channel whose certificate the trust list refuses now can be closed
+    /// ([`crate::standing`]).
+    certified: Mutex<FastMap<u32, Certified>>,
+}
+
+/// An open channel secured with a client certificate.
+struct Certified {
+    /// The client certificate (DER) it was opened with.
+    cert: ByteString,
+    /// Cancels its connection.
+    cancel: CancellationToken,
+    /// Set by [`Channels::refuse`]: the status its connection closes with.
+    refused: Option<StatusCode>,
 }
 
 impl Channels {
@@ -41,6 +57,7 @@ impl Channels {
             responders: Mutex::new([(HTTPS_CHANNEL, https)].into_iter().collect()),
             reclaimer: Reclaimer::default(),
             send_stalls: AtomicU64::new(0),
+            certified: Mutex::new(FastMap::default()),
         }
     }
 
@@ -66,9 +83,56 @@ impl Channels {
         self.responders.lock().insert(channel_id, responder);
     }
 
+    /// Records that channel `channel_id` was opened with client certificate
+    /// `cert` on the connection `cancel` ends; called by its connection
+    /// driver when a secured channel opens.
+    pub(crate) fn certify(&self, channel_id: u32, cert: ByteString, cancel: CancellationToken) {
+        self.certified.lock().insert(
+            channel_id,
+            Certified {
+                cert,
+                cancel,
+                refused: None,
+            },
+        );
+    }
+
+    /// The open channels secured with a client certificate, and that
+    /// certificate; read by the re-check of the trust list.
+    pub(crate) fn certificates(&self) -> Vec<(u32, ByteString)> {
+        self.certified
+            .lock()
+            .iter()
+            .map(|(id, c)| (*id, c.cert.clone()))
+            .collect()
+    }
+
+    /// Closes channel `channel_id` because its client certificate is
+    /// refused now: its connection sends an Error message with `status`
+    /// and closes. Returns whether the channel was still open.
+    pub(crate) fn refuse(&self, channel_id: u32, status: StatusCode) -> bool {
+        let mut certified = self.certified.lock();
+        let Some(c) = certified.get_mut(&channel_id) else {
+            return false;
+        };
+        c.refused = Some(status);
+        c.cancel.cancel();
+        true
+    }
+
+    /// Why channel `channel_id` was refused ([`Channels::refuse`]), asked
+    /// by its connection when its cancellation fires.
+    pub(crate) fn refused(&self, channel_id: u32) -> Option<StatusCode> {
+        self.certified
+            .lock()
+            .get(&channel_id)
+            .and_then(|c| c.refused)
+    }
+
     /// Forgets channel `channel_id`; called when its connection ends.
     pub(crate) fn close(&self, channel_id: u32) {
         self.responders.lock().remove(&channel_id);
+        self.certified.lock().remove(&channel_id);
     }
 
     /// Where channel `channel_id` takes its responses, while it is open;

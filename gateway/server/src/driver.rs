@@ -341,6 +341,11 @@ impl<T: Transport> ConnectionDriver<T> {
         self.owner = Some((caller, weight));
         // The handshake is over: its stage slot is released.
         self.admitted.handshake = None;
+        if !info.client_certificate.is_null() {
+            self.engine
+                .channels
+                .certify(id, info.client_certificate.clone(), self.cancel.clone());
+        }
         self.info = Some(Arc::new(info));
         self.engine.channels.open(id, self.responder.clone());
         // Set before accept_open: frames buffered behind the OPN are
@@ -484,12 +489,19 @@ impl<T: Transport> ConnectionDriver<T> {
         }
     }
 
-    /// The server stops, or this unused channel was reclaimed to make room
-    /// for a new caller: the protocol closes the connection.
+    /// The server stops, this unused channel was reclaimed to make room
+    /// for a new caller, or its client certificate is refused now
+    /// ([`crate::standing`]): the protocol closes the connection.
     fn on_cancelled(&mut self) {
         self.cancel_seen = true;
+        let refused = self
+            .info
+            .as_ref()
+            .and_then(|i| self.engine.channels.refused(i.channel_id));
         self.conn.close(if self.server_cancel.is_cancelled() {
             StatusCode::BadServerHalted
+        } else if let Some(status) = refused {
+            status
         } else {
             // Reclaimed: this unused channel made room for a new caller.
             StatusCode::BadTcpNotEnoughResources

@@ -33,6 +33,7 @@ mod session_diag;
 mod sessions;
 mod space;
 mod split;
+pub mod standing;
 pub mod stats;
 pub mod subscriptions;
 pub mod tcp;

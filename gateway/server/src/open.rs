@@ -69,7 +69,7 @@ impl Engine {
 }
 
 /// The status a client sees for a certificate the trust list refuses.
-fn verdict_status(verdict: TrustVerdict) -> StatusCode {
+pub(crate) fn verdict_status(verdict: TrustVerdict) -> StatusCode {
     match verdict {
         TrustVerdict::Trusted => StatusCode::Good,
         TrustVerdict::Untrusted => StatusCode::BadCertificateUntrusted,

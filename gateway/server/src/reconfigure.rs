@@ -367,6 +367,9 @@ impl Engine {
                 continue;
             }
             seen_seq = seq;
+            // Users, the trust list or CRLs may have changed: what would be
+            // refused now ends (`standing.rs`).
+            self.recheck_standing().await;
             let doc = match StoredConfig::read(&self.store).await {
                 Ok(d) => d,
                 Err(e) => {

@@ -21,6 +21,7 @@ use crate::error::ServiceError;
 use crate::routed::check_count;
 use crate::session::{Active, Created, Phase, Session, UserIdentity};
 use crate::sessions::subscription_limits;
+use crate::standing::Credential;
 use crate::{ChannelInfo, Engine};
 
 /// Nonce length required of clients on secured channels (Part 4).
@@ -311,7 +312,7 @@ impl Engine {
             (session.server_nonce.clone(), session.identity().cloned())
         };
         // Phase 2 (may await the store): the user identity.
-        let identity = self.authenticate(chan, r, &server_nonce).await?;
+        let (identity, credential) = self.authenticate(chan, r, &server_nonce).await?;
         if let Some(previous) = previous_identity {
             let token = r.request_header.authentication_token.clone();
             let transferring = self
@@ -346,7 +347,10 @@ impl Engine {
             session
                 .client
                 .activated(r.locale_ids.clone().unwrap_or_default(), &identity);
-            session.phase = Phase::Active(Active { identity });
+            session.phase = Phase::Active(Active {
+                identity,
+                credential,
+            });
             sessions.bind_channel(&r.request_header.authentication_token, chan.channel_id);
         }
         Ok(ActivateSessionResponse {
@@ -359,13 +363,15 @@ impl Engine {
     }
 
     /// Validates the identity token of an ActivateSession against the
-    /// endpoint's offered token policies and the store.
+    /// endpoint's offered token policies and the store. Returns the
+    /// identity and what proved it (checked again when the stored users or
+    /// trust list change, see [`crate::standing`]).
     async fn authenticate(
         &self,
         chan: &ChannelInfo,
         r: &ActivateSessionRequest,
         server_nonce: &ByteString,
-    ) -> Result<UserIdentity> {
+    ) -> Result<(UserIdentity, Credential)> {
         let offered = &chan.tokens;
         let token = &r.user_identity_token;
         let allowed = |t: UserToken, policy: &str| offered.contains(&t) && policy == policy_id(t);
@@ -377,7 +383,7 @@ impl Engine {
             if !allowed(UserToken::Anonymous, &policy) {
                 return Err(ServiceError::IdentityTokenInvalid("anonymous not offered"));
             }
-            return Ok(UserIdentity::Anonymous);
+            return Ok((UserIdentity::Anonymous, Credential::None));
         }
         if let Some(t) = token.inner_as::<UserNameIdentityToken>() {
             if !allowed(UserToken::Username, t.policy_id.as_ref()) {
@@ -411,10 +417,13 @@ impl Engine {
             return match verdict {
                 Some(login) => {
                     throttle.success(&key);
-                    Ok(UserIdentity::User {
-                        name: login.name,
-                        role: login.role,
-                    })
+                    Ok((
+                        UserIdentity::User {
+                            name: login.name,
+                            role: login.role,
+                        },
+                        Credential::Password { stamp: login.stamp },
+                    ))
                 }
                 None => {
                     throttle.failure(&key);
@@ -453,9 +462,14 @@ impl Engine {
                 return Err(ServiceError::IdentityTokenRejected);
             }
             let cert = X509::from_der(der).map_err(|_| ServiceError::IdentityTokenRejected)?;
-            return Ok(UserIdentity::Certificate {
-                thumbprint: cert.thumbprint().as_hex_string(),
-            });
+            return Ok((
+                UserIdentity::Certificate {
+                    thumbprint: cert.thumbprint().as_hex_string(),
+                },
+                Credential::Certificate {
+                    der: t.certificate_data.clone(),
+                },
+            ));
         }
         Err(ServiceError::IdentityTokenInvalid(
             "unsupported identity token",

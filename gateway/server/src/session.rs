@@ -10,6 +10,7 @@ use uagate_store::Role;
 use uagate_subs::SessionSubscriptions;
 
 use crate::error::ServiceError;
+use crate::standing::{rule, Credential, EndReason, Ruling, Standing};
 
 /// Who an activated session acts for.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +50,9 @@ pub const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Active {
     /// The identity from the last successful ActivateSession.
     pub identity: UserIdentity,
+    /// How that identity was proved, checked again when the stored users
+    /// or trust list change ([`crate::standing`]).
+    pub credential: Credential,
 }
 
 /// The phase of a session: created sessions accept only ActivateSession
@@ -393,6 +397,57 @@ impl Sessions {
         self.remove(&token)
     }
 
+    /// Applies a re-check of the stored users and trust list
+    /// ([`crate::standing`]) to every session, detached ones included:
+    /// sessions bound to a channel of `refused_channels` (its client
+    /// certificate is refused now), or whose user or user certificate
+    /// [`rule`] refuses now, are removed with their subscriptions; a
+    /// changed role is taken over. Returns the removed sessions' ids,
+    /// names and why they ended.
+    pub fn apply_standing(
+        &mut self,
+        standing: &Standing,
+        refused_channels: &[(u32, uagate_store::TrustVerdict)],
+    ) -> Vec<(NodeId, String, EndReason)> {
+        let mut ended = Vec::new();
+        let mut rule_on = |token: &NodeId, s: &mut Session| {
+            if let Some((_, v)) = refused_channels
+                .iter()
+                .find(|(c, _)| *c == s.channel_id && s.channel_id != 0)
+            {
+                ended.push((token.clone(), EndReason::ClientCertificate(*v)));
+                return;
+            }
+            let Phase::Active(active) = &mut s.phase else {
+                return;
+            };
+            match rule(&active.identity, &active.credential, standing) {
+                Ruling::Keep => {}
+                Ruling::Role(now) => {
+                    if let UserIdentity::User { role, .. } = &mut active.identity {
+                        *role = now;
+                    }
+                }
+                Ruling::End(why) => ended.push((token.clone(), why)),
+            }
+        };
+        for (token, s) in self.by_token.iter_mut() {
+            rule_on(token, s);
+        }
+        for (token, s) in self.detached.iter_mut() {
+            rule_on(token, s);
+        }
+        ended
+            .into_iter()
+            .filter_map(|(token, why)| {
+                let s = self
+                    .remove(&token)
+                    .or_else(|| self.detached.remove(&token))?;
+                Some((s.id, s.name, why))
+            })
+            .collect()
+    }
+
     /// Drops unactivated sessions of a closed channel (an activated session
     /// outlives its channel until its timeout, so it can be transferred).
     pub fn channel_closed(&mut self, channel_id: u32) {
@@ -460,6 +515,7 @@ mod tests {
     fn activate(s: &mut Sessions, token: u32) {
         s.get_mut(&NodeId::new(1, token)).unwrap().phase = Phase::Active(Active {
             identity: UserIdentity::Anonymous,
+            credential: Credential::None,
         });
     }
 

@@ -509,3 +509,171 @@ async fn a_requested_timeout_that_is_no_duration_is_revised_to_a_limit() {
     chan.close().await;
     gw.stop().await;
 }
+
+/// Polls `check` every 100 ms until it returns `want` (at most 10 s: the
+/// re-check follows the change log within a second); returns the last
+/// answer.
+async fn eventually<F, Fut>(want: StatusCode, mut check: F) -> StatusCode
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = StatusCode>,
+{
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = check().await;
+        if got == want || Instant::now() > until {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Writes the demo setpoint; returns the operation status.
+async fn write(chan: &common::Chan, token: &opcua_types::NodeId) -> StatusCode {
+    let setpoint = opcua_types::NodeId::new(2, uagate_space::DEMO_SETPOINT);
+    chan.write_value(token, setpoint, opcua_types::Variant::Double(1.5))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_sessions_follow_their_users_role_password_and_removal() {
+    let gw = TestGateway::start("").await;
+    gw.add_user("otto", "otto's password 1", Role::Operator)
+        .await;
+    gw.add_user("anna", "anna's password 1", Role::Operator)
+        .await;
+    let (otto_chan, otto) = gw.user_session("o", "otto", "otto's password 1").await;
+    let (anna_chan, anna) = gw.user_session("a", "anna", "anna's password 1").await;
+    assert_eq!(write(&otto_chan, &otto).await, StatusCode::Good);
+
+    // A demoted operator's session goes on, without the right to write.
+    gw.store
+        .set_role("test", "otto", Role::Viewer)
+        .await
+        .unwrap();
+    assert_eq!(
+        eventually(StatusCode::BadUserAccessDenied, || write(&otto_chan, &otto)).await,
+        StatusCode::BadUserAccessDenied,
+        "the session kept the role it logged in with"
+    );
+    assert_eq!(otto_chan.read_status(&otto).await, StatusCode::Good);
+    gw.store
+        .set_role("test", "otto", Role::Operator)
+        .await
+        .unwrap();
+    assert_eq!(
+        eventually(StatusCode::Good, || write(&otto_chan, &otto)).await,
+        StatusCode::Good
+    );
+
+    // A new password ends the sessions begun with the old one.
+    gw.store
+        .set_password("test", "otto", "otto's password 2")
+        .await
+        .unwrap();
+    assert_eq!(
+        eventually(StatusCode::BadSessionIdInvalid, || otto_chan
+            .read_status(&otto))
+        .await,
+        StatusCode::BadSessionIdInvalid,
+        "a session begun with the old password goes on"
+    );
+    assert_eq!(
+        anna_chan.read_status(&anna).await,
+        StatusCode::Good,
+        "another user's session is untouched"
+    );
+    // The new password logs in.
+    let token = otto_chan
+        .session(IdentityToken::new_user_name("otto", "otto's password 2"))
+        .await;
+    assert_eq!(write(&otto_chan, &token).await, StatusCode::Good);
+
+    // A removed user's session ends.
+    gw.store.delete_user("test", "anna").await.unwrap();
+    assert_eq!(
+        eventually(StatusCode::BadSessionIdInvalid, || anna_chan
+            .read_status(&anna))
+        .await,
+        StatusCode::BadSessionIdInvalid,
+        "a removed user's session goes on"
+    );
+    assert_eq!(otto_chan.read_status(&token).await, StatusCode::Good);
+    otto_chan.close().await;
+    anna_chan.close().await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_whose_certificate_leaves_the_trust_list_is_closed() {
+    let gw = TestGateway::start("").await;
+    let chan = gw.secure_chan("c").await;
+    let token = chan.session(IdentityToken::Anonymous).await;
+    assert_eq!(chan.read_status(&token).await, StatusCode::Good);
+    let other = gw.secure_chan("d").await;
+    let other_token = other.session(IdentityToken::Anonymous).await;
+    let own = gw
+        .client("c")
+        .certificate_store()
+        .read()
+        .read_own_cert()
+        .unwrap();
+    gw.store
+        .trust_remove("test", &own.thumbprint().as_hex_string())
+        .await
+        .unwrap();
+    assert_eq!(
+        chan.closed_by_server(Duration::from_secs(10)).await,
+        Some(StatusCode::BadCertificateUntrusted),
+        "the channel of a certificate removed from the trust list stays open"
+    );
+    assert_eq!(
+        other.read_status(&other_token).await,
+        StatusCode::Good,
+        "a channel of another certificate is untouched"
+    );
+    assert_eq!(gw.session_count(), 1, "the closed channel's session ended");
+    // And it cannot come back.
+    let again = common::Chan::open(
+        &gw.client("c"),
+        gw.endpoint(
+            SecurityPolicy::Basic256Sha256,
+            MessageSecurityMode::SignAndEncrypt,
+        ),
+    )
+    .await;
+    assert!(again.is_err(), "a removed certificate opened a channel");
+    other.close().await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_user_certificate_leaves_the_trust_list_ends() {
+    let gw = TestGateway::start(
+        "[[endpoints]]\nsecurity_policy = \"None\"\nsecurity_mode = \"none\"\nuser_tokens = [\"anonymous\", \"x509\"]\n",
+    )
+    .await;
+    let (cert, key) = user_cert("carol");
+    gw.store
+        .trust_add("test", &cert.to_der().unwrap(), CertKind::Trusted)
+        .await
+        .unwrap();
+    let chan = gw
+        .chan("c", SecurityPolicy::None, MessageSecurityMode::None)
+        .await;
+    let token = chan
+        .session(IdentityToken::new_x509(cert.clone(), key))
+        .await;
+    assert_eq!(chan.read_status(&token).await, StatusCode::Good);
+    gw.store
+        .trust_remove("test", &cert.thumbprint().as_hex_string())
+        .await
+        .unwrap();
+    assert_eq!(
+        eventually(StatusCode::BadSessionIdInvalid, || chan.read_status(&token)).await,
+        StatusCode::BadSessionIdInvalid,
+        "a session of a removed user certificate goes on"
+    );
+    chan.close().await;
+    gw.stop().await;
+}

@@ -406,6 +406,16 @@ impl Chan {
         self.task.is_finished()
     }
 
+    /// Waits at most `wait` for the server to close the connection;
+    /// returns the status the transport ended with, `None` while it stays
+    /// open.
+    pub async fn closed_by_server(self, wait: Duration) -> Option<StatusCode> {
+        tokio::time::timeout(wait, self.task)
+            .await
+            .ok()
+            .map(|r| r.expect("transport task"))
+    }
+
     /// Closes the channel and waits for the transport to end.
     pub async fn close(self) {
         self.channel.close_channel().await;
