@@ -198,7 +198,7 @@ enum UserCommand {
     },
     /// Set a user's password (a reset, e.g. for a forgotten one): the new
     /// one is read from standard input (first line). Ends the user's
-    /// console sessions.
+    /// console and OPC UA sessions.
     Password {
         /// Login name (any case).
         name: String,
@@ -1099,7 +1099,7 @@ async fn run() -> Result<()> {
                     let password = read_password()?;
                     let set = store.set_password(CLI_ACTOR, &name, &password).await;
                     unless_refused("user password", set, refusal)?;
-                    outln!("password of {name} set; their console sessions have ended")?;
+                    outln!("password of {name} set; their console and OPC UA sessions have ended")?;
                 }
             }
             Ok(())

@@ -1071,7 +1071,7 @@ fn user_role_password_and_remove_refuse_to_lose_the_last_admin() {
         let out = uagate_with_input(&data, &["user", "password", "JÜRGEN"], "a new password 2\n");
         assert_eq!(
             ok(out),
-            "password of JÜRGEN set; their console sessions have ended\n"
+            "password of JÜRGEN set; their console and OPC UA sessions have ended\n"
         );
         assert!(logs_in(&data, "Jürgen", "a new password 2"));
         assert!(!logs_in(&data, "Jürgen", "a long password 1"));

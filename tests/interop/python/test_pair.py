@@ -21,6 +21,7 @@ Every wait is bounded; every process and field server is stopped at teardown.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import queue
 import subprocess
@@ -207,7 +208,8 @@ async def test_user_added_on_the_primary_logs_in_on_the_standby(
 ) -> None:
     """A user added on A (`user add --role operator`) logs in on B's console (REST login) and
     activates an OPC UA session with a UserName identity on B, which B's console lists under
-    that user; a wrong password is refused on B."""
+    that user; a wrong password is refused on B. A password reset on A ends that OPC UA
+    session on B (its next Read is BadSessionIdInvalid)."""
     a, b = appliances
     await start_pair(a, b)
     assert b.url is not None
@@ -233,15 +235,37 @@ async def test_user_added_on_the_primary_logs_in_on_the_standby(
     client = Client(b.url, timeout=REQUEST_TIMEOUT_S)
     client.set_user(name)
     client.set_password(password)
-    async with connected_client(client):
+    await asyncio.wait_for(client.connect(), REQUEST_TIMEOUT_S * 2)
+    try:
         status, sessions = await asyncio.to_thread(console_request, b, "GET", "/api/v1/sessions", None, token)
         assert status == 200, sessions
         assert isinstance(sessions, list)
         assert [s["user"] for s in sessions] == [name], sessions
 
+        server_time = client.get_node(ua.ObjectIds.Server_ServerStatus_CurrentTime)
+        await server_time.read_value()
+        await asyncio.to_thread(a.cli, "user", "password", name, stdin="olivia-pass-5\n")
+        reset_at = time.monotonic()
+        while True:
+            try:
+                await server_time.read_value()
+            except ua.UaStatusCodeError as e:
+                assert e.code == ua.StatusCodes.BadSessionIdInvalid, e
+                break
+            took = time.monotonic() - reset_at
+            assert took < REPLICATION_BOUND_S + 2.0, (
+                f"B's OPC UA session begun with the old password still reads {took:.2f}s after the reset on A"
+            )
+            await asyncio.sleep(0.1)
+        print(f"USER password reset on primary ends the standby's session in {time.monotonic() - reset_at:.2f}s")
+    finally:
+        # CloseSession of the ended session is refused; the connection closes all the same.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.disconnect(), REQUEST_TIMEOUT_S * 2)
+
     wrong = Client(b.url, timeout=REQUEST_TIMEOUT_S)
     wrong.set_user(name)
-    wrong.set_password("not the password")
+    wrong.set_password(password)
     error = await try_connect(wrong)
     assert isinstance(error, ua.UaStatusCodeError), error
     assert error.code in (ua.StatusCodes.BadUserAccessDenied, ua.StatusCodes.BadIdentityTokenRejected), error
