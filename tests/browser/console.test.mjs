@@ -491,10 +491,10 @@ test("the console end to end", async (t) => {
     await page.click("#user-form button[type=submit]");
     await notice(page);
     const otto = page.locator('#users tr[data-user="otto"] button.danger');
-    assert.equal(await answer(otto, false), "Remove user otto? They can no longer log in.");
+    assert.equal(await answer(otto, false), "Remove user otto? They can no longer log in, and their open sessions end.");
     await page.reload();
     assert.equal(await page.locator('#users tr[data-user="otto"]').count(), 1, "dismissed: otto stays");
-    assert.equal(await answer(otto, true), "Remove user otto? They can no longer log in.");
+    assert.equal(await answer(otto, true), "Remove user otto? They can no longer log in, and their open sessions end.");
     assert.match(await notice(page), /otto/);
     assert.equal(await page.locator('#users tr[data-user="otto"]').count(), 0, "accepted: otto is gone");
 

@@ -468,7 +468,13 @@ pub struct PairNode {
     /// A join is under way: the leader's first messages may come before
     /// its certificate is pinned (refused, but not worth a line).
     joining: std::sync::atomic::AtomicBool,
+    /// Reports of refused certificates to the leader in flight
+    /// ([`MAX_REJECTED_REPORTS`] at most).
+    reports: Arc<tokio::sync::Semaphore>,
 }
+
+/// Most reports of refused certificates to the leader in flight at once.
+const MAX_REJECTED_REPORTS: usize = 4;
 
 /// When a Raft message last went to or came from each member.
 type Contact = Arc<Mutex<std::collections::HashMap<NodeId, Instant>>>;
@@ -565,6 +571,7 @@ impl PairNode {
             log: Mutex::new(log),
             refused_log: Mutex::new(std::collections::HashMap::new()),
             joining: std::sync::atomic::AtomicBool::new(false),
+            reports: Arc::new(tokio::sync::Semaphore::new(MAX_REJECTED_REPORTS)),
         });
         // A higher epoch seen on the wire: step down (one at a time).
         let weak = Arc::downgrade(&node);
@@ -1336,6 +1343,9 @@ impl PairNode {
                 self.update_member(fp, node_id, &console, &application_uri, &raft)
                     .await,
             ),
+            Request::Rejected { node_id, der } => {
+                Response::RejectedListed(self.list_rejected(fp, node_id, &der, &raft).await)
+            }
         }
     }
 
@@ -1821,6 +1831,66 @@ impl PairNode {
         Ok(())
     }
 
+    /// The leader's side of [`Request::Rejected`]: lists a certificate
+    /// member `node_id` refused as rejected here too, when the request comes
+    /// from that member's own certificate.
+    async fn list_rejected(
+        &self,
+        fp: &str,
+        node_id: NodeId,
+        der: &[u8],
+        raft: &Raft<PairConfig>,
+    ) -> Result<(), String> {
+        let members = self.members().await;
+        if !members
+            .iter()
+            .any(|(id, n, _)| *id == node_id && n.fingerprint == fp)
+        {
+            tracing::warn!(fingerprint = %fp, node_id, "pair: rejected certificate not reported by that member's certificate; refused");
+            return Err("only a member may report the certificates it refused".into());
+        }
+        if raft.metrics().borrow().current_leader != Some(self.id) {
+            return Err("not the leader".into());
+        }
+        self.store
+            .record_rejected(der)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(
+            node_id,
+            "pair: a certificate the other appliance refused is listed as rejected here"
+        );
+        Ok(())
+    }
+
+    /// Reports a certificate this appliance listed as rejected to the
+    /// leader ([`Request::Rejected`]); nothing when this appliance leads,
+    /// is a witness or knows no leader. Called in the background through
+    /// [`uagate_store::Replicator::report_rejected`].
+    async fn report_rejected(&self, der: Vec<u8>) -> Result<(), PairError> {
+        if self.witness {
+            return Ok(());
+        }
+        let raft = self.raft.read().await.clone();
+        let leader = raft.metrics().borrow().current_leader;
+        let Some(leader) = leader.filter(|l| *l != self.id) else {
+            return Ok(());
+        };
+        let members = self.members().await;
+        let Some((_, node, _)) = members.iter().find(|(id, _, _)| *id == leader) else {
+            return Ok(());
+        };
+        let request = Request::Rejected {
+            node_id: self.id,
+            der,
+        };
+        match self.ask_member(node, &request, ADMIN_TIMEOUT).await? {
+            Response::RejectedListed(Ok(())) => Ok(()),
+            Response::RejectedListed(Err(why)) => Err(PairError::Refused(why)),
+            other => Err(PairError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+
     /// Keeps this appliance's entry in the membership current after a
     /// start: until the entry has this start's console URL and application
     /// URI (or the node is gone), tells the leader every
@@ -2055,6 +2125,24 @@ fn outcome(
 struct LogReplicator(std::sync::Weak<PairNode>);
 
 impl uagate_store::Replicator for LogReplicator {
+    fn report_rejected(&self, der: Vec<u8>) {
+        let Some(node) = self.0.upgrade() else {
+            return;
+        };
+        // At most a few reports in flight: a flood of unknown certificates
+        // does not become a flood of pair connections.
+        let Ok(permit) = node.reports.clone().try_acquire_owned() else {
+            tracing::debug!("pair: rejected certificate not reported (reports busy)");
+            return;
+        };
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Err(e) = node.report_rejected(der).await {
+                tracing::warn!(error = %e, "pair: could not list a refused certificate on the primary");
+            }
+        });
+    }
+
     fn propose(&self, proposal: Proposal<Change>) -> uagate_store::Replicated {
         let node = self.0.clone();
         Box::pin(async move {

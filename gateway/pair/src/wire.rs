@@ -70,6 +70,16 @@ pub enum Request {
         /// Its OPC UA application URI.
         application_uri: String,
     },
+    /// A member refused a certificate it does not know and listed it as
+    /// rejected: the leader lists it too, so that the operator finds it on
+    /// the primary's Trust page and approves it there (the approval is
+    /// replicated). Only from that member's certificate.
+    Rejected {
+        /// The member's node id.
+        node_id: NodeId,
+        /// The certificate, DER.
+        der: Vec<u8>,
+    },
     /// The leader is going into maintenance and asks the other appliance
     /// to stand for election now ([`crate::node::PairNode::hand_over`]).
     /// Only from the certificate of the member that leads.
@@ -97,6 +107,8 @@ pub enum Response {
     Left(Result<(), String>),
     /// To [`Request::Announce`]: the membership says so now, or why not.
     Announced(Result<(), String>),
+    /// To [`Request::Rejected`]: listed, or why not.
+    RejectedListed(Result<(), String>),
     /// To [`Request::TakeOver`]: the election started, or why not.
     TakingOver(Result<(), String>),
     /// The request is not allowed from this peer (unknown certificate).

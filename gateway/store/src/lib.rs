@@ -181,6 +181,17 @@ pub type Replicated =
 pub trait Replicator: Send + Sync {
     /// Commits `proposal` through the pair's log.
     fn propose(&self, proposal: Proposal<Change>) -> Replicated;
+
+    /// Tells the appliance that leads the pair about a certificate this one
+    /// refused as unknown and listed as rejected for the first time, so
+    /// that the operator sees it on the primary's list and can approve it
+    /// there (the rejected list itself is each appliance's own). Called by
+    /// [`Store::record_rejected`]; returns at once (the report is sent in
+    /// the background, and lost when the leader cannot be reached: the
+    /// certificate stays on this appliance's list). By default nothing.
+    fn report_rejected(&self, der: Vec<u8>) {
+        let _ = der;
+    }
 }
 
 fn validate_actor(actor: &str) -> Result<(), StoreError> {
@@ -784,9 +795,16 @@ impl Store {
     /// `trust.reject`); repeats only refresh `last_seen` (no log entry);
     /// certificates already trusted or issuer are left alone. The rejected
     /// list is capped at [`REJECTED_CAP`], dropping the least recently seen.
+    /// On a paired appliance a first sighting is also reported to the
+    /// leader ([`Replicator::report_rejected`]).
     pub async fn record_rejected(&self, der: &[u8]) -> Result<(), StoreError> {
         let change = LocalChange::RecordRejected { der: der.to_vec() };
-        self.apply(Proposal::now("engine", change)).await?;
+        let applied = self.apply(Proposal::now("engine", change)).await?;
+        if applied.seq.is_some() {
+            if let Some(r) = self.replicator() {
+                r.report_rejected(der.to_vec());
+            }
+        }
         Ok(())
     }
 

@@ -167,12 +167,13 @@ class _Ignore:
 
 
 # -- 1. Trust replicated to the standby --------------------------------------------------------
-async def test_trust_added_on_the_primary_admits_the_client_on_the_standby(
+async def test_a_certificate_the_standby_refused_is_approved_on_the_primary(
     appliances: tuple[ServerTarget, ServerTarget], client_cert: ClientCert
 ) -> None:
-    """B refuses an unknown client certificate (and lists it as rejected); `trust add` of it on
-    A lets the client open a Sign and a SignAndEncrypt channel (Basic256Sha256) to B within
-    REPLICATION_BOUND_S of the command returning."""
+    """B refuses an unknown client certificate and lists it as rejected, and so does A (the
+    primary, where the operator decides): `trust approve` of it on A lets the client open a Sign
+    and a SignAndEncrypt channel (Basic256Sha256) to B within REPLICATION_BOUND_S of the command
+    returning."""
     a, b = appliances
     await start_pair(a, b)
     assert b.url is not None
@@ -183,8 +184,15 @@ async def test_trust_added_on_the_primary_admits_the_client_on_the_standby(
     assert refused.code == ua.StatusCodes.BadCertificateUntrusted, refused
     rejected = await asyncio.to_thread(b.trust_rejected)
     assert client_cert.thumbprint in {e.thumbprint for e in rejected}, rejected
+    refused_at = time.monotonic()
+    while client_cert.thumbprint not in {e.thumbprint for e in await asyncio.to_thread(a.trust_rejected)}:
+        assert time.monotonic() - refused_at < REPLICATION_BOUND_S, (
+            "the certificate B refused is not on A's rejected list, where the operator approves"
+        )
+        await asyncio.sleep(0.05)
+    print(f"TRUST standby-refused certificate listed on the primary {time.monotonic() - refused_at:.2f}s")
 
-    await asyncio.to_thread(a.trust_add, client_cert.cert_der)
+    await asyncio.to_thread(a.cli, "trust", "approve", client_cert.thumbprint)
     trusted_at = time.monotonic()
     attempts = 0
     while True:

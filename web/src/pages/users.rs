@@ -129,7 +129,13 @@ pub async fn password(
     }
     .await;
     match result {
-        Ok(()) => done("/users", &format!("Password of {} reset.", f.name)),
+        Ok(()) => done(
+            "/users",
+            &format!(
+                "Password of {} reset: their open sessions have ended.",
+                f.name
+            ),
+        ),
         Err(e) => render_users(&state, &who, None, Some(e)).await,
     }
 }
@@ -149,7 +155,10 @@ pub async fn remove(
     }
     .await;
     match result {
-        Ok(()) => done("/users", &format!("User {} removed.", f.name)),
+        Ok(()) => done(
+            "/users",
+            &format!("User {} removed: their open sessions have ended.", f.name),
+        ),
         Err(e) => render_users(&state, &who, None, Some(e)).await,
     }
 }
