@@ -1918,3 +1918,47 @@ async fn a_refused_owner_keeps_what_was_typed_and_says_where() {
     assert!(!e.is_empty(), "{html}");
     f.stop().await;
 }
+
+/// The first-start page: a refusal shows the form again with the code and
+/// the name as typed (never the password), with the status the REST
+/// setup answers (403 for the code, 422 for a refused password or name).
+#[tokio::test]
+async fn the_setup_page_keeps_what_was_typed_and_answers_like_the_api() {
+    let f = Fixture::start_with_users(false).await;
+    let code = f
+        .state
+        .prepare_setup()
+        .await
+        .unwrap()
+        .expect("a code while no user exists");
+    let submit = |code: &str, password: &str| {
+        form(
+            "/setup",
+            &[
+                ("code", code),
+                ("username", "Jürgen"),
+                ("password", password),
+            ],
+            None,
+        )
+    };
+    let (s, body, _) = f.call(submit(&code, "sh0rt!")).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let html = body.as_str().unwrap();
+    assert!(
+        html.contains(&format!("value=\"{code}\"")),
+        "code not kept: {html}"
+    );
+    assert!(html.contains("value=\"Jürgen\""), "name not kept: {html}");
+    assert!(!html.contains("sh0rt!"), "the password came back: {html}");
+    assert!(html.contains("role=\"alert\""), "{html}");
+    let (s, body, _) = f.call(submit("0000-wrong", "long enough pw")).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{body}");
+    let html = body.as_str().unwrap();
+    assert!(html.contains("Wrong or expired setup code."), "{html}");
+    assert!(html.contains("value=\"0000-wrong\""), "{html}");
+    assert!(html.contains("value=\"Jürgen\""), "{html}");
+    let (s, _, _) = f.call(submit(&code, "long enough pw")).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    f.stop().await;
+}

@@ -136,6 +136,10 @@ fn with_session(mut r: Response, token: &str) -> Response {
 struct SetupPage {
     title: String,
     error: Option<String>,
+    /// The code and name as typed, given back with an error (never the
+    /// password).
+    code: String,
+    username: String,
 }
 
 /// `GET /setup`: the first-start form (only while no user exists).
@@ -147,12 +151,17 @@ pub async fn setup_form(State(state): State<WebState>) -> Response {
         &SetupPage {
             title: "First start".into(),
             error: None,
+            code: String::new(),
+            username: String::new(),
         },
         StatusCode::OK,
     )
 }
 
-/// `POST /setup`: creates the first admin and logs them in.
+/// `POST /setup`: creates the first admin and logs them in. A refusal
+/// shows the form again with the error, the code and the name as typed,
+/// and the status the REST setup gives (403 for the code, 422 for a name
+/// or password refused).
 pub async fn setup_submit(
     State(state): State<WebState>,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
@@ -161,16 +170,21 @@ pub async fn setup_submit(
     let addr = peer.map(|Extension(ConnectInfo(a))| a.ip());
     match check_setup(&state, &f, addr).await {
         Ok(token) => with_session(done("/", "Administrator created."), &token),
-        Err(e) => page(
-            &SetupPage {
-                title: "First start".into(),
-                error: Some(match e {
-                    ApiError::SetupCode => "Wrong or expired setup code.".to_string(),
-                    other => other.to_string(),
-                }),
-            },
-            StatusCode::FORBIDDEN,
-        ),
+        Err(e) => {
+            let (status, _) = e.status_and_code();
+            page(
+                &SetupPage {
+                    title: "First start".into(),
+                    error: Some(match e {
+                        ApiError::SetupCode => "Wrong or expired setup code.".to_string(),
+                        other => super::sentence(&other.to_string()),
+                    }),
+                    code: f.code,
+                    username: f.username,
+                },
+                status,
+            )
+        }
     }
 }
 

@@ -478,3 +478,23 @@ pub struct EditQuery {
 pub struct NameForm {
     name: String,
 }
+
+/// `the bundle` -> `The bundle`.
+pub(crate) fn upper_first(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
+}
+
+/// A message for a page, as a sentence: `user name must not be empty`
+/// -> `User name must not be empty.`
+pub(crate) fn sentence(s: &str) -> String {
+    let s = upper_first(s.trim());
+    if s.ends_with(['.', '!', '?']) {
+        s
+    } else {
+        format!("{s}.")
+    }
+}

@@ -52,7 +52,7 @@ impl UpdateLine {
                 headline: format!(
                     "{}: {}",
                     if failure.refused { "Refused" } else { "Failed" },
-                    upper_first(&failure.reason)
+                    super::upper_first(&failure.reason)
                 ),
                 detail: failure.detail.clone(),
                 detail_by: match failure.detail_by {
@@ -69,15 +69,6 @@ impl UpdateLine {
                 since,
             },
         }
-    }
-}
-
-/// `the bundle` -> `The bundle`.
-fn upper_first(s: &str) -> String {
-    let mut c = s.chars();
-    match c.next() {
-        Some(f) => f.to_uppercase().chain(c).collect(),
-        None => String::new(),
     }
 }
 
