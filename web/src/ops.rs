@@ -132,6 +132,10 @@ pub struct FieldView {
     pub name: String,
     /// disconnected, connecting, connected, reconnecting, closing, closed.
     pub state: String,
+    /// Whether the connection is switched on (`enabled` in its
+    /// configuration); a disabled one is `disconnected` on purpose.
+    #[serde(default = "switched_on")]
+    pub enabled: bool,
     /// The URL of the active server's session.
     pub active_endpoint: Option<String>,
     /// The ServiceLevel the active server reports.
@@ -165,12 +169,18 @@ pub struct FieldView {
     pub last_error_explained: Option<Explained>,
 }
 
+/// [`FieldView::enabled`] of an answer without it (an older version).
+fn switched_on() -> bool {
+    true
+}
+
 impl FieldView {
-    /// The view of a running connection's status.
-    pub fn of(name: &str, st: uagate_field::FieldStatus) -> FieldView {
+    /// The view of a running connection's status; `enabled` as configured.
+    pub fn of(name: &str, enabled: bool, st: uagate_field::FieldStatus) -> FieldView {
         FieldView {
             name: name.to_string(),
             state: conn_state(st.state).to_string(),
+            enabled,
             active_endpoint: st.active_endpoint,
             service_level: st.service_level,
             reconnect_count: st.reconnect_count,
@@ -427,7 +437,13 @@ pub fn status(state: &WebState) -> StatusView {
         .applied_config()
         .field_servers
         .iter()
-        .filter_map(|f| Some(FieldView::of(&f.name, engine.field_status(&f.name)?)))
+        .filter_map(|f| {
+            Some(FieldView::of(
+                &f.name,
+                f.enabled,
+                engine.field_status(&f.name)?,
+            ))
+        })
         .collect();
     let note = state
         .level_override

@@ -1962,3 +1962,37 @@ async fn the_setup_page_keeps_what_was_typed_and_answers_like_the_api() {
     assert_eq!(s, StatusCode::SEE_OTHER);
     f.stop().await;
 }
+
+/// A connection switched off on purpose reads as "disabled" (grey) on the
+/// dashboard, as on the Field connections page, and does not count as down.
+#[tokio::test]
+async fn a_disabled_connection_reads_as_disabled_on_the_dashboard() {
+    let f = Fixture::start_with(
+        true,
+        "[[field_servers]]\nname = \"spare\"\nenabled = false\nendpoints = [\"opc.tcp://127.0.0.1:1/\"]\nsecurity_mode = \"none\"\nsecurity_policy = \"None\"\n",
+    )
+    .await;
+    let b = browser(&f, "viewer").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (s, body, _) = f.call(page("/partials/dashboard", &b)).await;
+    assert_eq!(s, StatusCode::OK);
+    let html = body.as_str().unwrap();
+    let row = html
+        .split("<tr data-connection=\"spare\">")
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .unwrap_or_else(|| panic!("no row for the connection: {html}"));
+    assert!(
+        row.contains("class=\"state-disabled\">disabled</td>"),
+        "a disabled connection reads as broken: {row}"
+    );
+    assert!(
+        html.contains("0 of 0 up, 1 disabled"),
+        "the count does not say the connection is disabled: {html}"
+    );
+    let (_, st, _) = f
+        .call(get("/api/v1/status", Some(&f.token("viewer").await)))
+        .await;
+    assert_eq!(st["fields"][0]["enabled"], false, "{st}");
+    f.stop().await;
+}

@@ -155,14 +155,18 @@ async fn live(state: &WebState) -> Live {
         fields_up: if config.field_servers.is_empty() {
             String::new()
         } else {
-            format!("{up} of {enabled} up")
+            let disabled = config.field_servers.len() - enabled;
+            match disabled {
+                0 => format!("{up} of {enabled} up"),
+                n => format!("{up} of {enabled} up, {n} disabled"),
+            }
         },
         memory: resident_memory().map(charts::bytes),
         charts: charts(state),
         fields: status
             .fields
             .iter()
-            .map(|f| (f.clone(), super::fields::failing(f)))
+            .map(|f| (f.clone(), super::fields::failing(f).filter(|_| f.enabled)))
             .collect(),
         status,
         rejected_certs,

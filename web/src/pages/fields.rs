@@ -116,7 +116,7 @@ fn field_rows(state: &WebState) -> Vec<FieldRow> {
                 .map(|v| (v.url.clone(), v.reachable, v.service_level))
                 .collect();
             let label = ops::conn_state(st.state);
-            let view = ops::FieldView::of(&f.name, st);
+            let view = ops::FieldView::of(&f.name, f.enabled, st);
             Some(FieldRow {
                 name: f.name.clone(),
                 // A disabled connection is off on purpose, not broken.
