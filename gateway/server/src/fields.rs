@@ -644,6 +644,8 @@ impl crate::Engine {
                     failover_count: u32::try_from(st.failover_count).unwrap_or(u32::MAX),
                     last_error: st.last_error.unwrap_or(StatusCode::Good),
                     enabled,
+                    failing: enabled && st.failing,
+                    failed_attempts: u32::try_from(st.failed_since_connected).unwrap_or(u32::MAX),
                 };
                 {
                     // Checked under the space lock, which a change holds

@@ -475,6 +475,8 @@ async fn hot_pair_failover_keeps_the_subscription_delivering() {
         if settled {
             assert!(matches!(v["ReconnectCount"], Variant::UInt32(_)), "{v:?}");
             assert_eq!(v["Enabled"], Variant::Boolean(true));
+            assert_eq!(v["Failing"], Variant::Boolean(false), "served: {v:?}");
+            assert_eq!(v["FailedAttempts"], Variant::UInt32(0), "served: {v:?}");
             break;
         }
         assert!(t0.elapsed() < Duration::from_secs(5), "status nodes: {v:?}");
@@ -618,6 +620,22 @@ async fn unreachable_field_server_keeps_retrying_and_reports_it() {
         .await
         .unwrap();
     assert_eq!(v[0].value, Some(Variant::from("Connecting")));
+    // What a SCADA alarms on: Failing, with the attempts that failed,
+    // while State still says Connecting.
+    let t0 = Instant::now();
+    loop {
+        let v = read_field_status(&s, "gone").await;
+        if v["Failing"] == Variant::Boolean(true) {
+            assert!(
+                matches!(v["FailedAttempts"], Variant::UInt32(n) if n >= 3),
+                "{v:?}"
+            );
+            assert_eq!(v["State"], Variant::from("Connecting"));
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "not failing: {v:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let _ = s.disconnect().await;
     let _ = h.await;
     gw.stop().await;

@@ -39,8 +39,8 @@ const STATUS_PREFIX: &str = "FieldStatus.";
 /// they are created, with their DataTypes: `State` (String),
 /// `ActiveEndpoint` (String), `ServiceLevel` (Byte), `ReconnectCount`
 /// (UInt32), `FailoverCount` (UInt32), `LastError` (StatusCode), `Enabled`
-/// (Boolean).
-pub const FIELD_STATUS_VARS: [&str; 7] = [
+/// (Boolean), `Failing` (Boolean), `FailedAttempts` (UInt32).
+pub const FIELD_STATUS_VARS: [&str; 9] = [
     "State",
     "ActiveEndpoint",
     "ServiceLevel",
@@ -48,9 +48,11 @@ pub const FIELD_STATUS_VARS: [&str; 7] = [
     "FailoverCount",
     "LastError",
     "Enabled",
+    "Failing",
+    "FailedAttempts",
 ];
 
-const FIELD_STATUS_TYPES: [DataTypeId; 7] = [
+const FIELD_STATUS_TYPES: [DataTypeId; 9] = [
     DataTypeId::String,
     DataTypeId::String,
     DataTypeId::Byte,
@@ -58,6 +60,8 @@ const FIELD_STATUS_TYPES: [DataTypeId; 7] = [
     DataTypeId::UInt32,
     DataTypeId::StatusCode,
     DataTypeId::Boolean,
+    DataTypeId::Boolean,
+    DataTypeId::UInt32,
 ];
 
 /// The status of one field connection as published under
@@ -79,11 +83,18 @@ pub struct FieldStatusValues {
     pub last_error: StatusCode,
     /// `Enabled`: whether the connection is enabled in the configuration.
     pub enabled: bool,
+    /// `Failing`: no server serves the connection and it is failing rather
+    /// than still connecting (several attempts in a row failed, or it gave
+    /// up): what a SCADA alarms on, while `State` still says `Connecting`.
+    pub failing: bool,
+    /// `FailedAttempts`: connect attempts that failed since a server last
+    /// served the connection; 0 while it is served.
+    pub failed_attempts: u32,
 }
 
 impl FieldStatusValues {
     /// The values in the order of [`FIELD_STATUS_VARS`].
-    fn variants(&self) -> [Variant; 7] {
+    fn variants(&self) -> [Variant; 9] {
         [
             Variant::String(self.state.as_str().into()),
             Variant::String(self.active_endpoint.as_str().into()),
@@ -92,6 +103,8 @@ impl FieldStatusValues {
             Variant::UInt32(self.failover_count),
             Variant::StatusCode(self.last_error),
             Variant::Boolean(self.enabled),
+            Variant::Boolean(self.failing),
+            Variant::UInt32(self.failed_attempts),
         ]
     }
 }

@@ -322,7 +322,7 @@ fn browse_field_connections_lists_status_objects() {
         ]
     );
 
-    // The status object has the seven variables as components.
+    // The status object has its variables as components.
     let vars: Vec<NodeId> = refs(&browse(
         &s,
         NodeId::new(GATEWAY_NS, "FieldStatus.line1"),
@@ -358,9 +358,11 @@ fn status_variables_read_back_after_set_field_status() {
         failover_count: 1,
         last_error: StatusCode::BadCommunicationError,
         enabled: true,
+        failing: true,
+        failed_attempts: 4,
     };
     assert!(s.set_field_status("line1", &status, later()).is_ok());
-    let expected: [(&str, Variant, DataTypeId); 7] = [
+    let expected: [(&str, Variant, DataTypeId); 9] = [
         (
             "State",
             Variant::String("Connected".into()),
@@ -380,6 +382,8 @@ fn status_variables_read_back_after_set_field_status() {
             DataTypeId::StatusCode,
         ),
         ("Enabled", Variant::Boolean(true), DataTypeId::Boolean),
+        ("Failing", Variant::Boolean(true), DataTypeId::Boolean),
+        ("FailedAttempts", Variant::UInt32(4), DataTypeId::UInt32),
     ];
     for (var, value, data_type) in expected {
         let dv = read_attr(&s, id(var), AttributeId::Value);
