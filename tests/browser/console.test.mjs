@@ -263,9 +263,9 @@ test("the console end to end", async (t) => {
     await page.click("#apply");
     // Stage capacities size the pipeline at start: the console says so
     // (it used to claim "applied live" while the gateway refused it).
-    assert.match(await notice(page), /takes effect at the next restart \(needed by isolation\.stages/);
+    assert.match(await notice(page), /takes effect at the next restart, needed by: Stage limits \(isolation\.stages/);
     // ... and every page says what waits for the restart until it comes.
-    assert.match(await page.textContent("#restart-banner"), /not in force until the gateway restarts: isolation\.stages/);
+    assert.match(await page.textContent("#restart-banner"), /not in force until the gateway restarts: Stage limits \(isolation\.stages/);
     assert.equal(await page.inputValue("input[name='request_execution.capacity']"), "24");
     assert.equal(await page.$("td .field-error"), null, "no stale error");
     await shot(page, "04-limits-applied");

@@ -1996,3 +1996,42 @@ async fn a_disabled_connection_reads_as_disabled_on_the_dashboard() {
     assert_eq!(st["fields"][0]["enabled"], false, "{st}");
     f.stop().await;
 }
+
+/// A restart-only limit applied on the Limits page: the notice and the
+/// restart banner name it as the page does ("Max sessions"), with its key.
+#[tokio::test]
+async fn a_limit_waiting_for_a_restart_is_named_in_the_pages_words() {
+    let f = Fixture::start().await;
+    let b = browser(&f, "admin").await;
+    let typed = limits_form(&b, &[("server.max_session_count", "50")]);
+    let (s, body, h) = f.call(form("/limits", &typed, Some(&b))).await;
+    assert_eq!(s, StatusCode::SEE_OTHER, "{body}");
+    let flash = set_cookie(&h, "uagate_flash").expect("a notice");
+    let flash = flash.split(';').next().unwrap();
+    let (_, body, _) = f
+        .call(
+            Request::builder()
+                .uri("/limits")
+                .header(header::COOKIE, format!("{}; {flash}", b.cookie))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    let html = body.as_str().unwrap();
+    assert!(
+        html.contains(
+            "Stored; takes effect at the next restart, needed by: Max sessions (server.max_session_count)."
+        ),
+        "{html}"
+    );
+    let banner = html
+        .split("id=\"restart-banner\"")
+        .nth(1)
+        .and_then(|r| r.split("</p>").next())
+        .unwrap_or_else(|| panic!("no restart banner: {html}"));
+    assert!(
+        banner.contains("Max sessions (server.max_session_count)"),
+        "{banner}"
+    );
+    f.stop().await;
+}

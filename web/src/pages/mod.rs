@@ -135,7 +135,11 @@ impl Chrome {
             error_detail: None,
             follower_of: who.follower_of.clone(),
             state_banner: who.state_banner.clone(),
-            waiting_for_restart: who.waiting_for_restart.clone(),
+            waiting_for_restart: who
+                .waiting_for_restart
+                .iter()
+                .map(|k| setting_words(k))
+                .collect(),
         }
     }
 }
@@ -442,12 +446,12 @@ fn change_notice(change: &ops::ConfigChange) -> String {
         (true, true) => "Nothing changed.".to_string(),
         (false, true) => format!(
             "Applied live: {}.{}",
-            change.live.join(", "),
+            words_of(&change.live),
             still_waiting(change)
         ),
         (_, false) => format!(
-            "Stored; takes effect at the next restart (needed by {}).",
-            change.restart.join(", ")
+            "Stored; takes effect at the next restart, needed by: {}.",
+            words_of(&change.restart)
         ),
     }
 }
@@ -460,9 +464,38 @@ fn still_waiting(change: &ops::ConfigChange) -> String {
     } else {
         format!(
             " Earlier saved changes still wait for a restart: {}.",
-            change.waiting.join(", ")
+            words_of(&change.waiting)
         )
     }
+}
+
+/// [`setting_words`] of each setting, joined with commas.
+fn words_of(settings: &[String]) -> String {
+    settings
+        .iter()
+        .map(|k| setting_words(k))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A setting of the configuration document as the console names it: the
+/// label of its input with the key (`Max sessions
+/// (server.max_session_count)`), so that a notice or the restart banner
+/// reads as the page the operator used; a setting no page edits by its key
+/// alone. Called for the Apply notices and the restart banner.
+pub(crate) fn setting_words(key: &str) -> String {
+    let label = match key {
+        "server.max_session_count" => "Max sessions",
+        "server.max_channel_count" => "Max connections",
+        "isolation.mode" => "Isolation mode",
+        "isolation.default_weight" => "Default weight",
+        "isolation.max_tracked_owners" => "Max tracked owners",
+        "isolation.stages" => "Stage limits",
+        "isolation.trusted_owners" => "Trusted owners",
+        "isolation.ingress" => "Ingress rules",
+        _ => return key.to_string(),
+    };
+    format!("{label} ({key})")
 }
 
 /// `?edit=NAME`: a page opens its form on that entry (trusted owners,
