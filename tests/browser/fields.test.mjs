@@ -234,6 +234,15 @@ test("field connections: a structured form, tested, trusted and applied live", a
     assert.match(await page.textContent("#entries"), /disabled/);
     assert.equal(await page.$("#fields tr[data-connection=press1] button.reconnect"), null, "nothing to reconnect");
     await shot(page, "24-fields-disabled");
+    // The dashboard says the same: switched off on purpose, not broken.
+    await page.goto("/");
+    assert.equal(
+      (await page.textContent("#dashboard-fields tr[data-connection=press1] td[data-label=State]")).trim(),
+      "disabled",
+    );
+    assert.notEqual(await page.$("#dashboard-fields tr[data-connection=press1] td.state-disabled"), null);
+    assert.match(await page.textContent("#fields-up"), /1 disabled/);
+    await shot(page, "24b-dashboard-disabled");
   });
 
   await t.test("the page at 390 px: no horizontal scrolling, the form usable", async () => {

@@ -156,9 +156,10 @@ async fn live(state: &WebState) -> Live {
             String::new()
         } else {
             let disabled = config.field_servers.len() - enabled;
-            match disabled {
-                0 => format!("{up} of {enabled} up"),
-                n => format!("{up} of {enabled} up, {n} disabled"),
+            match (enabled, disabled) {
+                (_, 0) => format!("{up} of {enabled} up"),
+                (0, n) => format!("{n} disabled"),
+                (_, n) => format!("{up} of {enabled} up, {n} disabled"),
             }
         },
         memory: resident_memory().map(charts::bytes),
