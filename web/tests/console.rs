@@ -1973,7 +1973,6 @@ async fn a_disabled_connection_reads_as_disabled_on_the_dashboard() {
     )
     .await;
     let b = browser(&f, "viewer").await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     let (s, body, _) = f.call(page("/partials/dashboard", &b)).await;
     assert_eq!(s, StatusCode::OK);
     let html = body.as_str().unwrap();

@@ -361,6 +361,9 @@ async fn anonymous_refused_when_not_offered() {
     gw.stop().await;
 }
 
+/// A None endpoint offering anonymous and X509 user tokens.
+const X509_ENDPOINT: &str = "[[endpoints]]\nsecurity_policy = \"None\"\nsecurity_mode = \"none\"\nuser_tokens = [\"anonymous\", \"x509\"]\n";
+
 fn user_cert(name: &str) -> (X509, opcua_crypto::PrivateKey) {
     X509::cert_and_pkey(&X509Data {
         key_size: 2048,
@@ -377,10 +380,7 @@ fn user_cert(name: &str) -> (X509, opcua_crypto::PrivateKey) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x509_user_token_needs_a_trusted_certificate() {
-    let gw = TestGateway::start(
-        "[[endpoints]]\nsecurity_policy = \"None\"\nsecurity_mode = \"none\"\nuser_tokens = [\"anonymous\", \"x509\"]\n",
-    )
-    .await;
+    let gw = TestGateway::start(X509_ENDPOINT).await;
     let (cert, key) = user_cert("carol");
     let chan = gw
         .chan("c", SecurityPolicy::None, MessageSecurityMode::None)
@@ -649,10 +649,7 @@ async fn a_channel_whose_certificate_leaves_the_trust_list_is_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_whose_user_certificate_leaves_the_trust_list_ends() {
-    let gw = TestGateway::start(
-        "[[endpoints]]\nsecurity_policy = \"None\"\nsecurity_mode = \"none\"\nuser_tokens = [\"anonymous\", \"x509\"]\n",
-    )
-    .await;
+    let gw = TestGateway::start(X509_ENDPOINT).await;
     let (cert, key) = user_cert("carol");
     gw.store
         .trust_add("test", &cert.to_der().unwrap(), CertKind::Trusted)
