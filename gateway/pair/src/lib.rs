@@ -48,7 +48,7 @@ pub use log_store::{LogStore, MAX_ENTRIES_PER_READ};
 pub use node::{
     Departure, Handover, Member, NodeSettings, PairNode, PairRole, PairStatus, HANDOVER_TIMEOUT,
 };
-pub use state_machine::{Fault, SnapshotBuilder, StateMachine, SNAPSHOT_FILE};
+pub use state_machine::{Fault, Fence, SnapshotBuilder, StateMachine, SNAPSHOT_FILE};
 
 /// A Raft node id.
 pub type NodeId = u64;

@@ -49,6 +49,7 @@ use crate::tls::{peer_fingerprint, peer_public_key, Identity};
 use crate::wire::{
     AdminRequest, AdminResponse, Conn, EpochMark, JoinHello, JoinWelcome, Request, Response,
 };
+use crate::Fence;
 use crate::{ApplyResponse, LogStore, NodeId, PairConfig, PeerNode, Signed, StateMachine};
 
 /// File of the Raft log in the pair directory.
@@ -439,6 +440,9 @@ pub struct PairNode {
     raft: RwLock<Raft<PairConfig>>,
     /// The integrity fault the current state machine found, if any.
     fault: Mutex<crate::Fault>,
+    /// Retires the current instance's state machine when the instance is
+    /// replaced ([`crate::state_machine::Fence`]).
+    fence: Mutex<Fence>,
     file: Mutex<NodeFile>,
     invites: Mutex<Vec<Invite>>,
     cancel: CancellationToken,
@@ -515,7 +519,7 @@ impl PairNode {
         let mark = effective_mark(&file, store.epoch().await?);
         let (stale, mut stale_rx) = tokio::sync::mpsc::unbounded_channel();
         let contact = Contact::default();
-        let (raft, fault, log) = open_raft(
+        let (raft, fault, log, fence) = open_raft(
             &settings.dir,
             file.node_id,
             &store,
@@ -559,6 +563,7 @@ impl PairNode {
             store,
             raft: RwLock::new(raft),
             fault: Mutex::new(fault),
+            fence: Mutex::new(fence),
             file: Mutex::new(file),
             invites: Mutex::new(Vec::new()),
             cancel: CancellationToken::new(),
@@ -603,6 +608,10 @@ impl PairNode {
         self.store.set_replicator(None);
         self.cancel.cancel();
         let _ = self.raft.read().await.shutdown().await;
+        // The store may be closed next: the state machine's worker writes
+        // nothing more.
+        let fence = self.fence.lock().clone();
+        fence.retire().await;
     }
 
     /// Sets the appliance's maintenance state (called by the gateway when a
@@ -1104,6 +1113,10 @@ impl PairNode {
         raft.shutdown()
             .await
             .map_err(|e| PairError::Raft(e.to_string()))?;
+        // The old instance's state machine may still be applying what it
+        // had queued: nothing of it may land after this point.
+        let fence = self.fence.lock().clone();
+        fence.retire().await;
         for f in [RAFT_DB, "raft.db-wal", "raft.db-shm"] {
             match std::fs::remove_file(self.dir.join(f)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
@@ -1115,7 +1128,7 @@ impl PairNode {
             _ => {}
         }
         self.store.forget_replica().await?;
-        let (new, fault, log) = open_raft(
+        let (new, fault, log, fence) = open_raft(
             &self.dir,
             self.id,
             &self.store,
@@ -1136,6 +1149,7 @@ impl PairNode {
         }
         *raft = new;
         *self.fault.lock() = fault;
+        *self.fence.lock() = fence;
         Ok(())
     }
 
@@ -2296,7 +2310,7 @@ async fn open_raft(
     store: &Store,
     identity: &Identity,
     links: RaftLinks,
-) -> Result<(Raft<PairConfig>, crate::Fault, LogStore), PairError> {
+) -> Result<(Raft<PairConfig>, crate::Fault, LogStore, Fence), PairError> {
     let RaftLinks {
         witness,
         source,
@@ -2310,6 +2324,7 @@ async fn open_raft(
         .map_err(|e| PairError::Raft(e.to_string()))?;
     let sm = StateMachine::new(store.clone(), &dir.join(SNAPSHOT_DIR)).await?;
     let mut fault = sm.fault();
+    let mut fence = sm.fence();
     let mut handle = log.clone();
     let network = || Network {
         identity: identity.clone(),
@@ -2351,11 +2366,13 @@ async fn open_raft(
                 .and_then(|f| f.clone())
                 .ok_or(PairError::Raft(e))?;
             tracing::error!(fault = %why, "pair: replication stopped at start on an integrity fault");
+            fence.retire().await;
             let log = LogStore::open(&dir.join(RAFT_DB)).await?;
             handle = log.clone();
             let sm = StateMachine::halted(store.clone(), &dir.join(SNAPSHOT_DIR), committed, why)
                 .await?;
             fault = sm.fault();
+            fence = sm.fence();
             Raft::new(id, raft_config()?, network(), log, sm)
                 .await
                 .map_err(|e| PairError::Raft(e.to_string()))?
@@ -2365,7 +2382,7 @@ async fn open_raft(
         // It votes, but never stands: the appliances lead.
         raft.runtime_config().elect(false);
     }
-    Ok((raft, fault, handle))
+    Ok((raft, fault, handle, fence))
 }
 
 /// Accepts pair connections until `cancel`.

@@ -91,6 +91,51 @@ fn meta_for(snapshot: &ReplicatedSnapshot, bytes: &[u8]) -> Result<Meta, PairErr
 struct SnapshotFiles {
     dir: PathBuf,
     lock: Mutex<()>,
+    /// Whether the Raft instance owning this state machine was replaced
+    /// ([`Fence::retire`]).
+    retired: std::sync::atomic::AtomicBool,
+    /// Held (read) by every write of the state machine to the store or the
+    /// snapshot file, from its start to its end; [`Fence::retire`] takes it
+    /// (write) to wait for the one in progress.
+    gate: tokio::sync::RwLock<()>,
+}
+
+/// Retires a state machine when its Raft instance is replaced (a step-down
+/// or a leave resets the log): openraft's shutdown does not wait for the
+/// state machine's worker, which may still be applying entries it had
+/// queued. Without the fence such a late apply wrote the old instance's
+/// last applied position and membership back after the store had
+/// forgotten them, so the new instance started as the only voter of the
+/// old membership and elected itself: a returning old primary stayed
+/// primary in its old epoch and could overwrite the promoted appliance's
+/// changes.
+#[derive(Debug, Clone)]
+pub struct Fence(Arc<SnapshotFiles>);
+
+impl Fence {
+    /// Waits for the write in progress, if any, and refuses every later
+    /// one. Called by the node right after the Raft instance shut down and
+    /// before anything of its state is removed.
+    pub async fn retire(&self) {
+        self.0
+            .retired
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(self.0.gate.write().await);
+    }
+}
+
+impl SnapshotFiles {
+    /// Enters a write of the state machine: `Err` once retired, else a
+    /// guard the retirement waits for.
+    async fn enter(&self) -> Result<tokio::sync::RwLockReadGuard<'_, ()>, PairError> {
+        let guard = self.gate.read().await;
+        if self.retired.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(PairError::Refused(
+                "this state machine was retired: its Raft instance was replaced".into(),
+            ));
+        }
+        Ok(guard)
+    }
 }
 
 impl SnapshotFiles {
@@ -180,6 +225,8 @@ impl StateMachine {
             files: Arc::new(SnapshotFiles {
                 dir: snapshot_dir.to_owned(),
                 lock: Mutex::new(()),
+                retired: std::sync::atomic::AtomicBool::new(false),
+                gate: tokio::sync::RwLock::new(()),
             }),
             fault: Fault::default(),
             halted_at: None,
@@ -209,6 +256,12 @@ impl StateMachine {
     /// signature does not check out): replication stops on this node.
     pub fn fault(&self) -> Fault {
         Arc::clone(&self.fault)
+    }
+
+    /// Where this state machine is retired when its Raft instance is
+    /// replaced (see [`Fence`]).
+    pub fn fence(&self) -> Fence {
+        Fence(Arc::clone(&self.files))
     }
 
     /// Checks that `signed` was signed by its proposer, a member of the
@@ -330,6 +383,7 @@ fn snapshot_error(e: PairError) -> StorageError {
 
 impl SnapshotBuilder {
     async fn build(&self) -> Result<Snapshot<PairConfig>, PairError> {
+        let _entered = self.files.enter().await?;
         let snapshot = self.store.export_snapshot().await?;
         let bytes = snapshot.to_bytes()?;
         let meta = meta_for(&snapshot, &bytes)?;
@@ -390,8 +444,17 @@ impl RaftStateMachine<PairConfig> for StateMachine {
         I::IntoIter: OptionalSend,
     {
         let mut responses = Vec::new();
+        let mut entered = None;
         for entry in entries {
             let id = entry.log_id;
+            if entered.is_none() {
+                entered = Some(
+                    self.files
+                        .enter()
+                        .await
+                        .map_err(|e| StorageIOError::apply(id, &e))?,
+                );
+            }
             if self.halted_at.is_some() {
                 let why = self
                     .fault
@@ -432,6 +495,7 @@ impl RaftStateMachine<PairConfig> for StateMachine {
         meta: &Meta,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
+        let _entered = self.files.enter().await.map_err(snapshot_error)?;
         self.install(meta, snapshot.into_inner())
             .await
             .map_err(snapshot_error)

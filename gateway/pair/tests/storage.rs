@@ -193,6 +193,43 @@ async fn an_entry_applied_twice_changes_the_store_once() {
     assert_eq!(sm.applied_state().await.unwrap().0, Some(lid(1, 2)));
 }
 
+/// A state machine retired when its Raft instance was replaced (a
+/// step-down resets the log) writes nothing more: an apply its worker still
+/// had queued, a snapshot install and a snapshot build are refused and
+/// leave the store as the node left it. (Before, such a late apply wrote
+/// the old instance's position and membership back after the store forgot
+/// them, and the returning old primary elected itself again.)
+#[tokio::test]
+async fn a_retired_state_machine_writes_nothing_more() {
+    let dir = TempDir::new().unwrap();
+    let (_log, mut sm) = open_member(dir.path()).await;
+    sm.apply([normal(1, 1, add_user("alice", HASH_A, Role::Admin))])
+        .await
+        .unwrap();
+    let fence = sm.fence();
+    fence.retire().await;
+    let late = sm
+        .apply([
+            normal(1, 2, add_user("bob", HASH_B, Role::Viewer)),
+            members(1, 3),
+        ])
+        .await;
+    assert!(late.is_err(), "a retired state machine applied {late:?}");
+    assert_eq!(sm.applied_state().await.unwrap().0, Some(lid(1, 1)));
+    assert_eq!(sm.store().list_users().await.unwrap().len(), 1);
+    let mut builder = sm.get_snapshot_builder().await;
+    assert!(builder.build_snapshot().await.is_err());
+    assert!(!dir.path().join("snapshots").join(SNAPSHOT_FILE).exists());
+    let empty = Box::new(std::io::Cursor::new(Vec::new()));
+    let meta = openraft::SnapshotMeta {
+        last_log_id: Some(lid(1, 9)),
+        last_membership: StoredMembership::new(Some(lid(0, 0)), membership()),
+        snapshot_id: "late".into(),
+    };
+    assert!(sm.install_snapshot(&meta, empty).await.is_err());
+    assert_eq!(sm.store().list_users().await.unwrap().len(), 1);
+}
+
 #[tokio::test]
 async fn a_refused_change_is_an_outcome_that_only_advances_last_applied() {
     let dir = TempDir::new().unwrap();
