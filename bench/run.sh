@@ -34,7 +34,7 @@ CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
 # Background servers stopped on exit, `start` (waits for READY) and
 # `release_bins` (BIN_DIR=<dir> measures the binaries there, builds nothing).
 . "$ROOT/bench/lib.sh"
-release_bins -p uagate --bin uagate -p uagate-bench
+release_bins -p uagate -p uagate-bench
 
 # Client certificate (created once, reused for every cell).
 PKI="$OUT/client-pki"

@@ -85,7 +85,8 @@ impl Channels {
 
     /// Records that channel `channel_id` was opened with client certificate
     /// `cert` on the connection `cancel` ends; called by its connection
-    /// driver when a secured channel opens.
+    /// driver when a secured channel opens, and for an opc.https connection
+    /// with a TLS client certificate (under an id of its own).
     pub(crate) fn certify(&self, channel_id: u32, cert: ByteString, cancel: CancellationToken) {
         self.certified.lock().insert(
             channel_id,

@@ -17,7 +17,8 @@
 //! A secure channel whose client certificate is no longer trusted is
 //! closed with the status OpenSecureChannel would give it now
 //! (BadCertificateUntrusted, BadCertificateRevoked, …), and the sessions
-//! bound to it end. Called by [`crate::Engine`] from the configuration
+//! bound to it end; an opc.https connection of such a TLS client
+//! certificate is closed. Called by [`crate::Engine`] from the configuration
 //! watch (`reconfigure.rs`), which polls the change log every second.
 
 use std::collections::HashMap;
@@ -202,7 +203,8 @@ impl crate::Engine {
             {
                 tracing::warn!(
                     channel,
-                    "secure channel closed: its client certificate is refused now: {verdict}"
+                    "secure channel (or opc.https connection) closed: its client certificate \
+                     is refused now: {verdict}"
                 );
             }
         }

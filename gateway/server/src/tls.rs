@@ -292,6 +292,14 @@ async fn serve(
     };
     // The TLS handshake is over; a WebSocket's UACP handshake charges again.
     admitted.handshake = None;
+    // A connection with a client certificate ends when the trust list
+    // refuses that certificate later (`standing.rs`), like a secure channel.
+    let refused = cancel.child_token();
+    let certified = client_cert.as_ref().map(|(der, _)| {
+        let id = engine.channels.allocate_id();
+        engine.channels.certify(id, der.clone(), refused.clone());
+        id
+    });
     let conn = Arc::new(Conn {
         engine: engine.clone(),
         caller: admitted.caller.clone(),
@@ -352,10 +360,13 @@ async fn serve(
                 tracing::debug!(%peer, error = %e, "HTTP connection ended");
             }
         }
-        _ = cancel.cancelled() => {}
+        _ = refused.cancelled() => {}
         _ = no_request_in_time => {
             tracing::debug!(%peer, "no HTTP request in time after the TLS handshake");
         }
+    }
+    if let Some(id) = certified {
+        engine.channels.close(id);
     }
 }
 

@@ -103,6 +103,35 @@ async fn an_unknown_client_certificate_is_refused_and_listed_then_accepted_once_
         .any(|(k, v)| k == "content-type" && v == "application/octet-stream"));
     assert!(response.len() > 100, "a GetEndpoints response");
 
+    // Removed from the trust list: its open connection is closed (within
+    // the second the re-check takes), and it is refused again.
+    let thumbprint = gw
+        .store
+        .certs(CertKind::Trusted)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.der == cert.as_ref())
+        .expect("trusted")
+        .thumbprint;
+    gw.store.trust_remove("test", &thumbprint).await.unwrap();
+    let t0 = std::time::Instant::now();
+    loop {
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            tlsclient::http1(&mut tls, "POST", "application/octet-stream", &body),
+        )
+        .await;
+        if !matches!(answer, Ok(Ok((200, _, _)))) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "the connection of a removed certificate is still served"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
     // Optional: a client without a certificate is still served.
     let mut plain = bounded("TLS connect", tlsclient::connect(addr, &server_cert))
         .await
