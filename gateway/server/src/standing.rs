@@ -133,14 +133,11 @@ impl crate::Engine {
     pub(crate) async fn recheck_standing(&self) {
         let (names, user_certs) = {
             let sessions = self.sessions.lock();
-            let mut names = Vec::new();
+            let mut names = std::collections::BTreeSet::new();
             let mut certs = Vec::new();
             for s in sessions.iter() {
-                match s.identity() {
-                    Some(UserIdentity::User { name, .. }) if !names.contains(name) => {
-                        names.push(name.clone())
-                    }
-                    _ => {}
+                if let Some(UserIdentity::User { name, .. }) = s.identity() {
+                    names.insert(name.clone());
                 }
                 if let crate::session::Phase::Active(a) = &s.phase {
                     if let Credential::Certificate { der } = &a.credential {

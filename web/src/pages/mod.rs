@@ -485,17 +485,17 @@ fn words_of(settings: &[String]) -> String {
 /// alone. Called for the Apply notices and the restart banner.
 pub(crate) fn setting_words(key: &str) -> String {
     let label = match key {
-        "server.max_session_count" => "Max sessions",
-        "server.max_channel_count" => "Max connections",
-        "isolation.mode" => "Isolation mode",
-        "isolation.default_weight" => "Default weight",
-        "isolation.max_tracked_owners" => "Max tracked owners",
-        "isolation.stages" => "Stage limits",
-        "isolation.trusted_owners" => "Trusted owners",
-        "isolation.ingress" => "Ingress rules",
-        _ => return key.to_string(),
+        "isolation.mode" => Some("Isolation mode".to_string()),
+        "isolation.stages" => Some("Stage limits".to_string()),
+        "isolation.trusted_owners" => Some("Trusted owners".to_string()),
+        "isolation.ingress" => Some("Ingress rules".to_string()),
+        // The Limits page's own inputs, by the labels it shows.
+        _ => limits_text::label(key.strip_prefix("isolation.").unwrap_or(key)),
     };
-    format!("{label} ({key})")
+    match label {
+        Some(label) => format!("{label} ({key})"),
+        None => key.to_string(),
+    }
 }
 
 /// `?edit=NAME`: a page opens its form on that entry (trusted owners,
