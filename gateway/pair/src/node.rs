@@ -358,6 +358,14 @@ struct NodeFile {
     /// Changes kept when it stepped down (see [`PairStatus::diverged`]).
     #[serde(default)]
     diverged: Vec<Diverged>,
+    /// Set, in the same write as a new `mark` (step-down, promotion,
+    /// join) or a leave, until this node's Raft log has been dropped: the
+    /// old log must never run in the new epoch. A node that finds it set
+    /// (the drop failed, or the process stopped in between) refuses Raft
+    /// messages until the drop is done: the step-down task retries it, and
+    /// a start does it before openraft opens the log.
+    #[serde(default)]
+    reset_owed: bool,
 }
 
 impl NodeFile {
@@ -480,6 +488,13 @@ pub struct PairNode {
 /// Most reports of refused certificates to the leader in flight at once.
 const MAX_REJECTED_REPORTS: usize = 4;
 
+/// The first wait before a failed step-down is tried again; it doubles
+/// up to [`STEP_DOWN_RETRY_MAX`].
+const STEP_DOWN_RETRY_FIRST: Duration = Duration::from_millis(500);
+
+/// The longest wait between two tries of a failed step-down.
+const STEP_DOWN_RETRY_MAX: Duration = Duration::from_secs(10);
+
 /// When a Raft message last went to or came from each member.
 type Contact = Arc<Mutex<std::collections::HashMap<NodeId, Instant>>>;
 
@@ -509,7 +524,16 @@ impl PairNode {
         // Its keys, the Raft log and snapshots: the gateway's user only.
         uagate_store::files::private_dir(&settings.dir)?;
         let identity = Identity::load_or_create(&settings.dir, &settings.name)?;
-        let file = NodeFile::load_or_create(&settings.dir.join(NODE_FILE))?;
+        let mut file = NodeFile::load_or_create(&settings.dir.join(NODE_FILE))?;
+        if file.reset_owed {
+            // Stopped (or failed) between a new epoch and dropping the old
+            // log: drop it now, before openraft could run it.
+            remove_log_files(&settings.dir)?;
+            store.forget_replica().await?;
+            file.reset_owed = false;
+            file.save(&settings.dir.join(NODE_FILE))?;
+            tracing::warn!("pair: dropped the Raft log a step-down, promotion, join or leave had not finished dropping");
+        }
         let listener = TcpListener::bind(settings.listen).await?;
         let local_addr = listener.local_addr()?;
         let advertise = settings
@@ -582,9 +606,26 @@ impl PairNode {
         let weak = Arc::downgrade(&node);
         tokio::spawn(async move {
             while let Some(mark) = stale_rx.recv().await {
-                let Some(node) = weak.upgrade() else { return };
-                if let Err(e) = node.step_down(mark).await {
-                    tracing::error!(error = %e, epoch = mark.epoch, "pair: stepping down failed");
+                // Retried until done: a node that took the new epoch but
+                // kept its old log refuses Raft messages meanwhile.
+                let mut wait = STEP_DOWN_RETRY_FIRST;
+                loop {
+                    let Some(node) = weak.upgrade() else { return };
+                    if node.cancel.is_cancelled() {
+                        return;
+                    }
+                    match node.step_down(mark).await {
+                        Ok(()) => break,
+                        Err(e) => tracing::error!(
+                            error = %e,
+                            epoch = mark.epoch,
+                            retry_in = ?wait,
+                            "pair: stepping down failed; Raft messages are refused until it is done"
+                        ),
+                    }
+                    drop(node);
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(STEP_DOWN_RETRY_MAX);
                 }
             }
         });
@@ -766,6 +807,7 @@ impl PairNode {
             file.pinned
                 .extend(others.iter().map(|(_, n)| n.fingerprint.clone()));
             file.mark = mark;
+            file.reset_owed = true;
             file.save(&self.dir.join(NODE_FILE))?;
         }
         self.reset_log().await?;
@@ -805,6 +847,15 @@ impl PairNode {
     async fn step_down(&self, mark: EpochMark) -> Result<(), PairError> {
         let mine = self.mark().await?;
         if mark.epoch <= mine.epoch {
+            // Already in that epoch; finish dropping the old log if an
+            // earlier try failed after taking the epoch.
+            if self.reset_owed() {
+                self.reset_log().await?;
+                tracing::warn!(
+                    epoch = mine.epoch,
+                    "pair: the old Raft log is dropped now; this appliance follows the leader"
+                );
+            }
             return Ok(());
         }
         let diverged = self.diverged_since(mark).await?;
@@ -819,6 +870,7 @@ impl PairNode {
             );
             file.mark = mark;
             file.diverged.extend(diverged.iter().cloned());
+            file.reset_owed = true;
             file.save(&self.dir.join(NODE_FILE))?;
         }
         self.reset_log().await?;
@@ -1094,6 +1146,7 @@ impl PairNode {
                 let mut file = self.file.lock();
                 file.pinned.insert(leader_fp.clone());
                 file.mark = welcome.mark;
+                file.reset_owed = true;
                 file.save(&self.dir.join(NODE_FILE))?;
             }
             self.reset_log().await
@@ -1117,16 +1170,7 @@ impl PairNode {
         // had queued: nothing of it may land after this point.
         let fence = self.fence.lock().clone();
         fence.retire().await;
-        for f in [RAFT_DB, "raft.db-wal", "raft.db-shm"] {
-            match std::fs::remove_file(self.dir.join(f)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => {}
-            }
-        }
-        match std::fs::remove_dir_all(self.dir.join(SNAPSHOT_DIR)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-            _ => {}
-        }
+        remove_log_files(&self.dir)?;
         self.store.forget_replica().await?;
         let (new, fault, log, fence) = open_raft(
             &self.dir,
@@ -1150,7 +1194,18 @@ impl PairNode {
         *raft = new;
         *self.fault.lock() = fault;
         *self.fence.lock() = fence;
+        let mut file = self.file.lock();
+        if file.reset_owed {
+            file.reset_owed = false;
+            file.save(&self.dir.join(NODE_FILE))?;
+        }
         Ok(())
+    }
+
+    /// Whether this node took a new epoch (or left) and has not yet
+    /// dropped its old Raft log (see `NodeFile::reset_owed`).
+    fn reset_owed(&self) -> bool {
+        self.file.lock().reset_owed
     }
 
     /// The members: id, address, fingerprint, voter.
@@ -1320,6 +1375,12 @@ impl PairNode {
                 return Response::Refused(format!(
                     "stepping down: epoch {} replaces {}",
                     theirs.epoch, mine.epoch
+                ));
+            }
+            if self.reset_owed() {
+                return Response::Refused(format!(
+                    "stepping down to epoch {}: the old Raft log is not dropped yet",
+                    mine.epoch
                 ));
             }
         }
@@ -1598,6 +1659,7 @@ impl PairNode {
         {
             let mut file = self.file.lock();
             file.pinned.clear();
+            file.reset_owed = true;
             file.save(&self.dir.join(NODE_FILE))?;
         }
         self.reset_log().await?;
@@ -2293,6 +2355,22 @@ struct RaftLinks {
 /// The mark a node's messages carry: the promotion it took part in, or,
 /// when its store has moved on since (a snapshot of a later epoch), the
 /// store's epoch.
+/// Removes the Raft log and snapshots in `dir` (what is missing is fine).
+/// Called with openraft stopped: when a node drops its log, and at start
+/// when an earlier drop was owed.
+fn remove_log_files(dir: &Path) -> Result<(), PairError> {
+    for f in [RAFT_DB, "raft.db-wal", "raft.db-shm"] {
+        match std::fs::remove_file(dir.join(f)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+    }
+    match std::fs::remove_dir_all(dir.join(SNAPSHOT_DIR)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
 fn effective_mark(file: &NodeFile, store_epoch: i64) -> EpochMark {
     if file.mark.epoch >= store_epoch {
         file.mark

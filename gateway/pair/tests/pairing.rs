@@ -1254,3 +1254,100 @@ async fn appliances_listening_on_every_address_are_known_by_the_address_they_wer
     a.node.stop().await;
     b.node.stop().await;
 }
+
+/// Promotes B (the standby of `paired`) while the step-down of A, the old
+/// primary, cannot drop its Raft log (its snapshot directory replaced by a
+/// file). Returns once A has taken the new epoch and owes the drop; the
+/// sabotage is still in place.
+async fn promotion_with_a_failing_step_down(a: &Appliance, b: &Appliance) -> String {
+    a.node.write(add_user("anna")).await.unwrap();
+    wait_user(&b.store, "anna").await;
+    let snaps = a.pair_dir.join(uagate_pair::node::SNAPSHOT_DIR);
+    let _ = std::fs::remove_dir_all(&snaps);
+    std::fs::write(&snaps, b"not a directory").unwrap();
+    let mark = b.node.promote(true).await.unwrap();
+    wait_status(b, "B leads", |s| s.role == PairRole::Primary).await;
+    let leader = b.node.status().await.unwrap().leader.unwrap();
+    b.node.write(add_user("bert")).await.unwrap();
+    // A took the new epoch and owes the drop of its old log.
+    let file = a.pair_dir.join(uagate_pair::node::NODE_FILE);
+    let t0 = Instant::now();
+    loop {
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        if json["mark"]["epoch"] == mark.epoch && json["reset_owed"] == true {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "A never took epoch {}: {json}",
+            mark.epoch
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Meanwhile A refuses the new leader's log: its old log does not run
+    // in the new epoch, and B's change does not reach it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!users(&a.store).await.contains(&"bert".to_string()));
+    leader
+}
+
+/// Ends the sabotage of [`promotion_with_a_failing_step_down`].
+fn unblock(a: &Appliance) {
+    std::fs::remove_file(a.pair_dir.join(uagate_pair::node::SNAPSHOT_DIR)).unwrap();
+}
+
+/// A step-down that fails after taking the new epoch is tried again until
+/// the old log is dropped; then the old primary follows the promoted one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_step_down_is_retried_until_the_old_log_is_dropped() {
+    let (a, b) = paired().await;
+    let leader = promotion_with_a_failing_step_down(&a, &b).await;
+    unblock(&a);
+    wait_status(&a, "A follows B", |s| {
+        s.role == PairRole::Standby && s.leader.as_deref() == Some(leader.as_str())
+    })
+    .await;
+    wait_user(&a.store, "bert").await;
+    b.node.write(add_user("carl")).await.unwrap();
+    wait_user(&a.store, "carl").await;
+    let json: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(a.pair_dir.join(uagate_pair::node::NODE_FILE)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(json["reset_owed"], false, "{json}");
+}
+
+/// An appliance stopped while it owes the drop of its old log drops it at
+/// the next start, before openraft runs it, and follows the new leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_finishes_a_step_down_the_last_run_did_not() {
+    let (a, b) = paired().await;
+    let leader = promotion_with_a_failing_step_down(&a, &b).await;
+    // Stopped while it owes the drop; the cause is gone by the next start,
+    // where B reaches it (the same address).
+    let addr = a.node.local_addr();
+    a.node.stop().await;
+    unblock(&a);
+    let node = restart(
+        &a,
+        addr,
+        "https://a.example:8443/",
+        "urn:uagate:a",
+    )
+    .await;
+    let t0 = Instant::now();
+    loop {
+        let st = node.status().await.unwrap();
+        if st.role == PairRole::Standby && st.leader.as_deref() == Some(leader.as_str()) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "A never followed B: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_user(&a.store, "bert").await;
+    node.stop().await;
+}
