@@ -480,13 +480,39 @@ pub struct PairNode {
     /// A join is under way: the leader's first messages may come before
     /// its certificate is pinned (refused, but not worth a line).
     joining: std::sync::atomic::AtomicBool,
-    /// Reports of refused certificates to the leader in flight
-    /// ([`MAX_REJECTED_REPORTS`] at most).
-    reports: Arc<tokio::sync::Semaphore>,
+    /// Certificates this appliance refused and has not yet listed on the
+    /// leader (oldest first, [`MAX_UNREPORTED`] at most), with how often
+    /// the leader refused each; sent by the reporter task.
+    unreported: Mutex<std::collections::VecDeque<(Vec<u8>, u32)>>,
+    /// Wakes the reporter task when a certificate is added.
+    report_wake: Arc<tokio::sync::Notify>,
 }
 
-/// Most reports of refused certificates to the leader in flight at once.
-const MAX_REJECTED_REPORTS: usize = 4;
+/// What became of one report of a refused certificate to the leader.
+enum Report {
+    /// Listed on the leader (or nothing to do: this node leads, or is a
+    /// witness).
+    Done,
+    /// The leader answered and did not list it: why.
+    Refused(String),
+    /// Not sent now (no leader known, the leader unreachable): why.
+    Wait(String),
+}
+
+/// Most refused certificates waiting to be listed on the leader; beyond
+/// it the oldest is dropped from the queue (it stays on this appliance's
+/// own rejected list). A flood of unknown certificates becomes neither a
+/// flood of pair connections (one report at a time) nor unbounded memory.
+const MAX_UNREPORTED: usize = 64;
+
+/// How often the reporter tries again while certificates wait (the
+/// leader unreachable, or not known yet).
+const REPORT_RETRY: Duration = Duration::from_secs(2);
+
+/// How many refusals from the leader itself a certificate's report gets
+/// before it is dropped from the queue (a connection that fails does not
+/// count: that is retried as long as the appliance runs).
+const MAX_REPORT_REFUSALS: u32 = 3;
 
 /// The first wait before a failed step-down is tried again; it doubles
 /// up to [`STEP_DOWN_RETRY_MAX`].
@@ -600,7 +626,8 @@ impl PairNode {
             log: Mutex::new(log),
             refused_log: Mutex::new(std::collections::HashMap::new()),
             joining: std::sync::atomic::AtomicBool::new(false),
-            reports: Arc::new(tokio::sync::Semaphore::new(MAX_REJECTED_REPORTS)),
+            unreported: Mutex::new(std::collections::VecDeque::new()),
+            report_wake: Arc::new(tokio::sync::Notify::new()),
         });
         // A higher epoch seen on the wire: step down (one at a time).
         let weak = Arc::downgrade(&node);
@@ -641,6 +668,7 @@ impl PairNode {
         ));
         tracing::info!(node = node.id, addr = %local_addr, fingerprint = %identity.fingerprint(), "pair node started");
         node.spawn_announce();
+        node.spawn_reporter();
         Ok(node)
     }
 
@@ -1940,31 +1968,112 @@ impl PairNode {
     }
 
     /// Reports a certificate this appliance listed as rejected to the
-    /// leader ([`Request::Rejected`]); nothing when this appliance leads,
-    /// is a witness or knows no leader. Called in the background through
-    /// [`uagate_store::Replicator::report_rejected`].
-    async fn report_rejected(&self, der: Vec<u8>) -> Result<(), PairError> {
+    /// leader ([`Request::Rejected`]). Called by the reporter task for
+    /// each waiting certificate, oldest first.
+    async fn report_rejected(&self, der: &[u8]) -> Report {
         if self.witness {
-            return Ok(());
+            return Report::Done;
         }
         let raft = self.raft.read().await.clone();
         let leader = raft.metrics().borrow().current_leader;
-        let Some(leader) = leader.filter(|l| *l != self.id) else {
-            return Ok(());
+        let Some(leader) = leader else {
+            return Report::Wait("no leader known".into());
         };
+        if leader == self.id {
+            // Already on the leader's list: this one.
+            return Report::Done;
+        }
         let members = self.members().await;
         let Some((_, node, _)) = members.iter().find(|(id, _, _)| *id == leader) else {
-            return Ok(());
+            return Report::Wait("the leader is not a known member yet".into());
         };
         let request = Request::Rejected {
             node_id: self.id,
-            der,
+            der: der.to_vec(),
         };
-        match self.ask_member(node, &request, ADMIN_TIMEOUT).await? {
-            Response::RejectedListed(Ok(())) => Ok(()),
-            Response::RejectedListed(Err(why)) => Err(PairError::Refused(why)),
-            other => Err(PairError::Refused(format!("unexpected answer {other:?}"))),
+        match self.ask_member(node, &request, ADMIN_TIMEOUT).await {
+            Ok(Response::RejectedListed(Ok(()))) => Report::Done,
+            Ok(Response::RejectedListed(Err(why))) => Report::Refused(why),
+            Ok(other) => Report::Refused(format!("unexpected answer {other:?}")),
+            Err(e) => Report::Wait(e.to_string()),
         }
+    }
+
+    /// Queues a certificate this appliance refused (first sighting) for
+    /// listing on the leader. Called through
+    /// [`uagate_store::Replicator::report_rejected`].
+    fn queue_rejected(&self, der: Vec<u8>) {
+        {
+            let mut queue = self.unreported.lock();
+            if queue.iter().any(|(d, _)| *d == der) {
+                return;
+            }
+            if queue.len() >= MAX_UNREPORTED {
+                queue.pop_front();
+                tracing::debug!("pair: the oldest refused certificate waiting for the leader was dropped from the queue");
+            }
+            queue.push_back((der, 0));
+        }
+        self.report_wake.notify_one();
+    }
+
+    /// Lists the certificates this appliance refused on the leader, one
+    /// at a time, oldest first; what cannot be sent now (no leader, the
+    /// leader unreachable) is tried again every [`REPORT_RETRY`] while the
+    /// node runs. Called once by [`PairNode::start`].
+    fn spawn_reporter(&self) {
+        if self.witness {
+            return;
+        }
+        let this = self.this.clone();
+        let cancel = self.cancel.clone();
+        let wake = self.report_wake.clone();
+        tokio::spawn(async move {
+            // Whether the "waiting" line was logged for this outage.
+            let mut told = false;
+            loop {
+                let Some(node) = this.upgrade() else { return };
+                loop {
+                    let Some(der) = node.unreported.lock().front().map(|(d, _)| d.clone()) else {
+                        told = false;
+                        break;
+                    };
+                    let outcome = node.report_rejected(&der).await;
+                    let mut queue = node.unreported.lock();
+                    match outcome {
+                        Report::Done => {
+                            queue.retain(|(d, _)| *d != der);
+                            told = false;
+                        }
+                        Report::Refused(why) => {
+                            tracing::warn!(reason = %why, "pair: the leader did not list a certificate this appliance refused");
+                            if let Some(entry) = queue.iter_mut().find(|(d, _)| *d == der) {
+                                entry.1 += 1;
+                                if entry.1 >= MAX_REPORT_REFUSALS {
+                                    queue.retain(|(d, _)| *d != der);
+                                    continue;
+                                }
+                            }
+                            break;
+                        }
+                        Report::Wait(why) => {
+                            // Said once per outage, not every retry.
+                            if !told {
+                                tracing::info!(reason = %why, waiting = queue.len(), "pair: refused certificates wait to be listed on the leader");
+                                told = true;
+                            }
+                            break;
+                        }
+                    }
+                }
+                drop(node);
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = wake.notified() => {}
+                    _ = tokio::time::sleep(REPORT_RETRY) => {}
+                }
+            }
+        });
     }
 
     /// Keeps this appliance's entry in the membership current after a
@@ -2205,18 +2314,7 @@ impl uagate_store::Replicator for LogReplicator {
         let Some(node) = self.0.upgrade() else {
             return;
         };
-        // At most a few reports in flight: a flood of unknown certificates
-        // does not become a flood of pair connections.
-        let Ok(permit) = node.reports.clone().try_acquire_owned() else {
-            tracing::debug!("pair: rejected certificate not reported (reports busy)");
-            return;
-        };
-        tokio::spawn(async move {
-            let _permit = permit;
-            if let Err(e) = node.report_rejected(der).await {
-                tracing::warn!(error = %e, "pair: could not list a refused certificate on the primary");
-            }
-        });
+        node.queue_rejected(der);
     }
 
     fn propose(&self, proposal: Proposal<Change>) -> uagate_store::Replicated {

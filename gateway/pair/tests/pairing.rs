@@ -1329,13 +1329,7 @@ async fn a_start_finishes_a_step_down_the_last_run_did_not() {
     let addr = a.node.local_addr();
     a.node.stop().await;
     unblock(&a);
-    let node = restart(
-        &a,
-        addr,
-        "https://a.example:8443/",
-        "urn:uagate:a",
-    )
-    .await;
+    let node = restart(&a, addr, "https://a.example:8443/", "urn:uagate:a").await;
     let t0 = Instant::now();
     loop {
         let st = node.status().await.unwrap();
@@ -1350,4 +1344,40 @@ async fn a_start_finishes_a_step_down_the_last_run_did_not() {
     }
     wait_user(&a.store, "bert").await;
     node.stop().await;
+}
+
+/// A certificate the standby refused while the primary was down is listed
+/// on the primary once it is back (the report waits and is sent again),
+/// so the operator can approve it where approvals are made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_refused_while_the_primary_is_down_is_listed_there_later() {
+    let (a, b) = paired().await;
+    a.node.write(add_user("anna")).await.unwrap();
+    wait_user(&b.store, "anna").await;
+    let addr = a.node.local_addr();
+    a.node.stop().await;
+    let cert = client_cert();
+    b.store.record_rejected(&cert).await.unwrap();
+    // Longer than a report takes to fail while A is down.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let a2 = restart(&a, addr, "https://a.example:8443/", "urn:uagate:a").await;
+    let t0 = Instant::now();
+    loop {
+        let listed = a
+            .store
+            .certs(uagate_store::CertKind::Rejected)
+            .await
+            .unwrap()
+            .iter()
+            .any(|c| c.der == cert);
+        if listed {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the certificate B refused never reached A's rejected list"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a2.stop().await;
 }

@@ -186,9 +186,10 @@ pub trait Replicator: Send + Sync {
     /// refused as unknown and listed as rejected for the first time, so
     /// that the operator sees it on the primary's list and can approve it
     /// there (the rejected list itself is each appliance's own). Called by
-    /// [`Store::record_rejected`]; returns at once (the report is sent in
-    /// the background, and lost when the leader cannot be reached: the
-    /// certificate stays on this appliance's list). By default nothing.
+    /// [`Store::record_rejected`]; returns at once (the report is queued
+    /// and sent in the background, again while the leader cannot be
+    /// reached; the certificate stays on this appliance's list either
+    /// way). By default nothing.
     fn report_rejected(&self, der: Vec<u8>) {
         let _ = der;
     }
