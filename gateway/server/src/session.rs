@@ -400,7 +400,8 @@ impl Sessions {
     /// Applies a re-check of the stored users and trust list
     /// ([`crate::standing`]) to every session, detached ones included:
     /// sessions bound to a channel of `refused_channels` (its client
-    /// certificate is refused now), or whose user or user certificate
+    /// certificate is refused now), created with a client certificate
+    /// `standing` refuses now, or whose user or user certificate
     /// [`rule`] refuses now, are removed with their subscriptions; a
     /// changed role is taken over. Returns the removed sessions' ids,
     /// names and why they ended.
@@ -417,6 +418,16 @@ impl Sessions {
             {
                 ended.push((token.clone(), EndReason::ClientCertificate(*v)));
                 return;
+            }
+            // Its client certificate is refused now, whatever carries it
+            // (an opc.https session is not bound to a connection).
+            if !s.client_certificate.is_null() {
+                if let Some(v) = standing.certs.get(s.client_certificate.as_ref()) {
+                    if !v.is_trusted() {
+                        ended.push((token.clone(), EndReason::ClientCertificate(*v)));
+                        return;
+                    }
+                }
             }
             let Phase::Active(active) = &mut s.phase else {
                 return;

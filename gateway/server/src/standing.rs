@@ -18,7 +18,9 @@
 //! closed with the status OpenSecureChannel would give it now
 //! (BadCertificateUntrusted, BadCertificateRevoked, …), and the sessions
 //! bound to it end; an opc.https connection of such a TLS client
-//! certificate is closed. Called by [`crate::Engine`] from the configuration
+//! certificate is closed, and the sessions created over such connections
+//! end too (every opc.https connection shares one logical channel, so the
+//! session's token would work on another connection). Called by [`crate::Engine`] from the configuration
 //! watch (`reconfigure.rs`), which polls the change log every second.
 
 use std::collections::HashMap;
@@ -143,6 +145,11 @@ impl crate::Engine {
                     if let Credential::Certificate { der } = &a.credential {
                         certs.push(der.as_ref().to_vec());
                     }
+                }
+                // The client certificate it was created with: an opc.https
+                // session outlives the TLS connection that brought it.
+                if !s.client_certificate.is_null() {
+                    certs.push(s.client_certificate.as_ref().to_vec());
                 }
             }
             (names, certs)

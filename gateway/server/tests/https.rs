@@ -1095,3 +1095,60 @@ async fn a_body_sent_one_byte_a_second_is_cut_at_the_deadline_with_408() {
     chan.close().await;
     gw.stop().await;
 }
+
+/// A session created over a connection with a TLS client certificate ends
+/// when the trust list refuses that certificate later, not only that
+/// connection: the session's token is no use on any other connection
+/// either (every opc.https connection shares one logical channel).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_of_a_client_certificate_refused_later_ends() {
+    let gw = TestGateway::start("tls_client_auth = \"optional\"\n").await;
+    let t = Target::of(&gw);
+    let (cert, key) = tlsclient::client_identity();
+    gw.store
+        .trust_add("test", cert.as_ref(), uagate_store::CertKind::Trusted)
+        .await
+        .unwrap();
+    let mut certified = bounded(
+        "mTLS connect",
+        tlsclient::connect_with_client_cert(t.addr, &t.leaf, vec![cert.clone()], key),
+    )
+    .await
+    .unwrap();
+    let token = new_session(&mut certified, &t.url).await;
+    let activated = call_h1(&mut certified, activate(&token, anonymous())).await;
+    assert!(
+        matches!(activated, ResponseMessage::ActivateSession(_)),
+        "ActivateSession failed: {activated:?}"
+    );
+    // Another connection, without a client certificate, may use the token.
+    let mut plain = t.h1().await;
+    assert_status_read(&call_h1(&mut plain, read_status(&token)).await);
+
+    let thumbprint = gw
+        .store
+        .certs(uagate_store::CertKind::Trusted)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.der == cert.as_ref())
+        .expect("trusted")
+        .thumbprint;
+    gw.store.trust_remove("test", &thumbprint).await.unwrap();
+    // The re-check runs within the second the configuration watch takes.
+    let t0 = Instant::now();
+    loop {
+        let answer = call_h1(&mut plain, read_status(&token)).await;
+        if let ResponseMessage::ServiceFault(_) = answer {
+            assert_eq!(fault(&answer), StatusCode::BadSessionIdInvalid);
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the session of a refused client certificate goes on: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(gw.session_count(), 0);
+    gw.stop().await;
+}

@@ -12,7 +12,6 @@ use opcua_core::{Message as _, RequestMessage};
 use opcua_types::{
     BinaryEncodable, ContextOwned, DateTime, GetEndpointsRequest, NodeId, RequestHeader,
 };
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use uagate_store::CertKind;
 
 /// A GetEndpoints request as an opc.https body (type id + fields).
@@ -30,27 +29,13 @@ fn get_endpoints_body() -> Vec<u8> {
     body
 }
 
-/// A self-signed client certificate (DER) and its key.
-fn client_identity() -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(vec!["client.example".to_string()]).unwrap();
-    params.subject_alt_names.push(rcgen::SanType::URI(
-        rcgen::Ia5String::try_from("urn:uagate:test:mtls").unwrap(),
-    ));
-    let cert = params.self_signed(&key).unwrap();
-    (
-        cert.der().clone(),
-        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-    )
-}
-
 #[tokio::test]
 async fn an_unknown_client_certificate_is_refused_and_listed_then_accepted_once_trusted() {
     // Appended inside the harness's [listen] table.
     let gw = TestGateway::start("tls_client_auth = \"optional\"\n").await;
     let addr = gw.gw.as_ref().unwrap().tls_addr;
     let server_cert = tlsclient::stored_leaf(&gw.tmp.path().join("data"));
-    let (cert, key) = client_identity();
+    let (cert, key) = tlsclient::client_identity();
     let body = get_endpoints_body();
 
     // Unknown certificate: every request is refused, and it is listed.

@@ -210,3 +210,22 @@ pub async fn http1(
     }
     Ok((status, headers, body))
 }
+
+/// A self-signed client certificate (DER) with application URI
+/// `urn:uagate:test:mtls`, and its key.
+pub fn client_identity() -> (
+    CertificateDer<'static>,
+    tokio_rustls::rustls::pki_types::PrivateKeyDer<'static>,
+) {
+    use tokio_rustls::rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["client.example".to_string()]).unwrap();
+    params.subject_alt_names.push(rcgen::SanType::URI(
+        rcgen::Ia5String::try_from("urn:uagate:test:mtls").unwrap(),
+    ));
+    let cert = params.self_signed(&key).unwrap();
+    (
+        cert.der().clone(),
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+    )
+}
