@@ -674,3 +674,135 @@ async fn a_session_whose_user_certificate_leaves_the_trust_list_ends() {
     chan.close().await;
     gw.stop().await;
 }
+
+/// A client's RSA public key, taken from its own certificate, for a test
+/// CA (rcgen) to issue it a certificate.
+struct RsaPublic(Vec<u8>);
+
+impl rcgen::PublicKeyData for RsaPublic {
+    fn der_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn algorithm(&self) -> &rcgen::SignatureAlgorithm {
+        &rcgen::PKCS_RSA_SHA256
+    }
+}
+
+/// A CRL of `ca` numbered `number`, issued in `year`, revoking `serials`.
+fn crl_of(
+    ca: &rcgen::Certificate,
+    key: &rcgen::KeyPair,
+    number: u64,
+    year: i32,
+    serials: &[u64],
+) -> Vec<u8> {
+    rcgen::CertificateRevocationListParams {
+        this_update: rcgen::date_time_ymd(year, 1, 1),
+        next_update: rcgen::date_time_ymd(2040, 1, 1),
+        crl_number: rcgen::SerialNumber::from(number),
+        issuing_distribution_point: None,
+        revoked_certs: serials
+            .iter()
+            .map(|s| rcgen::RevokedCertParams {
+                serial_number: rcgen::SerialNumber::from(*s),
+                revocation_time: rcgen::date_time_ymd(year, 1, 1),
+                reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+                invalidity_date: None,
+            })
+            .collect(),
+        key_identifier_method: rcgen::KeyIdMethod::Sha256,
+    }
+    .signed_by(ca, key)
+    .unwrap()
+    .der()
+    .to_vec()
+}
+
+/// A plant CA's certificate revoked by a new CRL: the secure channel it
+/// opened (the CA trusted, its CRL current, the leaf itself never listed)
+/// is closed with BadCertificateRevoked, its session ends, and it cannot
+/// open another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_whose_certificate_a_crl_revokes_is_closed() {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
+        KeyUsagePurpose, SanType, SerialNumber,
+    };
+    use x509_cert::der::Decode;
+    let gw = TestGateway::start("").await;
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "Plant CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+
+    // Client "e" keeps its key; the CA issues its certificate (serial 7).
+    let own = gw
+        .client("e")
+        .certificate_store()
+        .read()
+        .read_own_cert()
+        .unwrap()
+        .to_der()
+        .unwrap();
+    let spki = x509_cert::Certificate::from_der(&own)
+        .unwrap()
+        .tbs_certificate
+        .subject_public_key_info;
+    let public = RsaPublic(spki.subject_public_key.raw_bytes().to_vec());
+    let mut leaf = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    leaf.distinguished_name
+        .push(DnType::CommonName, "uagate test e");
+    leaf.subject_alt_names
+        .push(SanType::URI("urn:uagate:test:e".try_into().unwrap()));
+    leaf.serial_number = Some(SerialNumber::from(7u64));
+    leaf.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::ContentCommitment,
+        KeyUsagePurpose::KeyEncipherment,
+        KeyUsagePurpose::DataEncipherment,
+    ];
+    leaf.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let leaf = leaf.signed_by(&public, &ca, &ca_key).unwrap();
+    let pki = gw.tmp.path().join("clients").join("e");
+    std::fs::write(pki.join("own").join("cert.der"), leaf.der()).unwrap();
+    gw.store
+        .trust_add("test", ca.der(), CertKind::Trusted)
+        .await
+        .unwrap();
+    gw.store
+        .add_crl("test", &crl_of(&ca, &ca_key, 1, 2026, &[]))
+        .await
+        .unwrap();
+    let endpoint = gw.endpoint(
+        SecurityPolicy::Basic256Sha256,
+        MessageSecurityMode::SignAndEncrypt,
+    );
+    let chan = common::Chan::open(&gw.client("e"), endpoint.clone())
+        .await
+        .expect("a certificate of a trusted CA with a current CRL opens a channel");
+    let token = chan.session(IdentityToken::Anonymous).await;
+    assert_eq!(chan.read_status(&token).await, StatusCode::Good);
+
+    // The CA's next CRL revokes it.
+    gw.store
+        .add_crl("test", &crl_of(&ca, &ca_key, 2, 2026, &[7]))
+        .await
+        .unwrap();
+    assert_eq!(
+        chan.closed_by_server(Duration::from_secs(10)).await,
+        Some(StatusCode::BadCertificateRevoked),
+        "the channel of a revoked certificate stays open"
+    );
+    assert_eq!(gw.session_count(), 0, "its session ended");
+    let again = common::Chan::open(&gw.client("e"), endpoint).await;
+    assert!(again.is_err(), "a revoked certificate opened a channel");
+    gw.stop().await;
+}
