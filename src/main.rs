@@ -763,6 +763,7 @@ async fn follow_pair(
                 .collect(),
             integrity_fault: status.integrity_fault,
             quorum_lost: status.quorum_lost,
+            stepping_down: status.stepping_down,
         });
     }
 }

@@ -262,6 +262,12 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     )?;
     pair_quorum.set(i64::from(pair.quorum_lost));
     r.register(Box::new(pair_quorum))?;
+    let stepping_down = IntGauge::new(
+        "pair_step_down_failing",
+        "1 while another appliance was promoted and this one cannot drop its old log to follow it (retried by itself; the leader's changes wait).",
+    )?;
+    stepping_down.set(i64::from(pair.stepping_down.is_some()));
+    r.register(Box::new(stepping_down))?;
     // Known on the leader only: one series per other member.
     let lag_entries = IntGaugeVec::new(
         Opts::new(

@@ -226,6 +226,10 @@ pub struct PairStatusView {
     /// stepped down after the other appliance was force-promoted): kept
     /// for review, never applied.
     pub diverged: Vec<DivergedView>,
+    /// Another appliance was promoted and this one could not yet drop its
+    /// old log to follow it: why the last try failed. It tries again by
+    /// itself; the primary's changes arrive once it succeeds.
+    pub stepping_down: Option<String>,
 }
 
 /// One change of the diverged list in [`PairStatusView`].
@@ -378,6 +382,7 @@ pub fn pair(state: &WebState) -> PairStatusView {
             .collect(),
         integrity_fault: v.integrity_fault,
         quorum_lost: v.quorum_lost,
+        stepping_down: v.stepping_down,
         diverged: v
             .diverged
             .into_iter()

@@ -648,6 +648,7 @@ async fn the_pair_is_shown_by_rest_and_metrics_and_moves_the_service_level() {
         ],
         integrity_fault: None,
         quorum_lost: false,
+        stepping_down: None,
         diverged: vec![uagate_server::level::PairDiverged {
             superseded_by: 4,
             index: 17,
@@ -689,6 +690,22 @@ async fn the_pair_is_shown_by_rest_and_metrics_and_moves_the_service_level() {
     let (_, b, _) = f.call(get("/api/v1/pair", Some(&viewer))).await;
     assert_eq!(b["quorum_lost"], true, "{b}");
     view.quorum_lost = false;
+
+    // Stepping down and unable to drop the old log: said in REST and the
+    // metrics.
+    view.stepping_down = Some("to epoch 4: disk full".into());
+    engine.set_pair_view(view.clone());
+    let (_, b, _) = f.call(get("/api/v1/pair", Some(&viewer))).await;
+    assert_eq!(b["stepping_down"], "to epoch 4: disk full", "{b}");
+    let (_, metrics, _) = f.call(get("/metrics", Some(&viewer))).await;
+    assert!(
+        metrics
+            .as_str()
+            .unwrap_or_default()
+            .contains("uagate_pair_step_down_failing 1"),
+        "{metrics}"
+    );
+    view.stepping_down = None;
 
     view.integrity_fault =
         Some("an entry proposed by node 1 does not carry its valid signature".into());

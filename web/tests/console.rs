@@ -2034,3 +2034,43 @@ async fn a_limit_waiting_for_a_restart_is_named_in_the_pages_words() {
     );
     f.stop().await;
 }
+
+/// A pair member stepping down that cannot drop its old log says so on the
+/// Pair page, in words, with the reason.
+#[tokio::test]
+async fn the_pair_page_says_when_stepping_down_fails() {
+    let f = Fixture::start().await;
+    let b = browser(&f, "viewer").await;
+    f.state
+        .engine
+        .set_pair_view(uagate_server::level::PairView {
+            role: uagate_server::level::PairRole::Standby,
+            node_id: 7,
+            epoch: 3,
+            stepping_down: Some("to epoch 4: I/O error: No space left on device".into()),
+            ..Default::default()
+        });
+    let (s, body, _) = f.call(page("/pair", &b)).await;
+    assert_eq!(s, StatusCode::OK);
+    let html = body.as_str().unwrap();
+    assert!(
+        html.contains("id=\"pair-stepping-down\">failing<"),
+        "{html}"
+    );
+    assert!(
+        html.contains(
+            "cannot yet drop its old log to follow it: <span class=\"long\">to epoch 4: I/O error: No space left on device</span>"
+        ),
+        "{html}"
+    );
+    f.state
+        .engine
+        .set_pair_view(uagate_server::level::PairView {
+            role: uagate_server::level::PairRole::Standby,
+            node_id: 7,
+            epoch: 4,
+            ..Default::default()
+        });
+    let (_, body, _) = f.call(page("/pair", &b)).await;
+    assert!(!body.as_str().unwrap().contains("pair-stepping-down"));
+}

@@ -265,6 +265,12 @@ pub struct PairStatus {
     /// Index of the last entry known committed here.
     #[serde(default)]
     pub committed: u64,
+    /// This appliance took a later epoch (another was promoted) but has
+    /// not yet dropped its old log: why the last try failed. Raft messages
+    /// are refused and the leader's changes do not arrive until it is
+    /// done; it is tried again by itself.
+    #[serde(default)]
+    pub stepping_down: Option<String>,
 }
 
 /// One change in the diverged list ([`PairStatus::diverged`]).
@@ -290,7 +296,7 @@ impl PairStatus {
     /// then more fields.
     pub fn line(&self) -> String {
         format!(
-            "role={} leader={} epoch={} applied={} node={} members={} voters={} integrity={} quorum={} diverged={} committed={}",
+            "role={} leader={} epoch={} applied={} node={} members={} voters={} integrity={} quorum={} diverged={} committed={} step_down={}",
             self.role.as_str(),
             self.leader.as_deref().unwrap_or("-"),
             self.epoch,
@@ -305,7 +311,12 @@ impl PairStatus {
             },
             if self.quorum_lost { "lost" } else { "ok" },
             self.diverged.len(),
-            self.committed
+            self.committed,
+            if self.stepping_down.is_some() {
+                "failing"
+            } else {
+                "ok"
+            }
         )
     }
 }
@@ -486,6 +497,9 @@ pub struct PairNode {
     unreported: Mutex<std::collections::VecDeque<(Vec<u8>, u32)>>,
     /// Wakes the reporter task when a certificate is added.
     report_wake: Arc<tokio::sync::Notify>,
+    /// Why the last try to drop the old log failed, while a drop is owed
+    /// ([`PairStatus::stepping_down`]).
+    step_down_error: Mutex<Option<String>>,
 }
 
 /// What became of one report of a refused certificate to the leader.
@@ -628,6 +642,7 @@ impl PairNode {
             joining: std::sync::atomic::AtomicBool::new(false),
             unreported: Mutex::new(std::collections::VecDeque::new()),
             report_wake: Arc::new(tokio::sync::Notify::new()),
+            step_down_error: Mutex::new(None),
         });
         // A higher epoch seen on the wire: step down (one at a time).
         let weak = Arc::downgrade(&node);
@@ -642,13 +657,19 @@ impl PairNode {
                         return;
                     }
                     match node.step_down(mark).await {
-                        Ok(()) => break,
-                        Err(e) => tracing::error!(
-                            error = %e,
-                            epoch = mark.epoch,
-                            retry_in = ?wait,
-                            "pair: stepping down failed; Raft messages are refused until it is done"
-                        ),
+                        Ok(()) => {
+                            *node.step_down_error.lock() = None;
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::error!(
+                                error = %e,
+                                epoch = mark.epoch,
+                                retry_in = ?wait,
+                                "pair: stepping down failed; Raft messages are refused until it is done"
+                            );
+                            *node.step_down_error.lock() = Some(e.to_string());
+                        }
                     }
                     drop(node);
                     tokio::time::sleep(wait).await;
@@ -1260,8 +1281,19 @@ impl PairNode {
         let raft = self.raft.read().await.clone();
         let m = raft.metrics().borrow().clone();
         let members = self.members().await;
+        // Owing the drop of its old log, it leads nothing whatever the
+        // old instance's last metrics say.
+        let stepping_down = self.reset_owed().then(|| {
+            let mark = self.file.lock().mark;
+            match self.step_down_error.lock().as_deref() {
+                Some(why) => format!("to epoch {}: {why}", mark.epoch),
+                None => format!("to epoch {}: in progress", mark.epoch),
+            }
+        });
         let role = if self.witness {
             PairRole::Witness
+        } else if stepping_down.is_some() {
+            PairRole::Standby
         } else if members.len() <= 1 && m.current_leader == Some(self.id) {
             PairRole::Standalone
         } else if m.current_leader == Some(self.id) {
@@ -1271,12 +1303,15 @@ impl PairNode {
         } else {
             PairRole::Standby
         };
-        let leader = m.current_leader.and_then(|l| {
-            members
-                .iter()
-                .find(|(id, _, _)| *id == l)
-                .map(|(_, n, _)| n.addr.clone())
-        });
+        let leader = m
+            .current_leader
+            .filter(|_| stepping_down.is_none())
+            .and_then(|l| {
+                members
+                    .iter()
+                    .find(|(id, _, _)| *id == l)
+                    .map(|(_, n, _)| n.addr.clone())
+            });
         let voters = members.iter().filter(|(_, _, v)| *v).count();
         let voter = members.iter().any(|(id, _, v)| *id == self.id && *v);
         let quorum_lost = voters > 1
@@ -1350,6 +1385,7 @@ impl PairNode {
                 })
                 .collect(),
             integrity_fault: self.integrity_fault(),
+            stepping_down,
         })
     }
 

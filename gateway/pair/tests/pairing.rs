@@ -1289,6 +1289,16 @@ async fn promotion_with_a_failing_step_down(a: &Appliance, b: &Appliance) -> Str
     // in the new epoch, and B's change does not reach it.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!users(&a.store).await.contains(&"bert".to_string()));
+    // And says so: no longer the primary, no leader known, and why.
+    let st = a.node.status().await.unwrap();
+    assert_eq!(st.role, PairRole::Standby, "{st:?}");
+    assert_eq!(st.leader, None, "{st:?}");
+    let why = st.stepping_down.clone().unwrap_or_default();
+    assert!(
+        why.starts_with(&format!("to epoch {}: ", mark.epoch)),
+        "{st:?}"
+    );
+    assert!(st.line().ends_with("step_down=failing"), "{}", st.line());
     leader
 }
 
@@ -1316,6 +1326,9 @@ async fn a_failed_step_down_is_retried_until_the_old_log_is_dropped() {
     )
     .unwrap();
     assert_eq!(json["reset_owed"], false, "{json}");
+    let st = a.node.status().await.unwrap();
+    assert_eq!(st.stepping_down, None, "{st:?}");
+    assert!(st.line().ends_with("step_down=ok"), "{}", st.line());
 }
 
 /// An appliance stopped while it owes the drop of its old log drops it at

@@ -110,6 +110,9 @@ pub struct PairView {
     /// Changes this appliance had that a later leader never got (it
     /// stepped down after the other appliance was force-promoted).
     pub diverged: Vec<PairDiverged>,
+    /// It took a later epoch but could not drop its old log yet: why
+    /// (the pair retries; the leader's changes wait until then).
+    pub stepping_down: Option<String>,
 }
 
 /// One change of the diverged list in [`PairView`].
