@@ -500,6 +500,9 @@ pub struct PairNode {
     /// Why the last try to drop the old log failed, while a drop is owed
     /// ([`PairStatus::stepping_down`]).
     step_down_error: Mutex<Option<String>>,
+    /// The pair listener's accept loop; [`PairNode::stop`] waits for it,
+    /// so that the address is free when it returns (a restart binds it).
+    listening: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// What became of one report of a refused certificate to the leader.
@@ -643,6 +646,7 @@ impl PairNode {
             unreported: Mutex::new(std::collections::VecDeque::new()),
             report_wake: Arc::new(tokio::sync::Notify::new()),
             step_down_error: Mutex::new(None),
+            listening: Mutex::new(None),
         });
         // A higher epoch seen on the wire: step down (one at a time).
         let weak = Arc::downgrade(&node);
@@ -681,22 +685,28 @@ impl PairNode {
         node.store
             .set_replicator(Some(Arc::new(LogReplicator(Arc::downgrade(&node)))));
         let acceptor = TlsAcceptor::from(identity.server_config()?);
-        tokio::spawn(serve(
+        let listening = tokio::spawn(serve(
             Arc::downgrade(&node),
             listener,
             acceptor,
             node.cancel.clone(),
         ));
+        *node.listening.lock() = Some(listening);
         tracing::info!(node = node.id, addr = %local_addr, fingerprint = %identity.fingerprint(), "pair node started");
         node.spawn_announce();
         node.spawn_reporter();
         Ok(node)
     }
 
-    /// Stops the listener and the Raft node. Called when the gateway stops.
+    /// Stops the listener (its address is free on return) and the Raft
+    /// node. Called when the gateway stops, and by tests that restart it.
     pub async fn stop(&self) {
         self.store.set_replicator(None);
         self.cancel.cancel();
+        let listening = self.listening.lock().take();
+        if let Some(task) = listening {
+            let _ = task.await;
+        }
         let _ = self.raft.read().await.shutdown().await;
         // The store may be closed next: the state machine's worker writes
         // nothing more.
