@@ -169,6 +169,15 @@ enum PairCommand {
         #[arg(long)]
         force: bool,
     },
+    /// List the changes this appliance made that a later primary never got
+    /// (it stepped down after a forced promotion), one line each:
+    /// `superseded_by=N index=N kind=K subject="…" actor=A at=T`.
+    Diverged {
+        /// After listing them: they are reviewed, remove them from the
+        /// list (prints `CLEARED n`).
+        #[arg(long)]
+        clear: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -823,6 +832,7 @@ async fn pair_command(data: &Path, command: PairCommand) -> Result<()> {
         )
     })?;
     let identity = uagate_pair::tls::Identity::load_or_create(&dir, "cli")?;
+    let addr = addr.trim();
     let request = match &command {
         PairCommand::Invite => AdminRequest::Invite,
         PairCommand::Join { addr, code } => AdminRequest::Join {
@@ -832,18 +842,9 @@ async fn pair_command(data: &Path, command: PairCommand) -> Result<()> {
         PairCommand::Status => AdminRequest::Status,
         PairCommand::Leave => AdminRequest::Leave,
         PairCommand::Promote { force } => AdminRequest::Promote { force: *force },
+        PairCommand::Diverged { clear } => return pair_diverged(&identity, addr, *clear).await,
     };
-    // The hint only when this appliance's own gateway did not answer: a
-    // refusal from it (or relayed from the other appliance) says why.
-    let answer = uagate_pair::node::admin(&identity, addr.trim(), request)
-        .await
-        .map_err(|e| match e {
-            uagate_pair::PairError::LocalNode(_) => {
-                anyhow::anyhow!("{e} (is `uagate run` running on this data directory?)")
-            }
-            e => anyhow::anyhow!("{e}"),
-        })?;
-    match answer {
+    match ask_gateway(&identity, addr, request).await? {
         AdminResponse::Invite { code, fingerprint } => {
             outln!("PAIRING CODE {code} FINGERPRINT {fingerprint}")
         }
@@ -870,7 +871,64 @@ async fn pair_command(data: &Path, command: PairCommand) -> Result<()> {
             std::process::exit(PAIR_LEAVE_UNTOLD_EXIT);
         }
         AdminResponse::Promoted { epoch } => outln!("PROMOTED epoch={epoch}"),
+        AdminResponse::DivergedCleared { count } => outln!("CLEARED {count}"),
     }
+}
+
+/// `uagate pair diverged [--clear]`: lists the diverged changes and, with
+/// `clear`, removes the listed ones from the list.
+async fn pair_diverged(
+    identity: &uagate_pair::tls::Identity,
+    addr: &str,
+    clear: bool,
+) -> Result<()> {
+    use uagate_pair::wire::{AdminRequest, AdminResponse};
+    let AdminResponse::Status(status) = ask_gateway(identity, addr, AdminRequest::Status).await?
+    else {
+        anyhow::bail!("the gateway answered the status request with something else");
+    };
+    for d in &status.diverged {
+        outln!(
+            "superseded_by={} index={} kind={} subject={:?} actor={} at={}",
+            d.superseded_by,
+            d.index,
+            d.kind,
+            d.subject,
+            d.actor,
+            d.at
+        )?;
+    }
+    if clear {
+        let request = AdminRequest::ClearDiverged {
+            count: status.diverged.len(),
+        };
+        if let AdminResponse::DivergedCleared { count } =
+            ask_gateway(identity, addr, request).await?
+        {
+            outln!("CLEARED {count}")?;
+        }
+    }
+    Ok(())
+}
+
+/// Sends one administrative request to the gateway running on this data
+/// directory (its pair listener at `addr`). Called by every `uagate pair`
+/// command.
+async fn ask_gateway(
+    identity: &uagate_pair::tls::Identity,
+    addr: &str,
+    request: uagate_pair::wire::AdminRequest,
+) -> Result<uagate_pair::wire::AdminResponse> {
+    // The hint only when this appliance's own gateway did not answer: a
+    // refusal from it (or relayed from the other appliance) says why.
+    uagate_pair::node::admin(identity, addr, request)
+        .await
+        .map_err(|e| match e {
+            uagate_pair::PairError::LocalNode(_) => {
+                anyhow::anyhow!("{e} (is `uagate run` running on this data directory?)")
+            }
+            e => anyhow::anyhow!("{e}"),
+        })
 }
 
 /// What a refusal of a change by thumbprint says, naming the thumbprint as

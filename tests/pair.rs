@@ -267,6 +267,22 @@ fn a_forced_promotion_and_the_old_primary_stepping_down() {
     let out = user_add(&a, "late", "viewer");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains(&b_pair));
+
+    // The operator reviews A's diverged change and clears it.
+    let listed = ok(uagate(&a).args(["pair", "diverged"]).output().unwrap());
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(listed.contains("kind=user.add"), "{listed}");
+    assert!(listed.contains("zed"), "{listed}");
+    let cleared = ok(uagate(&a)
+        .args(["pair", "diverged", "--clear"])
+        .output()
+        .unwrap());
+    assert!(cleared.trim_end().ends_with("CLEARED 1"), "{cleared}");
+    assert_eq!(diverged_count(&status(&a)), 0);
+    assert_eq!(
+        ok(uagate(&a).args(["pair", "diverged"]).output().unwrap()),
+        ""
+    );
 }
 
 /// A TCP relay in front of one member (what the others dial: its

@@ -471,5 +471,17 @@ test("the Pair page: invite, join, standby banner, promotion, diverged", async (
     await narrow.goto("/pair");
     await fits(narrow);
     await shot(narrow, "pair-06-diverged-390");
+
+    // Reviewed: the admin removes the change from the list (after the
+    // browser's confirmation).
+    let asked = "";
+    page.once("dialog", async (d) => {
+      asked = d.message();
+      await d.accept();
+    });
+    await page.click("#pair-diverged-clear");
+    assert.match(await notice(page), /1 diverged change removed from the list/);
+    assert.match(asked, /Remove this change from the list\?/);
+    assert.equal(await page.$("#pair-diverged"), null, "the diverged list is still shown");
   });
 });

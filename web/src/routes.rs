@@ -297,6 +297,13 @@ pub fn table() -> Vec<Route> {
         page(POST, "/pair/join", ADMIN, pair_page::join).shown_by(pair_page::refused),
         page(POST, "/pair/leave", ADMIN, pair_page::leave).shown_by(pair_page::refused),
         page(POST, "/pair/promote", ADMIN, pair_page::promote).shown_by(pair_page::refused),
+        page(
+            POST,
+            "/pair/diverged/clear",
+            ADMIN,
+            pair_page::clear_diverged,
+        )
+        .shown_by(pair_page::refused),
         page(GET, "/certificates", VIEWER, certificates::show),
         page(POST, "/certificates/trust", OPERATOR, certificates::trust)
             .shown_by(certificates::refused),

@@ -90,6 +90,7 @@ const ROLES: &[(&str, &str, &str)] = &[
     ("POST", "/pair/join", "admin"),
     ("POST", "/pair/leave", "admin"),
     ("POST", "/pair/promote", "admin"),
+    ("POST", "/pair/diverged/clear", "admin"),
     ("GET", "/certificates", "viewer"),
     ("POST", "/certificates/trust", "operator"),
     ("POST", "/certificates/remove", "operator"),

@@ -942,6 +942,28 @@ impl PairNode {
         Ok(())
     }
 
+    /// Removes the first `count` changes of the diverged list (the ones the
+    /// operator was shown and reviewed; a change set aside since stays).
+    /// Returns how many were removed. Called by the Pair page's
+    /// *Reviewed* button and `uagate pair diverged --clear`.
+    pub fn clear_diverged(&self, count: usize) -> Result<usize, PairError> {
+        let mut file = self.file.lock();
+        let n = count.min(file.diverged.len());
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut kept = file.clone();
+        kept.diverged.drain(..n);
+        kept.save(&self.dir.join(NODE_FILE))?;
+        *file = kept;
+        tracing::warn!(
+            removed = n,
+            left = file.diverged.len(),
+            "pair: diverged changes reviewed and removed from the list"
+        );
+        Ok(n)
+    }
+
     /// The proposals in this node's log after `mark.since`.
     async fn diverged_since(&self, mark: EpochMark) -> Result<Vec<Diverged>, PairError> {
         use openraft::storage::RaftLogReader;
@@ -2293,6 +2315,9 @@ impl PairNode {
             },
             AdminRequest::Promote { force } => Ok(AdminResponse::Promoted {
                 epoch: self.promote(force).await?.epoch,
+            }),
+            AdminRequest::ClearDiverged { count } => Ok(AdminResponse::DivergedCleared {
+                count: self.clear_diverged(count)?,
             }),
         }
     }

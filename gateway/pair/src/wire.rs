@@ -187,6 +187,12 @@ pub enum AdminRequest {
         /// The operator confirmed (`--force`).
         force: bool,
     },
+    /// `uagate pair diverged --clear`: the operator reviewed the first
+    /// `count` changes of the diverged list; they leave it.
+    ClearDiverged {
+        /// How many, from the start of the list (the ones shown).
+        count: usize,
+    },
     /// A replicated change made by a CLI command (`user add`, `trust add`,
     /// `config import`, …) while the gateway runs: it goes through the
     /// pair's log like every other writer's.
@@ -232,6 +238,11 @@ pub enum AdminResponse {
     Promoted {
         /// The new epoch.
         epoch: i64,
+    },
+    /// Changes removed from the diverged list.
+    DivergedCleared {
+        /// How many.
+        count: usize,
     },
 }
 

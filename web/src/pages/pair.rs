@@ -364,6 +364,38 @@ pub async fn leave(
     answer(&state, &who, result)
 }
 
+/// `POST /pair/diverged/clear` form: how many changes the page showed.
+#[derive(Debug, Deserialize)]
+pub struct ClearDivergedForm {
+    count: usize,
+}
+
+/// `POST /pair/diverged/clear`: the admin reviewed the diverged changes the
+/// page listed; they leave the list (a change set aside since stays).
+pub async fn clear_diverged(
+    State(state): State<WebState>,
+    who: Authed,
+    Form(f): Form<ClearDivergedForm>,
+) -> Response {
+    let result = async {
+        let removed = node(&state)?.clear_diverged(f.count).map_err(refusal)?;
+        // The page reads the view the gateway refreshes every second:
+        // take the removed changes out of it now.
+        let mut view = state.engine.pair_view();
+        view.diverged.drain(..removed.min(view.diverged.len()));
+        state.engine.set_pair_view(view);
+        tracing::warn!(actor = %who.user, removed, "diverged changes marked reviewed from the console");
+        let note = match removed {
+            0 => "Nothing was removed: the list was already empty.".to_string(),
+            1 => "1 diverged change removed from the list.".to_string(),
+            n => format!("{n} diverged changes removed from the list."),
+        };
+        Ok(done("/pair", &note))
+    }
+    .await;
+    answer(&state, &who, result)
+}
+
 /// `POST /pair/promote`: first the confirmation step (what is set aside),
 /// then the forced promotion.
 pub async fn promote(
