@@ -1105,7 +1105,8 @@ async fn a_session_of_a_client_certificate_refused_later_ends() {
     let gw = TestGateway::start("tls_client_auth = \"optional\"\n").await;
     let t = Target::of(&gw);
     let (cert, key) = tlsclient::client_identity();
-    gw.store
+    let trusted = gw
+        .store
         .trust_add("test", cert.as_ref(), uagate_store::CertKind::Trusted)
         .await
         .unwrap();
@@ -1125,16 +1126,10 @@ async fn a_session_of_a_client_certificate_refused_later_ends() {
     let mut plain = t.h1().await;
     assert_status_read(&call_h1(&mut plain, read_status(&token)).await);
 
-    let thumbprint = gw
-        .store
-        .certs(uagate_store::CertKind::Trusted)
+    gw.store
+        .trust_remove("test", &trusted.thumbprint)
         .await
-        .unwrap()
-        .into_iter()
-        .find(|c| c.der == cert.as_ref())
-        .expect("trusted")
-        .thumbprint;
-    gw.store.trust_remove("test", &thumbprint).await.unwrap();
+        .unwrap();
     // The re-check runs within the second the configuration watch takes.
     let t0 = Instant::now();
     loop {
