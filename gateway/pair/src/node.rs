@@ -1241,9 +1241,16 @@ impl PairNode {
 
     /// Drops this node's Raft log, snapshots and applied position and
     /// restarts openraft without a membership: the leader's snapshot then
-    /// replaces the replicated state (node-local rows stay).
+    /// replaces the replicated state (node-local rows stay). Called after
+    /// the caller recorded the drop as owed (`NodeFile::reset_owed`);
+    /// nothing when it is not owed (any more).
     async fn reset_log(&self) -> Result<(), PairError> {
         let mut raft = self.raft.write().await;
+        // Every caller records the drop as owed first; a second caller
+        // that waited for the first one finds it done.
+        if !self.reset_owed() {
+            return Ok(());
+        }
         raft.shutdown()
             .await
             .map_err(|e| PairError::Raft(e.to_string()))?;
