@@ -50,7 +50,8 @@ impl OwnerKind {
 pub struct OwnerKey {
     kind: OwnerKind,
     /// Kind prefix + text, e.g. `addr:10.0.0.1`.
-    text: Box<str>,
+    /// Shared: a clone (one per request) only counts a reference.
+    text: std::sync::Arc<str>,
 }
 
 impl OwnerKey {
@@ -60,7 +61,7 @@ impl OwnerKey {
         let addr = normalize_ip(addr);
         OwnerKey {
             kind: OwnerKind::Address,
-            text: format!("{}{addr}", OwnerKind::Address.prefix()).into_boxed_str(),
+            text: format!("{}{addr}", OwnerKind::Address.prefix()).into(),
         }
     }
 
@@ -81,7 +82,7 @@ impl OwnerKey {
         }
         Some(OwnerKey {
             kind: OwnerKind::Application,
-            text: text.into_boxed_str(),
+            text: text.into(),
         })
     }
 
@@ -106,7 +107,7 @@ impl OwnerKey {
         }
         Some(OwnerKey {
             kind,
-            text: format!("{prefix}{text}").into_boxed_str(),
+            text: format!("{prefix}{text}").into(),
         })
     }
 

@@ -85,6 +85,10 @@ pub struct ChannelInfo {
     pub client_certificate: ByteString,
     /// The parsed client certificate.
     pub client_cert: Option<X509>,
+    /// The accounting owner of that certificate (its application
+    /// thumbprint), worked out once when the channel opens: every request
+    /// is charged to it ([`ChannelInfo::request_caller`]).
+    pub application_owner: Option<OwnerKey>,
     /// Identity tokens the matching endpoint offers.
     pub tokens: Vec<UserToken>,
     /// Who is charged for this channel's work (resource isolation).
@@ -98,6 +102,14 @@ pub struct ChannelInfo {
 }
 
 impl ChannelInfo {
+    /// The accounting owner of a verified client certificate (see
+    /// [`ChannelInfo::application_owner`]). Called when a channel opens
+    /// (and when an opc.https connection presents one): its thumbprint
+    /// re-encodes and hashes the certificate, too much to do per request.
+    pub(crate) fn owner_of(cert: &X509) -> Option<OwnerKey> {
+        OwnerKey::from_application_thumbprint(cert.thumbprint().value())
+    }
+
     /// Who is charged for a request on this channel: trusted and protected
     /// callers keep their class; an ordinary caller on a secured channel is
     /// grouped by its verified application certificate, otherwise by its
@@ -110,10 +122,10 @@ impl ChannelInfo {
         if base.class != OwnerClass::Ordinary {
             return base;
         }
-        match &self.client_cert {
-            Some(cert) => match OwnerKey::from_application_thumbprint(cert.thumbprint().value()) {
-                Some(owner) => admission::Caller { owner, ..base },
-                None => base,
+        match &self.application_owner {
+            Some(owner) => admission::Caller {
+                owner: owner.clone(),
+                ..base
             },
             None => base,
         }

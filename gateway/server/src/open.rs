@@ -26,6 +26,7 @@ impl Engine {
             mode: req.mode,
             client_certificate: ByteString::null(),
             client_cert: None,
+            application_owner: None,
             tokens: offered.tokens.clone(),
             caller: None,
             transport_encrypted: false,
@@ -63,6 +64,7 @@ impl Engine {
             return Err(verdict_status(verdict));
         }
         info.client_certificate = der;
+        info.application_owner = ChannelInfo::owner_of(&cert);
         info.client_cert = Some(cert);
         Ok(info)
     }

@@ -197,6 +197,8 @@ struct Conn {
     cancel: CancellationToken,
     /// The verified TLS client certificate (mutual TLS), DER and parsed.
     client_cert: Option<(ByteString, X509)>,
+    /// The accounting owner of that certificate, worked out once.
+    application_owner: Option<uagate_isolation::owner::OwnerKey>,
     /// Counts the connection under opc.https until a WebSocket upgrade
     /// takes it over (it is then counted under opc.wss).
     open: Mutex<Option<crate::stats::OpenCount>>,
@@ -305,6 +307,9 @@ async fn serve(
         caller: admitted.caller.clone(),
         admission: Mutex::new(Some(admitted)),
         cancel: cancel.clone(),
+        application_owner: client_cert
+            .as_ref()
+            .and_then(|(_, c)| ChannelInfo::owner_of(c)),
         client_cert,
         open: Mutex::new(Some(crate::stats::OpenCount::new(
             engine.clone(),
@@ -610,6 +615,7 @@ async fn https(conn: &Arc<Conn>, req: Request<Incoming>) -> Response<Full<Bytes>
             .as_ref()
             .map_or_else(ByteString::null, |(der, _)| der.clone()),
         client_cert: conn.client_cert.as_ref().map(|(_, c)| c.clone()),
+        application_owner: conn.application_owner.clone(),
         tokens: channel.tokens.clone(),
         caller: Some(conn.caller.clone()),
         transport_encrypted: true,
