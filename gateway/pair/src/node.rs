@@ -497,9 +497,9 @@ pub struct PairNode {
     unreported: Mutex<std::collections::VecDeque<(Vec<u8>, u32)>>,
     /// Wakes the reporter task when a certificate is added.
     report_wake: Arc<tokio::sync::Notify>,
-    /// Why the last try to drop the old log failed, while a drop is owed
-    /// ([`PairStatus::stepping_down`]).
-    step_down_error: Mutex<Option<String>>,
+    /// Why the last try to drop the old log failed; cleared when a drop
+    /// succeeds ([`PairStatus::stepping_down`]).
+    reset_error: Mutex<Option<String>>,
     /// The pair listener's accept loop; [`PairNode::stop`] waits for it,
     /// so that the address is free when it returns (a restart binds it).
     listening: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -645,7 +645,7 @@ impl PairNode {
             joining: std::sync::atomic::AtomicBool::new(false),
             unreported: Mutex::new(std::collections::VecDeque::new()),
             report_wake: Arc::new(tokio::sync::Notify::new()),
-            step_down_error: Mutex::new(None),
+            reset_error: Mutex::new(None),
             listening: Mutex::new(None),
         });
         // A higher epoch seen on the wire: step down (one at a time).
@@ -661,19 +661,13 @@ impl PairNode {
                         return;
                     }
                     match node.step_down(mark).await {
-                        Ok(()) => {
-                            *node.step_down_error.lock() = None;
-                            break;
-                        }
-                        Err(e) => {
-                            tracing::error!(
-                                error = %e,
-                                epoch = mark.epoch,
-                                retry_in = ?wait,
-                                "pair: stepping down failed; Raft messages are refused until it is done"
-                            );
-                            *node.step_down_error.lock() = Some(e.to_string());
-                        }
+                        Ok(()) => break,
+                        Err(e) => tracing::error!(
+                            error = %e,
+                            epoch = mark.epoch,
+                            retry_in = ?wait,
+                            "pair: stepping down failed; Raft messages are refused until it is done"
+                        ),
                     }
                     drop(node);
                     tokio::time::sleep(wait).await;
@@ -1245,6 +1239,13 @@ impl PairNode {
     /// the caller recorded the drop as owed (`NodeFile::reset_owed`);
     /// nothing when it is not owed (any more).
     async fn reset_log(&self) -> Result<(), PairError> {
+        let result = self.drop_log().await;
+        *self.reset_error.lock() = result.as_ref().err().map(|e| e.to_string());
+        result
+    }
+
+    /// The work of [`PairNode::reset_log`].
+    async fn drop_log(&self) -> Result<(), PairError> {
         let mut raft = self.raft.write().await;
         // Every caller records the drop as owed first; a second caller
         // that waited for the first one finds it done.
@@ -1320,15 +1321,18 @@ impl PairNode {
         let raft = self.raft.read().await.clone();
         let m = raft.metrics().borrow().clone();
         let members = self.members().await;
-        // Owing the drop of its old log, it leads nothing whatever the
-        // old instance's last metrics say.
-        let stepping_down = self.reset_owed().then(|| {
-            let mark = self.file.lock().mark;
-            match self.step_down_error.lock().as_deref() {
-                Some(why) => format!("to epoch {}: {why}", mark.epoch),
-                None => format!("to epoch {}: in progress", mark.epoch),
-            }
-        });
+        // A drop of its old log failed and is owed: it leads nothing,
+        // whatever the old instance's last metrics say. (A drop under way
+        // takes milliseconds and is not reported.)
+        let stepping_down = if self.reset_owed() {
+            let epoch = self.file.lock().mark.epoch;
+            self.reset_error
+                .lock()
+                .as_ref()
+                .map(|why| format!("to epoch {epoch}: {why}"))
+        } else {
+            None
+        };
         let role = if self.witness {
             PairRole::Witness
         } else if stepping_down.is_some() {
