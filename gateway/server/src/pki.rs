@@ -34,6 +34,7 @@ pub fn load_or_create(
     let pki = data_dir.join("pki");
     let store = CertificateStore::new(&pki);
     store.ensure_pki_path().map_err(StartError::DataDir)?;
+    write_pki_readme(&pki)?;
     // The private directory is closed before any key is written into it.
     let private_dir = pki.join("private");
     std::fs::create_dir_all(&private_dir)
@@ -82,6 +83,40 @@ pub fn load_or_create(
         cert,
         key,
     })
+}
+
+/// What `<data>/pki/README.txt` says. The directory has the layout of
+/// other OPC UA stacks (own, private, trusted, rejected), so an engineer
+/// used to them may copy a certificate into `trusted/` and expect it to
+/// count; uagate's trust lists are in the configuration database.
+pub const PKI_README: &str = "\
+This directory holds the gateway's OPC UA application instance certificate
+(own/cert.der) and its private key (private/private.pem).
+
+uagate does NOT read trusted/ or rejected/ as trust lists: a certificate
+copied into trusted/ is not trusted, and one deleted there is not
+distrusted. (The OPC UA library writes into them for field connections.)
+The trust lists are in the configuration database, replicated to the
+standby of a pair. To trust, approve or remove a certificate, or to
+upload a CA's CRL, use the console's Certificates page, the REST API
+(/api/v1/certificates, /api/v1/crls) or:
+
+  uagate trust add FILE            a client or field server certificate
+  uagate trust add --issuer FILE   a CA certificate
+  uagate trust rejected            certificates refused as unknown
+  uagate trust approve THUMBPRINT
+  uagate trust remove THUMBPRINT
+";
+
+/// Writes [`PKI_README`] into `pki` when it is missing or different (a
+/// newer version's words). Called at every start.
+fn write_pki_readme(pki: &Path) -> Result<(), StartError> {
+    let path = pki.join("README.txt");
+    if std::fs::read_to_string(&path).ok().as_deref() == Some(PKI_README) {
+        return Ok(());
+    }
+    std::fs::write(&path, PKI_README)
+        .map_err(|e| StartError::DataDir(format!("{}: {e}", path.display())))
 }
 
 /// How far back a new certificate's validity starts: a field server or
@@ -303,6 +338,25 @@ mod tests {
             load_or_create(dir.path(), "Line 1 gateway", "urn:uagate:line1", &hosts).unwrap();
         assert_eq!(parsed(&again).thumbprint, summary.thumbprint);
         assert!(!dir.path().join("pki/own/cert.der.replaced").exists());
+    }
+
+    /// The pki directory says that its trusted/ and rejected/ are not the
+    /// trust lists; an outdated text is replaced at the next start.
+    #[test]
+    fn the_pki_directory_says_where_the_trust_lists_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let hosts = vec!["gw".to_string()];
+        load_or_create(dir.path(), "gw", "urn:uagate:gw", &hosts).unwrap();
+        let readme = dir.path().join("pki/README.txt");
+        let text = std::fs::read_to_string(&readme).unwrap();
+        assert!(
+            text.contains("does NOT read trusted/ or rejected/"),
+            "{text}"
+        );
+        assert!(text.contains("uagate trust add FILE"), "{text}");
+        std::fs::write(&readme, "old words").unwrap();
+        load_or_create(dir.path(), "gw", "urn:uagate:gw", &hosts).unwrap();
+        assert_eq!(std::fs::read_to_string(&readme).unwrap(), PKI_README);
     }
 
     /// A certificate that does not carry the application URI as its URI (an
