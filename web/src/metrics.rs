@@ -22,13 +22,13 @@ use crate::state::WebState;
 /// Serves the scrape. Any role (a Bearer token is required on the console
 /// listener).
 pub async fn metrics(State(state): State<WebState>) -> Result<Response, ApiError> {
-    scrape(&state)
+    scrape(&state).await
 }
 
 /// Serves the scrape without a token: only routed on the configured scrape
 /// address (`[listen] metrics`), see [`scrape_app`].
 pub async fn open_metrics(State(state): State<WebState>) -> Result<Response, ApiError> {
-    scrape(&state)
+    scrape(&state).await
 }
 
 /// The router of the unauthenticated scrape listener: `GET /metrics` and
@@ -40,8 +40,14 @@ pub fn scrape_app(state: WebState) -> axum::Router {
         .with_state(state)
 }
 
-fn scrape(state: &WebState) -> Result<Response, ApiError> {
+async fn scrape(state: &WebState) -> Result<Response, ApiError> {
     let registry = collect(state).map_err(ApiError::internal)?;
+    // The stored CRLs' next updates: past one, the certificates its CA
+    // issued are refused, so a plant alerts well before.
+    match state.store.crl_infos().await {
+        Ok(crls) => crl_metrics(&registry, &crls).map_err(ApiError::internal)?,
+        Err(e) => tracing::warn!(error = %e, "CRLs not read for the metrics"),
+    }
     let mut families = registry.gather();
     families.extend(histograms(state));
     families.sort_by(|a, b| a.name().cmp(b.name()));
@@ -146,6 +152,29 @@ fn histogram(
 }
 
 /// A registry filled from the engine's current state.
+/// `uagate_crl_next_update_timestamp_seconds{issuer}`: one series per
+/// stored CRL that names its next update.
+fn crl_metrics(r: &Registry, crls: &[uagate_store::CrlInfo]) -> prometheus::Result<()> {
+    let next = IntGaugeVec::new(
+        Opts::new(
+            "crl_next_update_timestamp_seconds",
+            "When each stored CRL's next update is due (Unix time); after it the certificates its CA issued are refused until a newer CRL is uploaded.",
+        ),
+        &["issuer"],
+    )?;
+    for c in crls {
+        if let Some(due) = c
+            .next_update
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        {
+            next.with_label_values(&[c.issuer.as_str()])
+                .set(due.timestamp());
+        }
+    }
+    r.register(Box::new(next))
+}
+
 fn collect(state: &WebState) -> prometheus::Result<Registry> {
     let engine = &state.engine;
     let r = Registry::new_custom(Some("uagate".into()), None)?;

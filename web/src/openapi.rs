@@ -14,7 +14,7 @@ use crate::ops::{
     ConfigChange, HistoryView, LevelOverride, MaintenanceRequest, ProbeView, SessionView,
     SetupRequest, StageView, StatusView, SystemView,
 };
-use crate::rest::{CertView, Certificates, OwnerRequest};
+use crate::rest::{CertView, Certificates, CrlView, OwnerRequest};
 use crate::users::{AuditEntry, NewUser, UserChange, UserView};
 
 /// One operation: method, path, summary, request body schema, answer
@@ -258,6 +258,13 @@ fn operations() -> Vec<Op> {
             "Trust a rejected certificate",
             None,
             schema::<CertView>(),
+        ),
+        op(
+            "get",
+            "/api/v1/crls",
+            "Stored CRLs: issuer, times, revoked count and state",
+            None,
+            list::<CrlView>(),
         ),
         op(
             "post",

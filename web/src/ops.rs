@@ -1389,6 +1389,87 @@ impl OfferedCert {
     }
 }
 
+/// How long before a CRL's next update the console warns.
+pub const CRL_DUE_SOON: chrono::Duration = chrono::Duration::days(7);
+
+/// Where a stored CRL stands ([`crl_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrlState {
+    /// Its next update is more than [`CRL_DUE_SOON`] away, or not named.
+    Current,
+    /// Its next update is due within [`CRL_DUE_SOON`].
+    DueSoon,
+    /// Its next update has passed: the certificates its CA issued are
+    /// refused (revocation unknown) until a newer CRL is stored.
+    OutOfDate,
+}
+
+impl CrlState {
+    /// The word REST answers with.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CrlState::Current => "current",
+            CrlState::DueSoon => "due_soon",
+            CrlState::OutOfDate => "out_of_date",
+        }
+    }
+
+    /// The page's colour class for it (`crl-ok`, `crl-warn`, `crl-bad`).
+    pub fn class(self) -> &'static str {
+        match self {
+            CrlState::Current => "ok",
+            CrlState::DueSoon => "warn",
+            CrlState::OutOfDate => "bad",
+        }
+    }
+}
+
+/// The state of a CRL whose next update is due at `next_update` (RFC
+/// 3339) at `now`, and the words the Certificates page shows for it. Past
+/// that time the certificates its CA issued are refused, which stops every
+/// client and field server holding one: within [`CRL_DUE_SOON`] the page
+/// warns. Called by the page and `GET /api/v1/crls`.
+pub fn crl_state(
+    next_update: Option<&str>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> (CrlState, String) {
+    let Some(due) = next_update.and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()) else {
+        return (
+            CrlState::Current,
+            "current (it names no next update)".into(),
+        );
+    };
+    let due = due.with_timezone(&chrono::Utc);
+    if due <= now {
+        return (
+            CrlState::OutOfDate,
+            format!(
+                "out of date since {}: the certificates this CA issued are refused until its \
+                 next CRL is uploaded",
+                due.format("%Y-%m-%d %H:%M UTC")
+            ),
+        );
+    }
+    let left = due - now;
+    if left > CRL_DUE_SOON {
+        return (CrlState::Current, "current".into());
+    }
+    let within = if left.num_hours() >= 48 {
+        format!("{} days", left.num_days())
+    } else if left.num_hours() >= 1 {
+        format!("{} hours", left.num_hours())
+    } else {
+        format!("{} minutes", left.num_minutes().max(1))
+    };
+    (
+        CrlState::DueSoon,
+        format!(
+            "next update due in {within}: upload the CA's next CRL before then, or the \
+             certificates it issued are refused"
+        ),
+    )
+}
+
 /// An RFC 3339 time as the console shows times: `YYYY-MM-DD HH:MM UTC`
 /// (the text unchanged when it is not RFC 3339).
 pub fn when(rfc3339: &str) -> String {
@@ -1866,6 +1947,36 @@ pub async fn reboot(state: &WebState, who: &Authed) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A CRL is current until 7 days before its next update, due soon
+    /// then (in days, hours, minutes), out of date from that moment on.
+    #[test]
+    fn crl_states_by_time_left() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-12-07T12:00:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        let at = |t: &str| crl_state(Some(t), now);
+        assert_eq!(at("2026-12-20T12:00:00Z").0, CrlState::Current);
+        assert_eq!(at("2026-12-14T12:00:01Z").0, CrlState::Current);
+        let (state, words) = at("2026-12-14T12:00:00Z");
+        assert_eq!(state, CrlState::DueSoon);
+        assert!(words.starts_with("next update due in 7 days"), "{words}");
+        assert!(at("2026-12-08T17:00:00Z")
+            .1
+            .starts_with("next update due in 29 hours"));
+        assert!(at("2026-12-07T12:10:00Z")
+            .1
+            .starts_with("next update due in 10 minutes"));
+        let (state, words) = at("2026-12-07T12:00:00Z");
+        assert_eq!(state, CrlState::OutOfDate);
+        assert!(
+            words.starts_with("out of date since 2026-12-07 12:00 UTC: the certificates this CA issued are refused"),
+            "{words}"
+        );
+        assert_eq!(crl_state(None, now).0, CrlState::Current);
+        assert_eq!(CrlState::DueSoon.as_str(), "due_soon");
+        assert_eq!(CrlState::OutOfDate.class(), "bad");
+    }
 
     #[test]
     fn page_times_read_as_date_and_time_of_day_in_utc() {

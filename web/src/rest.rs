@@ -218,6 +218,49 @@ pub async fn certificate_delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// One stored CRL in `GET /api/v1/crls`.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CrlView {
+    /// The CA that issued it; one CRL per CA is kept.
+    pub issuer: String,
+    /// SHA-1 of its DER encoding, lowercase hex.
+    pub thumbprint: String,
+    /// When the CA issued it (RFC 3339 UTC).
+    pub this_update: String,
+    /// When the CA promised the next one (RFC 3339 UTC), if it says.
+    pub next_update: Option<String>,
+    /// How many certificates it revokes.
+    pub revoked: usize,
+    /// `current`, `due_soon` (next update within 7 days) or `out_of_date`
+    /// (the certificates that CA issued are refused until a newer CRL is
+    /// stored).
+    pub state: String,
+}
+
+/// `GET /api/v1/crls`: the stored CRLs and where each stands.
+pub async fn crls(State(state): State<WebState>) -> Result<Json<Vec<CrlView>>, ApiError> {
+    let now = chrono::Utc::now();
+    Ok(Json(
+        state
+            .store
+            .crl_infos()
+            .await?
+            .into_iter()
+            .map(|c| CrlView {
+                state: ops::crl_state(c.next_update.as_deref(), now)
+                    .0
+                    .as_str()
+                    .to_string(),
+                issuer: c.issuer,
+                thumbprint: c.thumbprint,
+                this_update: c.this_update,
+                next_update: c.next_update,
+                revoked: c.revoked,
+            })
+            .collect(),
+    ))
+}
+
 /// `POST /api/v1/crls`: the body is a DER or PEM CRL.
 pub async fn crl_add(
     State(state): State<WebState>,

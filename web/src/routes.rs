@@ -223,6 +223,7 @@ pub fn table() -> Vec<Route> {
             OPERATOR,
             rest::certificate_trust,
         ),
+        api(GET, "/api/v1/crls", VIEWER, rest::crls),
         api(POST, "/api/v1/crls", OPERATOR, rest::crl_add).certificate_upload(),
         api(GET, "/api/v1/fields", VIEWER, rest::fields),
         api(POST, "/api/v1/fields", OPERATOR, rest::field_put),

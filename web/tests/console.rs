@@ -2074,3 +2074,111 @@ async fn the_pair_page_says_when_stepping_down_fails() {
     let (_, body, _) = f.call(page("/pair", &b)).await;
     assert!(!body.as_str().unwrap().contains("pair-stepping-down"));
 }
+
+/// A CRL of a new CA named `cn`, issued at `this` and promising its next
+/// update at `next` (year, month, day each).
+fn crl_of_new_ca(cn: &str, this: (i32, u8, u8), next: (i32, u8, u8)) -> Vec<u8> {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    let ca = params.self_signed(&key).unwrap();
+    rcgen::CertificateRevocationListParams {
+        this_update: rcgen::date_time_ymd(this.0, this.1, this.2),
+        next_update: rcgen::date_time_ymd(next.0, next.1, next.2),
+        crl_number: rcgen::SerialNumber::from(1u64),
+        issuing_distribution_point: None,
+        revoked_certs: vec![rcgen::RevokedCertParams {
+            serial_number: rcgen::SerialNumber::from(7u64),
+            revocation_time: rcgen::date_time_ymd(this.0, this.1, this.2),
+            reason_code: None,
+            invalidity_date: None,
+        }],
+        key_identifier_method: rcgen::KeyIdMethod::Sha256,
+    }
+    .signed_by(&ca, &key)
+    .unwrap()
+    .der()
+    .to_vec()
+}
+
+/// Stored CRLs are listed with their state: one due within days warns in
+/// words, one out of date says what it stops; REST answers the same.
+#[tokio::test]
+async fn the_certificates_page_says_which_crls_are_due_or_out_of_date() {
+    use chrono::Datelike;
+    let f = Fixture::start().await;
+    let op = f.token("operator").await;
+    let ymd = |d: chrono::DateTime<chrono::Utc>| (d.year(), d.month() as u8, d.day() as u8);
+    let now = chrono::Utc::now();
+    for crl in [
+        crl_of_new_ca("Old CA", (2025, 1, 1), (2025, 6, 1)),
+        crl_of_new_ca(
+            "Soon CA",
+            ymd(now - chrono::Duration::days(20)),
+            ymd(now + chrono::Duration::days(4)),
+        ),
+        crl_of_new_ca(
+            "Fine CA",
+            ymd(now - chrono::Duration::days(1)),
+            (2035, 1, 1),
+        ),
+    ] {
+        let (s, body, _) = f
+            .call(
+                Request::builder()
+                    .method(Method::POST)
+                    .uri("/api/v1/crls")
+                    .header(header::AUTHORIZATION, format!("Bearer {op}"))
+                    .body(Body::from(crl))
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(s, StatusCode::NO_CONTENT, "{body}");
+    }
+    let viewer = f.token("viewer").await;
+    let (s, list, _) = f.call(get("/api/v1/crls", Some(&viewer))).await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    let state_of = |cn: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["issuer"] == format!("CN={cn}"))
+            .map(|c| (c["state"].clone(), c["revoked"].clone()))
+            .unwrap_or_else(|| panic!("{cn} not listed: {list}"))
+    };
+    assert_eq!(state_of("Old CA"), (json!("out_of_date"), json!(1)));
+    assert_eq!(state_of("Soon CA").0, json!("due_soon"));
+    assert_eq!(state_of("Fine CA").0, json!("current"));
+    let (_, metrics, _) = f.call(get("/metrics", Some(&viewer))).await;
+    assert!(
+        metrics
+            .as_str()
+            .unwrap_or_default()
+            .contains("uagate_crl_next_update_timestamp_seconds{issuer=\"CN=Old CA\"} 1748736000"),
+        "{metrics}"
+    );
+
+    let b = browser(&f, "viewer").await;
+    let (s, body, _) = f.call(page("/certificates", &b)).await;
+    assert_eq!(s, StatusCode::OK);
+    let html = body.as_str().unwrap();
+    assert!(
+        html.contains("<td class=\"crl-bad\">out of date since 2025-06-01 00:00 UTC: the certificates this CA issued are refused until its next CRL is uploaded</td>"),
+        "{html}"
+    );
+    assert!(
+        ["3 days", "4 days"].iter().any(|d| html.contains(&format!(
+            "<td class=\"crl-warn\">next update due in {d}: upload the CA&#39;s next CRL before then, or the certificates it issued are refused</td>"
+        ))),
+        "{html}"
+    );
+    assert!(html.contains("<td class=\"crl-ok\">current</td>"), "{html}");
+    f.stop().await;
+}

@@ -49,6 +49,7 @@ const ROLES: &[(&str, &str, &str)] = &[
         "/api/v1/certificates/{thumbprint}/trust",
         "operator",
     ),
+    ("GET", "/api/v1/crls", "viewer"),
     ("POST", "/api/v1/crls", "operator"),
     ("GET", "/api/v1/fields", "viewer"),
     ("POST", "/api/v1/fields", "operator"),

@@ -119,7 +119,9 @@ pub use change::{
     CONFIG_NODE_SETTING, FIELD_NAMESPACES_SETTING, NODE_LOCAL_SETTINGS, REQUESTED_STATE_SETTING,
 };
 pub use error::{Refusal, StoreError};
-pub use model::{CertInfo, CertKind, CertSummary, ChangeLogEntry, LogFilter, LogOrder, Role};
+pub use model::{
+    CertInfo, CertKind, CertSummary, ChangeLogEntry, CrlInfo, LogFilter, LogOrder, Role,
+};
 pub use replica::{LogApplied, LogPosition, ReplicaState};
 pub use snapshot::{
     ReplicatedSnapshot, SnapshotCert, SnapshotCrl, SnapshotSetting, SnapshotUser, SNAPSHOT_FORMAT,
@@ -888,6 +890,25 @@ impl Store {
         self.apply(Proposal::now(actor, Change::AddCrl { der }))
             .await?;
         Ok(())
+    }
+
+    /// The stored CRLs described (issuer, times, how many certificates each
+    /// revokes), ordered by issuer. Called by the console's Certificates
+    /// page, `GET /api/v1/crls` and the metrics.
+    pub async fn crl_infos(&self) -> Result<Vec<CrlInfo>, StoreError> {
+        let ders = self.crls().await?;
+        ders.iter()
+            .map(|der| {
+                let p = x509::parse_crl(der)?;
+                Ok(CrlInfo {
+                    issuer: p.issuer,
+                    thumbprint: p.thumbprint,
+                    this_update: p.this_update,
+                    next_update: p.next_update,
+                    revoked: p.revoked,
+                })
+            })
+            .collect()
     }
 
     /// All stored CRLs, DER, ordered by issuer.

@@ -136,6 +136,23 @@ pub struct CertSummary {
     pub not_after: String,
 }
 
+/// A stored CRL as the console and REST list it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrlInfo {
+    /// The CA that issued it (RFC 4514 string); one CRL per CA is kept.
+    pub issuer: String,
+    /// SHA-1 of its DER encoding, lowercase hex.
+    pub thumbprint: String,
+    /// When the CA issued it, RFC 3339 UTC.
+    pub this_update: String,
+    /// When the CA promised the next one, RFC 3339 UTC; after that time the
+    /// certificates that CA issued are refused (revocation unknown) until a
+    /// newer CRL is stored. `None` when the CRL names no next update.
+    pub next_update: Option<String>,
+    /// How many certificates it revokes.
+    pub revoked: usize,
+}
+
 /// One entry of the append-only change log: the audit trail of every change
 /// [`crate::Store::apply`] made, replicated and node-local alike.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

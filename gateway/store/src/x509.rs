@@ -36,6 +36,8 @@ pub(crate) struct ParsedCrl {
     pub issuer: String,
     pub this_update: String,
     pub next_update: Option<String>,
+    /// How many certificates it revokes.
+    pub revoked: usize,
 }
 
 /// SHA-1 of the bytes, lowercase hex: the OPC UA certificate thumbprint.
@@ -150,6 +152,7 @@ pub(crate) fn parse_crl(der: &[u8]) -> Result<ParsedCrl, StoreError> {
             .next_update
             .map(|t| time_to_rfc3339(t, WHAT))
             .transpose()?,
+        revoked: tbs.revoked_certificates.as_ref().map_or(0, Vec::len),
     })
 }
 

@@ -60,6 +60,36 @@ impl CertRow {
     }
 }
 
+/// One stored CRL as the page shows it.
+pub struct CrlRow {
+    issuer: String,
+    issued: String,
+    next_update: String,
+    revoked: usize,
+    /// `ok`, `warn` or `bad`: how its state is coloured.
+    class: &'static str,
+    /// Its state in words: current, due soon, or out of date and what that
+    /// means for the certificates its CA issued.
+    state: String,
+}
+
+impl CrlRow {
+    fn of(c: &uagate_store::CrlInfo, now: chrono::DateTime<chrono::Utc>) -> CrlRow {
+        let (state, words) = ops::crl_state(c.next_update.as_deref(), now);
+        CrlRow {
+            issuer: c.issuer.clone(),
+            issued: ops::when(&c.this_update),
+            next_update: c
+                .next_update
+                .as_deref()
+                .map_or_else(|| "not named".to_string(), ops::when),
+            revoked: c.revoked,
+            class: state.class(),
+            state: words,
+        }
+    }
+}
+
 /// This appliance's own certificates as the page shows them.
 pub struct OwnRow {
     what: &'static str,
@@ -77,7 +107,7 @@ struct CertificatesPage {
     chrome: Chrome,
     own: Vec<OwnRow>,
     lists: Vec<CertList>,
-    crl_count: usize,
+    crls: Vec<CrlRow>,
 }
 
 async fn render_certificates(
@@ -101,7 +131,11 @@ async fn render_certificates(
             Err(e) => return error_page(e.into()),
         }
     }
-    let crl_count = state.store.crls().await.map(|c| c.len()).unwrap_or(0);
+    let now = chrono::Utc::now();
+    let crls = match state.store.crl_infos().await {
+        Ok(c) => c.iter().map(|c| CrlRow::of(c, now)).collect(),
+        Err(e) => return error_page(e.into()),
+    };
     let (chrome, status) = Chrome::with_error(who, "Certificates", "/certificates", flash, error);
     let app_der = state.engine.application_certificate();
     let mut own: Vec<OwnRow> = uagate_store::describe_certificate(&app_der)
@@ -132,7 +166,7 @@ async fn render_certificates(
         chrome,
         own,
         lists,
-        crl_count,
+        crls,
     };
     page(&t, status)
 }
