@@ -2180,5 +2180,17 @@ async fn the_certificates_page_says_which_crls_are_due_or_out_of_date() {
         "{html}"
     );
     assert!(html.contains("<td class=\"crl-ok\">current</td>"), "{html}");
+    // The dashboard says it at a glance, with the way to the Certificates page.
+    let (_, body, _) = f.call(page("/", &b)).await;
+    let html = body.as_str().unwrap();
+    assert!(
+        html.contains("<p class=\"error crl-alert\">CRL of CN=Old CA: out of date since 2025-06-01 00:00 UTC: the certificates this CA issued are refused until its next CRL is uploaded. <a href=\"/certificates\">Certificates</a></p>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<p class=\"warn crl-alert\">CRL of CN=Soon CA: next update due in "),
+        "{html}"
+    );
+    assert!(!html.contains("CRL of CN=Fine CA"), "{html}");
     f.stop().await;
 }

@@ -911,6 +911,17 @@ impl Store {
             .collect()
     }
 
+    /// Each stored CRL's issuer and next update (RFC 3339, when it names
+    /// one), ordered by issuer, without reading the CRLs themselves. Called
+    /// by the console's dashboard on every refresh.
+    pub async fn crl_next_updates(&self) -> Result<Vec<(String, Option<String>)>, StoreError> {
+        Ok(
+            sqlx::query_as("SELECT issuer, next_update FROM crls ORDER BY issuer")
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
     /// All stored CRLs, DER, ordered by issuer.
     pub async fn crls(&self) -> Result<Vec<Vec<u8>>, StoreError> {
         Ok(sqlx::query_scalar("SELECT der FROM crls ORDER BY issuer")

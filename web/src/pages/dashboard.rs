@@ -36,6 +36,9 @@ pub struct Live {
     /// The field connections, each with its failing state in words.
     fields: Vec<(ops::FieldView, Option<super::fields::Failing>)>,
     rejected_certs: Vec<String>,
+    /// Stored CRLs that are due soon or out of date: the page's class for
+    /// each (`warn`, `error`) and what it means.
+    crl_alerts: Vec<(&'static str, String)>,
 }
 
 /// Resident memory of this process (Linux; `None` elsewhere).
@@ -147,7 +150,25 @@ async fn live(state: &WebState) -> Live {
         .take(5)
         .map(|c| c.subject)
         .collect();
+    let now = chrono::Utc::now();
+    let crl_alerts = state
+        .store
+        .crl_next_updates()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(issuer, next)| {
+            let (crl, words) = ops::crl_state(next.as_deref(), now);
+            let class = match crl {
+                ops::CrlState::Current => return None,
+                ops::CrlState::DueSoon => "warn",
+                ops::CrlState::OutOfDate => "error",
+            };
+            Some((class, format!("CRL of {issuer}: {words}.")))
+        })
+        .collect();
     Live {
+        crl_alerts,
         version: env!("CARGO_PKG_VERSION"),
         uptime: charts::uptime(state.engine.uptime()),
         sessions: charts::thousands(i64::try_from(status.sessions).unwrap_or(i64::MAX)),
