@@ -1389,6 +1389,34 @@ impl OfferedCert {
     }
 }
 
+/// How long before a certificate's end of validity the console warns.
+pub const CERT_EXPIRES_SOON: chrono::Duration = chrono::Duration::days(30);
+
+/// Whether a certificate valid until `not_after` (RFC 3339) is still
+/// valid at `now`: `None` while more than [`CERT_EXPIRES_SOON`] is left,
+/// `Some(words)` otherwise ("expires in 12 days", "expired"), and whether
+/// it has expired. Called by the Certificates page and the dashboard.
+pub fn expiry(not_after: &str, now: chrono::DateTime<chrono::Utc>) -> Option<(bool, String)> {
+    let end = chrono::DateTime::parse_from_rfc3339(not_after)
+        .ok()?
+        .with_timezone(&chrono::Utc);
+    if end <= now {
+        return Some((true, "expired".into()));
+    }
+    let left = end - now;
+    if left > CERT_EXPIRES_SOON {
+        return None;
+    }
+    let within = if left.num_hours() >= 48 {
+        format!("{} days", left.num_days())
+    } else if left.num_hours() >= 1 {
+        format!("{} hours", left.num_hours())
+    } else {
+        format!("{} minutes", left.num_minutes().max(1))
+    };
+    Some((false, format!("expires in {within}")))
+}
+
 /// How long before a CRL's next update the console warns.
 pub const CRL_DUE_SOON: chrono::Duration = chrono::Duration::days(7);
 
@@ -1947,6 +1975,29 @@ pub async fn reboot(state: &WebState, who: &Authed) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A certificate is fine until 30 days before its end, then "expires
+    /// in …", then "expired".
+    #[test]
+    fn certificate_expiry_in_words() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-12-07T12:00:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        assert_eq!(expiry("2027-01-06T12:00:01Z", now), None);
+        assert_eq!(
+            expiry("2027-01-06T12:00:00Z", now),
+            Some((false, "expires in 30 days".into()))
+        );
+        assert_eq!(
+            expiry("2026-12-08T18:00:00Z", now),
+            Some((false, "expires in 30 hours".into()))
+        );
+        assert_eq!(
+            expiry("2026-12-07T12:00:00Z", now),
+            Some((true, "expired".into()))
+        );
+        assert_eq!(expiry("not a time", now), None);
+    }
 
     /// A CRL is current until 7 days before its next update, due soon
     /// then (in days, hours, minutes), out of date from that moment on.

@@ -2184,13 +2184,66 @@ async fn the_certificates_page_says_which_crls_are_due_or_out_of_date() {
     let (_, body, _) = f.call(page("/", &b)).await;
     let html = body.as_str().unwrap();
     assert!(
-        html.contains("<p class=\"error crl-alert\">CRL of CN=Old CA: out of date since 2025-06-01 00:00 UTC: the certificates this CA issued are refused until its next CRL is uploaded. <a href=\"/certificates\">Certificates</a></p>"),
+        html.contains("<p class=\"error trust-alert\">CRL of CN=Old CA: out of date since 2025-06-01 00:00 UTC: the certificates this CA issued are refused until its next CRL is uploaded. <a href=\"/certificates\">Certificates</a></p>"),
         "{html}"
     );
     assert!(
-        html.contains("<p class=\"warn crl-alert\">CRL of CN=Soon CA: next update due in "),
+        html.contains("<p class=\"warn trust-alert\">CRL of CN=Soon CA: next update due in "),
         "{html}"
     );
     assert!(!html.contains("CRL of CN=Fine CA"), "{html}");
+    f.stop().await;
+}
+
+/// A CA certificate that ends within 30 days is marked on the Certificates
+/// page and named on the dashboard with what its end stops.
+#[tokio::test]
+async fn a_ca_certificate_near_its_end_is_named_on_the_dashboard() {
+    use chrono::Datelike;
+    let f = Fixture::start().await;
+    let end = chrono::Utc::now() + chrono::Duration::days(10);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "Short CA");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    params.not_before = rcgen::date_time_ymd(2026, 1, 1);
+    params.not_after = rcgen::date_time_ymd(end.year(), end.month() as u8, end.day() as u8);
+    let ca = params.self_signed(&key).unwrap();
+    f.state
+        .store
+        .trust_add("test", ca.der(), uagate_store::CertKind::Issuer)
+        .await
+        .unwrap();
+    let b = browser(&f, "viewer").await;
+    let (_, body, _) = f.call(page("/certificates", &b)).await;
+    let html = body.as_str().unwrap();
+    assert!(
+        ["(expires in 9 days)", "(expires in 10 days)"]
+            .iter()
+            .any(|w| html.contains(w)),
+        "{html}"
+    );
+    assert!(
+        html.contains("<td data-label=\"Valid\" class=\"soon\">"),
+        "{html}"
+    );
+    let (_, body, _) = f.call(page("/", &b)).await;
+    let html = body.as_str().unwrap();
+    assert!(
+        html.contains("<p class=\"warn trust-alert\">The CA certificate CN=Short CA expires in "),
+        "{html}"
+    );
+    assert!(
+        html.contains("the certificates it issued are refused then. <a href=\"/certificates\">Certificates</a></p>"),
+        "{html}"
+    );
+    // The appliance's own certificates are years from their end: no line.
+    assert!(!html.contains("application instance certificate"), "{html}");
     f.stop().await;
 }

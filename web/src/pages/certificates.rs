@@ -40,12 +40,15 @@ pub struct CertRow {
     since: String,
     /// Past its end of validity.
     expired: bool,
+    /// Within 30 days of it: "expires in 12 days".
+    soon: Option<String>,
 }
 
 impl CertRow {
     fn of(c: &CertInfo) -> CertRow {
-        let expired = chrono::DateTime::parse_from_rfc3339(&c.not_after)
-            .is_ok_and(|t| t < chrono::Utc::now());
+        let expiry = ops::expiry(&c.not_after, chrono::Utc::now());
+        let expired = matches!(expiry, Some((true, _)));
+        let soon = expiry.filter(|(gone, _)| !gone).map(|(_, words)| words);
         CertRow {
             subject: c.subject.clone(),
             application_uri: c.application_uri.clone(),
@@ -56,6 +59,7 @@ impl CertRow {
             not_after: ops::when(&c.not_after),
             since: ops::when(&c.first_seen),
             expired,
+            soon,
         }
     }
 }
@@ -99,6 +103,9 @@ pub struct OwnRow {
     /// certificate only.
     thumbprint: Option<Digest>,
     not_after: String,
+    /// "expired" or "expires in 12 days" within 30 days of its end, and
+    /// whether it has expired.
+    expiry: Option<(bool, String)>,
 }
 
 #[derive(Template)]
@@ -145,6 +152,7 @@ async fn render_certificates(
             subject: a.subject,
             fingerprint: Digest::fingerprint(&app_der),
             thumbprint: Some(Digest::from_hex(&a.thumbprint)),
+            expiry: ops::expiry(&a.not_after, chrono::Utc::now()),
             not_after: ops::when(&a.not_after),
         })
         .into_iter()
@@ -155,6 +163,10 @@ async fn render_certificates(
             subject: t.subject,
             fingerprint: Digest::from_hex(&t.fingerprint),
             thumbprint: None,
+            expiry: ops::expiry(
+                &t.not_after.with_timezone(&chrono::Utc).to_rfc3339(),
+                chrono::Utc::now(),
+            ),
             not_after: t
                 .not_after
                 .with_timezone(&chrono::Utc)

@@ -36,9 +36,10 @@ pub struct Live {
     /// The field connections, each with its failing state in words.
     fields: Vec<(ops::FieldView, Option<super::fields::Failing>)>,
     rejected_certs: Vec<String>,
-    /// Stored CRLs that are due soon or out of date: the page's class for
-    /// each (`warn`, `error`) and what it means.
-    crl_alerts: Vec<(&'static str, String)>,
+    /// Stored CRLs that are due soon or out of date, and certificates
+    /// (this appliance's own, the CAs') that expire within 30 days or
+    /// have: the page's class for each (`warn`, `error`) and what it means.
+    alerts: Vec<(&'static str, String)>,
 }
 
 /// Resident memory of this process (Linux; `None` elsewhere).
@@ -151,7 +152,7 @@ async fn live(state: &WebState) -> Live {
         .map(|c| c.subject)
         .collect();
     let now = chrono::Utc::now();
-    let crl_alerts = state
+    let mut alerts = state
         .store
         .crl_next_updates()
         .await
@@ -166,9 +167,57 @@ async fn live(state: &WebState) -> Live {
             };
             Some((class, format!("CRL of {issuer}: {words}.")))
         })
+        .collect::<Vec<_>>();
+    let mut expiring: Vec<(&str, String, String)> = Vec::new();
+    if let Ok(app) = uagate_store::describe_certificate(&state.engine.application_certificate()) {
+        expiring.push((
+            "The OPC UA application instance certificate",
+            app.not_after,
+            "clients and field servers refuse this gateway's secure channels then".into(),
+        ));
+    }
+    if let Some(tls) = state.engine.tls_certificate() {
+        expiring.push((
+            "The TLS certificate (console, opc.wss, opc.https)",
+            tls.not_after.with_timezone(&chrono::Utc).to_rfc3339(),
+            "browsers and clients refuse the console, opc.wss and opc.https then".into(),
+        ));
+    }
+    let cas = state
+        .store
+        .certs(CertKind::Issuer)
+        .await
+        .unwrap_or_default();
+    let ca_what: Vec<String> = cas
+        .iter()
+        .map(|c| format!("The CA certificate {}", c.subject))
         .collect();
+    for (c, what) in cas.iter().zip(&ca_what) {
+        expiring.push((
+            what.as_str(),
+            c.not_after.clone(),
+            "the certificates it issued are refused then".into(),
+        ));
+    }
+    for (what, not_after, then) in expiring {
+        match ops::expiry(&not_after, now) {
+            Some((true, _)) => alerts.push((
+                "error",
+                format!(
+                    "{what} expired on {}: {}.",
+                    ops::when(&not_after),
+                    then.trim_end_matches(" then")
+                ),
+            )),
+            Some((false, words)) => alerts.push((
+                "warn",
+                format!("{what} {words} ({}): {then}.", ops::when(&not_after)),
+            )),
+            None => {}
+        }
+    }
     Live {
-        crl_alerts,
+        alerts,
         version: env!("CARGO_PKG_VERSION"),
         uptime: charts::uptime(state.engine.uptime()),
         sessions: charts::thousands(i64::try_from(status.sessions).unwrap_or(i64::MAX)),
