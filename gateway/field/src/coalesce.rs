@@ -347,7 +347,9 @@ fn unique_operations(nodes: Vec<ReadValueId>) -> (Vec<ReadValueId>, Option<Vec<u
     let mut distinct = 0;
     {
         // Operations asked so far, by node: their indexes in `nodes`.
-        let mut by_node: HashMap<&NodeId, Vec<usize>> = HashMap::with_capacity(nodes.len());
+        // foldhash: SipHash over NodeIds showed in profiles of this path.
+        let mut by_node: HashMap<&NodeId, Vec<usize>, foldhash::fast::RandomState> =
+            HashMap::with_capacity_and_hasher(nodes.len(), foldhash::fast::RandomState::default());
         for (i, op) in nodes.iter().enumerate() {
             let seen = by_node.entry(&op.node_id).or_default();
             match seen.iter().find(|&&j| nodes[j] == *op) {

@@ -258,7 +258,8 @@ pub struct SessionMap {
     to_gateway: Vec<u16>,
     /// Gateway namespace index → field index (0 → 0). When the field array
     /// lists a URI twice, the lowest field index wins.
-    to_field: HashMap<u16, u16>,
+    /// (foldhash: looked up for every node id of every request.)
+    to_field: HashMap<u16, u16, foldhash::fast::RandomState>,
     mount_folder: NodeId,
     objects_folder: NodeId,
     unknown: AtomicU64,
@@ -282,7 +283,7 @@ impl SessionMap {
         mount_folder: NodeId,
     ) -> Result<SessionMap, RemapError> {
         let mut to_gateway = vec![0u16];
-        let mut to_field = HashMap::new();
+        let mut to_field = HashMap::with_hasher(foldhash::fast::RandomState::default());
         to_field.insert(0u16, 0u16);
         for (field_ns, uri) in (1..=u16::MAX).zip(field_namespaces.iter().skip(1)) {
             let gateway_ns = table
