@@ -260,6 +260,21 @@ async def test_user_added_on_the_primary_logs_in_on_the_standby(
             except ua.UaStatusCodeError as e:
                 assert e.code == ua.StatusCodes.BadSessionIdInvalid, e
                 break
+            except ConnectionError:
+                # asyncua's own keep-alive met the BadSessionIdInvalid first and
+                # closed the client: B must list no session of that user any more
+                # (asked with a login of the new password: the reset ended the old one's).
+                status, body = await asyncio.to_thread(
+                    console_request, b, "POST", "/api/v1/login", {"username": name, "password": "olivia-pass-5"}
+                )
+                assert status == 200 and isinstance(body, dict), (status, body)
+                status, sessions = await asyncio.to_thread(
+                    console_request, b, "GET", "/api/v1/sessions", None, body["token"]
+                )
+                assert status == 200, sessions
+                assert isinstance(sessions, list)
+                assert name not in [s["user"] for s in sessions], sessions
+                break
             took = time.monotonic() - reset_at
             assert took < REPLICATION_BOUND_S + 2.0, (
                 f"B's OPC UA session begun with the old password still reads {took:.2f}s after the reset on A"
