@@ -1389,6 +1389,18 @@ impl OfferedCert {
     }
 }
 
+/// A time still left, for a warning: "12 days" (from 48 hours on),
+/// "30 hours", "10 minutes" (at least 1).
+fn time_left(left: chrono::Duration) -> String {
+    if left.num_hours() >= 48 {
+        format!("{} days", left.num_days())
+    } else if left.num_hours() >= 1 {
+        format!("{} hours", left.num_hours())
+    } else {
+        format!("{} minutes", left.num_minutes().max(1))
+    }
+}
+
 /// How long before a certificate's end of validity the console warns.
 pub const CERT_EXPIRES_SOON: chrono::Duration = chrono::Duration::days(30);
 
@@ -1407,13 +1419,7 @@ pub fn expiry(not_after: &str, now: chrono::DateTime<chrono::Utc>) -> Option<(bo
     if left > CERT_EXPIRES_SOON {
         return None;
     }
-    let within = if left.num_hours() >= 48 {
-        format!("{} days", left.num_days())
-    } else if left.num_hours() >= 1 {
-        format!("{} hours", left.num_hours())
-    } else {
-        format!("{} minutes", left.num_minutes().max(1))
-    };
+    let within = time_left(left);
     Some((false, format!("expires in {within}")))
 }
 
@@ -1482,13 +1488,7 @@ pub fn crl_state(
     if left > CRL_DUE_SOON {
         return (CrlState::Current, "current".into());
     }
-    let within = if left.num_hours() >= 48 {
-        format!("{} days", left.num_days())
-    } else if left.num_hours() >= 1 {
-        format!("{} hours", left.num_hours())
-    } else {
-        format!("{} minutes", left.num_minutes().max(1))
-    };
+    let within = time_left(left);
     (
         CrlState::DueSoon,
         format!(
