@@ -168,50 +168,43 @@ async fn live(state: &WebState) -> Live {
             Some((class, format!("CRL of {issuer}: {words}.")))
         })
         .collect::<Vec<_>>();
-    let mut expiring: Vec<(&str, String, String)> = Vec::new();
+    // What ends, when, and what stops with it.
+    let mut expiring: Vec<(String, String, &str)> = Vec::new();
     if let Ok(app) = uagate_store::describe_certificate(&state.engine.application_certificate()) {
         expiring.push((
-            "The OPC UA application instance certificate",
+            "The OPC UA application instance certificate".into(),
             app.not_after,
-            "clients and field servers refuse this gateway's secure channels then".into(),
+            "clients and field servers refuse this gateway's secure channels",
         ));
     }
     if let Some(tls) = state.engine.tls_certificate() {
         expiring.push((
-            "The TLS certificate (console, opc.wss, opc.https)",
+            "The TLS certificate (console, opc.wss, opc.https)".into(),
             tls.not_after.with_timezone(&chrono::Utc).to_rfc3339(),
-            "browsers and clients refuse the console, opc.wss and opc.https then".into(),
+            "browsers and clients refuse the console, opc.wss and opc.https",
         ));
     }
-    let cas = state
+    for c in state
         .store
         .certs(CertKind::Issuer)
         .await
-        .unwrap_or_default();
-    let ca_what: Vec<String> = cas
-        .iter()
-        .map(|c| format!("The CA certificate {}", c.subject))
-        .collect();
-    for (c, what) in cas.iter().zip(&ca_what) {
+        .unwrap_or_default()
+    {
         expiring.push((
-            what.as_str(),
-            c.not_after.clone(),
-            "the certificates it issued are refused then".into(),
+            format!("The CA certificate {}", c.subject),
+            c.not_after,
+            "the certificates it issued are refused",
         ));
     }
-    for (what, not_after, then) in expiring {
+    for (what, not_after, stops) in expiring {
         match ops::expiry(&not_after, now) {
             Some((true, _)) => alerts.push((
                 "error",
-                format!(
-                    "{what} expired on {}: {}.",
-                    ops::when(&not_after),
-                    then.trim_end_matches(" then")
-                ),
+                format!("{what} expired on {}: {stops}.", ops::when(&not_after)),
             )),
             Some((false, words)) => alerts.push((
                 "warn",
-                format!("{what} {words} ({}): {then}.", ops::when(&not_after)),
+                format!("{what} {words} ({}): {stops} then.", ops::when(&not_after)),
             )),
             None => {}
         }
