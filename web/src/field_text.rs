@@ -110,6 +110,7 @@ impl Place {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cause {
     NameNotFound,
+    NameLookupSlow,
     Refused,
     HostUnreachable,
     NetUnreachable,
@@ -124,6 +125,8 @@ fn cause(detail: &str) -> Cause {
     let has = |words: &[&str]| words.iter().any(|w| d.contains(w));
     if d == uagate_field::LOST {
         Cause::Lost
+    } else if has(&[uagate_field::tcp::NAME_LOOKUP_SLOW]) {
+        Cause::NameLookupSlow
     } else if has(&[
         "does not resolve",
         "failed to lookup address",
@@ -211,6 +214,10 @@ fn words(status: StatusCode, detail: &str, url: &str, place: &Place) -> (String,
             format!("the address {at} cannot be used"),
             "check the address",
         ),
+        _ if net == Cause::NameLookupSlow => s(
+            format!("the host name {host} did not resolve in time"),
+            "check the gateway's DNS server settings, or enter the server's IP address",
+        ),
         StatusCode::BadCommunicationError
         | StatusCode::BadNotConnected
         | StatusCode::BadConnectionClosed
@@ -245,7 +252,7 @@ fn words(status: StatusCode, detail: &str, url: &str, place: &Place) -> (String,
                 format!("the connection to {at} was lost"),
                 "the gateway reconnects by itself; if it keeps happening, check the network and the server",
             ),
-            Cause::Unknown => s(
+            Cause::Unknown | Cause::NameLookupSlow => s(
                 format!("the connection to {at} failed"),
                 "check the address, the network and that the server runs",
             ),
@@ -444,6 +451,20 @@ mod tests {
         assert_eq!(
             e.todo,
             "check that the server runs and that no firewall blocks port 4855"
+        );
+        // A name lookup that took too long is not the server's fault.
+        let e = at(
+            StatusCode::BadTimeout,
+            &format!(
+                "BadTimeout: {} plc-7.plant did not finish within 5000 ms",
+                uagate_field::tcp::NAME_LOOKUP_SLOW
+            ),
+            "opc.tcp://plc-7.plant:4840",
+        );
+        assert_eq!(e.what, "the host name plc-7.plant did not resolve in time");
+        assert_eq!(
+            e.todo,
+            "check the gateway's DNS server settings, or enter the server's IP address"
         );
         let e = at(
             StatusCode::BadConnectionRejected,

@@ -3632,6 +3632,17 @@ async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Durati
             return probe;
         }
     };
+    // The name first, with a budget of its own: a slow DNS answer is then
+    // reported as such, and does not eat the server's time to answer.
+    if let Ok((host, port)) = opcua_core::comms::url::hostname_port_from_url(
+        url,
+        opcua_core::constants::DEFAULT_OPC_UA_SERVER_PORT,
+    ) {
+        if let Err(e) = crate::tcp::resolve(url, &host, port, timeout).await {
+            probe.result = Err(FieldError::new(e.status(), e.to_string(), url));
+            return probe;
+        }
+    }
     let endpoints =
         match tokio::time::timeout(timeout, client.get_server_endpoints_from_url(url)).await {
             Ok(Ok(e)) => e,

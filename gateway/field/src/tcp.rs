@@ -54,6 +54,49 @@ fn quick_ack(socket: &TcpStream) {
     let _ = socket;
 }
 
+/// How long a field link's connect attempt waits for the name of its
+/// server to resolve. The system resolver retries a lost DNS answer after
+/// 5 s; this leaves room for one retry and still says that the lookup, not
+/// the server, was slow.
+pub const NAME_LOOKUP_BOUND: std::time::Duration = std::time::Duration::from_secs(12);
+
+/// The words a failed name lookup's detail starts with when it did not
+/// finish within its bound; the console tells it apart from a server that
+/// did not answer by them.
+pub const NAME_LOOKUP_SLOW: &str = "the name lookup of";
+
+/// Resolves the host of `url` to its first address within `bound`. Called
+/// before every connect attempt and by Test connection, so that a name
+/// that is not found (BadTcpEndpointUrlInvalid, "does not resolve") and
+/// a lookup that takes too long (BadTimeout, [`NAME_LOOKUP_SLOW`]) are
+/// reported as such rather than as a server that did not answer.
+pub async fn resolve(
+    url: &str,
+    host: &str,
+    port: u16,
+    bound: std::time::Duration,
+) -> Result<std::net::SocketAddr, Error> {
+    match tokio::time::timeout(bound, tokio::net::lookup_host((host, port))).await {
+        Ok(Ok(mut found)) => found.next().ok_or_else(|| {
+            Error::new(
+                StatusCode::BadTcpEndpointUrlInvalid,
+                format!("{url} does not resolve to an address"),
+            )
+        }),
+        Ok(Err(e)) => Err(Error::new(
+            StatusCode::BadTcpEndpointUrlInvalid,
+            format!("{url} does not resolve to an address: {e}"),
+        )),
+        Err(_) => Err(Error::new(
+            StatusCode::BadTimeout,
+            format!(
+                "{NAME_LOOKUP_SLOW} {host} did not finish within {} ms",
+                bound.as_millis()
+            ),
+        )),
+    }
+}
+
 /// Opens a field link's TCP connection to `url` (`opc.tcp://host:port/...`).
 /// Called by the session for every (re)connect, through the link's
 /// connector.
@@ -66,16 +109,7 @@ pub async fn connect(
         opcua_core::constants::DEFAULT_OPC_UA_SERVER_PORT,
     )
     .map_err(|st| Error::new(st, format!("no host and port in {url}")))?;
-    let addr = tokio::net::lookup_host((host.as_str(), port))
-        .await
-        .ok()
-        .and_then(|mut found| found.next())
-        .ok_or_else(|| {
-            Error::new(
-                StatusCode::BadTcpEndpointUrlInvalid,
-                format!("{url} does not resolve to an address"),
-            )
-        })?;
+    let addr = resolve(&url, &host, port, NAME_LOOKUP_BOUND).await?;
     let socket = TcpStream::connect(addr).await.map_err(|e| {
         Error::new(
             StatusCode::BadCommunicationError,
@@ -92,4 +126,35 @@ pub async fn connect(
         writer,
         url,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lookup that does not finish within its bound says so (BadTimeout
+    /// with the words the console recognises), and an address needs no
+    /// lookup at all.
+    #[tokio::test]
+    async fn a_slow_lookup_is_reported_as_one() {
+        let url = "opc.tcp://plc-7.invalid:4840";
+        let e = resolve(url, "plc-7.invalid", 4840, std::time::Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert_eq!(e.status(), StatusCode::BadTimeout);
+        assert!(
+            e.to_string()
+                .contains("the name lookup of plc-7.invalid did not finish within 0 ms"),
+            "{e}"
+        );
+        let addr = resolve(
+            "opc.tcp://127.0.0.1:4840",
+            "127.0.0.1",
+            4840,
+            std::time::Duration::ZERO,
+        )
+        .await
+        .unwrap();
+        assert_eq!(addr, "127.0.0.1:4840".parse().unwrap());
+    }
 }
