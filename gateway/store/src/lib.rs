@@ -132,6 +132,42 @@ use error::invalid;
 /// The migrations under `<workspace>/migrations`, embedded at compile time.
 static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
 
+/// Brings the database up to this build's migrations. Called by
+/// [`Store::open`]. Migrations this build does not know (a newer build
+/// applied them before an update was rolled back: the data partition is
+/// shared by both image slots) are tolerated and logged, not refused, so
+/// that a rolled-back appliance starts with its configuration; this is why
+/// every migration must be additive (`migrations/README.md`).
+async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
+    let known = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    let newest: Option<i64> = match sqlx::query_scalar(
+        "SELECT MAX(version) FROM _sqlx_migrations WHERE success = 1",
+    )
+    .fetch_one(pool)
+    .await
+    {
+        Ok(v) => v,
+        // No table yet: a new database.
+        Err(_) => None,
+    };
+    if let Some(newest) = newest.filter(|n| *n > known) {
+        tracing::warn!(
+            newest,
+            known,
+            "the configuration database was last migrated by a newer uagate \
+             (an update rolled back?); its added columns and tables are left alone"
+        );
+    }
+    let migrator = Migrator {
+        migrations: MIGRATOR.migrations.clone(),
+        ignore_missing: true,
+        locking: MIGRATOR.locking,
+        no_tx: MIGRATOR.no_tx,
+    };
+    migrator.run(pool).await?;
+    Ok(())
+}
+
 /// Most rejected certificates kept; the least recently seen are dropped first,
 /// so a hostile peer cannot grow the table without bound.
 pub const REJECTED_CAP: i64 = 1000;
@@ -464,7 +500,7 @@ impl Store {
             .max_connections(4)
             .connect_with(options)
             .await?;
-        MIGRATOR.run(&pool).await?;
+        migrate(&pool).await?;
         tracing::debug!(path = %db_path.display(), "store opened");
         Ok(Store {
             pool,

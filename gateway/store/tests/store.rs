@@ -895,3 +895,45 @@ async fn a_rejected_certificate_is_approved_by_its_thumbprint() {
         Err(StoreError::Invalid { ref setting, .. }) if setting == "thumbprint"
     ));
 }
+
+/// An update that is rolled back leaves its newer migrations in the
+/// database (the data partition is shared by both image slots): this build
+/// still opens it, keeps what is stored and takes changes, instead of
+/// refusing to start with a "migration missing" error.
+#[tokio::test]
+async fn a_database_migrated_by_a_newer_build_still_opens() {
+    let (_dir, path, store) = open_temp().await;
+    store
+        .add_user("root", "alice", PW, Role::Admin)
+        .await
+        .unwrap();
+    store.close().await;
+    // What a newer build's additive migration leaves behind.
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(SqliteConnectOptions::new().filename(&path))
+        .await
+        .unwrap();
+    sqlx::query("ALTER TABLE users ADD COLUMN from_the_future TEXT")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations \
+         (version, description, installed_on, success, checksum, execution_time) \
+         VALUES (99990101000000, 'from the future', CURRENT_TIMESTAMP, 1, x'00', 0)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    let store = Store::open(&path).await.unwrap();
+    let users = store.list_users().await.unwrap();
+    assert_eq!(users, vec![("alice".to_string(), Role::Admin)]);
+    store
+        .add_user("root", "bob", PW, Role::Viewer)
+        .await
+        .unwrap();
+    assert_eq!(store.list_users().await.unwrap().len(), 2);
+}
