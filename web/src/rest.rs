@@ -114,6 +114,15 @@ pub struct CertView {
     pub not_after: String,
     /// First seen by the store (RFC 3339).
     pub first_seen: String,
+    /// Last presented (rejected list) or last added (RFC 3339).
+    pub last_seen: String,
+    /// Rejected list: whether this appliance refused it itself (false when
+    /// only the other appliance of the pair did).
+    pub refused_here: bool,
+    /// Rejected list: the pair address of the other appliance that refused
+    /// it and reported it here; absent if none did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused_by: Option<String>,
 }
 
 impl From<CertInfo> for CertView {
@@ -126,6 +135,9 @@ impl From<CertInfo> for CertView {
             not_before: c.not_before,
             not_after: c.not_after,
             first_seen: c.first_seen,
+            last_seen: c.last_seen,
+            refused_here: c.refused_here,
+            refused_by: c.refused_by,
         }
     }
 }

@@ -2247,3 +2247,71 @@ async fn a_ca_certificate_near_its_end_is_named_on_the_dashboard() {
     assert!(!html.contains("application instance certificate"), "{html}");
     f.stop().await;
 }
+
+/// The rejected list says when a certificate was last presented (not when
+/// it was first seen) and, on the primary of a pair, that the other
+/// appliance refused it; the REST answer says the same.
+#[tokio::test]
+async fn the_rejected_list_says_when_and_by_which_appliance() {
+    use uagate_store::{LocalChange, Proposal};
+    let f = Fixture::start().await;
+    let visitor = make_cert("visitor");
+    for at in ["2026-01-02T03:04:05.000Z", "2026-03-04T05:06:07.000Z"] {
+        f.state
+            .store
+            .apply(Proposal {
+                actor: "engine".into(),
+                at: at.into(),
+                change: LocalChange::RecordRejected {
+                    der: visitor.clone(),
+                    by: None,
+                    report: false,
+                },
+            })
+            .await
+            .unwrap();
+    }
+    let stranger = make_cert("stranger");
+    f.state
+        .store
+        .record_rejected_by(&stranger, "10.0.3.12:4850")
+        .await
+        .unwrap();
+    let b = browser(&f, "viewer").await;
+    let (_, body, _) = f.call(page("/certificates", &b)).await;
+    let html = body.as_str().unwrap();
+    let row = |cn: &str| {
+        let at = html.find(&format!("CN={cn}")).expect(cn);
+        let end = html[at..].find("</tr>").unwrap();
+        html[at..at + end].to_string()
+    };
+    let visitor_row = row("visitor");
+    assert!(
+        visitor_row.contains("<td data-label=\"Last seen\">2026-03-04 05:06 UTC</td>"),
+        "{visitor_row}"
+    );
+    assert!(!visitor_row.contains("refused-by"), "{visitor_row}");
+    assert!(
+        row("stranger").contains(
+            "<small class=\"hint refused-by\">by the other appliance 10.0.3.12:4850</small>"
+        ),
+        "{}",
+        row("stranger")
+    );
+    let viewer = f.token("viewer").await;
+    let (_, certs, _) = f.call(get("/api/v1/certificates", Some(&viewer))).await;
+    let rejected = certs["rejected"].as_array().unwrap();
+    let of = |cn: &str| {
+        rejected
+            .iter()
+            .find(|c| c["subject"].as_str().unwrap().contains(cn))
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(of("visitor")["last_seen"], "2026-03-04T05:06:07.000Z");
+    assert_eq!(of("visitor")["refused_here"], true);
+    assert!(of("visitor").get("refused_by").is_none());
+    assert_eq!(of("stranger")["refused_here"], false);
+    assert_eq!(of("stranger")["refused_by"], "10.0.3.12:4850");
+    f.stop().await;
+}

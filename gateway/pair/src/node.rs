@@ -2025,18 +2025,18 @@ impl PairNode {
         raft: &Raft<PairConfig>,
     ) -> Result<(), String> {
         let members = self.members().await;
-        if !members
+        let Some((_, member, _)) = members
             .iter()
-            .any(|(id, n, _)| *id == node_id && n.fingerprint == fp)
-        {
+            .find(|(id, n, _)| *id == node_id && n.fingerprint == fp)
+        else {
             tracing::warn!(fingerprint = %fp, node_id, "pair: rejected certificate not reported by that member's certificate; refused");
             return Err("only a member may report the certificates it refused".into());
-        }
+        };
         if raft.metrics().borrow().current_leader != Some(self.id) {
             return Err("not the leader".into());
         }
         self.store
-            .record_rejected(der)
+            .record_rejected_by(der, &member.addr)
             .await
             .map_err(|e| e.to_string())?;
         tracing::info!(
@@ -2078,6 +2078,29 @@ impl PairNode {
         }
     }
 
+    /// Fills the reporter's empty queue from the store: the certificates
+    /// this appliance refused that still wait to be listed on the leader
+    /// (from before a restart, or dropped from a full queue). Called by
+    /// the reporter task before each round.
+    async fn refill_unreported(&self) {
+        if !self.unreported.lock().is_empty() {
+            return;
+        }
+        let waiting = match self.store.rejected_unreported(MAX_UNREPORTED as i64).await {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(error = %e, "pair: the refused certificates waiting to be reported cannot be read");
+                return;
+            }
+        };
+        let mut queue = self.unreported.lock();
+        for der in waiting {
+            if queue.len() < MAX_UNREPORTED && !queue.iter().any(|(d, _)| *d == der) {
+                queue.push_back((der, 0));
+            }
+        }
+    }
+
     /// Queues a certificate this appliance refused (first sighting) for
     /// listing on the leader. Called through
     /// [`uagate_store::Replicator::report_rejected`].
@@ -2112,38 +2135,55 @@ impl PairNode {
             let mut told = false;
             loop {
                 let Some(node) = this.upgrade() else { return };
+                node.refill_unreported().await;
                 loop {
                     let Some(der) = node.unreported.lock().front().map(|(d, _)| d.clone()) else {
                         told = false;
                         break;
                     };
                     let outcome = node.report_rejected(&der).await;
-                    let mut queue = node.unreported.lock();
-                    match outcome {
-                        Report::Done => {
-                            queue.retain(|(d, _)| *d != der);
-                            told = false;
-                        }
-                        Report::Refused(why) => {
-                            tracing::warn!(reason = %why, "pair: the leader did not list a certificate this appliance refused");
-                            if let Some(entry) = queue.iter_mut().find(|(d, _)| *d == der) {
-                                entry.1 += 1;
-                                if entry.1 >= MAX_REPORT_REFUSALS {
-                                    queue.retain(|(d, _)| *d != der);
-                                    continue;
+                    // Done with it for good: listed on the leader, or
+                    // refused by it too often.
+                    let settled = {
+                        let mut queue = node.unreported.lock();
+                        match outcome {
+                            Report::Done => {
+                                queue.retain(|(d, _)| *d != der);
+                                told = false;
+                                true
+                            }
+                            Report::Refused(why) => {
+                                tracing::warn!(reason = %why, "pair: the leader did not list a certificate this appliance refused");
+                                let entry = queue.iter_mut().find(|(d, _)| *d == der);
+                                match entry {
+                                    Some(entry) if entry.1 + 1 >= MAX_REPORT_REFUSALS => {
+                                        queue.retain(|(d, _)| *d != der);
+                                        true
+                                    }
+                                    Some(entry) => {
+                                        entry.1 += 1;
+                                        false
+                                    }
+                                    None => false,
                                 }
                             }
-                            break;
-                        }
-                        Report::Wait(why) => {
-                            // Said once per outage, not every retry.
-                            if !told {
-                                tracing::info!(reason = %why, waiting = queue.len(), "pair: refused certificates wait to be listed on the leader");
-                                told = true;
+                            Report::Wait(why) => {
+                                // Said once per outage, not every retry.
+                                if !told {
+                                    tracing::info!(reason = %why, waiting = queue.len(), "pair: refused certificates wait to be listed on the leader");
+                                    told = true;
+                                }
+                                false
                             }
-                            break;
                         }
+                    };
+                    if settled {
+                        if let Err(e) = node.store.rejected_reported(&der).await {
+                            tracing::warn!(error = %e, "pair: a reported certificate is still marked as waiting");
+                        }
+                        continue;
                     }
+                    break;
                 }
                 drop(node);
                 tokio::select! {

@@ -1392,5 +1392,73 @@ async fn a_certificate_refused_while_the_primary_is_down_is_listed_there_later()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // A says that B refused it, not A itself.
+    let listed = a
+        .store
+        .certs(uagate_store::CertKind::Rejected)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.der == cert)
+        .unwrap();
+    assert!(!listed.refused_here, "{listed:?}");
+    assert_eq!(
+        listed.refused_by.as_deref(),
+        Some(b.node.local_addr().to_string().as_str())
+    );
+    // B no longer keeps it as waiting.
+    wait_none_unreported(&b.store).await;
     a2.stop().await;
+}
+
+/// Waits until `store` has no refused certificate waiting to be reported.
+async fn wait_none_unreported(store: &Store) {
+    let t0 = Instant::now();
+    while !store.rejected_unreported(64).await.unwrap().is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "a reported certificate is still marked as waiting"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A standby that restarts while its report waits (the primary down)
+/// still sends it once the primary is back: the wait is kept in its store,
+/// not only in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_certificate_is_reported_after_the_standby_restarts() {
+    let (a, b) = paired().await;
+    a.node.write(add_user("anna")).await.unwrap();
+    wait_user(&b.store, "anna").await;
+    let a_addr = a.node.local_addr();
+    let b_addr = b.node.local_addr();
+    a.node.stop().await;
+    let cert = client_cert();
+    b.store.record_rejected(&cert).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let b2 = restart(&b, b_addr, "https://b.example:8443/", "urn:uagate:b").await;
+    let a2 = restart(&a, a_addr, "https://a.example:8443/", "urn:uagate:a").await;
+    let t0 = Instant::now();
+    loop {
+        let listed = a
+            .store
+            .certs(uagate_store::CertKind::Rejected)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|c| c.der == cert);
+        if let Some(listed) = listed {
+            assert_eq!(listed.refused_by, Some(b_addr.to_string()));
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the certificate B refused before its restart never reached A's rejected list"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_none_unreported(&b.store).await;
+    a2.stop().await;
+    b2.stop().await;
 }

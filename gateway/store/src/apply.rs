@@ -33,6 +33,9 @@ use crate::{
 pub const MAX_EVENT_PAYLOAD_LEN: usize = 64 * 1024;
 /// Longest event kind, in bytes.
 const MAX_EVENT_KIND_LEN: usize = 64;
+/// Longest pair address of an appliance that reported a refused
+/// certificate, in bytes.
+const MAX_PEER_LEN: usize = 256;
 /// Longest password hash accepted, in bytes.
 const MAX_HASH_LEN: usize = 512;
 
@@ -42,7 +45,8 @@ const MAX_HASH_LEN: usize = 512;
 pub struct Applied {
     /// Sequence number of the change-log entry written with the change.
     /// Every [`Change`] writes one; `None` only for a
-    /// [`LocalChange::RecordRejected`] of a certificate already listed.
+    /// [`LocalChange::RecordRejected`] of a certificate already listed and
+    /// for [`LocalChange::RejectedReported`].
     pub seq: Option<i64>,
     /// The replication epoch after the change (the one its entry is stamped
     /// with; after [`Change::BumpEpoch`] the new one).
@@ -142,6 +146,11 @@ pub(crate) enum Plan {
     RecordRejected {
         der: Vec<u8>,
         cert: ParsedCert,
+        by: Option<String>,
+        report: bool,
+    },
+    RejectedReported {
+        thumbprint: String,
     },
 }
 
@@ -282,34 +291,52 @@ pub(crate) fn check(change: AnyChange) -> Result<Plan, StoreError> {
                 Plan::Event { kind, payload }
             }
         },
-        AnyChange::Local(change) => match change {
-            LocalChange::RecordRejected { der } => {
-                let cert = x509::parse_certificate(&der)?;
-                Plan::RecordRejected { der, cert }
-            }
-            LocalChange::RemoveRejected { thumbprint } => Plan::Remove {
-                thumbprint: x509::normalize_thumbprint(&thumbprint)?,
-                from: Lists::Rejected,
-            },
-            LocalChange::SetSetting { key, value } => {
-                validate_setting_key(&key)?;
-                validate_value(&key, &value)?;
-                if setting_scope(&key) != Scope::Local {
-                    return Err(invalid(
-                        &key,
-                        format!(
-                            "replicated setting; node-local settings are {}",
-                            NODE_LOCAL_SETTINGS.join(", ")
-                        ),
-                    ));
+        AnyChange::Local(change) => {
+            match change {
+                LocalChange::RecordRejected { der, by, report } => {
+                    let cert = x509::parse_certificate(&der)?;
+                    if let Some(by) = &by {
+                        if by.is_empty() || by.len() > MAX_PEER_LEN {
+                            return Err(invalid(
+                            "by",
+                            format!("the reporting appliance's address must be 1-{MAX_PEER_LEN} bytes"),
+                        ));
+                        }
+                    }
+                    Plan::RecordRejected {
+                        der,
+                        cert,
+                        by,
+                        report,
+                    }
                 }
-                Plan::SetSetting { key, value }
+                LocalChange::RejectedReported { thumbprint } => Plan::RejectedReported {
+                    thumbprint: x509::normalize_thumbprint(&thumbprint)?,
+                },
+                LocalChange::RemoveRejected { thumbprint } => Plan::Remove {
+                    thumbprint: x509::normalize_thumbprint(&thumbprint)?,
+                    from: Lists::Rejected,
+                },
+                LocalChange::SetSetting { key, value } => {
+                    validate_setting_key(&key)?;
+                    validate_value(&key, &value)?;
+                    if setting_scope(&key) != Scope::Local {
+                        return Err(invalid(
+                            &key,
+                            format!(
+                                "replicated setting; node-local settings are {}",
+                                NODE_LOCAL_SETTINGS.join(", ")
+                            ),
+                        ));
+                    }
+                    Plan::SetSetting { key, value }
+                }
+                LocalChange::Event { kind, payload } => {
+                    validate_event(&kind, &payload)?;
+                    Plan::Event { kind, payload }
+                }
             }
-            LocalChange::Event { kind, payload } => {
-                validate_event(&kind, &payload)?;
-                Plan::Event { kind, payload }
-            }
-        },
+        }
     })
 }
 
@@ -598,7 +625,21 @@ pub(crate) async fn run(
             log: Some((kind, payload)),
             cert: None,
         }),
-        Plan::RecordRejected { der, cert } => record_rejected(tx, at, der, cert).await,
+        Plan::RecordRejected {
+            der,
+            cert,
+            by,
+            report,
+        } => record_rejected(tx, at, der, cert, by, report).await,
+        Plan::RejectedReported { thumbprint } => {
+            sqlx::query(
+                "UPDATE certs SET report_pending = 0 WHERE thumbprint = ?1 AND kind = 'rejected'",
+            )
+            .bind(&thumbprint)
+            .execute(&mut *tx)
+            .await?;
+            Ok(Effect::silent())
+        }
     }
 }
 
@@ -661,6 +702,9 @@ async fn trust_add(
             not_after: cert.not_after,
             der,
             first_seen,
+            last_seen: at.to_owned(),
+            refused_here: true,
+            refused_by: None,
         }),
     })
 }
@@ -670,6 +714,8 @@ async fn record_rejected(
     at: &str,
     der: Vec<u8>,
     cert: ParsedCert,
+    by: Option<String>,
+    report: bool,
 ) -> Result<Effect, StoreError> {
     let existing: Option<String> =
         sqlx::query_scalar("SELECT kind FROM certs WHERE thumbprint = ?1")
@@ -678,11 +724,19 @@ async fn record_rejected(
             .await?;
     match existing.as_deref().map(kind_from_db).transpose()? {
         Some(CertKind::Rejected) => {
-            sqlx::query("UPDATE certs SET last_seen = ?1 WHERE thumbprint = ?2")
-                .bind(at)
-                .bind(&cert.thumbprint)
-                .execute(&mut *tx)
-                .await?;
+            // Seen again, here or by the other appliance: who refused it
+            // is added to, never taken from.
+            sqlx::query(
+                "UPDATE certs SET last_seen = ?1, \
+                 refused_here = refused_here OR ?3, refused_by = COALESCE(?4, refused_by) \
+                 WHERE thumbprint = ?2",
+            )
+            .bind(at)
+            .bind(&cert.thumbprint)
+            .bind(by.is_none())
+            .bind(&by)
+            .execute(&mut *tx)
+            .await?;
             return Ok(Effect::silent());
         }
         Some(kind) => {
@@ -694,8 +748,8 @@ async fn record_rejected(
     }
     sqlx::query(
         "INSERT INTO certs (thumbprint, kind, subject, application_uri, not_before, \
-         not_after, der, first_seen, last_seen) \
-         VALUES (?1, 'rejected', ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+         not_after, der, first_seen, last_seen, refused_here, refused_by, report_pending) \
+         VALUES (?1, 'rejected', ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10)",
     )
     .bind(&cert.thumbprint)
     .bind(&cert.subject)
@@ -704,6 +758,9 @@ async fn record_rejected(
     .bind(&cert.not_after)
     .bind(&der)
     .bind(at)
+    .bind(by.is_none())
+    .bind(&by)
+    .bind(report && by.is_none())
     .execute(&mut *tx)
     .await?;
     let dropped = sqlx::query(
@@ -718,16 +775,17 @@ async fn record_rejected(
     if dropped > 0 {
         tracing::debug!(dropped, "rejected certificate list at cap; dropped oldest");
     }
-    Ok(Effect::logged(
-        "trust.reject",
-        json!({
-            "thumbprint": cert.thumbprint,
-            "subject": cert.subject,
-            "application_uri": cert.application_uri,
-            "not_before": cert.not_before,
-            "not_after": cert.not_after,
-        }),
-    ))
+    let mut payload = json!({
+        "thumbprint": cert.thumbprint,
+        "subject": cert.subject,
+        "application_uri": cert.application_uri,
+        "not_before": cert.not_before,
+        "not_after": cert.not_after,
+    });
+    if let Some(by) = by {
+        payload["refused_by"] = json!(by);
+    }
+    Ok(Effect::logged("trust.reject", payload))
 }
 
 impl Store {

@@ -216,6 +216,23 @@ pub enum LocalChange {
     RecordRejected {
         /// The certificate, DER.
         der: Vec<u8>,
+        /// The pair address of the other appliance that refused it and
+        /// reported it to this one (the primary); `None` when this
+        /// appliance refused it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+        /// Whether a first sighting waits to be reported to the primary
+        /// (this appliance is paired); cleared by
+        /// [`LocalChange::RejectedReported`].
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        report: bool,
+    },
+    /// A certificate this appliance refused is listed on the primary now
+    /// (or will never be): it no longer waits to be reported. Silent (no
+    /// change-log entry); nothing when it is not on the rejected list.
+    RejectedReported {
+        /// SHA-1 thumbprint, 40 hex digits.
+        thumbprint: String,
     },
     /// Removes a certificate from the rejected list (`trust.remove`:
     /// thumbprint, kind `rejected`).

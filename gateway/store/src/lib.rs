@@ -40,6 +40,7 @@
 //! | [`Change::Event`] (kept for entries logged before events became node-local) | `event.*` | replicated |
 //! | [`LocalChange::RecordRejected`] | `trust.reject` (first sighting only) | local |
 //! | [`LocalChange::RemoveRejected`] | `trust.remove` (kind `rejected`) | local |
+//! | [`LocalChange::RejectedReported`] | none | local |
 //! | [`LocalChange::SetSetting`] ([`REQUESTED_STATE_SETTING`], [`FIELD_NAMESPACES_SETTING`], [`CONFIG_NODE_SETTING`]) | `setting.set` | local |
 //! | [`LocalChange::Event`] (what [`Store::record_event`] proposes) | `event.*` | local |
 //!
@@ -140,16 +141,12 @@ static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
 /// every migration must be additive (`migrations/README.md`).
 async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
     let known = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-    let newest: Option<i64> = match sqlx::query_scalar(
-        "SELECT MAX(version) FROM _sqlx_migrations WHERE success = 1",
-    )
-    .fetch_one(pool)
-    .await
-    {
-        Ok(v) => v,
-        // No table yet: a new database.
-        Err(_) => None,
-    };
+    // No table yet (a new database) reads as none.
+    let newest: Option<i64> =
+        sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success = 1")
+            .fetch_one(pool)
+            .await
+            .unwrap_or_default();
     if let Some(newest) = newest.filter(|n| *n > known) {
         tracing::warn!(
             newest,
@@ -395,6 +392,9 @@ fn cert_from_row(row: &SqliteRow) -> Result<CertInfo, StoreError> {
         not_after: row.try_get("not_after")?,
         der: row.try_get("der")?,
         first_seen: row.try_get("first_seen")?,
+        last_seen: row.try_get("last_seen")?,
+        refused_here: row.try_get("refused_here")?,
+        refused_by: row.try_get("refused_by")?,
     })
 }
 
@@ -837,13 +837,58 @@ impl Store {
     /// On a paired appliance a first sighting is also reported to the
     /// leader ([`Replicator::report_rejected`]).
     pub async fn record_rejected(&self, der: &[u8]) -> Result<(), StoreError> {
-        let change = LocalChange::RecordRejected { der: der.to_vec() };
+        let replicator = self.replicator();
+        let change = LocalChange::RecordRejected {
+            der: der.to_vec(),
+            by: None,
+            report: replicator.is_some(),
+        };
         let applied = self.apply(Proposal::now("engine", change)).await?;
         if applied.seq.is_some() {
-            if let Some(r) = self.replicator() {
+            if let Some(r) = replicator {
                 r.report_rejected(der.to_vec());
             }
         }
+        Ok(())
+    }
+
+    /// Called on the primary when the other appliance of the pair (pair
+    /// address `by`) reports a certificate it refused: lists it as
+    /// rejected here too, marked as refused by that appliance (proposes
+    /// [`LocalChange::RecordRejected`] as actor `pair`; logged as
+    /// `trust.reject` with `refused_by` on a first sighting).
+    pub async fn record_rejected_by(&self, der: &[u8], by: &str) -> Result<(), StoreError> {
+        let change = LocalChange::RecordRejected {
+            der: der.to_vec(),
+            by: Some(by.to_string()),
+            report: false,
+        };
+        self.apply(Proposal::now("pair", change)).await?;
+        Ok(())
+    }
+
+    /// The certificates this appliance refused that still wait to be
+    /// listed on the primary (DER, oldest first, at most `limit`). Called
+    /// when the pair node starts, so that a restart loses no report.
+    pub async fn rejected_unreported(&self, limit: i64) -> Result<Vec<Vec<u8>>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT der FROM certs WHERE kind = 'rejected' AND report_pending = 1 \
+             ORDER BY first_seen, thumbprint LIMIT ?1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Says that the certificate `der` no longer waits to be reported to
+    /// the primary (it is listed there, or the primary refused it for
+    /// good): proposes [`LocalChange::RejectedReported`]. Called by the
+    /// pair node's reporter.
+    pub async fn rejected_reported(&self, der: &[u8]) -> Result<(), StoreError> {
+        let change = LocalChange::RejectedReported {
+            thumbprint: x509::thumbprint(der),
+        };
+        self.apply(Proposal::now("pair", change)).await?;
         Ok(())
     }
 
@@ -879,7 +924,7 @@ impl Store {
         };
         let sql = format!(
             "SELECT thumbprint, kind, subject, application_uri, not_before, not_after, der, \
-             first_seen FROM certs WHERE kind = ?1 ORDER BY {order}"
+             first_seen, last_seen, refused_here, refused_by FROM certs WHERE kind = ?1 ORDER BY {order}"
         );
         let rows = sqlx::query(&sql)
             .bind(kind.as_str())
@@ -896,7 +941,7 @@ impl Store {
     ) -> Result<Option<CertInfo>, StoreError> {
         let row = sqlx::query(
             "SELECT thumbprint, kind, subject, application_uri, not_before, not_after, der, \
-             first_seen FROM certs WHERE thumbprint = ?1",
+             first_seen, last_seen, refused_here, refused_by FROM certs WHERE thumbprint = ?1",
         )
         .bind(thumbprint)
         .fetch_optional(&self.pool)

@@ -119,6 +119,22 @@ pub struct CertInfo {
     pub der: Vec<u8>,
     /// When the store first saw this certificate, RFC 3339 UTC.
     pub first_seen: String,
+    /// When it was last presented (rejected list) or last added, RFC 3339
+    /// UTC.
+    #[serde(default)]
+    pub last_seen: String,
+    /// On the rejected list: whether this appliance refused it itself
+    /// (false when only the other appliance of a pair did).
+    #[serde(default = "yes")]
+    pub refused_here: bool,
+    /// On the rejected list: the pair address of the other appliance that
+    /// refused it and reported it here; `None` if none did.
+    #[serde(default)]
+    pub refused_by: Option<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What a certificate says about itself (for display; no list membership).

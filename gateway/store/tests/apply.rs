@@ -336,7 +336,11 @@ async fn local_changes_apply_through_the_same_path_marked_local() {
         .apply(local(
             "engine",
             1,
-            LocalChange::RecordRejected { der: der.clone() },
+            LocalChange::RecordRejected {
+                der: der.clone(),
+                by: None,
+                report: false,
+            },
         ))
         .await
         .unwrap();
@@ -349,7 +353,11 @@ async fn local_changes_apply_through_the_same_path_marked_local() {
         .apply(local(
             "engine",
             2,
-            LocalChange::RecordRejected { der: der.clone() },
+            LocalChange::RecordRejected {
+                der: der.clone(),
+                by: None,
+                report: false,
+            },
         ))
         .await
         .unwrap();
@@ -556,6 +564,8 @@ fn history() -> Vec<Step> {
             7,
             LocalChange::RecordRejected {
                 der: stranger.clone(),
+                by: None,
+                report: false,
             },
         )),
         L(local(
@@ -563,6 +573,8 @@ fn history() -> Vec<Step> {
             8,
             LocalChange::RecordRejected {
                 der: stranger.clone(),
+                by: None,
+                report: false,
             },
         )),
         R(prop(
@@ -653,6 +665,8 @@ async fn replicated_outcomes_do_not_depend_on_node_local_state() {
         1,
         LocalChange::RecordRejected {
             der: stranger.clone(),
+            by: None,
+            report: false,
         },
     ))
     .await
@@ -815,6 +829,8 @@ async fn refused_changes_write_nothing() {
             6,
             LocalChange::RecordRejected {
                 der: stranger.clone(),
+                by: None,
+                report: false,
             },
         ))
         .await
@@ -1088,6 +1104,8 @@ async fn refused_changes_write_nothing() {
                 10,
                 LocalChange::RecordRejected {
                     der: b"\x30\x00".to_vec(),
+                    by: None,
+                    report: false,
                 },
             ),
             Invalid,
@@ -1105,7 +1123,11 @@ async fn refused_changes_write_nothing() {
         .apply(local(
             "engine",
             10,
-            LocalChange::RecordRejected { der: peer.clone() },
+            LocalChange::RecordRejected {
+                der: peer.clone(),
+                by: None,
+                report: false,
+            },
         ))
         .await
         .unwrap();
@@ -1246,6 +1268,8 @@ async fn reapplying_a_proposal() {
         20,
         LocalChange::RecordRejected {
             der: make_cert("Other", "urn:test:other"),
+            by: None,
+            report: false,
         },
     );
     assert!(store.apply(reject.clone()).await.unwrap().seq.is_some());
@@ -1314,6 +1338,11 @@ fn every_local_change() -> Vec<LocalChange> {
     let all = vec![
         LocalChange::RecordRejected {
             der: vec![0x30, 0x00],
+            by: None,
+            report: false,
+        },
+        LocalChange::RejectedReported {
+            thumbprint: "ef".repeat(20),
         },
         LocalChange::RemoveRejected {
             thumbprint: "cd".repeat(20),
@@ -1329,11 +1358,12 @@ fn every_local_change() -> Vec<LocalChange> {
     ];
     let index = |c: &LocalChange| match c {
         LocalChange::RecordRejected { .. } => 0,
-        LocalChange::RemoveRejected { .. } => 1,
-        LocalChange::SetSetting { .. } => 2,
-        LocalChange::Event { .. } => 3,
+        LocalChange::RejectedReported { .. } => 1,
+        LocalChange::RemoveRejected { .. } => 2,
+        LocalChange::SetSetting { .. } => 3,
+        LocalChange::Event { .. } => 4,
     };
-    assert_eq!(all.iter().map(index).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    assert_eq!(all.iter().map(index).collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
     all
 }
 

@@ -273,6 +273,8 @@ async fn fill_leader(store: &Store) -> Vec<u8> {
             40,
             LocalChange::RecordRejected {
                 der: make_cert("Intruder", "urn:intruder"),
+                by: None,
+                report: false,
             },
         ))
         .await
@@ -348,6 +350,8 @@ async fn install_replaces_replicated_state_and_keeps_node_local_rows() {
             4,
             LocalChange::RecordRejected {
                 der: own_rejected.clone(),
+                by: None,
+                report: false,
             },
         ))
         .await
@@ -357,6 +361,8 @@ async fn install_replaces_replicated_state_and_keeps_node_local_rows() {
             5,
             LocalChange::RecordRejected {
                 der: trusted.clone(),
+                by: None,
+                report: false,
             },
         ))
         .await

@@ -937,3 +937,96 @@ async fn a_database_migrated_by_a_newer_build_still_opens() {
         .unwrap();
     assert_eq!(store.list_users().await.unwrap().len(), 2);
 }
+
+/// A pair's stand-in for the tests below: takes the reports of refused
+/// certificates, replicates nothing.
+#[derive(Default)]
+struct Reports(std::sync::Mutex<Vec<Vec<u8>>>);
+
+impl uagate_store::Replicator for Reports {
+    fn propose(&self, _: uagate_store::Proposal<uagate_store::Change>) -> uagate_store::Replicated {
+        Box::pin(async { Err(StoreError::Replication("not in this test".into())) })
+    }
+
+    fn report_rejected(&self, der: Vec<u8>) {
+        self.0.lock().unwrap().push(der);
+    }
+}
+
+/// On a paired appliance a certificate refused for the first time waits
+/// to be reported to the primary until the pair says it is listed there,
+/// across a restart; a standalone appliance reports nothing.
+#[tokio::test]
+async fn a_refused_certificate_waits_for_its_report_across_a_restart() {
+    let (_dir, path, store) = open_temp().await;
+    let alone = make_cert("Alone", "urn:test:alone");
+    store.record_rejected(&alone).await.unwrap();
+    assert!(store.rejected_unreported(64).await.unwrap().is_empty());
+
+    let reports = std::sync::Arc::new(Reports::default());
+    store.set_replicator(Some(reports.clone()));
+    let first = make_cert("First", "urn:test:first");
+    let second = make_cert("Second", "urn:test:second");
+    store.record_rejected(&first).await.unwrap();
+    store.record_rejected(&second).await.unwrap();
+    store.record_rejected(&first).await.unwrap();
+    assert_eq!(
+        *reports.0.lock().unwrap(),
+        vec![first.clone(), second.clone()]
+    );
+    store.close().await;
+
+    let store = Store::open(&path).await.unwrap();
+    assert_eq!(
+        store.rejected_unreported(64).await.unwrap(),
+        vec![first.clone(), second.clone()]
+    );
+    assert_eq!(
+        store.rejected_unreported(1).await.unwrap(),
+        vec![first.clone()]
+    );
+    store.rejected_reported(&first).await.unwrap();
+    assert_eq!(store.rejected_unreported(64).await.unwrap(), vec![second]);
+    // Silent: no change-log entry for the bookkeeping.
+    let log = store.change_log_since(0, 100).await.unwrap();
+    assert_eq!(log.iter().filter(|e| e.kind == "trust.reject").count(), 3);
+    assert_eq!(log.len(), 3);
+}
+
+/// The primary lists a certificate the other appliance refused with that
+/// appliance's pair address; refusing it here as well adds this
+/// appliance, and a later report never takes it away.
+#[tokio::test]
+async fn the_primary_says_which_appliance_refused_a_certificate() {
+    let (_dir, _path, store) = open_temp().await;
+    let der = make_cert("Visitor", "urn:test:visitor");
+    store
+        .record_rejected_by(&der, "10.0.3.12:4850")
+        .await
+        .unwrap();
+    let listed = store.certs(CertKind::Rejected).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(!listed[0].refused_here);
+    assert_eq!(listed[0].refused_by.as_deref(), Some("10.0.3.12:4850"));
+    let log = store.change_log_since(0, 100).await.unwrap();
+    assert_eq!(log.len(), 1);
+    assert!(
+        log[0].payload.contains("\"refused_by\":\"10.0.3.12:4850\""),
+        "{}",
+        log[0].payload
+    );
+
+    store.record_rejected(&der).await.unwrap();
+    store
+        .record_rejected_by(&der, "10.0.3.12:4850")
+        .await
+        .unwrap();
+    let listed = store.certs(CertKind::Rejected).await.unwrap();
+    assert!(listed[0].refused_here);
+    assert_eq!(listed[0].refused_by.as_deref(), Some("10.0.3.12:4850"));
+    // Nothing waits to be reported: the primary listed it itself.
+    assert!(store.rejected_unreported(64).await.unwrap().is_empty());
+
+    let err = store.record_rejected_by(&der, "").await.unwrap_err();
+    assert!(err.to_string().contains("by"), "{err}");
+}

@@ -37,7 +37,11 @@ pub struct CertRow {
     thumbprint_shown: Digest,
     not_before: String,
     not_after: String,
+    /// When it was first seen, or for the rejected list last presented.
     since: String,
+    /// Rejected list, on a pair: which appliance refused it, when the
+    /// other one did ("by the other appliance 10.0.3.12:4850").
+    refused_by: Option<String>,
     /// Past its end of validity.
     expired: bool,
     /// Within 30 days of it: "expires in 12 days".
@@ -57,7 +61,18 @@ impl CertRow {
             thumbprint_shown: Digest::from_hex(&c.thumbprint),
             not_before: ops::when(&c.not_before),
             not_after: ops::when(&c.not_after),
-            since: ops::when(&c.first_seen),
+            since: ops::when(if c.kind == CertKind::Rejected {
+                &c.last_seen
+            } else {
+                &c.first_seen
+            }),
+            refused_by: c.refused_by.as_ref().map(|peer| {
+                if c.refused_here {
+                    format!("by this appliance and the other appliance {peer}")
+                } else {
+                    format!("by the other appliance {peer}")
+                }
+            }),
             expired,
             soon,
         }
