@@ -91,10 +91,11 @@ summary() {
 # resolved the dependencies' features differently and compiled many of them twice (disk and time).
 if command -v cargo-nextest >/dev/null 2>&1; then
   build=(cargo nextest run --workspace --no-run)
-  tests=(cargo nextest run --workspace --no-tests=warn)
+  # Every test runs even after a failure, so that one failure does not hide others.
+  tests=(cargo nextest run --workspace --no-tests=warn --no-fail-fast)
 else
   build=(cargo test --workspace --no-run)
-  tests=(cargo test --workspace)
+  tests=(cargo test --workspace --no-fail-fast)
 fi
 # The soak's field server and wss/https client are built here too, so that the soak starts at once.
 # With the gateway in one build: it reuses the test build's crates (tests/soak/run.sh says why).

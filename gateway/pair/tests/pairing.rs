@@ -229,11 +229,14 @@ async fn a_standby_joins_with_a_code_and_follows_the_primary() {
         .members
         .iter()
         .any(|m| m.node_id == b.node.id() && !m.voter));
+    // A may append more after `sa` was taken (B's start-up entry with its
+    // console URL): compare with A's status of the same moment.
     let t0 = Instant::now();
-    let sb = loop {
+    let (sa, sb) = loop {
+        let sa = a.node.status().await.unwrap();
         let sb = b.node.status().await.unwrap();
         if sb.applied == sa.applied || t0.elapsed() > Duration::from_secs(10) {
-            break sb;
+            break (sa, sb);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
