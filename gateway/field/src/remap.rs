@@ -511,15 +511,28 @@ impl SessionMap {
 
     /// Each element's reference type id and target name as the field
     /// server knows them (TranslateBrowsePaths, attribute operands).
+    /// The mount folder's own name (as the gateway names it) stands for
+    /// the field server's Objects folder, so that a path back up to the
+    /// folder resolves there.
     fn relative_path_to_field(&self, p: &RelativePath) -> Result<RelativePath, StatusCode> {
         let mut path = p.clone();
         if let Some(elements) = path.elements.as_mut() {
             for element in elements.iter_mut() {
                 element.reference_type_id = self.node_to_field(&element.reference_type_id)?;
-                element.target_name = self.qname_to_field(&element.target_name)?;
+                element.target_name = if self.is_mount_folder_name(&element.target_name) {
+                    QualifiedName::new(0, "Objects")
+                } else {
+                    self.qname_to_field(&element.target_name)?
+                };
             }
         }
         Ok(path)
+    }
+
+    /// Whether `q` is the mount folder's browse name in the gateway (the
+    /// gateway's namespace and the mount's name); no field node has it.
+    pub fn is_mount_folder_name(&self, q: &QualifiedName) -> bool {
+        q.namespace_index == self.mount_folder.namespace && q.name.as_ref() == self.mount
     }
 
     /// The event filter of a HistoryRead of events, as the field server
@@ -1361,6 +1374,26 @@ mod tests {
             m.browse_path_to_field(&unknown_name),
             Err(StatusCode::BadNodeIdUnknown)
         );
+
+        // Back up to the mount folder, by the name the gateway gives it:
+        // the field server's Objects folder.
+        let up = BrowsePath {
+            starting_node: NodeId::new(4, "Machine"),
+            relative_path: RelativePath {
+                elements: Some(vec![RelativePathElement {
+                    reference_type_id: ReferenceTypeId::Organizes.into(),
+                    is_inverse: true,
+                    include_subtypes: true,
+                    target_name: QualifiedName::new(mount_folder().namespace, "line1"),
+                }]),
+            },
+        };
+        let Ok(upf) = m.browse_path_to_field(&up) else {
+            panic!("the way up is not mapped")
+        };
+        let elements = upf.relative_path.elements.unwrap_or_default();
+        assert_eq!(elements[0].target_name, QualifiedName::new(0, "Objects"));
+        assert!(elements[0].is_inverse);
 
         let r = BrowsePathResult {
             status_code: StatusCode::Good,

@@ -18,11 +18,11 @@ use std::sync::Arc;
 
 use opcua_core::ResponseMessage;
 use opcua_types::{
-    BrowseNextRequest, BrowseNextResponse, BrowsePath, BrowsePathResult, BrowseRequest,
-    BrowseResponse, BrowseResult, ByteString, CallMethodResult, CallRequest, CallResponse,
-    DataValue, ExtensionObject, HistoryReadRequest, HistoryReadResponse, HistoryReadResult, NodeId,
-    ReadRequest, ReadResponse, RelativePath, RequestHeader, ResponseHeader, StatusCode,
-    TimestampsToReturn, TranslateBrowsePathsToNodeIdsRequest,
+    BrowseNextRequest, BrowseNextResponse, BrowsePath, BrowsePathResult, BrowsePathTarget,
+    BrowseRequest, BrowseResponse, BrowseResult, ByteString, CallMethodResult, CallRequest,
+    CallResponse, DataValue, ExtensionObject, HistoryReadRequest, HistoryReadResponse,
+    HistoryReadResult, NodeId, ReadRequest, ReadResponse, RelativePath, RequestHeader,
+    ResponseHeader, StatusCode, TimestampsToReturn, TranslateBrowsePathsToNodeIdsRequest,
     TranslateBrowsePathsToNodeIdsResponse, WriteRequest, WriteResponse,
 };
 use uagate_field::diag::Diagnostics;
@@ -561,12 +561,109 @@ impl Engine {
                 })
             })
             .await?;
+        let mut results = out.results;
+        if let Some(fields) = fields {
+            for (i, p) in paths.iter().enumerate() {
+                let unresolved = results.get(i).is_some_and(|res| !res.status_code.is_good());
+                if unresolved && goes_up(p) {
+                    // Only a resolved path replaces the first answer, whose
+                    // status says best why a path does not resolve.
+                    if let Some(walked) = self.walk(fields, p, ctx).await {
+                        results[i] = walked;
+                    }
+                }
+            }
+        }
         Ok(TranslateBrowsePathsToNodeIdsResponse {
             response_header: header_with(&r.request_header, &out.diagnostics),
-            results: Some(out.results),
+            results: Some(results),
             diagnostic_infos: out.diagnostics.infos(),
         }
         .into())
+    }
+
+    /// Resolves `path` one element at a time, each from the nodes the one
+    /// before reached, on whichever side holds each node: the local space,
+    /// or the field server of its mount (a mount folder is the field
+    /// server's Objects folder on the way down and the gateway's node on
+    /// the way up). Called for a path that goes up through an inverse
+    /// reference and that the first pass, which gives a path to one side,
+    /// could not resolve: no single server knows both sides of a mount
+    /// folder. `None` (keep the first answer) when it does not resolve
+    /// either, when a mount on the way cannot answer, when the path is
+    /// longer than [`WALK_MAX_ELEMENTS`] or reaches more than
+    /// [`WALK_MAX_NODES`] nodes at once.
+    async fn walk(&self, fields: &Fields, path: &BrowsePath, ctx: Ctx) -> Option<BrowsePathResult> {
+        let elements = path.relative_path.elements.as_deref().unwrap_or(&[]);
+        if elements.is_empty() || elements.len() > WALK_MAX_ELEMENTS {
+            return None;
+        }
+        let mut current = vec![path.starting_node.clone()];
+        for element in elements {
+            let one = |n: &NodeId| BrowsePath {
+                starting_node: n.clone(),
+                relative_path: RelativePath {
+                    elements: Some(vec![element.clone()]),
+                },
+            };
+            let mut local = Vec::new();
+            let mut mounted: std::collections::BTreeMap<usize, Vec<BrowsePath>> =
+                std::collections::BTreeMap::new();
+            for n in &current {
+                match fields.route(n) {
+                    Some(m) if !(element.is_inverse && fields.is_mount_folder(m, n)) => {
+                        mounted.entry(m).or_default().push(one(n));
+                    }
+                    _ => local.push(one(n)),
+                }
+            }
+            let mut reached = Vec::new();
+            if !local.is_empty() {
+                reached.extend(self.space.local().translate(&local));
+            }
+            for (m, paths) in mounted {
+                let paths = Arc::new(paths);
+                let answer = on_mount(Some(fields), m, ctx, OnLoss::RetryOnce, |link, _| {
+                    let paths = paths.clone();
+                    async move { proxy::translate(&link, &paths, ctx).await }
+                })
+                .await;
+                match answer {
+                    Ok(a) => reached.extend(a.results),
+                    // A mount that cannot answer: what the first pass said.
+                    Err(_) => return None,
+                }
+            }
+            let mut next: Vec<NodeId> = Vec::new();
+            for target in reached
+                .into_iter()
+                .filter(|r| r.status_code.is_good())
+                .flat_map(|r| r.targets.unwrap_or_default())
+            {
+                let whole = target.remaining_path_index == u32::MAX;
+                let here =
+                    target.target_id.server_index == 0 && target.target_id.namespace_uri.is_empty();
+                if whole && here && !next.contains(&target.target_id.node_id) {
+                    next.push(target.target_id.node_id);
+                }
+            }
+            if next.is_empty() || next.len() > WALK_MAX_NODES {
+                return None;
+            }
+            current = next;
+        }
+        Some(BrowsePathResult {
+            status_code: StatusCode::Good,
+            targets: Some(
+                current
+                    .into_iter()
+                    .map(|n| BrowsePathTarget {
+                        target_id: n.into(),
+                        remaining_path_index: u32::MAX,
+                    })
+                    .collect(),
+            ),
+        })
     }
 
     /// Call; methods of mounted objects are called on their field servers.
@@ -691,6 +788,22 @@ impl Engine {
         }
         .into())
     }
+}
+
+/// Most elements of a path that [`Engine::walk`] follows.
+const WALK_MAX_ELEMENTS: usize = 32;
+/// Most nodes [`Engine::walk`] follows from one element to the next.
+const WALK_MAX_NODES: usize = 64;
+
+/// Whether `path` follows an inverse reference (up, possibly out of a
+/// mount): the paths [`Engine::walk`] resolves again.
+fn goes_up(path: &BrowsePath) -> bool {
+    path.relative_path
+        .elements
+        .as_deref()
+        .unwrap_or(&[])
+        .iter()
+        .any(|e| e.is_inverse)
 }
 
 /// The paths a field server resolves, by request index: (mount, path from

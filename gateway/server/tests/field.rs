@@ -169,6 +169,100 @@ async fn read_write_browse_call_translate_through_the_mount() {
     sim.cancel();
 }
 
+/// Paths that start on a mounted node and go back up through the mount
+/// folder resolve like any other: to the folder itself (by the name the
+/// gateway gives it), and on up into the gateway's own nodes and down
+/// again, although no single server knows both sides.
+#[tokio::test]
+async fn translate_goes_up_out_of_a_mount_and_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "a").await;
+    let gw = TestGateway::start(&field_toml("line1", "none", &[&sim.endpoint_url])).await;
+    wait_connected(&gw, "line1").await;
+    let (s, h) = connect(&gw, "field-up").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let step = |inverse: bool, ns: u16, name: &str| RelativePathElement {
+        reference_type_id: NodeId::new(0, 33u32),
+        is_inverse: inverse,
+        include_subtypes: true,
+        target_name: QualifiedName::new(ns, name),
+    };
+    let up = |ns: u16, name: &str| step(true, ns, name);
+    let down = |ns: u16, name: &str| step(false, ns, name);
+    let from_counter = |elements: Vec<RelativePathElement>| BrowsePath {
+        starting_node: NodeId::new(ns, "Simulation.Counter"),
+        relative_path: RelativePath {
+            elements: Some(elements),
+        },
+    };
+    // The mount folder's id, as the gateway's Objects folder lists it.
+    let t = s
+        .translate_browse_paths_to_node_ids(&[BrowsePath {
+            starting_node: NodeId::new(0, 85u32),
+            relative_path: RelativePath {
+                elements: Some(vec![down(2, "line1")]),
+            },
+        }])
+        .await
+        .unwrap();
+    let folder = t[0].targets.as_ref().unwrap()[0].target_id.node_id.clone();
+    let paths = [
+        // Up to the folder.
+        from_counter(vec![up(ns, "Simulation"), up(2, "line1")]),
+        // On up to the gateway's Objects folder.
+        from_counter(vec![up(ns, "Simulation"), up(2, "line1"), up(0, "Objects")]),
+        // Up and down into the gateway's own nodes.
+        from_counter(vec![
+            up(ns, "Simulation"),
+            up(2, "line1"),
+            up(0, "Objects"),
+            down(0, "Server"),
+            down(0, "ServerStatus"),
+        ]),
+        // Up to the folder and down the same mount again.
+        from_counter(vec![
+            up(ns, "Simulation"),
+            up(2, "line1"),
+            up(0, "Objects"),
+            down(2, "line1"),
+            down(ns, "Simulation"),
+            down(ns, "Counter"),
+        ]),
+        // A name that is not there on the way: no match, as before.
+        from_counter(vec![up(ns, "Simulation"), up(2, "line1"), up(0, "Nowhere")]),
+        // A start that is not there: not resolved (the field server's
+        // word for it).
+        BrowsePath {
+            starting_node: NodeId::new(ns, "Nope"),
+            relative_path: RelativePath {
+                elements: Some(vec![up(2, "line1"), up(0, "Objects")]),
+            },
+        },
+    ];
+    let t = s.translate_browse_paths_to_node_ids(&paths).await.unwrap();
+    let target = |i: usize| {
+        assert_eq!(t[i].status_code, StatusCode::Good, "path {i}: {:?}", t[i]);
+        let targets = t[i].targets.as_ref().unwrap();
+        assert_eq!(targets.len(), 1, "path {i}: {targets:?}");
+        assert_eq!(targets[0].remaining_path_index, u32::MAX);
+        targets[0].target_id.node_id.clone()
+    };
+    assert_eq!(target(0), folder);
+    assert_eq!(target(1), NodeId::new(0, 85u32));
+    assert_eq!(target(2), NodeId::new(0, 2256u32));
+    assert_eq!(target(3), NodeId::new(ns, "Simulation.Counter"));
+    assert_eq!(t[4].status_code, StatusCode::BadNoMatch, "{:?}", t[4]);
+    assert!(
+        [StatusCode::BadNodeIdUnknown, StatusCode::BadNoMatch].contains(&t[5].status_code),
+        "{:?}",
+        t[5]
+    );
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    sim.cancel();
+}
+
 /// The node ids of a Browse result's references, in order.
 fn ref_ids(r: &opcua_types::BrowseResult) -> Vec<NodeId> {
     r.references
