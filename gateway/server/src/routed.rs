@@ -513,7 +513,8 @@ impl Engine {
     /// TranslateBrowsePathsToNodeIds. The local space resolves every path
     /// first; a path it cannot resolve that starts on a mounted node, or
     /// crosses a mount folder, is resolved by that field server (from the
-    /// folder on).
+    /// folder on). A path that still does not resolve and goes up through
+    /// an inverse reference is walked across the sides ([`Engine::walk`]).
     pub(crate) async fn translate(
         &self,
         chan: &ChannelInfo,
