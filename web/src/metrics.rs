@@ -190,6 +190,13 @@ fn collect(state: &WebState) -> prometheus::Result<Registry> {
     evicted.inc_by(engine.sessions_evicted());
     r.register(Box::new(evicted))?;
 
+    let unlisted = IntCounter::new(
+        "rejected_certificates_unlisted_total",
+        "Unknown certificates refused without being put on the rejected list: more new ones arrived than the list takes (200 at once, then one a minute).",
+    )?;
+    unlisted.inc_by(state.store.unlisted_rejections().total);
+    r.register(Box::new(unlisted))?;
+
     let stalls = IntCounter::new(
         "send_stalls_total",
         "OPC UA connections closed because the client stopped reading its socket (nothing could be sent for 15 s).",

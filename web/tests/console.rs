@@ -2315,3 +2315,37 @@ async fn the_rejected_list_says_when_and_by_which_appliance() {
     assert_eq!(of("stranger")["refused_by"], "10.0.3.12:4850");
     f.stop().await;
 }
+
+/// Unknown certificates refused without being listed (a flood of new
+/// ones) are counted in the metrics and named on the dashboard.
+#[tokio::test]
+async fn a_flood_of_unknown_certificates_is_named_on_the_dashboard() {
+    let f = Fixture::start().await;
+    let burst = uagate_store::NEW_REJECTED_BURST as usize;
+    let key = rcgen::KeyPair::generate().unwrap();
+    for i in 0..burst + 3 {
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, format!("Flood {i}"));
+        let der = p.self_signed(&key).unwrap().der().to_vec();
+        f.state.store.record_rejected(&der).await.unwrap();
+    }
+    let viewer = f.token("viewer").await;
+    let (_, metrics, _) = f.call(get("/metrics", Some(&viewer))).await;
+    assert!(
+        metrics
+            .as_str()
+            .unwrap_or_default()
+            .contains("uagate_rejected_certificates_unlisted_total 3"),
+        "{metrics}"
+    );
+    let b = browser(&f, "viewer").await;
+    let (_, body, _) = f.call(page("/", &b)).await;
+    let html = body.as_str().unwrap();
+    assert!(
+        html.contains("<p class=\"warn trust-alert\">3 unknown certificates were refused without being listed under Certificates since the gateway started (the last at "),
+        "{html}"
+    );
+    assert!(html.contains("(200 at once, then one a minute)"), "{html}");
+    f.stop().await;
+}

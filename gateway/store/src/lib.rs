@@ -94,6 +94,7 @@ mod chain;
 mod change;
 mod error;
 pub mod files;
+pub mod listing;
 mod model;
 mod password;
 mod replica;
@@ -120,6 +121,7 @@ pub use change::{
     CONFIG_NODE_SETTING, FIELD_NAMESPACES_SETTING, NODE_LOCAL_SETTINGS, REQUESTED_STATE_SETTING,
 };
 pub use error::{Refusal, StoreError};
+pub use listing::{Unlisted, NEW_REJECTED_BURST, NEW_REJECTED_EVERY};
 pub use model::{
     CertInfo, CertKind, CertSummary, ChangeLogEntry, CrlInfo, LogFilter, LogOrder, Role,
 };
@@ -191,6 +193,8 @@ const HASH_SLOTS: usize = 2;
 pub struct Store {
     pool: SqlitePool,
     hash_slots: Arc<Semaphore>,
+    /// How fast new certificates are listed as rejected ([`listing`]).
+    listing: Arc<std::sync::Mutex<listing::ListingBudget>>,
     replicator: Arc<std::sync::RwLock<Option<Arc<dyn Replicator>>>>,
 }
 
@@ -505,6 +509,9 @@ impl Store {
         Ok(Store {
             pool,
             hash_slots: Arc::new(Semaphore::new(HASH_SLOTS)),
+            listing: Arc::new(std::sync::Mutex::new(listing::ListingBudget::new(
+                std::time::Instant::now(),
+            ))),
             replicator: Arc::default(),
         })
     }
@@ -837,6 +844,32 @@ impl Store {
     /// On a paired appliance a first sighting is also reported to the
     /// leader ([`Replicator::report_rejected`]).
     pub async fn record_rejected(&self, der: &[u8]) -> Result<(), StoreError> {
+        // What apply would refuse is refused before it costs a listing.
+        let cert = x509::parse_certificate(der)?;
+        let known: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM certs WHERE thumbprint = ?1)")
+                .bind(&cert.thumbprint)
+                .fetch_one(&self.pool)
+                .await?;
+        if !known {
+            let listing = self
+                .listing
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(std::time::Instant::now());
+            if let listing::Listing::Unlisted { tell } = listing {
+                if tell {
+                    tracing::warn!(
+                        burst = listing::NEW_REJECTED_BURST,
+                        every_s = listing::NEW_REJECTED_EVERY.as_secs(),
+                        "more unknown certificates than the rejected list takes at once: \
+                         they are refused without being listed (many new devices, or \
+                         someone trying certificates)"
+                    );
+                }
+                return Ok(());
+            }
+        }
         let replicator = self.replicator();
         let change = LocalChange::RecordRejected {
             der: der.to_vec(),
@@ -850,6 +883,16 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// The unknown certificates refused without being listed since the
+    /// store was opened (more new ones than [`listing`] allows). Read by
+    /// the metrics and the dashboard.
+    pub fn unlisted_rejections(&self) -> Unlisted {
+        self.listing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unlisted()
     }
 
     /// Called on the primary when the other appliance of the pair (pair

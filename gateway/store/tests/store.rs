@@ -436,12 +436,24 @@ async fn rejected_dedupes_and_trust_add_moves_it() {
 #[tokio::test]
 async fn rejected_list_is_capped() {
     let (_dir, _path, store) = open_temp().await;
+    // Straight through apply: the listing budget of record_rejected would
+    // stop a flood this fast long before the cap (see the next test).
+    let reject = |der: &Vec<u8>| {
+        uagate_store::Proposal::now(
+            "engine",
+            uagate_store::LocalChange::RecordRejected {
+                der: der.clone(),
+                by: None,
+                report: false,
+            },
+        )
+    };
     let first = make_cert("Flood 0", "urn:test:flood:0");
-    store.record_rejected(&first).await.unwrap();
+    store.apply(reject(&first)).await.unwrap();
     let mut last = Vec::new();
     for i in 1..=REJECTED_CAP {
         last = make_cert(&format!("Flood {i}"), &format!("urn:test:flood:{i}"));
-        store.record_rejected(&last).await.unwrap();
+        store.apply(reject(&last)).await.unwrap();
     }
     let rejected = store.certs(CertKind::Rejected).await.unwrap();
     assert_eq!(rejected.len() as i64, REJECTED_CAP);
@@ -1029,4 +1041,42 @@ async fn the_primary_says_which_appliance_refused_a_certificate() {
 
     let err = store.record_rejected_by(&der, "").await.unwrap_err();
     assert!(err.to_string().contains("by"), "{err}");
+}
+
+/// A flood of new certificates (anyone can present one per connection)
+/// lists the first NEW_REJECTED_BURST and counts the rest without a row or
+/// a change-log entry; a certificate already listed is still refreshed,
+/// and garbage costs no listing.
+#[tokio::test]
+async fn a_flood_of_new_certificates_lists_a_burst_and_counts_the_rest() {
+    let (_dir, _path, store) = open_temp().await;
+    let burst = uagate_store::NEW_REJECTED_BURST as usize;
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = |i: usize| {
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, format!("Flood {i}"));
+        p.self_signed(&key).unwrap().der().to_vec()
+    };
+    for _ in 0..5 {
+        assert!(store.record_rejected(b"not a certificate").await.is_err());
+    }
+    let certs: Vec<Vec<u8>> = (0..burst + 50).map(cert).collect();
+    for c in &certs {
+        store.record_rejected(c).await.unwrap();
+    }
+    assert_eq!(
+        store.certs(CertKind::Rejected).await.unwrap().len(),
+        burst,
+        "the burst is listed, no more"
+    );
+    assert_eq!(log_len(&store).await, burst);
+    let unlisted = store.unlisted_rejections();
+    assert_eq!(unlisted.total, 50);
+    assert!(unlisted.last.is_some());
+    assert_eq!(store.cert_status(&certs[burst]).await.unwrap(), None);
+    // One already listed is refreshed while the budget is dry.
+    store.record_rejected(&certs[0]).await.unwrap();
+    assert_eq!(store.unlisted_rejections().total, 50);
+    assert_eq!(log_len(&store).await, burst);
 }

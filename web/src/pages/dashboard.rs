@@ -168,6 +168,25 @@ async fn live(state: &WebState) -> Live {
             Some((class, format!("CRL of {issuer}: {words}.")))
         })
         .collect::<Vec<_>>();
+    // A flood of new certificates: some were refused without a trace on
+    // the Certificates page.
+    let unlisted = state.store.unlisted_rejections();
+    if let Some(ago) = unlisted
+        .last
+        .map(|t| t.elapsed())
+        .filter(|ago| *ago < std::time::Duration::from_secs(3600))
+    {
+        let at = now - chrono::Duration::from_std(ago).unwrap_or_default();
+        alerts.push((
+            "warn",
+            format!(
+                "{} unknown certificates were refused without being listed under Certificates since the gateway started (the last at {}): more new ones arrived than the list takes ({} at once, then one a minute). Many new devices at once, or someone trying certificates; a device that connects again is listed when there is room.",
+                unlisted.total,
+                at.format("%Y-%m-%d %H:%M UTC"),
+                uagate_store::NEW_REJECTED_BURST,
+            ),
+        ));
+    }
     // What ends, when, and what stops with it.
     let mut expiring: Vec<(String, String, &str)> = Vec::new();
     if let Ok(app) = uagate_store::describe_certificate(&state.engine.application_certificate()) {
