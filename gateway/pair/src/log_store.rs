@@ -97,7 +97,16 @@ impl LogStore {
             .max_connections(4)
             .connect_with(options)
             .await?;
-        MIGRATOR.run(&pool).await?;
+        // Migrations a newer build applied (an update rolled back; the data
+        // partition is shared by both image slots) are tolerated, as the
+        // configuration store does: they must be additive.
+        let migrator = Migrator {
+            migrations: MIGRATOR.migrations.clone(),
+            ignore_missing: true,
+            locking: MIGRATOR.locking,
+            no_tx: MIGRATOR.no_tx,
+        };
+        migrator.run(&pool).await?;
         tracing::debug!(path = %path.display(), "raft log opened");
         Ok(LogStore { pool })
     }

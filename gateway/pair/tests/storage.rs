@@ -574,3 +574,27 @@ async fn forged_or_altered_entries_stop_replication_and_change_nothing() {
     );
     assert!(sm2.fault().lock().unwrap().is_none());
 }
+
+/// A Raft log migrated by a newer build (an update rolled back) still
+/// opens here instead of failing with "migration missing".
+#[tokio::test]
+async fn a_raft_log_migrated_by_a_newer_build_still_opens() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("raft-log.db");
+    LogStore::open(&path).await.unwrap().close().await;
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(sqlx::sqlite::SqliteConnectOptions::new().filename(&path))
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations \
+         (version, description, installed_on, success, checksum, execution_time) \
+         VALUES (99990101000000, 'from the future', CURRENT_TIMESTAMP, 1, x'00', 0)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    LogStore::open(&path).await.unwrap().close().await;
+}
