@@ -180,7 +180,7 @@ async fn live(state: &WebState) -> Live {
         alerts.push((
             "warn",
             format!(
-                "{} unknown certificates were refused without being listed under Certificates since the gateway started (the last at {}): more new ones arrived than the list takes ({} at once, then one a minute). Many new devices at once, or someone trying certificates; a device that connects again is listed when there is room.",
+                "Too many new unknown certificates at once: {} were refused without being listed under Certificates, the last at {}. The list takes {} at once, then one a minute. Many new devices, or someone trying certificates; a device that connects again is listed when there is room.",
                 unlisted.total,
                 at.format("%Y-%m-%d %H:%M UTC"),
                 uagate_store::NEW_REJECTED_BURST,
