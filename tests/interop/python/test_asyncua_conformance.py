@@ -156,7 +156,11 @@ async def test_server_diagnostics_count_sessions_subscriptions_and_rejections(ta
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 5.0
         while True:
-            values = {k: await bounded(client.get_node(ua.NodeId(v)).read_value()) for k, v in names.items()}
+            # One Read of all of them: the summary is refreshed once a second, and reads one
+            # by one could each meet another refresh (seen: CumulatedSessionCount 0 from before
+            # the first session beside CurrentSubscriptionCount 1 from after).
+            read = await bounded(client.read_values([client.get_node(ua.NodeId(v)) for v in names.values()]))
+            values = dict(zip(names.keys(), read))
             if values["CurrentSubscriptionCount"] == 1 or loop.time() > deadline:
                 break
             await asyncio.sleep(0.25)
