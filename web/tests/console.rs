@@ -2346,6 +2346,9 @@ async fn a_flood_of_unknown_certificates_is_named_on_the_dashboard() {
         html.contains("<p class=\"warn trust-alert\">Too many new unknown certificates at once: 3 were refused without being listed under Certificates, the last at "),
         "{html}"
     );
-    assert!(html.contains("The list takes 200 at once, then one a minute."), "{html}");
+    assert!(
+        html.contains("The list takes 200 at once, then one a minute."),
+        "{html}"
+    );
     f.stop().await;
 }

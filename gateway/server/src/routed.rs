@@ -564,12 +564,13 @@ impl Engine {
             .await?;
         let mut results = out.results;
         if let Some(fields) = fields {
+            let mut budget = WALK_MAX_CALLS;
             for (i, p) in paths.iter().enumerate() {
                 let unresolved = results.get(i).is_some_and(|res| !res.status_code.is_good());
                 if unresolved && goes_up(p) {
                     // Only a resolved path replaces the first answer, whose
                     // status says best why a path does not resolve.
-                    if let Some(walked) = self.walk(fields, p, ctx).await {
+                    if let Some(walked) = self.walk(fields, p, ctx, &mut budget).await {
                         results[i] = walked;
                     }
                 }
@@ -592,9 +593,17 @@ impl Engine {
     /// could not resolve: no single server knows both sides of a mount
     /// folder. `None` (keep the first answer) when it does not resolve
     /// either, when a mount on the way cannot answer, when the path is
-    /// longer than [`WALK_MAX_ELEMENTS`] or reaches more than
-    /// [`WALK_MAX_NODES`] nodes at once.
-    async fn walk(&self, fields: &Fields, path: &BrowsePath, ctx: Ctx) -> Option<BrowsePathResult> {
+    /// longer than [`WALK_MAX_ELEMENTS`], reaches more than
+    /// [`WALK_MAX_NODES`] nodes at once, or would take more field-server
+    /// calls than are left of the request's `budget` (of
+    /// [`WALK_MAX_CALLS`]).
+    async fn walk(
+        &self,
+        fields: &Fields,
+        path: &BrowsePath,
+        ctx: Ctx,
+        budget: &mut usize,
+    ) -> Option<BrowsePathResult> {
         let elements = path.relative_path.elements.as_deref().unwrap_or(&[]);
         if elements.is_empty() || elements.len() > WALK_MAX_ELEMENTS {
             return None;
@@ -623,6 +632,9 @@ impl Engine {
                 reached.extend(self.space.local().translate(&local));
             }
             for (m, paths) in mounted {
+                // The field servers' share of the request is bounded, not
+                // multiplied by its paths and their elements.
+                *budget = budget.checked_sub(1)?;
                 let paths = Arc::new(paths);
                 let answer = on_mount(Some(fields), m, ctx, OnLoss::RetryOnce, |link, _| {
                     let paths = paths.clone();
@@ -795,6 +807,10 @@ impl Engine {
 const WALK_MAX_ELEMENTS: usize = 32;
 /// Most nodes [`Engine::walk`] follows from one element to the next.
 const WALK_MAX_NODES: usize = 64;
+/// Most field-server calls the walks of one request make: a request of
+/// many long paths that do not resolve must not become thousands of
+/// requests to the PLCs behind the gateway.
+const WALK_MAX_CALLS: usize = 32;
 
 /// Whether `path` follows an inverse reference (up, possibly out of a
 /// mount): the paths [`Engine::walk`] resolves again.

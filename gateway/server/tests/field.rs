@@ -263,6 +263,53 @@ async fn translate_goes_up_out_of_a_mount_and_back() {
     sim.cancel();
 }
 
+/// Paths that go up and down inside a mount and end on a name that is not
+/// there are walked again, but one request's walks make a bounded number of
+/// calls to the field server, not one per element of every path.
+#[tokio::test]
+async fn walking_paths_cost_the_field_server_a_bounded_number_of_calls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = start_sim(tmp.path(), "a").await;
+    let link = fieldkit::SlowLink::start(&sim.endpoint_url).await;
+    let gw = TestGateway::start(&field_toml("line1", "none", &[&link.url])).await;
+    wait_connected(&gw, "line1").await;
+    let (s, h) = connect(&gw, "field-walks").await;
+    let ns = ns_of(&s, uagate_sim::NAMESPACE_URI).await;
+    let step = |inverse: bool, name: &str| RelativePathElement {
+        reference_type_id: NodeId::new(0, 33u32),
+        is_inverse: inverse,
+        include_subtypes: true,
+        target_name: QualifiedName::new(ns, name),
+    };
+    // 20 paths of 21 elements: up and down ten times, then nowhere.
+    let path = || {
+        let mut elements = Vec::new();
+        for _ in 0..10 {
+            elements.push(step(true, "Simulation"));
+            elements.push(step(false, "Counter"));
+        }
+        elements.push(step(false, "Nowhere"));
+        BrowsePath {
+            starting_node: NodeId::new(ns, "Simulation.Counter"),
+            relative_path: RelativePath {
+                elements: Some(elements),
+            },
+        }
+    };
+    let paths: Vec<BrowsePath> = (0..20).map(|_| path()).collect();
+    let before = link.replies();
+    let t = s.translate_browse_paths_to_node_ids(&paths).await.unwrap();
+    let calls = link.replies() - before;
+    assert!(t.iter().all(|r| r.status_code == StatusCode::BadNoMatch), "{t:?}");
+    // The first pass (one call) and at most 32 walking calls, with room
+    // for a keep-alive; without the bound it was 20 x 21.
+    assert!(calls <= 40, "{calls} replies from the field server for one request");
+    let _ = s.disconnect().await;
+    let _ = h.await;
+    gw.stop().await;
+    sim.cancel();
+}
+
 /// The node ids of a Browse result's references, in order.
 fn ref_ids(r: &opcua_types::BrowseResult) -> Vec<NodeId> {
     r.references

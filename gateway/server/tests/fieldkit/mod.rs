@@ -170,6 +170,9 @@ pub struct SlowLink {
     /// The URL the gateway connects to instead of the field server's.
     pub url: String,
     delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// Reads of the field server's side that passed data on (about one
+    /// per reply when requests go one at a time).
+    replies: Arc<std::sync::atomic::AtomicU64>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -185,12 +188,15 @@ impl SlowLink {
         let url = format!("opc.tcp://{}/", l.local_addr().unwrap());
         let delay_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let d = delay_ms.clone();
+        let replies = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = replies.clone();
         let accept = tokio::spawn(async move {
             while let Ok((down, _)) = l.accept().await {
                 let Ok(up) = tokio::net::TcpStream::connect(&target).await else {
                     continue;
                 };
                 let d = d.clone();
+                let counted = counted.clone();
                 tokio::spawn(async move {
                     let (mut dr, mut dw) = down.into_split();
                     let (mut ur, mut uw) = up.into_split();
@@ -205,6 +211,7 @@ impl SlowLink {
                     let south = async move {
                         let mut buf = vec![0u8; 65536];
                         while let Ok(n @ 1..) = ur.read(&mut buf).await {
+                            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                             let ms = d.load(std::sync::atomic::Ordering::SeqCst);
                             tokio::time::sleep(Duration::from_millis(ms)).await;
                             if dw.write_all(&buf[..n]).await.is_err() {
@@ -219,8 +226,14 @@ impl SlowLink {
         SlowLink {
             url,
             delay_ms,
+            replies,
             accept,
         }
+    }
+
+    /// How many reads of the field server's replies passed data on so far.
+    pub fn replies(&self) -> u64 {
+        self.replies.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Holds each chunk from the field server this long from now on.
