@@ -1377,33 +1377,8 @@ async fn a_certificate_refused_while_the_primary_is_down_is_listed_there_later()
     // Longer than a report takes to fail while A is down.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let a2 = restart(&a, addr, "https://a.example:8443/", "urn:uagate:a").await;
-    let t0 = Instant::now();
-    loop {
-        let listed = a
-            .store
-            .certs(uagate_store::CertKind::Rejected)
-            .await
-            .unwrap()
-            .iter()
-            .any(|c| c.der == cert);
-        if listed {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the certificate B refused never reached A's rejected list"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let listed = wait_rejected(&a.store, &cert).await;
     // A says that B refused it, not A itself.
-    let listed = a
-        .store
-        .certs(uagate_store::CertKind::Rejected)
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|c| c.der == cert)
-        .unwrap();
     assert!(!listed.refused_here, "{listed:?}");
     assert_eq!(
         listed.refused_by.as_deref(),
@@ -1412,6 +1387,28 @@ async fn a_certificate_refused_while_the_primary_is_down_is_listed_there_later()
     // B no longer keeps it as waiting.
     wait_none_unreported(&b.store).await;
     a2.stop().await;
+}
+
+/// Waits until `store` lists `cert` as rejected (the other appliance's
+/// report arrived) and returns how it is listed.
+async fn wait_rejected(store: &Store, cert: &[u8]) -> uagate_store::CertInfo {
+    let t0 = Instant::now();
+    loop {
+        let listed = store
+            .certs(uagate_store::CertKind::Rejected)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|c| c.der == cert);
+        if let Some(listed) = listed {
+            return listed;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the certificate the other appliance refused never reached this rejected list"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Waits until `store` has no refused certificate waiting to be reported.
@@ -1442,25 +1439,8 @@ async fn a_refused_certificate_is_reported_after_the_standby_restarts() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let b2 = restart(&b, b_addr, "https://b.example:8443/", "urn:uagate:b").await;
     let a2 = restart(&a, a_addr, "https://a.example:8443/", "urn:uagate:a").await;
-    let t0 = Instant::now();
-    loop {
-        let listed = a
-            .store
-            .certs(uagate_store::CertKind::Rejected)
-            .await
-            .unwrap()
-            .into_iter()
-            .find(|c| c.der == cert);
-        if let Some(listed) = listed {
-            assert_eq!(listed.refused_by, Some(b_addr.to_string()));
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the certificate B refused before its restart never reached A's rejected list"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let listed = wait_rejected(&a.store, &cert).await;
+    assert_eq!(listed.refused_by, Some(b_addr.to_string()));
     wait_none_unreported(&b.store).await;
     a2.stop().await;
     b2.stop().await;

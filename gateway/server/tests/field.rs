@@ -300,10 +300,16 @@ async fn walking_paths_cost_the_field_server_a_bounded_number_of_calls() {
     let before = link.replies();
     let t = s.translate_browse_paths_to_node_ids(&paths).await.unwrap();
     let calls = link.replies() - before;
-    assert!(t.iter().all(|r| r.status_code == StatusCode::BadNoMatch), "{t:?}");
+    assert!(
+        t.iter().all(|r| r.status_code == StatusCode::BadNoMatch),
+        "{t:?}"
+    );
     // The first pass (one call) and at most 32 walking calls, with room
     // for a keep-alive; without the bound it was 20 x 21.
-    assert!(calls <= 40, "{calls} replies from the field server for one request");
+    assert!(
+        calls <= 40,
+        "{calls} replies from the field server for one request"
+    );
     let _ = s.disconnect().await;
     let _ = h.await;
     gw.stop().await;
