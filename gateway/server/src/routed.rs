@@ -563,6 +563,7 @@ impl Engine {
             })
             .await?;
         let mut results = out.results;
+        let mut diagnostics = out.diagnostics;
         if let Some(fields) = fields {
             let mut budget = WALK_MAX_CALLS;
             for (i, p) in paths.iter().enumerate() {
@@ -572,14 +573,16 @@ impl Engine {
                     // status says best why a path does not resolve.
                     if let Some(walked) = self.walk(fields, p, ctx, &mut budget).await {
                         results[i] = walked;
+                        // What the first pass said about it no longer holds.
+                        diagnostics.place(&[i], Some(vec![opcua_types::DiagnosticInfo::null()]));
                     }
                 }
             }
         }
         Ok(TranslateBrowsePathsToNodeIdsResponse {
-            response_header: header_with(&r.request_header, &out.diagnostics),
+            response_header: header_with(&r.request_header, &diagnostics),
             results: Some(results),
-            diagnostic_infos: out.diagnostics.infos(),
+            diagnostic_infos: diagnostics.infos(),
         }
         .into())
     }
