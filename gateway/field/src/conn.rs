@@ -3632,13 +3632,15 @@ async fn probe_url(inner: &Arc<Inner>, server: usize, url: &str, timeout: Durati
             return probe;
         }
     };
-    // The name first, with a budget of its own: a slow DNS answer is then
+    // The name first, with the budget a connect attempt gives it (room for
+    // the resolver's retry of a lost DNS answer): a slow answer is then
     // reported as such, and does not eat the server's time to answer.
     if let Ok((host, port)) = opcua_core::comms::url::hostname_port_from_url(
         url,
         opcua_core::constants::DEFAULT_OPC_UA_SERVER_PORT,
     ) {
-        if let Err(e) = crate::tcp::resolve(url, &host, port, timeout).await {
+        let bound = crate::tcp::NAME_LOOKUP_BOUND;
+        if let Err(e) = crate::tcp::resolve(url, &host, port, bound).await {
             probe.result = Err(FieldError::new(e.status(), e.to_string(), url));
             return probe;
         }
