@@ -167,6 +167,10 @@ async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// A rejected certificate presented again refreshes its `last_seen` at
+/// most this often ([`Store::record_rejected`]).
+pub const LAST_SEEN_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+
 /// Most rejected certificates kept; the least recently seen are dropped first,
 /// so a hostile peer cannot grow the table without bound.
 pub const REJECTED_CAP: i64 = 1000;
@@ -838,7 +842,8 @@ impl Store {
     /// Called by the engine when a peer presents an untrusted certificate:
     /// proposes [`LocalChange::RecordRejected`] (node-local) as actor
     /// `engine`. New certificates are stored as rejected (logged as
-    /// `trust.reject`); repeats only refresh `last_seen` (no log entry);
+    /// `trust.reject`); repeats only refresh `last_seen` (no log entry), at
+    /// most once per [`LAST_SEEN_EVERY`];
     /// certificates already trusted or issuer are left alone. The rejected
     /// list is capped at [`REJECTED_CAP`], dropping the least recently seen.
     /// On a paired appliance a first sighting is also reported to the
@@ -846,12 +851,23 @@ impl Store {
     pub async fn record_rejected(&self, der: &[u8]) -> Result<(), StoreError> {
         // What apply would refuse is refused before it costs a listing.
         let cert = x509::parse_certificate(der)?;
-        let known: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM certs WHERE thumbprint = ?1)")
+        let stored: Option<(String, String, bool)> =
+            sqlx::query_as("SELECT kind, last_seen, refused_here FROM certs WHERE thumbprint = ?1")
                 .bind(&cert.thumbprint)
-                .fetch_one(&self.pool)
+                .fetch_optional(&self.pool)
                 .await?;
-        if !known {
+        if let Some((kind, last_seen, refused_here)) = &stored {
+            // On another list: apply would leave it alone. Refused here and
+            // seen within the last minute: nothing to write either (a
+            // client retrying every second would otherwise cost the flash
+            // one synced write a second, for months).
+            let recent = chrono::DateTime::parse_from_rfc3339(last_seen)
+                .is_ok_and(|t| chrono::Utc::now().signed_duration_since(t) < LAST_SEEN_EVERY);
+            if kind != CertKind::Rejected.as_str() || (recent && *refused_here) {
+                return Ok(());
+            }
+        }
+        if stored.is_none() {
             let listing = self
                 .listing
                 .lock()

@@ -1080,3 +1080,37 @@ async fn a_flood_of_new_certificates_lists_a_burst_and_counts_the_rest() {
     assert_eq!(store.unlisted_rejections().total, 50);
     assert_eq!(log_len(&store).await, burst);
 }
+
+/// A rejected certificate presented again refreshes its last sighting at
+/// most once a minute: a client retrying every second does not cost a
+/// synced write every second.
+#[tokio::test]
+async fn a_retrying_client_refreshes_its_last_sighting_once_a_minute() {
+    let (_dir, _path, store) = open_temp().await;
+    let der = make_cert("Retrier", "urn:test:retrier");
+    store
+        .apply(uagate_store::Proposal {
+            actor: "engine".into(),
+            at: "2026-01-02T03:04:05.000Z".into(),
+            change: uagate_store::LocalChange::RecordRejected {
+                der: der.clone(),
+                by: None,
+                report: false,
+            },
+        })
+        .await
+        .unwrap();
+    let last_seen = |store: Store| async move {
+        store.certs(CertKind::Rejected).await.unwrap()[0]
+            .last_seen
+            .clone()
+    };
+    // Longer ago than a minute: refreshed.
+    store.record_rejected(&der).await.unwrap();
+    let refreshed = last_seen(store.clone()).await;
+    assert_ne!(refreshed, "2026-01-02T03:04:05.000Z");
+    // Again at once: left as it is.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    store.record_rejected(&der).await.unwrap();
+    assert_eq!(last_seen(store.clone()).await, refreshed);
+}
