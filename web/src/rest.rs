@@ -123,6 +123,9 @@ pub struct CertView {
     /// it and reported it here; absent if none did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused_by: Option<String>,
+    /// Rejected list of a paired appliance: refused here and not on the
+    /// primary's list yet (the report waits for the primary).
+    pub report_pending: bool,
 }
 
 impl From<CertInfo> for CertView {
@@ -138,6 +141,7 @@ impl From<CertInfo> for CertView {
             last_seen: c.last_seen,
             refused_here: c.refused_here,
             refused_by: c.refused_by,
+            report_pending: c.report_pending,
         }
     }
 }

@@ -2277,6 +2277,19 @@ async fn the_rejected_list_says_when_and_by_which_appliance() {
         .record_rejected_by(&stranger, "10.0.3.12:4850")
         .await
         .unwrap();
+    // Refused here on a standby whose report waits for the primary.
+    f.state
+        .store
+        .apply(Proposal::now(
+            "engine",
+            LocalChange::RecordRejected {
+                der: make_cert("waiting"),
+                by: None,
+                report: true,
+            },
+        ))
+        .await
+        .unwrap();
     let b = browser(&f, "viewer").await;
     let (_, body, _) = f.call(page("/certificates", &b)).await;
     let html = body.as_str().unwrap();
@@ -2298,6 +2311,11 @@ async fn the_rejected_list_says_when_and_by_which_appliance() {
         "{}",
         row("stranger")
     );
+    assert!(
+        row("waiting").contains("<small class=\"hint refused-by\">not on the primary&#39;s list yet: sent when the primary can be reached</small>"),
+        "{}",
+        row("waiting")
+    );
     let viewer = f.token("viewer").await;
     let (_, certs, _) = f.call(get("/api/v1/certificates", Some(&viewer))).await;
     let rejected = certs["rejected"].as_array().unwrap();
@@ -2313,6 +2331,8 @@ async fn the_rejected_list_says_when_and_by_which_appliance() {
     assert!(of("visitor").get("refused_by").is_none());
     assert_eq!(of("stranger")["refused_here"], false);
     assert_eq!(of("stranger")["refused_by"], "10.0.3.12:4850");
+    assert_eq!(of("stranger")["report_pending"], false);
+    assert_eq!(of("waiting")["report_pending"], true);
     f.stop().await;
 }
 

@@ -705,6 +705,7 @@ async fn trust_add(
             last_seen: at.to_owned(),
             refused_here: true,
             refused_by: None,
+            report_pending: false,
         }),
     })
 }

@@ -403,6 +403,7 @@ fn cert_from_row(row: &SqliteRow) -> Result<CertInfo, StoreError> {
         last_seen: row.try_get("last_seen")?,
         refused_here: row.try_get("refused_here")?,
         refused_by: row.try_get("refused_by")?,
+        report_pending: row.try_get("report_pending")?,
     })
 }
 
@@ -983,7 +984,7 @@ impl Store {
         };
         let sql = format!(
             "SELECT thumbprint, kind, subject, application_uri, not_before, not_after, der, \
-             first_seen, last_seen, refused_here, refused_by FROM certs WHERE kind = ?1 ORDER BY {order}"
+             first_seen, last_seen, refused_here, refused_by, report_pending FROM certs WHERE kind = ?1 ORDER BY {order}"
         );
         let rows = sqlx::query(&sql)
             .bind(kind.as_str())
@@ -1000,7 +1001,7 @@ impl Store {
     ) -> Result<Option<CertInfo>, StoreError> {
         let row = sqlx::query(
             "SELECT thumbprint, kind, subject, application_uri, not_before, not_after, der, \
-             first_seen, last_seen, refused_here, refused_by FROM certs WHERE thumbprint = ?1",
+             first_seen, last_seen, refused_here, refused_by, report_pending FROM certs WHERE thumbprint = ?1",
         )
         .bind(thumbprint)
         .fetch_optional(&self.pool)

@@ -131,6 +131,10 @@ pub struct CertInfo {
     /// refused it and reported it here; `None` if none did.
     #[serde(default)]
     pub refused_by: Option<String>,
+    /// On the rejected list of a paired appliance: refused here and not on
+    /// the primary's list yet (the report waits for the primary).
+    #[serde(default)]
+    pub report_pending: bool,
 }
 
 fn yes() -> bool {

@@ -40,7 +40,8 @@ pub struct CertRow {
     /// When it was first seen, or for the rejected list last presented.
     since: String,
     /// Rejected list, on a pair: which appliance refused it, when the
-    /// other one did ("by the other appliance 10.0.3.12:4850").
+    /// other one did ("by the other appliance 10.0.3.12:4850"), or that
+    /// the primary does not list it yet.
     refused_by: Option<String>,
     /// Past its end of validity.
     expired: bool,
@@ -66,13 +67,16 @@ impl CertRow {
             } else {
                 &c.first_seen
             }),
-            refused_by: c.refused_by.as_ref().map(|peer| {
-                if c.refused_here {
-                    format!("by this appliance and the other appliance {peer}")
-                } else {
-                    format!("by the other appliance {peer}")
+            refused_by: match (&c.refused_by, c.report_pending) {
+                (Some(peer), _) if c.refused_here => {
+                    Some(format!("by this appliance and the other appliance {peer}"))
                 }
-            }),
+                (Some(peer), _) => Some(format!("by the other appliance {peer}")),
+                (None, true) => Some(
+                    "not on the primary's list yet: sent when the primary can be reached".into(),
+                ),
+                (None, false) => None,
+            },
             expired,
             soon,
         }
