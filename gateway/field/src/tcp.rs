@@ -76,7 +76,18 @@ pub async fn resolve(
     port: u16,
     bound: std::time::Duration,
 ) -> Result<std::net::SocketAddr, Error> {
-    match tokio::time::timeout(bound, tokio::net::lookup_host((host, port))).await {
+    resolve_with(url, host, bound, tokio::net::lookup_host((host, port))).await
+}
+
+/// [`resolve`] with the system's lookup passed in, so that the answers are
+/// tested without a resolver.
+async fn resolve_with<A: Iterator<Item = std::net::SocketAddr>>(
+    url: &str,
+    host: &str,
+    bound: std::time::Duration,
+    lookup: impl std::future::Future<Output = std::io::Result<A>>,
+) -> Result<std::net::SocketAddr, Error> {
+    match tokio::time::timeout(bound, lookup).await {
         Ok(Ok(mut found)) => found.next().ok_or_else(|| {
             Error::new(
                 StatusCode::BadTcpEndpointUrlInvalid,
@@ -131,27 +142,43 @@ pub async fn connect(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
+    use std::time::Duration;
 
     /// A lookup that does not finish within its bound says so (BadTimeout
-    /// with the words the console recognises), and an address needs no
-    /// lookup at all.
+    /// with the words the console recognises); one that fails says the
+    /// name does not resolve; an address needs no lookup at all.
     #[tokio::test]
     async fn a_slow_lookup_is_reported_as_one() {
         let url = "opc.tcp://plc-7.invalid:4840";
-        let e = resolve(url, "plc-7.invalid", 4840, std::time::Duration::ZERO)
+        let never = std::future::pending::<std::io::Result<std::vec::IntoIter<SocketAddr>>>();
+        let e = resolve_with(url, "plc-7.invalid", Duration::from_millis(20), never)
             .await
             .unwrap_err();
         assert_eq!(e.status(), StatusCode::BadTimeout);
         assert!(
             e.to_string()
-                .contains("the name lookup of plc-7.invalid did not finish within 0 ms"),
+                .contains("the name lookup of plc-7.invalid did not finish within 20 ms"),
+            "{e}"
+        );
+        let failed = std::future::ready(std::io::Result::<std::vec::IntoIter<SocketAddr>>::Err(
+            std::io::Error::other(
+                "failed to lookup address information: Name or service not known",
+            ),
+        ));
+        let e = resolve_with(url, "plc-7.invalid", Duration::from_secs(5), failed)
+            .await
+            .unwrap_err();
+        assert_eq!(e.status(), StatusCode::BadTcpEndpointUrlInvalid);
+        assert!(
+            e.to_string().contains("does not resolve to an address"),
             "{e}"
         );
         let addr = resolve(
             "opc.tcp://127.0.0.1:4840",
             "127.0.0.1",
             4840,
-            std::time::Duration::ZERO,
+            Duration::from_secs(5),
         )
         .await
         .unwrap();
