@@ -229,6 +229,30 @@ async def test_mount_read_write_browse_call_translate(target: ServerTarget) -> N
             )
             assert node.nodeid == temperature, node.nodeid
 
+            # And back up out of the mount, which neither server knows whole:
+            # Temperature -> ^ns:Plant -> ^2:line1 (the mount folder) -> ^0:Objects -> 0:Server.
+            def element(name: ua.QualifiedName, inverse: bool) -> ua.RelativePathElement:
+                e = ua.RelativePathElement()
+                e.ReferenceTypeId = ua.NodeId(ua.ObjectIds.HierarchicalReferences)
+                e.IsInverse = inverse
+                e.IncludeSubtypes = True
+                e.TargetName = name
+                return e
+
+            path = ua.BrowsePath()
+            path.StartingNode = temperature
+            path.RelativePath = ua.RelativePath()
+            path.RelativePath.Elements = [
+                element(ua.QualifiedName("Plant", ns), True),
+                element(ua.QualifiedName("line1", GATEWAY_NS), True),
+                element(ua.QualifiedName("Objects", 0), True),
+                element(ua.QualifiedName("Server", 0), False),
+            ]
+            [result] = await bounded(client.uaclient.translate_browsepaths_to_nodeids([path]))
+            assert result.StatusCode.is_good(), result
+            targets = [(t.TargetId.NamespaceIndex, t.TargetId.Identifier) for t in result.Targets]
+            assert targets == [(0, ua.ObjectIds.Server)], result
+
 
 # -- 1b. HistoryRead through the mount ---------------------------------------------------------
 async def test_history_read_through_the_mount(target: ServerTarget) -> None:
