@@ -100,13 +100,7 @@ impl LogStore {
         // Migrations a newer build applied (an update rolled back; the data
         // partition is shared by both image slots) are tolerated, as the
         // configuration store does: they must be additive.
-        let migrator = Migrator {
-            migrations: MIGRATOR.migrations.clone(),
-            ignore_missing: true,
-            locking: MIGRATOR.locking,
-            no_tx: MIGRATOR.no_tx,
-        };
-        migrator.run(&pool).await?;
+        uagate_store::run_tolerant(&MIGRATOR, &pool).await?;
         tracing::debug!(path = %path.display(), "raft log opened");
         Ok(LogStore { pool })
     }

@@ -622,11 +622,10 @@ impl Engine {
             let mut local = Vec::new();
             let mut mounted: std::collections::BTreeMap<usize, Vec<BrowsePath>> =
                 std::collections::BTreeMap::new();
+            // A mount folder is the gateway's node on the way up.
             for n in &current {
-                match fields.route(n) {
-                    Some(m) if !(element.is_inverse && fields.is_mount_folder(m, n)) => {
-                        mounted.entry(m).or_default().push(one(n));
-                    }
+                match route_node(Some(fields), n, element.is_inverse) {
+                    Route::Mount(m) => mounted.entry(m).or_default().push(one(n)),
                     _ => local.push(one(n)),
                 }
             }

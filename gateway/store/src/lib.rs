@@ -157,14 +157,26 @@ async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
              (an update rolled back?); its added columns and tables are left alone"
         );
     }
-    let migrator = Migrator {
-        migrations: MIGRATOR.migrations.clone(),
-        ignore_missing: true,
-        locking: MIGRATOR.locking,
-        no_tx: MIGRATOR.no_tx,
-    };
-    migrator.run(pool).await?;
+    run_tolerant(&MIGRATOR, pool).await?;
     Ok(())
+}
+
+/// Runs `migrator` on `pool`, tolerating migrations it does not know (a
+/// newer build applied them before its update was rolled back). Used for
+/// every SQLite file on the data partition: the configuration database
+/// here and the pair's Raft log.
+pub async fn run_tolerant(
+    migrator: &Migrator,
+    pool: &SqlitePool,
+) -> Result<(), sqlx::migrate::MigrateError> {
+    Migrator {
+        migrations: migrator.migrations.clone(),
+        ignore_missing: true,
+        locking: migrator.locking,
+        no_tx: migrator.no_tx,
+    }
+    .run(pool)
+    .await
 }
 
 /// A rejected certificate presented again refreshes its `last_seen` at
@@ -869,11 +881,7 @@ impl Store {
             }
         }
         if stored.is_none() {
-            let listing = self
-                .listing
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take(std::time::Instant::now());
+            let listing = self.listing().take(std::time::Instant::now());
             if let listing::Listing::Unlisted { tell } = listing {
                 if tell {
                     tracing::warn!(
@@ -906,10 +914,15 @@ impl Store {
     /// store was opened (more new ones than [`listing`] allows). Read by
     /// the metrics and the dashboard.
     pub fn unlisted_rejections(&self) -> Unlisted {
+        self.listing().unlisted()
+    }
+
+    /// The listing budget, locked (a poisoned lock is taken as it is: the
+    /// budget is a counter, never left half-changed).
+    fn listing(&self) -> std::sync::MutexGuard<'_, listing::ListingBudget> {
         self.listing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .unlisted()
     }
 
     /// Called on the primary when the other appliance of the pair (pair
