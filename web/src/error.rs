@@ -118,6 +118,15 @@ impl From<uagate_system::SystemError> for ApiError {
     }
 }
 
+/// A login locked out by the shared throttle: 429 with `Retry-After`.
+impl From<uagate_server::throttle::Locked> for ApiError {
+    fn from(l: uagate_server::throttle::Locked) -> ApiError {
+        ApiError::Throttled {
+            retry_after_s: l.retry_after.as_secs().max(1),
+        }
+    }
+}
+
 impl ApiError {
     /// The offending setting or request field of an invalid request, when
     /// known.

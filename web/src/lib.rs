@@ -40,8 +40,9 @@ pub mod routes;
 pub mod state;
 pub mod users;
 
-pub use auth::{Authed, LoginThrottle, TokenKeys};
+pub use auth::{Authed, TokenKeys};
 pub use error::ApiError;
 pub use listener::serve_tls;
 pub use routes::app;
 pub use state::WebState;
+pub use uagate_server::throttle::LoginThrottle;

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use uagate_server::Engine;
 use uagate_store::Store;
 
-use crate::auth::{LoginThrottle, TokenKeys};
+use uagate_server::throttle::LoginThrottle;
+
+use crate::auth::TokenKeys;
 
 /// The directory under the data directory that receives update bundles.
 pub const UPDATES_DIR: &str = "updates";
@@ -20,7 +22,8 @@ pub struct WebState {
     pub engine: Arc<Engine>,
     /// Signs and checks tokens.
     pub keys: Arc<TokenKeys>,
-    /// Failed-login counting.
+    /// Failed-login counting: the engine's, so OPC UA and console logins
+    /// count against each other.
     pub throttle: Arc<LoginThrottle>,
     /// Serialises changes of the configuration document, so two editors
     /// never lose each other's change.
@@ -53,11 +56,12 @@ impl WebState {
         engine: Arc<Engine>,
         data_dir: &std::path::Path,
     ) -> std::io::Result<WebState> {
+        let throttle = engine.login_throttle();
         Ok(WebState {
             store,
             engine,
             keys: Arc::new(TokenKeys::load_or_create(data_dir)?),
-            throttle: Arc::new(LoginThrottle::default()),
+            throttle,
             setup_code: Arc::default(),
             config_lock: Arc::default(),
             pair: None,

@@ -48,6 +48,38 @@ async fn every_route_but_login_requires_a_valid_token() {
     f.stop().await;
 }
 
+/// OPC UA ActivateSession and the console count failed logins in one
+/// throttle: failures of a name at the OPC UA door lock the console's
+/// login of that name from the same address.
+#[tokio::test]
+async fn opc_ua_login_failures_lock_the_console_login_too() {
+    let f = Fixture::start().await;
+    let throttle = f.state.engine.login_throttle();
+    let key = uagate_store::user_key("operator");
+    let guesser = [127, 0, 3, 1];
+    // As ActivateSession records five wrong passwords from that address.
+    for _ in 0..5 {
+        throttle.failed(&key, Some(guesser.into()), std::time::Instant::now());
+    }
+    let body = json!({"username": "operator", "password": "correct horse operator"});
+    let (s, b, h) = f
+        .call_from(
+            guesser,
+            json_request(Method::POST, "/api/v1/login", None, body.clone()),
+        )
+        .await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{b}");
+    assert!(h.get(header::RETRY_AFTER).is_some());
+    let (s, b, _) = f
+        .call_from(
+            [127, 0, 3, 2],
+            json_request(Method::POST, "/api/v1/login", None, body),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    f.stop().await;
+}
+
 #[tokio::test]
 async fn login_gives_a_token_and_wrong_passwords_are_throttled() {
     let f = Fixture::start().await;

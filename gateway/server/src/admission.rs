@@ -58,6 +58,8 @@ pub struct Caller {
 pub struct ConnectionAdmission {
     /// Who the connection belongs to.
     pub caller: Caller,
+    /// The address it comes from.
+    pub peer: IpAddr,
     /// Held for the life of the connection.
     _connection: Lease,
     /// Held until the secure channel is open (the startup deadline covers it).
@@ -247,12 +249,16 @@ impl Admission {
                 Refusal::Rate
             })?;
         }
-        self.admit_stages(caller)
+        self.admit_stages(caller, ip)
     }
 
     /// The Connection and Handshake charges of a caller the rate limiter
     /// has already approved (also used to retry after reclaiming a channel).
-    pub fn admit_stages(&self, caller: Caller) -> Result<ConnectionAdmission, Refusal> {
+    pub fn admit_stages(
+        &self,
+        caller: Caller,
+        peer: IpAddr,
+    ) -> Result<ConnectionAdmission, Refusal> {
         let connection =
             self.limiter
                 .try_acquire(Stage::Connection, &caller.owner, &caller.class, 1)?;
@@ -261,6 +267,7 @@ impl Admission {
                 .try_acquire(Stage::Handshake, &caller.owner, &caller.class, 1)?;
         Ok(ConnectionAdmission {
             caller,
+            peer,
             _connection: connection,
             handshake: Some(handshake),
         })

@@ -334,6 +334,7 @@ impl<T: Transport> ConnectionDriver<T> {
     fn open(&mut self, mut info: ChannelInfo, req: &OpenRequest) {
         let id = info.channel_id;
         info.caller = Some(self.admitted.caller.clone());
+        info.peer = Some(self.admitted.peer);
         info.transport = T::SCHEME;
         self._open_channel = Some(OpenCount::new(self.engine.clone(), T::SCHEME, true));
         let caller = info.request_caller();

@@ -59,6 +59,13 @@ impl Engine {
         &self.store
     }
 
+    /// The failed-login counting of OPC UA UserName logins; the console
+    /// takes the same instance at start so that guesses through either
+    /// door count against both.
+    pub fn login_throttle(&self) -> std::sync::Arc<crate::throttle::LoginThrottle> {
+        self.sessions.throttle().clone()
+    }
+
     /// Number of sessions (created and active).
     pub fn session_count(&self) -> usize {
         self.sessions.count()

@@ -99,6 +99,9 @@ pub struct ChannelInfo {
     /// The transport's URL scheme: `opc.tcp`, `opc.wss` or `opc.https`
     /// (shown on the console's sessions page; a bounded metric label).
     pub transport: &'static str,
+    /// The client's address (`None` where unknown): what the login
+    /// throttle locks out together with a user name.
+    pub peer: Option<std::net::IpAddr>,
 }
 
 impl ChannelInfo {

@@ -31,6 +31,7 @@ impl Engine {
             caller: None,
             transport_encrypted: false,
             transport: "opc.tcp",
+            peer: None,
         };
         if req.policy == SecurityPolicy::None {
             return Ok(info);

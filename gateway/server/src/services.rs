@@ -408,7 +408,20 @@ impl Engine {
             let throttle = self.sessions.throttle();
             // One name to the throttle in any case, as to the login itself.
             let key = uagate_store::user_key(&name);
-            throttle.wait(&key).await;
+            let now = std::time::Instant::now();
+            match throttle.check(&key, chan.peer, now) {
+                Ok(delay) if !delay.is_zero() => tokio::time::sleep(delay).await,
+                Ok(_) => {}
+                Err(locked) => {
+                    tracing::warn!(
+                        user = %name,
+                        client = ?chan.peer,
+                        retry_after_s = locked.retry_after.as_secs(),
+                        "user authentication refused: too many failed logins (locked out)"
+                    );
+                    return Err(ServiceError::UserAccessDenied);
+                }
+            }
             let verdict = self
                 .store
                 .login(&name, &password)
@@ -416,7 +429,7 @@ impl Engine {
                 .map_err(|e| ServiceError::Internal(e.to_string()))?;
             return match verdict {
                 Some(login) => {
-                    throttle.success(&key);
+                    throttle.succeeded(&key, chan.peer);
                     Ok((
                         UserIdentity::User {
                             name: login.name,
@@ -426,7 +439,7 @@ impl Engine {
                     ))
                 }
                 None => {
-                    throttle.failure(&key);
+                    throttle.failed(&key, chan.peer, now);
                     tracing::warn!(user = %name, "user authentication failed");
                     Err(ServiceError::UserAccessDenied)
                 }

@@ -18,7 +18,7 @@ use crate::error::ServiceError;
 use crate::methods::Caller;
 use crate::session::{Session, Sessions, UserIdentity};
 use crate::subscriptions::GatewayEvent;
-use crate::throttle::Throttle;
+use crate::throttle::LoginThrottle;
 use crate::{ChannelInfo, SessionSummary};
 
 type Result<T> = std::result::Result<T, ServiceError>;
@@ -26,8 +26,9 @@ type Result<T> = std::result::Result<T, ServiceError>;
 /// The northbound sessions of the engine.
 pub(crate) struct SessionTable {
     table: Mutex<Sessions>,
-    /// Slows down repeated failed logins per user name.
-    throttle: Throttle,
+    /// Failed-login counting, shared with the console (see
+    /// [`crate::Engine::login_throttle`]).
+    throttle: std::sync::Arc<LoginThrottle>,
     /// Wakes the subscription timer when subscriptions or Publish queues change.
     changed: tokio::sync::Notify,
     /// When the subscription timer will wake next, in nanoseconds after
@@ -58,7 +59,7 @@ impl SessionTable {
     pub(crate) fn new(max: usize) -> SessionTable {
         SessionTable {
             table: Mutex::new(Sessions::new(max)),
-            throttle: Throttle::default(),
+            throttle: std::sync::Arc::default(),
             changed: tokio::sync::Notify::new(),
             planned_wake: AtomicU64::new(u64::MAX),
             epoch: Instant::now(),
@@ -72,8 +73,8 @@ impl SessionTable {
         self.table.lock()
     }
 
-    /// The login throttle (UserName identity tokens).
-    pub(crate) fn throttle(&self) -> &Throttle {
+    /// The login throttle (UserName identity tokens and console logins).
+    pub(crate) fn throttle(&self) -> &std::sync::Arc<LoginThrottle> {
         &self.throttle
     }
 

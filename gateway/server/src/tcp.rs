@@ -84,7 +84,7 @@ async fn reclaim_for(engine: &Engine, ip: std::net::IpAddr) -> Option<Connection
     for _ in 0..20 {
         // The reclaimed driver releases its lease when it ends.
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        if let Ok(admitted) = admission.admit_stages(caller.clone()) {
+        if let Ok(admitted) = admission.admit_stages(caller.clone(), ip) {
             tracing::info!("unused channel reclaimed for a new connection");
             return Some(admitted);
         }

@@ -191,6 +191,8 @@ async fn refuse_rate(engine: &Engine, stream: TcpStream, acceptor: TlsAcceptor) 
 struct Conn {
     engine: Arc<Engine>,
     caller: Caller,
+    /// The client's address.
+    peer: std::net::IpAddr,
     /// The connection's leases; taken by a WebSocket upgrade, which then
     /// owns the connection.
     admission: Mutex<Option<ConnectionAdmission>>,
@@ -305,6 +307,7 @@ async fn serve(
     let conn = Arc::new(Conn {
         engine: engine.clone(),
         caller: admitted.caller.clone(),
+        peer: admitted.peer,
         admission: Mutex::new(Some(admitted)),
         cancel: cancel.clone(),
         application_owner: client_cert
@@ -620,6 +623,7 @@ async fn https(conn: &Arc<Conn>, req: Request<Incoming>) -> Response<Full<Bytes>
         caller: Some(conn.caller.clone()),
         transport_encrypted: true,
         transport: "opc.https",
+        peer: Some(conn.peer),
     };
     let request_id = channel.next_request.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = oneshot::channel();
