@@ -87,7 +87,8 @@ pub async fn add(
 }
 
 /// Changes a user's role and/or resets their password. The store refuses
-/// to demote the last admin.
+/// to demote the last admin; a password it would refuse is refused before
+/// the role is touched.
 pub async fn change(
     State(state): State<WebState>,
     who: Authed,
@@ -102,6 +103,11 @@ pub async fn change(
         ));
     }
     let role = req.role.as_deref().map(parse_role).transpose()?;
+    // Both parts are checked before either is stored: a refused password
+    // must not leave the role changed.
+    if let Some(password) = &req.password {
+        uagate_store::validate_password(password)?;
+    }
     if let Some(role) = role {
         state.store.set_role(&who.user, &name, role).await?;
     }

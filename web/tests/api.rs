@@ -521,6 +521,26 @@ async fn admins_manage_users_and_read_the_audit_trail() {
         ))
         .await;
     assert_eq!(s, StatusCode::NO_CONTENT, "{b}");
+    // A role with an unacceptable password changes nothing: 422 naming
+    // the password, and Jürgen is still an operator.
+    let (s, b, _) = f
+        .call(json_request(
+            Method::PUT,
+            "/api/v1/users/J%C3%9CRGEN",
+            Some(&admin),
+            json!({"role": "admin", "password": "short"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert_eq!(b["field"], "password", "{b}");
+    let (_, b, _) = f.call(get("/api/v1/users", Some(&admin))).await;
+    let role = b
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == "Jürgen")
+        .map(|u| u["role"].clone());
+    assert_eq!(role, Some(json!("operator")), "{b}");
     // The last admin can be neither demoted nor removed.
     let (s, b, _) = f
         .call(json_request(

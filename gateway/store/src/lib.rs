@@ -321,8 +321,9 @@ fn validate_user_name(name: &str) -> Result<(), StoreError> {
 /// A new password is acceptable: [`MIN_PASSWORD_LEN`] characters or more,
 /// at most [`MAX_PASSWORD_LEN`] bytes, and not white space only. The one
 /// check of a new password, for [`Store::add_user`] and
-/// [`Store::set_password`] (so for the CLI, the console and REST alike).
-fn validate_password(password: &str) -> Result<(), StoreError> {
+/// [`Store::set_password`] (so for the CLI, the console and REST alike),
+/// and for a REST change of role and password before either is stored.
+pub fn validate_password(password: &str) -> Result<(), StoreError> {
     if password.chars().count() < MIN_PASSWORD_LEN {
         return Err(invalid(
             "password",
