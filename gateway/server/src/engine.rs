@@ -124,6 +124,29 @@ impl Engine {
         self.pipeline.unpark(channel_id, request_id);
     }
 
+    /// Answers the Publish requests that were queued on sessions that ended
+    /// or moved to another channel (see [`crate::session::EndedPublish`])
+    /// with a ServiceFault on the channel each came on, releasing its
+    /// charges. Called after CloseSession, ActivateSession, an operator's
+    /// close, a re-check of users and certificates, and by housekeeping
+    /// every second (session timeouts).
+    pub(crate) fn answer_ended_publishes(&self) {
+        let ended = self.sessions.lock().take_ended_publishes();
+        for e in ended {
+            let fault = opcua_types::ServiceFault {
+                response_header: opcua_types::ResponseHeader::new_service_result(
+                    e.request_handle,
+                    e.status,
+                ),
+            };
+            self.respond(
+                e.channel_id,
+                e.request_id,
+                ResponseMessage::ServiceFault(Box::new(fault)),
+            );
+        }
+    }
+
     /// Publishes the current state and ServiceLevel on the Server object.
     /// Called at start, after every state change and by housekeeping.
     pub fn refresh_server_state(&self) {
@@ -223,6 +246,7 @@ impl Engine {
     pub fn close_session_by_id(&self, id: &str) -> Option<String> {
         let id = id.parse::<opcua_types::NodeId>().ok()?;
         let (session, count) = self.sessions.remove_by_session_id(&id)?;
+        self.answer_ended_publishes();
         tracing::info!(session = %session.id, "session closed by an operator");
         self.space.publish_session_count(count);
         self.sessions.notify_changed();
@@ -481,6 +505,7 @@ impl Engine {
     /// by the housekeeping task.
     pub(crate) fn expire_sessions(&self) {
         self.sessions.expire(std::time::Instant::now());
+        self.answer_ended_publishes();
         self.publish_diagnostics();
     }
 

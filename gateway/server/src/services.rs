@@ -334,15 +334,7 @@ impl Engine {
                 return Err(ServiceError::NonceInvalid);
             }
             session.server_nonce = new_nonce.clone();
-            if session.channel_id != chan.channel_id {
-                let dropped = session.subscriptions.clear_publish_queue();
-                if dropped > 0 {
-                    tracing::debug!(
-                        dropped,
-                        "publish requests of the old channel dropped on transfer"
-                    );
-                }
-            }
+            let moved = session.channel_id != chan.channel_id;
             session.last_activity = Instant::now();
             session
                 .client
@@ -351,8 +343,17 @@ impl Engine {
                 identity,
                 credential,
             });
+            if moved {
+                // Publish requests queued on the old channel cannot be
+                // answered on the new one: the old channel gets a fault.
+                sessions.end_publishes_of(
+                    &r.request_header.authentication_token,
+                    StatusCode::BadSecureChannelIdInvalid,
+                );
+            }
             sessions.bind_channel(&r.request_header.authentication_token, chan.channel_id);
         }
+        self.answer_ended_publishes();
         Ok(ActivateSessionResponse {
             response_header: ResponseHeader::new_good(&r.request_header),
             server_nonce: new_nonce,
@@ -499,6 +500,7 @@ impl Engine {
             &r.request_header.authentication_token,
             r.delete_subscriptions,
         )?;
+        self.answer_ended_publishes();
         self.space.publish_session_count(count);
         Ok(CloseSessionResponse {
             response_header: ResponseHeader::new_good(&r.request_header),

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use opcua_types::{ByteString, NodeId};
+use opcua_types::{ByteString, NodeId, StatusCode};
 use uagate_space::ContinuationPoints;
 use uagate_store::Role;
 use uagate_subs::SessionSubscriptions;
@@ -165,6 +165,25 @@ pub struct Sessions {
     /// moves them to a session of the same user. At most `max` are kept;
     /// the one detached longest goes first.
     detached: HashMap<NodeId, Session>,
+    /// Publish requests that were queued on a session when it ended or
+    /// moved to another channel: the engine answers each with a
+    /// ServiceFault ([`Sessions::take_ended_publishes`]), so that no
+    /// request goes unanswered and the connection releases its charges.
+    ended_publishes: Vec<EndedPublish>,
+}
+
+/// A queued Publish request its session can no longer answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndedPublish {
+    /// The channel it came on.
+    pub channel_id: u32,
+    /// Its request id there.
+    pub request_id: u32,
+    /// Its request handle (echoed in the fault's header).
+    pub request_handle: u32,
+    /// Bad_SessionClosed when the session ended, Bad_SecureChannelIdInvalid
+    /// when the session moved to another channel.
+    pub status: StatusCode,
 }
 
 impl Sessions {
@@ -178,7 +197,47 @@ impl Sessions {
             timed_out: 0,
             aborted: 0,
             detached: HashMap::new(),
+            ended_publishes: Vec::new(),
         }
+    }
+
+    /// Moves the Publish requests queued on the session of `token` to the
+    /// answers owed on its channel, with `status`: called when the session
+    /// is activated on another channel.
+    pub fn end_publishes_of(&mut self, token: &NodeId, status: StatusCode) {
+        if let Some(mut session) = self.by_token.remove(token) {
+            self.end_publishes(&mut session, status);
+            self.by_token.insert(token.clone(), session);
+        }
+    }
+
+    /// Moves the Publish requests queued on `session` to the answers owed
+    /// on its channel, with `status`. Called when the session ends
+    /// ([`Sessions::remove`]) or is activated on another channel.
+    fn end_publishes(&mut self, session: &mut Session, status: StatusCode) {
+        let channel_id = session.channel_id;
+        let queued = session.subscriptions.clear_publish_queue();
+        if channel_id == 0 {
+            return;
+        }
+        self.ended_publishes
+            .extend(
+                queued
+                    .into_iter()
+                    .map(|(request_id, request_handle)| EndedPublish {
+                        channel_id,
+                        request_id,
+                        request_handle,
+                        status,
+                    }),
+            );
+    }
+
+    /// The answers owed for Publish requests of ended or moved sessions
+    /// (see [`EndedPublish`]); the engine sends them after every change
+    /// that may end a session, and once a second.
+    pub fn take_ended_publishes(&mut self) -> Vec<EndedPublish> {
+        std::mem::take(&mut self.ended_publishes)
     }
 
     /// Number of sessions (created and active).
@@ -313,8 +372,7 @@ impl Sessions {
         if session.subscriptions.subscription_ids().is_empty() || !session.is_active() {
             return Some(id);
         }
-        // Its queued Publish requests die with its channel binding.
-        session.subscriptions.clear_publish_queue();
+        // Its queued Publish requests were answered by `remove`.
         session.channel_id = 0;
         if self.detached.len() >= self.max {
             let oldest = self
@@ -359,9 +417,12 @@ impl Sessions {
     }
 
     /// Removes and returns a session.
+    /// Its queued Publish requests are owed Bad_SessionClosed (Part 4
+    /// 5.7.4: outstanding requests of a terminated session are answered so).
     pub fn remove(&mut self, token: &NodeId) -> Option<Session> {
-        let session = self.by_token.remove(token)?;
+        let mut session = self.by_token.remove(token)?;
         self.uncount(session.channel_id);
+        self.end_publishes(&mut session, StatusCode::BadSessionClosed);
         Some(session)
     }
 

@@ -197,6 +197,7 @@ impl crate::Engine {
             let ended = sessions.apply_standing(&standing, &refused);
             (ended, sessions.len())
         };
+        self.answer_ended_publishes();
         for (id, client, why) in &ended {
             tracing::warn!(session = %id, client = %client, "session ended: {why}");
         }

@@ -603,3 +603,82 @@ async fn anonymous_transfer_needs_the_same_client_on_a_signed_channel() {
     }
     gw.stop().await;
 }
+
+/// Sends `n` Publish requests of `token` on `chan` without waiting for
+/// them; each task yields its answer (or the client's timeout).
+fn queue_publishes(
+    chan: &common::Chan,
+    token: &NodeId,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<Result<ResponseMessage, opcua_types::Error>>> {
+    (0..n)
+        .map(|_| {
+            let req = chan.publish_request(token, &[]);
+            let channel = chan.channel.clone();
+            tokio::spawn(async move { channel.send(req, Duration::from_secs(8)).await })
+        })
+        .collect()
+}
+
+/// The status each queued Publish was answered with.
+async fn answers(
+    waiting: Vec<tokio::task::JoinHandle<Result<ResponseMessage, opcua_types::Error>>>,
+) -> Vec<Result<StatusCode, String>> {
+    let mut out = Vec::new();
+    for w in waiting {
+        let r = common::bounded("publish answer", w).await.unwrap();
+        out.push(
+            r.map(|m| m.response_header().service_result)
+                .map_err(|e| e.to_string()),
+        );
+    }
+    out
+}
+
+/// Part 4 5.7.4: when a session ends, its outstanding requests are
+/// answered with Bad_SessionClosed. Queued Publish requests used to be
+/// dropped unanswered (the client waited for its timeout, and the
+/// connection kept their charges until it closed); those queued on a
+/// channel the session leaves get Bad_SecureChannelIdInvalid there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_publish_requests_are_answered_when_their_session_ends_or_moves() {
+    let gw = TestGateway::start("").await;
+    // CloseSession: the queued Publish requests get Bad_SessionClosed.
+    let (chan, token) = gw.anon_session("c").await;
+    // Nothing to publish for a minute: every Publish stays queued.
+    chan.create_subscription(&token, 5_000.0, 120, 12).await;
+    let waiting = queue_publishes(&chan, &token, 5);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let close = opcua_types::CloseSessionRequest {
+        request_header: chan.header(&token),
+        delete_subscriptions: true,
+    };
+    assert_eq!(chan.status(close).await, StatusCode::Good);
+    assert_eq!(
+        answers(waiting).await,
+        vec![Ok(StatusCode::BadSessionClosed); 5]
+    );
+
+    // The session moves to another channel (ActivateSession there): the
+    // Publish requests queued on the old one are answered there.
+    let token = chan.session(IdentityToken::Anonymous).await;
+    chan.create_subscription(&token, 5_000.0, 120, 12).await;
+    let waiting = queue_publishes(&chan, &token, 3);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other = gw
+        .chan("c", SecurityPolicy::None, MessageSecurityMode::None)
+        .await;
+    other
+        .activate(&token, IdentityToken::Anonymous)
+        .await
+        .expect("the session moves to the other channel");
+    assert_eq!(
+        answers(waiting).await,
+        vec![Ok(StatusCode::BadSecureChannelIdInvalid); 3]
+    );
+    // The session works on its new channel.
+    assert_eq!(other.read_status(&token).await, StatusCode::Good);
+    other.close().await;
+    chan.close().await;
+    gw.stop().await;
+}

@@ -1000,16 +1000,18 @@ impl SessionSubscriptions {
         std::mem::take(&mut self.ready)
     }
 
-    /// Forgets every queued Publish request without answering it. Called
-    /// when the session moves to another SecureChannel: requests queued on
-    /// the old channel cannot be answered there any more, and answering them
-    /// on the new channel would use request ids the new channel never sent.
-    /// Returns how many were dropped.
-    pub fn clear_publish_queue(&mut self) -> usize {
+    /// Takes every queued Publish request out of the queue, oldest first,
+    /// as (request id, request handle), for the caller to answer with a
+    /// ServiceFault on the channel they came on. Called when the session
+    /// ends (Bad_SessionClosed, Part 4 5.7.4) or moves to another
+    /// SecureChannel: answering them on the new channel would use request
+    /// ids the new channel never sent.
+    pub fn clear_publish_queue(&mut self) -> Vec<(u32, u32)> {
         self.deadline.set(None);
-        let n = self.queue.len();
-        self.queue.clear();
-        n
+        self.queue
+            .drain(..)
+            .map(|q| (q.request_id, q.request_handle))
+            .collect()
     }
 
     /// The earliest instant tick must be called (publishing, sampling or a Publish timeout).

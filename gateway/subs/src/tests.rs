@@ -1522,7 +1522,7 @@ fn clear_publish_queue_forgets_queued_requests() {
         .publish(7, &publish, t0, opcua_types::DateTime::now())
         .is_empty());
     assert_eq!(subs.pending_publish_count(), 1);
-    assert_eq!(subs.clear_publish_queue(), 1);
+    assert_eq!(subs.clear_publish_queue(), vec![(7, 0)]);
     assert_eq!(subs.pending_publish_count(), 0);
 }
 
