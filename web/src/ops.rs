@@ -1550,11 +1550,16 @@ fn probe_views(probes: Vec<uagate_field::Probe>) -> Vec<ProbeView> {
 /// Probes every URL of a field connection entry that is not saved (the
 /// form's or REST's "Test connection" before saving), after checking it
 /// with the stored document as saving would (errors name the setting).
+/// A password sent as [`KEEP_PASSWORD`] logs in with the password stored
+/// for the entry `original` (the one being edited), as saving would keep
+/// it.
 pub async fn probe_entry(
     state: &WebState,
     entry: &uagate_config::FieldServer,
+    original: Option<&str>,
 ) -> Result<Vec<ProbeView>, ApiError> {
     let mut config = stored_config(state).await?;
+    let probed = with_kept_password(entry, &config, original)?;
     let servers = &mut config.field_servers;
     match servers
         .iter_mut()
@@ -1563,14 +1568,45 @@ pub async fn probe_entry(
         Some(f) => *f = entry.clone(),
         None => servers.push(entry.clone()),
     }
-    // The probe does not log in: a kept password need not be restored.
     config.validate().map_err(config_error)?;
     Ok(probe_views(
         state
             .engine
-            .field_probe_settings(entry, PROBE_TIMEOUT)
+            .field_probe_settings(&probed, PROBE_TIMEOUT)
             .await,
     ))
+}
+
+/// `entry` with the password stored for the entry named `original` where
+/// it sends [`KEEP_PASSWORD`] (the probe logs in: testing with the
+/// placeholder itself would report a refused login and count a failed
+/// login on the PLC). Refused naming the setting when there is no stored
+/// password to keep.
+fn with_kept_password(
+    entry: &uagate_config::FieldServer,
+    stored: &Config,
+    original: Option<&str>,
+) -> Result<uagate_config::FieldServer, ApiError> {
+    let mut probed = entry.clone();
+    if let uagate_config::FieldIdentity::Username { password, .. } = &mut probed.identity {
+        if password == KEEP_PASSWORD {
+            *password = original
+                .and_then(|name| stored.field_servers.iter().find(|f| f.name == name))
+                .and_then(|f| match &f.identity {
+                    uagate_config::FieldIdentity::Username { password, .. } => {
+                        Some(password.clone())
+                    }
+                    _ => None,
+                })
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "identity.password",
+                        "no stored password to keep; enter the password",
+                    )
+                })?;
+        }
+    }
+    Ok(probed)
 }
 
 /// Probes every URL of a running field connection.
@@ -1975,6 +2011,51 @@ pub async fn reboot(state: &WebState, who: &Authed) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Test connection of an edited entry logs in with the stored password
+    /// where the form or REST sends the placeholder; a new entry, or one
+    /// whose stored identity has no password, gets an error naming the
+    /// password setting; a typed password is used as typed.
+    #[test]
+    fn test_connection_uses_the_stored_password_for_the_placeholder() {
+        let user = |password: &str| uagate_config::FieldIdentity::Username {
+            username: "plc-user".into(),
+            password: password.into(),
+        };
+        let stored_entry = uagate_config::FieldServer {
+            identity: user("the stored secret"),
+            ..uagate_config::FieldServer::new("line1", Vec::new())
+        };
+        let stored = Config {
+            field_servers: vec![stored_entry.clone()],
+            ..Config::default()
+        };
+        let edited = uagate_config::FieldServer {
+            identity: user(KEEP_PASSWORD),
+            ..stored_entry.clone()
+        };
+        let probed = with_kept_password(&edited, &stored, Some("line1")).unwrap();
+        assert_eq!(probed.identity, user("the stored secret"));
+        // Renamed while edited: the original name finds the password.
+        let renamed = uagate_config::FieldServer {
+            name: "line1b".into(),
+            ..edited.clone()
+        };
+        let probed = with_kept_password(&renamed, &stored, Some("line1")).unwrap();
+        assert_eq!(probed.identity, user("the stored secret"));
+        // A new entry has no stored password.
+        let e = with_kept_password(&edited, &stored, None).unwrap_err();
+        assert!(e.to_string().contains("enter the password"), "{e}");
+        let e = with_kept_password(&edited, &stored, Some("line2")).unwrap_err();
+        assert!(e.to_string().contains("enter the password"), "{e}");
+        // A typed password is tested as typed.
+        let typed = uagate_config::FieldServer {
+            identity: user("typed now"),
+            ..stored_entry
+        };
+        let probed = with_kept_password(&typed, &stored, Some("line1")).unwrap();
+        assert_eq!(probed.identity, user("typed now"));
+    }
 
     /// A certificate is fine until 30 days before its end, then "expires
     /// in …", then "expired".

@@ -334,7 +334,8 @@ pub async fn field_test_entry(
     body: Result<Json<uagate_config::FieldServer>, JsonRejection>,
 ) -> Result<Json<Vec<ops::ProbeView>>, ApiError> {
     let Json(field) = body.map_err(json_error)?;
-    Ok(Json(ops::probe_entry(&state, &field).await?))
+    let name = field.name.clone();
+    Ok(Json(ops::probe_entry(&state, &field, Some(&name)).await?))
 }
 
 /// `DELETE /api/v1/fields/{name}`.

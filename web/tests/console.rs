@@ -814,6 +814,21 @@ async fn field_connections_sessions_and_secrets() {
     assert_eq!(s, StatusCode::OK, "{probes}");
     assert_eq!(probes[0]["url"], "opc.tcp://127.0.0.1:2", "{probes}");
     assert_eq!(probes[0]["reachable"], false, "{probes}");
+    // The password placeholder of a connection that was never saved is no
+    // password to log in with: refused, naming the setting (it was tried
+    // as the password "<stored>", a failed login on the PLC).
+    let (s, body, _) = f
+        .call(json_request(
+            Method::POST,
+            "/api/v1/field-test",
+            Some(&op),
+            json!({"name": "plc3", "security_mode": "none", "security_policy": "None",
+                   "endpoints": [{"url": "opc.tcp://127.0.0.1:2"}],
+                   "identity": {"kind": "username", "username": "u", "password": "<stored>"}}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["field"], "identity.password", "{body}");
     let (s, body, _) = f
         .call(json_request(
             Method::POST,

@@ -398,7 +398,8 @@ pub async fn check(
         }
         let base = edited(&state, &form).await;
         let entry = form.entry(base.as_ref())?;
-        Ok::<_, ApiError>((flash, ops::probe_entry(&state, &entry).await?))
+        let original = form.editing().then_some(form.original.as_str());
+        Ok::<_, ApiError>((flash, ops::probe_entry(&state, &entry, original).await?))
     }
     .await;
     let shown = match result {
