@@ -512,7 +512,26 @@ async fn certificates_are_trusted_removed_and_listed() {
             .body(Body::from(body))
             .unwrap()
     };
-    let (s, body, _) = f.call(upload(make_cert("ca"))).await;
+    // The issuer list takes CA certificates only: an application
+    // certificate there would be no trust at all for its own client.
+    let (s, body, _) = f.call(upload(make_cert("app"))).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not a CA certificate")),
+        "{body}"
+    );
+    let ca = {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "Plant CA");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().to_vec()
+    };
+    let (s, body, _) = f.call(upload(ca)).await;
     assert_eq!(s, StatusCode::CREATED, "{body}");
     assert_eq!(body["kind"], "issuer");
     let (s, body, _) = f.call(upload(b"not a certificate".to_vec())).await;
@@ -2090,9 +2109,9 @@ async fn the_pair_page_says_when_stepping_down_fails() {
     assert!(!body.as_str().unwrap().contains("pair-stepping-down"));
 }
 
-/// A CRL of a new CA named `cn`, issued at `this` and promising its next
-/// update at `next` (year, month, day each).
-fn crl_of_new_ca(cn: &str, this: (i32, u8, u8), next: (i32, u8, u8)) -> Vec<u8> {
+/// A new CA named `cn` (its certificate, DER) and its CRL, issued at
+/// `this` and promising its next update at `next` (year, month, day each).
+fn crl_of_new_ca(cn: &str, this: (i32, u8, u8), next: (i32, u8, u8)) -> (Vec<u8>, Vec<u8>) {
     let key = rcgen::KeyPair::generate().unwrap();
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     params
@@ -2104,7 +2123,7 @@ fn crl_of_new_ca(cn: &str, this: (i32, u8, u8), next: (i32, u8, u8)) -> Vec<u8> 
         rcgen::KeyUsagePurpose::CrlSign,
     ];
     let ca = params.self_signed(&key).unwrap();
-    rcgen::CertificateRevocationListParams {
+    let crl = rcgen::CertificateRevocationListParams {
         this_update: rcgen::date_time_ymd(this.0, this.1, this.2),
         next_update: rcgen::date_time_ymd(next.0, next.1, next.2),
         crl_number: rcgen::SerialNumber::from(1u64),
@@ -2120,7 +2139,8 @@ fn crl_of_new_ca(cn: &str, this: (i32, u8, u8), next: (i32, u8, u8)) -> Vec<u8> 
     .signed_by(&ca, &key)
     .unwrap()
     .der()
-    .to_vec()
+    .to_vec();
+    (ca.der().to_vec(), crl)
 }
 
 /// Stored CRLs are listed with their state: one due within days warns in
@@ -2145,6 +2165,12 @@ async fn the_certificates_page_says_which_crls_are_due_or_out_of_date() {
             (2035, 1, 1),
         ),
     ] {
+        let (ca, crl) = crl;
+        f.state
+            .store
+            .trust_add("test", &ca, uagate_store::CertKind::Issuer)
+            .await
+            .unwrap();
         let (s, body, _) = f
             .call(
                 Request::builder()

@@ -187,6 +187,10 @@ pub const LAST_SEEN_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 /// so a hostile peer cannot grow the table without bound.
 pub const REJECTED_CAP: i64 = 1000;
 
+/// How far ahead of this appliance's clock a CRL's thisUpdate may lie and
+/// still be added (clocks of a CA and an appliance differ a little).
+pub const CRL_CLOCK_SKEW: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
+
 /// Minimum password length in characters.
 pub const MIN_PASSWORD_LEN: usize = 8;
 /// Maximum password length in bytes (bounds hashing work per request).
@@ -796,12 +800,34 @@ impl Store {
     /// the rejected list, or between trusted and issuer, if it was there):
     /// proposes [`Change::TrustAdd`]. Logged as `trust.add` with the DER
     /// (hex).
+    ///
+    /// The issuer list takes CA certificates only, and not one that is on
+    /// the trusted list now: every client or server presenting such a
+    /// certificate itself would be refused from then on (a CA's own
+    /// certificates need its CRL), without a trace on the rejected list.
     pub async fn trust_add(
         &self,
         actor: &str,
         der: &[u8],
         kind: CertKind,
     ) -> Result<CertInfo, StoreError> {
+        if kind == CertKind::Issuer {
+            if !x509::is_ca(der)? {
+                return Err(invalid(
+                    "certificate",
+                    "is not a CA certificate (its basic constraints do not let it issue \
+                     certificates): add it to the trusted list instead",
+                ));
+            }
+            if self.cert_status(der).await? == Some(CertKind::Trusted) {
+                return Err(invalid(
+                    "certificate",
+                    "is on the trusted list: as an issuer, the clients and servers that \
+                     present this certificate itself would be refused until its CRL is \
+                     added. Remove it from the trusted list first if it is to be a CA",
+                ));
+            }
+        }
         let change = Change::TrustAdd {
             der: der.to_vec(),
             kind,
@@ -1039,9 +1065,46 @@ impl Store {
     /// an older one is refused. The signature is not checked here; the
     /// engine checks it against the issuer list when it uses the CRL. Logged
     /// as `crl.add` with the DER (hex).
+    ///
+    /// Refused before anything is stored: a CRL whose issuer name is no
+    /// certificate's on the trusted or issuer list (no CA of this
+    /// appliance), and one
+    /// whose thisUpdate lies more than [`CRL_CLOCK_SKEW`] ahead. Either
+    /// would replace a good CRL of that issuer name with one not in force,
+    /// and every certificate of the CA would be refused meanwhile.
     pub async fn add_crl(&self, actor: &str, der_or_pem: &[u8]) -> Result<(), StoreError> {
         validate_actor(actor)?;
         let der = x509::pem_or_der(der_or_pem, "X509 CRL", "crl")?.into_owned();
+        let crl = x509::parse_crl(&der)?;
+        let ahead = (chrono::Utc::now() + CRL_CLOCK_SKEW)
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        if crl.this_update > ahead {
+            return Err(invalid(
+                "crl",
+                format!(
+                    "its thisUpdate {} is in the future (the CA's clock or this appliance's \
+                     is wrong): it would not be in force before then, and the CA's \
+                     certificates would be refused meanwhile",
+                    crl.this_update
+                ),
+            ));
+        }
+        let issuer_listed: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM certs WHERE kind IN ('trusted', 'issuer') AND subject = ?1 LIMIT 1",
+        )
+        .bind(&crl.issuer)
+        .fetch_optional(&self.pool)
+        .await?;
+        if issuer_listed.is_none() {
+            return Err(invalid(
+                "crl",
+                format!(
+                    "its issuer {:?} is no certificate on the trusted or issuer list: \
+                     add the CA's certificate first",
+                    crl.issuer
+                ),
+            ));
+        }
         self.apply(Proposal::now(actor, Change::AddCrl { der }))
             .await?;
         Ok(())

@@ -8,7 +8,7 @@ use sha1::{Digest, Sha1};
 use x509_cert::crl::CertificateList;
 use x509_cert::der::Decode;
 use x509_cert::ext::pkix::name::GeneralName;
-use x509_cert::ext::pkix::SubjectAltName;
+use x509_cert::ext::pkix::{BasicConstraints, SubjectAltName};
 use x509_cert::time::Time;
 use x509_cert::Certificate;
 
@@ -130,6 +130,24 @@ pub(crate) fn parse_certificate(der: &[u8]) -> Result<ParsedCert, StoreError> {
         not_before: time_to_rfc3339(tbs.validity.not_before, WHAT)?,
         not_after: time_to_rfc3339(tbs.validity.not_after, WHAT)?,
     })
+}
+
+/// Whether a DER certificate may issue certificates: its basic constraints
+/// say `cA`. Asked before a certificate goes on the issuer list.
+pub(crate) fn is_ca(der: &[u8]) -> Result<bool, StoreError> {
+    let cert = Certificate::from_der(der).map_err(|e| {
+        invalid(
+            "certificate",
+            format!("not a DER-encoded X.509 certificate: {e}"),
+        )
+    })?;
+    match cert.tbs_certificate.get::<BasicConstraints>() {
+        Ok(found) => Ok(found.is_some_and(|(_, bc)| bc.ca)),
+        Err(e) => Err(invalid(
+            "certificate",
+            format!("malformed basicConstraints extension: {e}"),
+        )),
+    }
 }
 
 /// Decodes a DER X.509 CRL and extracts issuer and update times.

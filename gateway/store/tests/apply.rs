@@ -442,7 +442,7 @@ async fn proposers_pick_the_scope() {
     assert_eq!(setting_scope("config.document"), Scope::Replicated);
 
     let der = make_cert("Stranger", "urn:test:stranger");
-    let other = make_cert("Peer", "urn:test:peer");
+    let other = make_ca().0.der().to_vec();
     store.record_rejected(&der).await.unwrap();
     store
         .trust_remove("alice", &thumbprint(&der))

@@ -208,11 +208,17 @@ async fn trusted_self_signed_leaf_needs_no_crl() {
     assert_eq!(verdict(&store, &der).await, TrustVerdict::Untrusted);
     add(&store, &der, CertKind::Trusted).await;
     assert_eq!(verdict(&store, &der).await, TrustVerdict::Trusted);
-    // On the Issuer list only it is not trusted.
-    add(&store, &der, CertKind::Issuer).await;
-    assert_eq!(verdict(&store, &der).await, TrustVerdict::Untrusted);
+    // The issuer list does not take it: it is no CA.
+    let refused = store
+        .trust_add(ACTOR, &der, CertKind::Issuer)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("not a CA certificate"),
+        "{refused}"
+    );
+    assert_eq!(verdict(&store, &der).await, TrustVerdict::Trusted);
     // Validity still applies to an explicitly trusted certificate.
-    add(&store, &der, CertKind::Trusted).await;
     let late = Utc.with_ymd_and_hms(2035, 1, 1, 0, 0, 0).unwrap();
     assert_eq!(
         store.validate_certificate(&der, late).await.unwrap(),
@@ -263,6 +269,21 @@ async fn leaf_revoked_in_ca_crl() {
         .unwrap();
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Revoked);
     assert_eq!(verdict(&store, &other).await, TrustVerdict::Trusted);
+    // A CA on the trusted list does not move to the issuer list by an add:
+    // whoever presents the CA certificate itself would be refused from
+    // then on. Removed first, it goes there.
+    let refused = store
+        .trust_add(ACTOR, &ca.der(), CertKind::Issuer)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("is on the trusted list"),
+        "{refused}"
+    );
+    let thumbprint = uagate_store::describe_certificate(&ca.der())
+        .unwrap()
+        .thumbprint;
+    store.trust_remove(ACTOR, &thumbprint).await.unwrap();
     // Explicitly trusting the revoked leaf does not override its CA's CRL.
     add(&store, &ca.der(), CertKind::Issuer).await;
     add(&store, &leaf, CertKind::Trusted).await;
@@ -603,14 +624,13 @@ async fn chain_with_intermediate_needs_the_intermediate() {
     let (_dir, store) = open_temp().await;
     add(&store, &pki.root.der(), CertKind::Trusted).await;
     store.add_crl(ACTOR, &empty_crl(&pki.root)).await.unwrap();
-    store.add_crl(ACTOR, &empty_crl(&pki.inter)).await.unwrap();
-    // CRLs for both CAs, but the intermediate itself is unknown.
-    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Untrusted);
     let info = store
         .trust_add(ACTOR, &pki.inter.der(), CertKind::Issuer)
         .await
         .unwrap();
+    store.add_crl(ACTOR, &empty_crl(&pki.inter)).await.unwrap();
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
+    // CRLs for both CAs, but the intermediate itself is unknown.
     store.trust_remove(ACTOR, &info.thumbprint).await.unwrap();
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Untrusted);
 }

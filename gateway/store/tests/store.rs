@@ -470,6 +470,34 @@ async fn crls_added_replaced_and_refused_when_older() {
     let (_dir, _path, store) = open_temp().await;
     let (ca, key) = make_ca();
     let crl5 = make_crl(&ca, &key, 5);
+    // A CRL of no CA on the lists is refused, nothing stored: it would
+    // take the place of the real CA's CRL of the same name.
+    let refused = store.add_crl("alice", crl5.der()).await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("add the CA's certificate first"),
+        "{refused}"
+    );
+    assert!(store.crls().await.unwrap().is_empty());
+    store
+        .trust_add("alice", ca.der(), CertKind::Issuer)
+        .await
+        .unwrap();
+    // One whose thisUpdate lies ahead (a wrong clock) is refused too: it
+    // would not be in force, and the CA's certificates would be refused.
+    let ahead = rcgen::CertificateRevocationListParams {
+        this_update: rcgen::date_time_ymd(2099, 1, 1),
+        next_update: rcgen::date_time_ymd(2099, 2, 1),
+        crl_number: rcgen::SerialNumber::from(99u64),
+        issuing_distribution_point: None,
+        revoked_certs: vec![],
+        key_identifier_method: rcgen::KeyIdMethod::Sha256,
+    }
+    .signed_by(&ca, &key)
+    .unwrap();
+    let refused = store.add_crl("alice", ahead.der()).await.unwrap_err();
+    assert!(refused.to_string().contains("in the future"), "{refused}");
     store.add_crl("alice", crl5.der()).await.unwrap();
     assert_eq!(store.crls().await.unwrap(), vec![crl5.der().to_vec()]);
 
@@ -493,7 +521,7 @@ async fn crls_added_replaced_and_refused_when_older() {
         .into_iter()
         .map(|e| e.kind)
         .collect();
-    assert_eq!(kinds, ["crl.add", "crl.add"]);
+    assert_eq!(kinds, ["trust.add", "crl.add", "crl.add"]);
 }
 
 #[tokio::test]

@@ -70,6 +70,17 @@ pub fn rest_fixture() -> &'static RestFixture {
             .unwrap();
         let (fixture, admin) = rt.block_on(async {
             let f = Fixture::start().await;
+            // The seed CRL's CA, so that CRL uploads get past the check
+            // that their issuer is a CA of the trust lists.
+            f.state
+                .store
+                .trust_add(
+                    "fuzz",
+                    include_bytes!("../../../fuzz/seeds/trust_input/ca.der"),
+                    uagate_store::CertKind::Issuer,
+                )
+                .await
+                .unwrap();
             let admin = f.token("admin").await;
             (f, admin)
         });
