@@ -205,19 +205,22 @@ impl FieldFormView {
         view
     }
 
-    /// The empty form for a new connection (the documented defaults, one
-    /// server row to fill in).
+    /// The empty form for a new connection (the documented defaults, two
+    /// server rows to fill in: one, or both for a redundant pair).
     pub fn blank() -> FieldFormView {
         let mut v = FieldFormView::of(&FieldServer::new("", Vec::new()), false);
         v.name.clear();
         v
     }
 
-    /// One empty row after the filled ones, up to [`MAX_SERVERS`], so
-    /// that a server can be added without JavaScript.
+    /// One empty row after the filled ones, and at least two rows, up to
+    /// [`MAX_SERVERS`], so that a server (or a redundant pair at once) can
+    /// be added without JavaScript.
     fn pad(&mut self) {
         self.servers.retain(|r| !r.url.trim().is_empty());
-        if self.servers.len() < MAX_SERVERS {
+        while self.servers.len() < MAX_SERVERS
+            && (self.servers.len() < 2 || self.servers.last().is_some_and(|r| !r.url.is_empty()))
+        {
             self.servers.push(ServerRow::default());
         }
     }
@@ -297,19 +300,32 @@ impl FieldFormView {
             .map(|(_, m)| m.as_str())
     }
 
+    /// The error message for the URL of server row `row` (0-based).
+    pub fn error_for_row(&self, row: &usize) -> Option<&str> {
+        self.error_for(&format!("url{row}"))
+    }
+
     /// Remembers `error` next to the input it is about (a parse error
     /// names the input; a configuration error names the setting, which is
-    /// mapped to its input).
-    pub fn mark(&mut self, error: &ApiError) {
-        if let ApiError::Invalid {
+    /// mapped to its input). Returns what the page's banner says then: the
+    /// input's label and the message, in the form's words instead of the
+    /// setting's path (`field_servers[1].reconnect.max_delay`).
+    pub fn mark(&mut self, error: &ApiError) -> Option<String> {
+        let ApiError::Invalid {
             field: Some(field),
             message,
         } = error
-        {
-            if let Some(input) = input_of(field) {
-                self.error_at = Some((input, message.clone()));
-            }
-        }
+        else {
+            return None;
+        };
+        let input = input_of(field)?;
+        let message = in_form_words(message);
+        let said = format!(
+            "Not saved: {}: {message} (marked below).",
+            label_of(&input)?
+        );
+        self.error_at = Some((input, message));
+        Some(said)
     }
 
     /// The entry the form describes, on top of `base` (the stored entry
@@ -356,7 +372,13 @@ impl FieldFormView {
                 ))
             }
         };
-        f.security_policy = self.security_policy.clone();
+        // No message security means no security policy: the policy list
+        // keeps its last choice when the mode is set to None.
+        f.security_policy = if f.security_mode == SecurityMode::None {
+            "None".to_string()
+        } else {
+            self.security_policy.clone()
+        };
         f.identity = match self.identity.as_str() {
             "anonymous" => FieldIdentity::Anonymous,
             "username" => FieldIdentity::Username {
@@ -436,7 +458,15 @@ fn input_of(field: &str) -> Option<String> {
         None => return Some(field.to_string()),
     };
     let input = match rest.split(['.', '[']).next()? {
-        "endpoints" => "url0",
+        "endpoints" => {
+            // `endpoints[1].url`: the row of that server.
+            let row: usize = rest
+                .strip_prefix("endpoints[")
+                .and_then(|r| r.split_once(']'))
+                .and_then(|(i, _)| i.parse().ok())
+                .unwrap_or(0);
+            return Some(format!("url{row}"));
+        }
         "identity" => match rest {
             r if r.ends_with("password") => "password",
             r if r.ends_with("certificate") => "certificate",
@@ -447,6 +477,57 @@ fn input_of(field: &str) -> Option<String> {
         other => other,
     };
     Some(input.to_string())
+}
+
+/// The label the form shows for input `input` (as [`input_of`] names it).
+fn label_of(input: &str) -> Option<String> {
+    if let Some(row) = input.strip_prefix("url") {
+        let row: usize = row.parse().ok()?;
+        return Some(format!("Server {} URL", row + 1));
+    }
+    let label = match input {
+        "name" => "Name",
+        "security_mode" => "Message security",
+        "security_policy" => "Security policy",
+        "identity" => "Log in as",
+        "username" => "User name",
+        "password" => "Password",
+        "certificate" => "User certificate file",
+        "private_key" => "Its private key file",
+        "redundancy" => "How the servers work together",
+        "strategy" => "Delay grows",
+        "initial_delay" => "First delay",
+        "max_delay" => "Longest delay",
+        "max_retries" => "Attempts",
+        "jitter" => "Jitter",
+        "max_total_reconnect_time" => "Give up a cycle after",
+        "request_timeout" => "Request timeout",
+        "session_timeout" => "Session timeout",
+        "keep_alive_interval" => "Keep-alive interval",
+        _ => return None,
+    };
+    Some(label.to_string())
+}
+
+/// A configuration message in the form's words: without the setting's
+/// path in front (`invalid setting `field_servers[1].redundancy`: `), and
+/// the settings it names (`reconnect.initial_delay`, `endpoints`) by
+/// their labels.
+fn in_form_words(message: &str) -> String {
+    let message = message
+        .strip_prefix("invalid setting `")
+        .and_then(|m| m.split_once("`: "))
+        .map_or(message, |(_, m)| m);
+    const WORDS: &[(&str, &str)] = &[
+        ("reconnect.initial_delay", "the first delay"),
+        ("reconnect.max_delay", "the longest delay"),
+        ("reconnect.max_total_reconnect_time", "the give-up time"),
+        ("at least two endpoints", "at least two server URLs"),
+        ("endpoints", "server URLs"),
+    ];
+    WORDS
+        .iter()
+        .fold(message.to_string(), |m, (from, to)| m.replace(from, to))
 }
 
 #[cfg(test)]
@@ -579,7 +660,7 @@ mod tests {
         );
         assert_eq!(
             input_of("field_servers[0].endpoints[1].url").as_deref(),
-            Some("url0")
+            Some("url1")
         );
         assert_eq!(
             input_of("field_servers[0].identity.password").as_deref(),
@@ -589,5 +670,57 @@ mod tests {
             input_of("field_servers[0].security_policy").as_deref(),
             Some("security_policy")
         );
+    }
+
+    /// A refused setting reads in the form's words above the form, and
+    /// its message sits at its input, the second server's row included.
+    #[test]
+    fn the_banner_names_the_input_by_its_label() {
+        let mut view = FieldFormView::blank();
+        let e = ApiError::Invalid {
+            field: Some("field_servers[1].reconnect.max_delay".into()),
+            message: "must not be below reconnect.initial_delay".into(),
+        };
+        assert_eq!(
+            view.mark(&e).as_deref(),
+            Some("Not saved: Longest delay: must not be below the first delay (marked below).")
+        );
+        let e = ApiError::Invalid {
+            field: Some("field_servers[3].endpoints[1].url".into()),
+            message: "invalid setting `field_servers[3].endpoints[1].url`: not an opc.tcp URL"
+                .into(),
+        };
+        assert_eq!(
+            view.mark(&e).as_deref(),
+            Some("Not saved: Server 2 URL: not an opc.tcp URL (marked below).")
+        );
+        assert_eq!(view.error_for_row(&1), Some("not an opc.tcp URL"));
+        assert_eq!(view.error_for_row(&0), None);
+        // Something the form does not show keeps the page's own wording.
+        let e = ApiError::Invalid {
+            field: Some("field_servers[0].operation_limits.max_nodes_per_read".into()),
+            message: "too large".into(),
+        };
+        assert_eq!(view.mark(&e), None);
+    }
+
+    /// A new connection's form has two server rows (a redundant pair is
+    /// entered at once), and Message security None needs no policy choice.
+    #[test]
+    fn a_new_form_takes_a_pair_and_none_security_needs_no_policy() {
+        let blank = FieldFormView::blank();
+        assert_eq!(blank.servers.len(), 2);
+        let mut view = FieldFormView::blank();
+        view.name = "line3".into();
+        view.servers[0].url = "opc.tcp://10.0.3.10:4840".into();
+        view.servers[1].url = "opc.tcp://10.0.3.11:4840".into();
+        view.redundancy = "hot".into();
+        view.security_mode = "none".into();
+        view.security_policy = "Basic256Sha256".into();
+        let posted = FieldFormView::posted(&pairs(&view));
+        assert_eq!(posted.servers.len(), 3, "one empty row after the pair");
+        let entry = posted.entry(None).unwrap();
+        assert_eq!(entry.endpoints.len(), 2);
+        assert_eq!(entry.security_policy, "None");
     }
 }

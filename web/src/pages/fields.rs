@@ -231,16 +231,17 @@ async fn render_fields(state: &WebState, who: &Authed, shown: Shown) -> Response
         .collect();
     let form_open = shown.form.is_some();
     let mut form = shown.form.unwrap_or_else(FieldFormView::blank);
-    if let Some(e) = &shown.error {
-        form.mark(e);
-    }
-    let (chrome, status) = Chrome::with_error(
+    let said = shown.error.as_ref().and_then(|e| form.mark(e));
+    let (mut chrome, status) = Chrome::with_error(
         who,
         "Field connections",
         "/fields",
         shown.flash,
         shown.error,
     );
+    if said.is_some() {
+        chrome.error = said;
+    }
     page(
         &FieldsPage {
             operator: who.can(Role::Operator),
