@@ -755,6 +755,22 @@ pub async fn change_state(
     who: &Authed,
     req: &MaintenanceRequest,
 ) -> Result<Option<String>, ApiError> {
+    let requested = checked_state_request(req)?;
+    state
+        .engine
+        .change_server_state(&who.user, requested)
+        .await
+        .map_err(ApiError::internal)
+}
+
+/// A state change request checked as [`change_state`] takes it (the
+/// state known, no drain with running, a return time ahead, a reason of
+/// at most 256 bytes), without changing anything: also called by the
+/// console's confirmation step, so that it never confirms what would be
+/// refused.
+pub fn checked_state_request(
+    req: &MaintenanceRequest,
+) -> Result<uagate_server::health::RequestedState, ApiError> {
     let wanted = SERVER_STATES
         .iter()
         .position(|s| *s == req.state)
@@ -809,20 +825,13 @@ pub async fn change_state(
     } else {
         opcua_types::LocalizedText::new("", reason_text)
     };
-    state
-        .engine
-        .change_server_state(
-            &who.user,
-            uagate_server::health::RequestedState {
-                state: server_state,
-                estimated_return_time,
-                seconds_till_shutdown,
-                reason,
-                drain: req.drain,
-            },
-        )
-        .await
-        .map_err(ApiError::internal)
+    Ok(uagate_server::health::RequestedState {
+        state: server_state,
+        estimated_return_time,
+        seconds_till_shutdown,
+        reason,
+        drain: req.drain,
+    })
 }
 
 /// Longest override the console accepts (a forgotten override should not

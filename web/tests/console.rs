@@ -2413,3 +2413,116 @@ async fn a_flood_of_unknown_certificates_is_named_on_the_dashboard() {
     );
     f.stop().await;
 }
+
+/// A refused form comes back with what was typed (never a password), the
+/// refused input named by its label; the maintenance confirmation step
+/// confirms only what the change takes.
+#[tokio::test]
+async fn refused_forms_keep_what_was_typed() {
+    let f = Fixture::start().await;
+    let admin = browser(&f, "admin").await;
+    let text = |b: &Value| b.as_str().unwrap().to_string();
+    // Users: a short password.
+    let (s, body, _) = f
+        .call(form(
+            "/users",
+            &[
+                ("_csrf", &admin.csrf),
+                ("username", "Grete"),
+                ("password", "short"),
+                ("role", "operator"),
+            ],
+            Some(&admin),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let html = text(&body);
+    assert!(
+        html.contains("name=\"username\" required autocomplete=\"off\" value=\"Grete\""),
+        "{html}"
+    );
+    assert!(
+        html.contains("<option value=\"operator\" selected>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("Password: must be at least 8 characters"),
+        "{html}"
+    );
+    assert!(!html.contains("value=\"short\""), "the password came back");
+
+    // ServiceLevel override: a level out of range.
+    let (s, body, _) = f
+        .call(form(
+            "/service-level",
+            &[
+                ("_csrf", &admin.csrf),
+                ("level", "256"),
+                ("expires_min", "30"),
+                ("reason", "pump swap"),
+            ],
+            Some(&admin),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let html = text(&body);
+    for kept in ["value=\"256\"", "value=\"30\"", "value=\"pump swap\""] {
+        assert!(html.contains(kept), "{kept} lost: {html}");
+    }
+
+    // Maintenance: a negative countdown keeps state, countdown and reason.
+    let post = |fields: Vec<(&'static str, &'static str)>| {
+        let mut all = vec![("_csrf", admin.csrf.as_str())];
+        all.extend(fields);
+        form("/maintenance", &all, Some(&admin))
+    };
+    let (s, body, _) = f
+        .call(post(vec![
+            ("state", "shutdown"),
+            ("seconds_till_shutdown", "-5"),
+            ("reason", "new firmware"),
+        ]))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let html = text(&body);
+    assert!(
+        html.contains("<option value=\"shutdown\" selected>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("value=\"-5\"") && html.contains("value=\"new firmware\""),
+        "{html}"
+    );
+    assert!(
+        html.contains("Seconds till shutdown: “-5” is not a whole number"),
+        "{html}"
+    );
+    // A countdown for another state is refused, not ignored.
+    let (s, body, _) = f
+        .call(post(vec![
+            ("state", "suspended"),
+            ("seconds_till_shutdown", "30"),
+        ]))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    // Draining with running is refused before the confirmation step.
+    let (s, body, _) = f
+        .call(post(vec![("state", "running"), ("drain", "on")]))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(!text(&body).contains("id=\"confirm\""));
+    // The shutdown confirmation says when.
+    let (s, body, _) = f
+        .call(post(vec![
+            ("state", "shutdown"),
+            ("seconds_till_shutdown", "30"),
+        ]))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(text(&body).contains("shutting down in 30 s"), "{body}");
+    assert_eq!(
+        f.state.engine.server_state(),
+        opcua_types::ServerState::Running
+    );
+    f.stop().await;
+}

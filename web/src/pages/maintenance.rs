@@ -9,7 +9,7 @@ use axum::response::Response;
 use axum::Form;
 use serde::Deserialize;
 
-use super::{done, number, page, take_flash, Chrome};
+use super::{done, page, take_flash, Chrome};
 use crate::auth::Authed;
 use crate::error::ApiError;
 use crate::ops::{self, StatusView};
@@ -25,6 +25,8 @@ pub struct Confirm {
     seconds_till_shutdown: String,
     reason: String,
     drain: bool,
+    /// For shutdown: when the server stops (", shutting down in 30 s").
+    countdown: String,
     effect: String,
 }
 
@@ -48,6 +50,18 @@ impl Entered {
             ..Entered::default()
         }
     }
+
+    /// What `f` entered, shown again when it is refused.
+    fn of(f: &MaintenanceForm) -> Entered {
+        Entered {
+            state: f.state.clone(),
+            return_local: f.return_local.clone(),
+            seconds_till_shutdown: f.seconds_till_shutdown.clone(),
+            reason: f.reason.clone(),
+            drain: f.drain.is_some(),
+            return_error: None,
+        }
+    }
 }
 
 #[derive(Template)]
@@ -67,6 +81,19 @@ fn render_maintenance(
     confirm: Option<Confirm>,
     error: Option<ApiError>,
 ) -> Response {
+    render_entered(state, who, flash, confirm, error, Entered::blank())
+}
+
+/// The page with the form showing `entered` (what a refused post
+/// entered, so nothing typed is lost).
+fn render_entered(
+    state: &WebState,
+    who: &Authed,
+    flash: Option<String>,
+    confirm: Option<Confirm>,
+    error: Option<ApiError>,
+    entered: Entered,
+) -> Response {
     let (chrome, status) = Chrome::with_error(who, "Maintenance", "/maintenance", flash, error);
     page(
         &MaintenancePage {
@@ -74,7 +101,7 @@ fn render_maintenance(
             status: ops::status(state),
             states: ops::SERVER_STATES,
             confirm,
-            entered: Entered::blank(),
+            entered,
         },
         status,
     )
@@ -96,16 +123,37 @@ fn refuse_return_time(
             states: ops::SERVER_STATES,
             confirm: None,
             entered: Entered {
-                state: f.state,
-                return_local: f.return_local,
-                seconds_till_shutdown: f.seconds_till_shutdown,
-                reason: f.reason,
-                drain: f.drain.is_some(),
                 return_error: Some(message),
+                ..Entered::of(&f)
             },
         },
         axum::http::StatusCode::UNPROCESSABLE_ENTITY,
     )
+}
+
+/// "Seconds till shutdown" as entered: empty is none; a number for
+/// shutdown only (elsewhere it would be ignored without a word).
+fn seconds_till_shutdown(f: &MaintenanceForm) -> Result<Option<u32>, ApiError> {
+    let v = f.seconds_till_shutdown.trim();
+    if v.is_empty() {
+        return Ok(None);
+    }
+    let seconds = v.parse::<u32>().map_err(|_| {
+        ApiError::invalid(
+            "seconds_till_shutdown",
+            format!("Seconds till shutdown: “{v}” is not a whole number of seconds (0 or more)."),
+        )
+    })?;
+    if f.state != "shutdown" {
+        return Err(ApiError::invalid(
+            "seconds_till_shutdown",
+            format!(
+                "Seconds till shutdown applies to the state shutdown only: leave it empty for {}.",
+                f.state
+            ),
+        ));
+    }
+    Ok(Some(seconds))
 }
 
 /// How the page shows a form post the router refused for the caller's
@@ -209,7 +257,7 @@ pub async fn submit(
             }
         }
     }
-    let req = match number::<u32>("seconds_till_shutdown", &f.seconds_till_shutdown) {
+    let req = match seconds_till_shutdown(&f) {
         Ok(seconds) => ops::MaintenanceRequest {
             state: f.state.clone(),
             estimated_return_time: Some(f.estimated_return_time.clone()),
@@ -217,9 +265,18 @@ pub async fn submit(
             reason: Some(f.reason.clone()),
             drain: f.drain.is_some(),
         },
-        Err(e) => return render_maintenance(&state, &who, None, None, Some(e)),
+        Err(e) => return render_entered(&state, &who, None, None, Some(e), Entered::of(&f)),
     };
     if f.confirm.as_deref() != Some("yes") {
+        // The confirmation step confirms only what the change takes.
+        if let Err(e) = ops::checked_state_request(&req) {
+            return render_entered(&state, &who, None, None, Some(e), Entered::of(&f));
+        }
+        let countdown = match (f.state.as_str(), req.seconds_till_shutdown) {
+            ("shutdown", Some(s)) if s > 0 => format!(", shutting down in {s} s"),
+            ("shutdown", _) => ", shutting down at once".to_string(),
+            _ => String::new(),
+        };
         let maintenance = matches!(f.state.as_str(), "suspended" | "shutdown" | "test");
         let mut effect = if f.state == "running" {
             "Clients will see ServiceLevel return to its computed value.".to_string()
@@ -251,6 +308,7 @@ pub async fn submit(
             seconds_till_shutdown: f.seconds_till_shutdown,
             reason: f.reason,
             drain: req.drain,
+            countdown,
             effect,
         };
         return render_maintenance(&state, &who, None, Some(confirm), None);
@@ -263,7 +321,7 @@ pub async fn submit(
                 None => format!("Server state is now {}.", req.state),
             },
         ),
-        Err(e) => render_maintenance(&state, &who, None, None, Some(e)),
+        Err(e) => render_entered(&state, &who, None, None, Some(e), Entered::of(&f)),
     }
 }
 

@@ -24,6 +24,8 @@ struct LevelPage {
     /// `YYYY-MM-DD HH:MM UTC` until the browser shows its local time) and
     /// how long that is from now.
     until: Option<OverrideEnd>,
+    /// What the override form shows: as entered when it was refused.
+    form: LevelForm,
 }
 
 /// When the override in force ends, for the page.
@@ -60,6 +62,18 @@ fn render_level(
     flash: Option<String>,
     error: Option<ApiError>,
 ) -> Response {
+    render_entered(state, who, flash, error, LevelForm::default())
+}
+
+/// The page with the override form showing `form` (what a refused post
+/// entered, so nothing typed is lost).
+fn render_entered(
+    state: &WebState,
+    who: &Authed,
+    flash: Option<String>,
+    error: Option<ApiError>,
+    form: LevelForm,
+) -> Response {
     let (chrome, status) = Chrome::with_error(who, "ServiceLevel", "/service-level", flash, error);
     let level = ops::status(state);
     page(
@@ -67,6 +81,7 @@ fn render_level(
             chrome,
             until: OverrideEnd::of(&level),
             status: level,
+            form,
         },
         status,
     )
@@ -85,12 +100,23 @@ pub async fn show(State(state): State<WebState>, who: Authed, headers: HeaderMap
 }
 
 /// `POST /service-level` form.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct LevelForm {
     level: String,
     expires_min: String,
     #[serde(default)]
     reason: String,
+}
+
+/// The empty form: no level, an hour.
+impl Default for LevelForm {
+    fn default() -> LevelForm {
+        LevelForm {
+            level: String::new(),
+            expires_min: "60".to_string(),
+            reason: String::new(),
+        }
+    }
 }
 
 /// Longest override the form takes, in its unit (minutes).
@@ -134,7 +160,7 @@ pub async fn set(State(state): State<WebState>, who: Authed, Form(f): Form<Level
     .await;
     match result {
         Ok(()) => done("/service-level", "Override set."),
-        Err(e) => render_level(&state, &who, None, Some(e)),
+        Err(e) => render_entered(&state, &who, None, Some(e), f),
     }
 }
 

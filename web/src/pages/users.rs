@@ -20,6 +20,9 @@ struct UsersPage {
     chrome: Chrome,
     users: Vec<(String, &'static str)>,
     roles: [&'static str; 3],
+    /// The add form's name and role: as entered when it was refused.
+    new_name: String,
+    new_role: String,
 }
 
 async fn render_users(
@@ -28,6 +31,44 @@ async fn render_users(
     flash: Option<String>,
     error: Option<ApiError>,
 ) -> Response {
+    render_entered(
+        state,
+        who,
+        flash,
+        error,
+        (String::new(), "viewer".to_string()),
+    )
+    .await
+}
+
+/// The page with the add form showing `(name, role)` (what a refused add
+/// entered; the password is never shown again). A refused input is named
+/// by its label in the message above the page.
+async fn render_entered(
+    state: &WebState,
+    who: &Authed,
+    flash: Option<String>,
+    error: Option<ApiError>,
+    (new_name, new_role): (String, String),
+) -> Response {
+    let error = error.map(|e| match e {
+        ApiError::Invalid {
+            field: Some(field),
+            message,
+        } => {
+            let label = match field.as_str() {
+                "password" => "Password: ",
+                "username" | "name" => "Name: ",
+                "role" => "Role: ",
+                _ => "",
+            };
+            ApiError::Invalid {
+                message: format!("{label}{message}"),
+                field: Some(field),
+            }
+        }
+        other => other,
+    });
     let users = match state.store.list_users().await {
         Ok(u) => u.into_iter().map(|(n, r)| (n, r.as_str())).collect(),
         Err(e) => return error_page(e.into()),
@@ -38,6 +79,8 @@ async fn render_users(
             chrome,
             users,
             roles: ["viewer", "operator", "admin"],
+            new_name,
+            new_role,
         },
         status,
     )
@@ -79,7 +122,7 @@ pub async fn add(
     .await;
     match result {
         Ok(name) => done("/users", &format!("User {name} added.")),
-        Err(e) => render_users(&state, &who, None, Some(e)).await,
+        Err(e) => render_entered(&state, &who, None, Some(e), (f.username, f.role)).await,
     }
 }
 
