@@ -2526,3 +2526,55 @@ async fn refused_forms_keep_what_was_typed() {
     );
     f.stop().await;
 }
+
+/// Changing one's own password, or removing one's own user, lands on the
+/// login page saying so (not "your session expired"); a refused login
+/// keeps the user name.
+#[tokio::test]
+async fn ones_own_password_change_says_so_at_the_login() {
+    let f = Fixture::start().await;
+    let admin = browser(&f, "admin").await;
+    let (s, _, h) = f
+        .call(form(
+            "/users/password",
+            &[
+                ("_csrf", &admin.csrf),
+                ("name", "ADMIN"),
+                ("password", "a brand new password"),
+            ],
+            Some(&admin),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert_eq!(h[header::LOCATION], "/login");
+    let flash = set_cookie(&h, "uagate_flash").unwrap();
+    let cookie = flash.split(';').next().unwrap().to_string();
+    let (s, body, _) = f
+        .call(
+            Request::builder()
+                .uri("/login")
+                .header(header::COOKIE, cookie)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let html = body.as_str().unwrap();
+    assert!(html.contains("Your password was changed"), "{html}");
+    assert!(!html.contains("Your session expired"), "{html}");
+    // A wrong password keeps the name typed.
+    let (s, body, _) = f
+        .call(form(
+            "/login",
+            &[
+                ("username", "admin"),
+                ("password", "correct horse admin"),
+                ("next", "/"),
+            ],
+            None,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert!(body.as_str().unwrap().contains("value=\"admin\""), "{body}");
+    f.stop().await;
+}

@@ -26,6 +26,11 @@ struct LoginPage {
     /// Came here because the session ended (idle logout, logout in another
     /// tab): the page says so.
     expired: bool,
+    /// The one-shot notice of the redirect that led here (the user's own
+    /// password changed, their own user removed): said instead.
+    notice: Option<String>,
+    /// The user name of a refused login, shown again.
+    username: String,
 }
 
 /// `GET /login?next=`: the login form.
@@ -40,13 +45,20 @@ pub struct NextQuery {
 }
 
 /// `GET /login`.
-pub async fn form(State(state): State<WebState>, Query(q): Query<NextQuery>) -> Response {
+pub async fn form(
+    State(state): State<WebState>,
+    Query(q): Query<NextQuery>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let notice = super::take_flash(&headers);
     let t = LoginPage {
         title: "Log in".into(),
         error: None,
         next: safe_next(q.next.as_deref()),
         setup_pending: state.setup_code.lock().is_some(),
-        expired: q.expired.is_some(),
+        expired: q.expired.is_some() && notice.is_none(),
+        notice,
+        username: String::new(),
     };
     page(&t, StatusCode::OK)
 }
@@ -118,6 +130,8 @@ pub async fn submit(
                 next: safe_next(f.next.as_deref()),
                 setup_pending: state.setup_code.lock().is_some(),
                 expired: false,
+                notice: None,
+                username: f.username.clone(),
             };
             page(&t, status_of(&e))
         }

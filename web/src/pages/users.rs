@@ -126,6 +126,11 @@ pub async fn add(
     }
 }
 
+/// Whether `name` (in any case) is the logged-in user.
+fn is_self(who: &Authed, name: &str) -> bool {
+    uagate_store::user_key(name) == uagate_store::user_key(&who.user)
+}
+
 /// `POST /users/role` form.
 #[derive(Debug, Deserialize)]
 pub struct RoleForm {
@@ -145,6 +150,14 @@ pub async fn role(State(state): State<WebState>, who: Authed, Form(f): Form<Role
     }
     .await;
     match result {
+        // One's own role below admin: this page is no longer one's own.
+        Ok(()) if is_self(&who, &f.name) && f.role != "admin" => done(
+            "/",
+            &format!(
+                "You are now {}: users are managed by an administrator.",
+                f.role
+            ),
+        ),
         Ok(()) => done("/users", &format!("{} is now {}.", f.name, f.role)),
         Err(e) => render_users(&state, &who, None, Some(e)).await,
     }
@@ -172,6 +185,11 @@ pub async fn password(
     }
     .await;
     match result {
+        // One's own password: this session has ended with it.
+        Ok(()) if is_self(&who, &f.name) => done(
+            "/login",
+            "Your password was changed, which ended your sessions: log in with the new one.",
+        ),
         Ok(()) => done(
             "/users",
             &format!(
@@ -198,6 +216,10 @@ pub async fn remove(
     }
     .await;
     match result {
+        Ok(()) if is_self(&who, &f.name) => done(
+            "/login",
+            "You removed your own user, which ended your sessions: log in as another user.",
+        ),
         Ok(()) => done(
             "/users",
             &format!("User {} removed: their open sessions have ended.", f.name),
