@@ -761,6 +761,12 @@ fn configuration(who: &str, key: &str, v: &Value) -> Described {
         };
         if changes.is_empty() {
             s.text(format!("{who} saved {what} without changing any setting"));
+        } else if before.is_none() && who == self::who(crate::ops::STARTED_WITH_ACTOR) {
+            s.text(format!(
+                "{who} stored {what} it was started with ({} {}), before the first change",
+                changes.len(),
+                plural(changes.len(), "setting", "settings")
+            ));
         } else if before.is_none() {
             s.text(format!(
                 "{who} set up {what} ({} {})",

@@ -648,6 +648,10 @@ pub async fn edit_config(
     apply_locked(state, who, &previous, config).await
 }
 
+/// The audit actor of the configuration the gateway was started with,
+/// stored before the first change (see [`apply_locked`]).
+pub const STARTED_WITH_ACTOR: &str = "gateway";
+
 /// Validates `new` against the stored `previous` (passwords sent as
 /// [`KEEP_PASSWORD`] are taken from it), stores and applies it. Called
 /// with the configuration lock held.
@@ -667,15 +671,28 @@ async fn apply_locked(
             waiting: state.engine.waiting_for_restart(),
         });
     }
+    let store_error = |e| match e {
+        ConfigStoreError::Config(e) => config_error(e),
+        ConfigStoreError::Store(e) => ApiError::from(e),
+        other => ApiError::internal(other),
+    };
+    // The first change stored: the configuration the gateway was started
+    // with is stored first, as the gateway's, so that the audit log shows
+    // this change as the change it is (not as "set up the configuration").
+    if config_store::load(&state.store)
+        .await
+        .map_err(ApiError::internal)?
+        .is_none()
+    {
+        config_store::save(&state.store, STARTED_WITH_ACTOR, previous)
+            .await
+            .map_err(store_error)?;
+    }
     // Node-local settings into this appliance's overlay, the rest into the
     // replicated document, all or nothing.
     config_store::save(&state.store, &who.user, &new)
         .await
-        .map_err(|e| match e {
-            ConfigStoreError::Config(e) => config_error(e),
-            ConfigStoreError::Store(e) => ApiError::from(e),
-            other => ApiError::internal(other),
-        })?;
+        .map_err(store_error)?;
     // Applied now rather than at the store watcher's next look; the answer
     // says what the running gateway did.
     let status = state.engine.reconfigure(&new);

@@ -142,23 +142,37 @@ pub struct RoleForm {
 pub async fn role(State(state): State<WebState>, who: Authed, Form(f): Form<RoleForm>) -> Response {
     let result = async {
         let role = role_field(&f.role)?;
+        // The same role again changes nothing, and is not audited as a change.
+        let key = uagate_store::user_key(&f.name);
+        let now = state.store.list_users().await?;
+        if now
+            .iter()
+            .any(|(n, r)| uagate_store::user_key(n) == key && *r == role)
+        {
+            return Ok(false);
+        }
         state
             .store
             .set_role(&who.user, &f.name, role)
             .await
-            .map_err(ApiError::from)
+            .map_err(ApiError::from)?;
+        Ok(true)
     }
     .await;
     match result {
+        Ok(false) => done(
+            "/users",
+            &format!("{} is already {}: nothing changed.", f.name, f.role),
+        ),
         // One's own role below admin: this page is no longer one's own.
-        Ok(()) if is_self(&who, &f.name) && f.role != "admin" => done(
+        Ok(true) if is_self(&who, &f.name) && f.role != "admin" => done(
             "/",
             &format!(
                 "You are now {}: users are managed by an administrator.",
                 f.role
             ),
         ),
-        Ok(()) => done("/users", &format!("{} is now {}.", f.name, f.role)),
+        Ok(true) => done("/users", &format!("{} is now {}.", f.name, f.role)),
         Err(e) => render_users(&state, &who, None, Some(e)).await,
     }
 }
