@@ -256,7 +256,7 @@ test("every page, the dashboard charts and the maintenance banner", async (t) =>
       await p.click("#owner-form button[type=submit]");
       await p.waitForSelector("#error");
       const error = await p.textContent("#error");
-      assert.match(error, /^Reserving 1 connection for scada needs room the gateway does not have: it allows 103 connections/);
+      assert.match(error, /^The 1 connection scada is kept of its own \(every trusted owner is, unless its reservations say connection 0\) needs room the gateway does not have: it allows 103 connections/);
       assert.match(error, /Raise Max connections to 104 or more, or lower Max sessions to 99, on the Limits page/);
       // What was typed stays, and the error is at the input it concerns.
       assert.equal(await p.inputValue("#owner-key"), "scada");
@@ -264,7 +264,7 @@ test("every page, the dashboard charts and the maintenance banner", async (t) =>
       assert.equal(await p.inputValue("#owner-reservations"), "request_execution 4");
       assert.equal(await p.inputValue("#owner-ingress"), "10.0.5.0/24");
       assert.equal(await p.getAttribute("#owner-reservations", "aria-invalid"), "true");
-      assert.match(await p.textContent("#owner-reservations-error"), /^Reserving 1 connection for scada needs room/);
+      assert.match(await p.textContent("#owner-reservations-error"), /^The 1 connection scada is kept of its own \(every trusted owner is/);
       assert.equal(await p.$("#owner-key[aria-invalid], #owner-weight[aria-invalid], #owner-ingress[aria-invalid]"), null);
       await shot(p, `owners-no-room-${width}`);
       // A weight that is not a number: said at the weight, the rest kept as typed.

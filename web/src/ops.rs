@@ -1669,6 +1669,30 @@ impl HistoryView {
     pub fn at_utc(&self) -> String {
         second_utc_text(&self.at)
     }
+
+    /// [`Self::kind`] in words for the page (REST keeps the kind itself).
+    pub fn kind_text(&self) -> &str {
+        match self.kind.as_str() {
+            "up" => "connected",
+            "failed" => "attempt failed",
+            "lost" => "session lost",
+            "connection_lost" => "connection lost",
+            "moved" => "moved to another network path",
+            "failover" => "failed over",
+            "failover_requested" => "failover asked for",
+            "failover_unavailable" => "no server to fail over to",
+            "gave_up" => "gave up for now",
+            "new_cycle" => "trying again",
+            "reconnect_requested" => "reconnect asked for",
+            "reactivated" => "session taken back",
+            "transferred" => "subscriptions kept",
+            "not_transferred" => "subscriptions recreated",
+            "gap" => "data gap",
+            "items_spread" => "items spread over servers",
+            "short_queues" => "queues shortened",
+            other => other,
+        }
+    }
 }
 
 /// `2025-06-01 14:30:05 UTC` for an RFC 3339 time (the text unchanged when
@@ -2037,6 +2061,43 @@ pub async fn reboot(state: &WebState, who: &Authed) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every history kind a field connection records reads in words on
+    /// the page (the raw kind stays in REST and the cell's title).
+    #[test]
+    fn history_kinds_read_in_words() {
+        for kind in [
+            "up",
+            "failed",
+            "lost",
+            "connection_lost",
+            "moved",
+            "failover",
+            "failover_requested",
+            "failover_unavailable",
+            "gave_up",
+            "new_cycle",
+            "reconnect_requested",
+            "reactivated",
+            "transferred",
+            "not_transferred",
+            "gap",
+            "items_spread",
+            "short_queues",
+        ] {
+            let view = HistoryView {
+                at: String::new(),
+                server: None,
+                kind: kind.to_string(),
+                detail: String::new(),
+                explained: None,
+            };
+            assert!(
+                view.kind_text() != kind && !view.kind_text().contains('_'),
+                "{kind} is not in words"
+            );
+        }
+    }
 
     /// Test connection of an edited entry logs in with the stored password
     /// where the form or REST sends the placeholder; a new entry, or one

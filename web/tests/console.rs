@@ -1822,7 +1822,7 @@ async fn an_owner_without_room_is_explained_and_the_limits_page_makes_room() {
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
     let error = error_of(&text_of(&body));
     for words in [
-        "Reserving 1 connection for scada needs room the gateway does not have",
+        "The 1 connection scada is kept of its own (every trusted owner is, unless its reservations say connection 0) needs room the gateway does not have",
         "it allows 103 connections (Max connections) and keeps 101 of them for its 100 sessions (one each, plus one to reconnect)",
         "Raise Max connections to 104 or more, or lower Max sessions to 99, on the Limits page",
         "takes effect after the gateway restarts. Nothing was saved.",
@@ -1936,7 +1936,7 @@ async fn a_refused_owner_keeps_what_was_typed_and_says_where() {
     );
     let (_, e) = input_and_error(&html, "owner-reservations");
     assert!(
-        e.contains("Reserving 1 connection for scada needs room the gateway does not have"),
+        e.contains("The 1 connection scada is kept of its own (every trusted owner is, unless its reservations say connection 0) needs room the gateway does not have"),
         "{e}"
     );
     assert_eq!(html.matches(r#"aria-invalid="true""#).count(), 1, "{html}");
@@ -2606,5 +2606,43 @@ async fn ones_own_password_change_says_so_at_the_login() {
         .await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
     assert!(body.as_str().unwrap().contains("value=\"admin\""), "{body}");
+    f.stop().await;
+}
+
+/// The first trusted owner without "Callers from" is asked for them in
+/// the form's words; a refusal naming a document setting reads with the
+/// input's label above the form, not the setting's path.
+#[tokio::test]
+async fn the_owner_form_speaks_in_its_own_words() {
+    let f = Fixture::start().await;
+    let b = browser(&f, "admin").await;
+    let owner = |weight: &'static str, ingress: &'static str| {
+        [
+            ("_csrf", b.csrf.as_str()),
+            ("key", "scada"),
+            ("weight", weight),
+            ("reservations", "connection 0"),
+            ("ingress", ingress),
+        ]
+    };
+    let (s, body, _) = f.call(form("/owners", &owner("5", ""), Some(&b))).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let html = text_of(&body);
+    let error = error_of(&html);
+    assert!(
+        error.starts_with("Callers from: the first trusted owner needs"),
+        "{error}"
+    );
+    assert!(!error.contains("trusted_reservations"), "{error}");
+    let (_, e) = input_and_error(&html, "owner-ingress");
+    assert!(e.contains("address range"), "{e}");
+    // A weight out of range: the document's message, with the label.
+    let (s, body, _) = f
+        .call(form("/owners", &owner("5000", "10.0.5.0/24"), Some(&b)))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let error = error_of(&text_of(&body));
+    assert!(error.starts_with("Not saved: Weight: "), "{error}");
+    assert!(!error.contains("isolation."), "{error}");
     f.stop().await;
 }

@@ -104,9 +104,27 @@ impl OwnerInput {
             message,
         } = error
         {
-            self.error = owner_input(field).map(|at| (at, message.clone()));
+            let message = message
+                .strip_prefix("invalid setting `")
+                .and_then(|m| m.split_once("`: "))
+                .map_or(message.as_str(), |(_, m)| m);
+            self.error = owner_input(field).map(|at| (at, message.to_string()));
         }
         self
+    }
+
+    /// What the page's banner says about the refused input: its label and
+    /// the message, in the form's words instead of the setting's path.
+    fn banner(&self) -> Option<String> {
+        let (input, message) = self.error.as_ref()?;
+        let label = match *input {
+            "key" => "Key",
+            "weight" => "Weight",
+            "reservations" => "Reservations",
+            "ingress" => "Callers from",
+            _ => return None,
+        };
+        Some(format!("Not saved: {label}: {message} (marked below)."))
     }
 }
 
@@ -159,7 +177,15 @@ async fn render_owners_with(
         Some(e) => form.mark(e),
         None => form,
     };
-    let (chrome, status) = Chrome::with_error(who, "Trusted owners", "/owners", flash, error);
+    // A refusal that names the document's setting reads in the form's
+    // words above it; the page's own messages are already in them.
+    let by_path = matches!(&error, Some(ApiError::Invalid { message, .. })
+        if message.starts_with("invalid setting `"));
+    let banner = form.banner().filter(|_| by_path);
+    let (mut chrome, status) = Chrome::with_error(who, "Trusted owners", "/owners", flash, error);
+    if banner.is_some() {
+        chrome.error = banner;
+    }
     let t = OwnersPage {
         chrome,
         form,
@@ -335,6 +361,26 @@ pub async fn save(
         Ok(p) => p,
         Err(e) => return refused_owner(&state, &who, &f, e).await,
     };
+    // The first owner switches the profile to reservations, which needs
+    // callers mapped to an owner: asked for here in the form's words.
+    if ingress.is_empty() {
+        if let Ok(stored) = ops::stored_config(&state).await {
+            let iso = &stored.isolation;
+            if iso.trusted_owners.is_empty()
+                && !iso
+                    .ingress
+                    .iter()
+                    .any(|r| r.owner.as_deref() == Some(owner.key.as_str()))
+            {
+                let e = ApiError::invalid(
+                    "ingress",
+                    "Callers from: the first trusted owner needs the address range of its \
+                     callers (e.g. 10.8.0.0/16 or one address), so the gateway knows who it is.",
+                );
+                return refused_owner(&state, &who, &f, e).await;
+            }
+        }
+    }
     let key = owner.key.clone();
     let result = match ops::upsert_owner(&state, &who, owner.clone(), ingress.clone()).await {
         // No room for the owner's connections: say so in plain words, with
@@ -403,9 +449,24 @@ pub fn connection_room(candidate: &Config, key: &str) -> Option<String> {
         !no_room(&c)
     });
     let plural = |n: u64| if n == 1 { "" } else { "s" };
+    // Whether the operator listed a connection reserve, or the gateway
+    // keeps the owner one of its own without being asked.
+    let asked = candidate
+        .isolation
+        .trusted_owners
+        .iter()
+        .find(|o| o.key == key)
+        .is_some_and(|o| o.reservations.iter().any(|r| r.stage == Stage::Connection));
+    let why = if asked {
+        format!("Reserving {own} connection{} for {key}", plural(own))
+    } else {
+        format!(
+            "The {own} connection{} {key} is kept of its own (every trusted owner is, unless its reservations say connection 0)",
+            plural(own)
+        )
+    };
     let mut text = format!(
-        "Reserving {own} connection{} for {key} needs room the gateway does not have: it allows {total} connections (Max connections) and keeps {} of them for its {sessions} sessions (one each, plus one to reconnect), and with {key} {reserved} connection{} are reserved for particular callers. ",
-        plural(own),
+        "{why} needs room the gateway does not have: it allows {total} connections (Max connections) and keeps {} of them for its {sessions} sessions (one each, plus one to reconnect), and with {key} {reserved} connection{} are reserved for particular callers. ",
         u64::from(sessions) + 1,
         plural(reserved),
     );
