@@ -280,9 +280,9 @@ test("the console end to end", async (t) => {
     await page.fill("#owner-key", "scada-main");
     await page.fill("#owner-weight", "4");
     await page.fill("#owner-reservations", "request_execution 2\nsession_establishment 1");
-    // Without an address range the first owner is refused, naming the setting; nothing is stored.
+    // Without an address range the first owner is refused, in the form's words; nothing is stored.
     await page.click("#owner-form button[type=submit]");
-    assert.match(await page.textContent("#error"), /isolation\.ingress/);
+    assert.match(await page.textContent("#error"), /^Callers from: the first trusted owner needs the address range of its callers/);
     assert.equal(await page.$("#owners"), null);
     await page.fill("#owner-key", "scada-main");
     await page.fill("#owner-weight", "4");
@@ -301,10 +301,10 @@ test("the console end to end", async (t) => {
     await page.click("#ingress-form button[type=submit]");
     await notice(page);
     assert.match(await page.textContent("#ingress tbody"), /127\.0\.0\.200/);
-    // A rule naming an unknown owner is refused naming the setting, and nothing is stored.
+    // An address range that is not one is refused in the form's words, and nothing is stored.
     await page.fill("#ingress-cidr", "not-an-address");
     await page.click("#ingress-form button[type=submit]");
-    assert.match(await page.textContent("#error"), /isolation\.ingress/);
+    assert.match(await page.textContent("#error"), /^Not saved: Address range: `not-an-address` is not an IP address or network/);
     assert.doesNotMatch(await page.textContent("#ingress tbody"), /not-an-address/);
     await shot(page, "05-owners");
   });

@@ -172,10 +172,12 @@ async fn render_owners_with(
         Ok(c) => c,
         Err(e) => return error_page(e),
     };
-    let form = form.unwrap_or_else(OwnerInput::blank);
-    let form = match &error {
-        Some(e) => form.mark(e),
-        None => form,
+    // Only a refused owner form is marked: another form's refusal (an
+    // ingress rule, a removal) is said above the page.
+    let form = match (form, &error) {
+        (Some(form), Some(e)) => form.mark(e),
+        (Some(form), None) => form,
+        (None, _) => OwnerInput::blank(),
     };
     // A refusal that names the document's setting reads in the form's
     // words above it; the page's own messages are already in them.
@@ -535,7 +537,25 @@ pub async fn ingress_add(
         let rule = ingress_rule(&f.cidr, &f.target)?;
         ops::add_ingress(&state, &who, rule).await
     }
-    .await;
+    .await
+    .map_err(|e| match e {
+        // The address range in the form's words.
+        ApiError::Invalid {
+            field: Some(field),
+            message,
+        } if field.ends_with(".cidr") => {
+            let message = message
+                .strip_prefix("invalid setting `")
+                .and_then(|m| m.split_once("`: "))
+                .map_or(message.as_str(), |(_, m)| m)
+                .to_string();
+            ApiError::Invalid {
+                message: format!("Not saved: Address range: {message}."),
+                field: Some(field),
+            }
+        }
+        other => other,
+    });
     owners_outcome(&state, &who, result).await
 }
 
