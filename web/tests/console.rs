@@ -2646,3 +2646,36 @@ async fn the_owner_form_speaks_in_its_own_words() {
     assert!(!error.contains("isolation."), "{error}");
     f.stop().await;
 }
+
+/// A certificate or CRL form sent without a file chosen says to choose
+/// one (the browser sends the part, empty), not that the data is no DER.
+#[tokio::test]
+async fn an_upload_without_a_file_says_to_choose_one() {
+    let f = Fixture::start().await;
+    let b = browser(&f, "operator").await;
+    for (uri, part, said) in [
+        (
+            "/certificates/upload",
+            "certificate",
+            "Choose the certificate file first.",
+        ),
+        ("/certificates/crl", "crl", "Choose the CRL file first."),
+    ] {
+        let body = format!(
+            "--x\r\nContent-Disposition: form-data; name=\"{part}\"; filename=\"\"\r\n\
+             Content-Type: application/octet-stream\r\n\r\n\r\n--x--\r\n"
+        );
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri(format!("{uri}?_csrf={}", b.csrf))
+            .header(header::COOKIE, &b.cookie)
+            .header(header::CONTENT_TYPE, "multipart/form-data; boundary=x")
+            .body(Body::from(body))
+            .unwrap();
+        let (s, html, _) = f.call(req).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{uri}: {html}");
+        let error = error_of(&text_of(&html));
+        assert_eq!(error, said, "{uri}");
+    }
+    f.stop().await;
+}

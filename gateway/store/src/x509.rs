@@ -80,7 +80,9 @@ pub(crate) fn pem_or_der<'a>(
         1 => Ok(Cow::Owned(matching.remove(0).into_contents())),
         0 => Err(invalid(
             what,
-            format!("no DER data and no \"{label}\" PEM block found"),
+            format!(
+                "the file is neither DER nor PEM with a \"{label}\" block (a .der, .pem or .crt file is expected)"
+            ),
         )),
         n => Err(invalid(
             what,

@@ -277,9 +277,10 @@ pub async fn crl(State(state): State<WebState>, who: Authed, m: Multipart) -> Re
         let fields = read_upload(m).await?;
         let crl = fields
             .into_iter()
-            .find(|(n, _)| n == "crl")
+            // A form sent without a file chosen has the part, empty.
+            .find(|(n, b)| n == "crl" && !b.is_empty())
             .map(|(_, b)| b)
-            .ok_or_else(|| ApiError::invalid("crl", "choose a CRL file"))?;
+            .ok_or_else(|| ApiError::invalid("crl", "Choose the CRL file first."))?;
         ops::add_crl(&state, &who, &crl).await
     }
     .await;
@@ -301,9 +302,11 @@ pub async fn upload(State(state): State<WebState>, who: Authed, m: Multipart) ->
             .unwrap_or_else(|| "trusted".into());
         let cert = fields
             .into_iter()
-            .find(|(n, _)| n == "certificate")
+            .find(|(n, b)| n == "certificate" && !b.is_empty())
             .map(|(_, b)| b)
-            .ok_or_else(|| ApiError::invalid("certificate", "choose a certificate file"))?;
+            .ok_or_else(|| {
+                ApiError::invalid("certificate", "Choose the certificate file first.")
+            })?;
         ops::add_certificate(&state, &who, &cert, &kind).await
     }
     .await;
