@@ -2679,3 +2679,20 @@ async fn an_upload_without_a_file_says_to_choose_one() {
     }
     f.stop().await;
 }
+
+/// Off the appliance image the System page says how to restart (the
+/// banner of settings waiting for a restart sends the operator there).
+#[tokio::test]
+async fn off_the_image_the_system_page_says_how_to_restart() {
+    let f = Fixture::start().await;
+    let b = browser(&f, "viewer").await;
+    let (s, body, _) = f.call(page("/system", &b)).await;
+    assert_eq!(s, StatusCode::OK);
+    let html = text_of(&body);
+    assert!(html.contains("id=\"not-appliance\""), "{html}");
+    assert!(
+        html.contains("id=\"restart-how\"") && html.contains("systemctl restart uagate"),
+        "{html}"
+    );
+    f.stop().await;
+}
