@@ -59,6 +59,12 @@
   document.addEventListener("DOMContentLoaded", function () {
     rewrite(document);
     document.querySelectorAll("form[data-local-times]").forEach(sendZone);
+    // On a phone the navigation is one line that scrolls sideways: the page open is shown in it.
+    var here = document.querySelector('header.top nav a[aria-current="page"]');
+    var nav = here && here.parentElement;
+    if (nav && nav.scrollWidth > nav.clientWidth) {
+      nav.scrollLeft = here.offsetLeft - (nav.clientWidth - here.offsetWidth) / 2;
+    }
     // Maintenance: the picker's time is the browser's local time: send its offset from UTC
     // (without JavaScript the time is taken as UTC).
     var maintenance = document.getElementById("maintenance-form");
