@@ -22,7 +22,7 @@ pub enum ApiError {
     #[error("wrong user name or password")]
     BadCredentials,
     /// Too many failed logins for this user or address; retry later.
-    #[error("too many failed logins; retry in {retry_after_s} s")]
+    #[error("too many failed logins; retry {}", retry_in(*retry_after_s))]
     Throttled {
         /// Seconds until another attempt is accepted.
         retry_after_s: u64,
@@ -118,6 +118,15 @@ impl From<uagate_system::SystemError> for ApiError {
     }
 }
 
+/// When to retry, in words: "in 5 minutes", "in 40 s".
+fn retry_in(seconds: u64) -> String {
+    match seconds {
+        0..=59 => format!("in {seconds} s"),
+        60..=119 => "in a minute".to_string(),
+        s => format!("in {} minutes", s.div_ceil(60)),
+    }
+}
+
 /// A login locked out by the shared throttle: 429 with `Retry-After`.
 impl From<uagate_server::throttle::Locked> for ApiError {
     fn from(l: uagate_server::throttle::Locked) -> ApiError {
@@ -210,5 +219,19 @@ impl IntoResponse for ApiError {
             }
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lockout says when to retry in minutes, not "299 s".
+    #[test]
+    fn a_lockout_says_when_in_words() {
+        let said = |s| ApiError::Throttled { retry_after_s: s }.to_string();
+        assert_eq!(said(299), "too many failed logins; retry in 5 minutes");
+        assert_eq!(said(61), "too many failed logins; retry in a minute");
+        assert_eq!(said(40), "too many failed logins; retry in 40 s");
     }
 }

@@ -74,6 +74,24 @@ struct MaintenancePage {
     entered: Entered,
 }
 
+impl MaintenancePage {
+    /// A server state in words for the state list (its value stays the
+    /// state's name, as OPC UA and REST call it).
+    fn state_label(&self, state: &str) -> &'static str {
+        match state {
+            "running" => "Running",
+            "suspended" => "Suspended (maintenance: clients should move to the partner)",
+            "shutdown" => "Shutdown (maintenance, with a countdown)",
+            "test" => "Test (maintenance)",
+            "failed" => "Failed",
+            "no_configuration" => "No configuration",
+            "communication_fault" => "Communication fault",
+            "unknown" => "Unknown",
+            _ => "",
+        }
+    }
+}
+
 fn render_maintenance(
     state: &WebState,
     who: &Authed,
