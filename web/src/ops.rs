@@ -86,18 +86,33 @@ pub async fn check_setup(
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    let matches = state
-        .setup_code
-        .lock()
-        .as_deref()
-        .is_some_and(|c| c == req.code.trim());
-    let no_users = state
-        .store
-        .list_users()
-        .await
-        .map_err(ApiError::internal)?
-        .is_empty();
+    // The code is taken while this request uses it: a second request with
+    // it at the same time is refused, so setup creates one administrator.
+    let taken = {
+        let mut code = state.setup_code.lock();
+        if code.as_deref() == Some(req.code.trim()) {
+            code.take()
+        } else {
+            None
+        }
+    };
+    let matches = taken.is_some();
+    let give_back = |state: &WebState| {
+        if let Some(code) = &taken {
+            state.setup_code.lock().get_or_insert_with(|| code.clone());
+        }
+    };
+    let no_users = match state.store.list_users().await {
+        Ok(users) => users.is_empty(),
+        Err(e) => {
+            give_back(state);
+            return Err(ApiError::internal(e));
+        }
+    };
     if !matches || !no_users {
+        if no_users {
+            give_back(state);
+        }
         state.throttle.failed("(setup)", addr, now);
         // Who tried, never the code they sent.
         let from = addr.map_or_else(|| "unknown".to_string(), |a| a.to_string());
@@ -108,10 +123,18 @@ pub async fn check_setup(
         );
         return Err(ApiError::SetupCode);
     }
-    let name = state
+    let name = match state
         .store
         .add_user("setup", &req.username, &req.password, Role::Admin)
-        .await?;
+        .await
+    {
+        Ok(name) => name,
+        Err(e) => {
+            // Refused (a short password, say): the code stays usable.
+            give_back(state);
+            return Err(e.into());
+        }
+    };
     state.setup_done();
     tracing::info!(user = %name, "first console administrator created");
     let standing = state

@@ -940,3 +940,29 @@ async fn early_refusals_reach_http2_clients_mid_upload() {
         "the connection is still usable"
     );
 }
+
+/// Two setup requests with the right code at the same time create one
+/// administrator: the second is refused like a spent code.
+#[tokio::test]
+async fn concurrent_setups_create_one_admin() {
+    let f = Fixture::start_with_users(false).await;
+    let code = f.state.prepare_setup().await.unwrap().unwrap();
+    let setup = |user: &str| {
+        json_request(
+            Method::POST,
+            "/api/v1/setup",
+            None,
+            json!({"code": code, "username": user, "password": "long enough pw"}),
+        )
+    };
+    let ((s1, b1, _), (s2, b2, _)) = tokio::join!(f.call(setup("root")), f.call(setup("eve")));
+    let mut statuses = [s1, s2];
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [StatusCode::OK, StatusCode::FORBIDDEN],
+        "{b1} {b2}"
+    );
+    assert_eq!(f.state.store.list_users().await.unwrap().len(), 1);
+    f.stop().await;
+}

@@ -468,11 +468,12 @@ pub async fn apply(
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Response {
     let form = LimitsForm::from_fields(&fields);
-    let result = async {
-        let base = ops::stored_config(&state).await?;
-        let candidate = form.apply_to(base)?;
-        ops::apply_config(&state, &who, candidate).await
-    }
+    // Read, changed and stored under the configuration lock, so that a
+    // change stored meanwhile (a field connection, an owner) is kept.
+    let result = ops::edit_config(&state, &who, |config| {
+        *config = form.apply_to(config.clone())?;
+        Ok(())
+    })
     .await;
     match result {
         Ok(change) => done("/limits", &change_notice(&change)),
