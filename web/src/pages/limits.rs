@@ -265,7 +265,10 @@ const MODE_VALUES: [IsolationMode; 4] = [
 
 /// The plan preview (or the error that names the setting).
 pub struct Preview {
-    lines: Vec<String>,
+    /// One row per stage: its name, then its numbers as the page shows
+    /// them (thousands separated): total, shared, bootstrap, reconnect,
+    /// control, trusted owners, per-owner limit.
+    rows: Vec<(String, [String; 7])>,
     error: Option<String>,
     /// The form input the error is about (shown next to it), if known.
     error_input: String,
@@ -346,7 +349,23 @@ impl Preview {
             .unwrap_or_default();
         match config.and_then(|c| ops::check_config(&c)) {
             Ok(plan) => Preview {
-                lines: ops::plan_view(&plan).into_iter().map(|s| s.line).collect(),
+                rows: ops::plan_view(&plan)
+                    .into_iter()
+                    .map(|s| {
+                        let n =
+                            |v: u64| super::charts::thousands(i64::try_from(v).unwrap_or(i64::MAX));
+                        let numbers = [
+                            n(s.total),
+                            n(s.shared),
+                            n(s.bootstrap),
+                            n(s.reconnect),
+                            n(s.control),
+                            n(s.trusted),
+                            n(s.owner_limit),
+                        ];
+                        (s.stage, numbers)
+                    })
+                    .collect(),
                 error: None,
                 error_input: String::new(),
                 placeholders: hints,
@@ -355,7 +374,7 @@ impl Preview {
             Err(e) => {
                 let (error_input, error) = in_page_words(&e, &overrides);
                 Preview {
-                    lines: Vec::new(),
+                    rows: Vec::new(),
                     error_input,
                     error: Some(error),
                     placeholders: hints,
@@ -511,7 +530,7 @@ async fn render_with_error(
         Err(_) => (
             form,
             Preview {
-                lines: Vec::new(),
+                rows: Vec::new(),
                 error: None,
                 error_input: String::new(),
                 placeholders: String::new(),
