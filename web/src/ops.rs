@@ -1159,6 +1159,20 @@ pub fn redact(config: &mut Config) {
     }
 }
 
+/// The password stored for the field connection `name`, if it logs in with
+/// one: what [`KEEP_PASSWORD`] stands for.
+fn stored_password(stored: &Config, name: &str) -> Option<String> {
+    match &stored
+        .field_servers
+        .iter()
+        .find(|f| f.name == name)?
+        .identity
+    {
+        uagate_config::FieldIdentity::Username { password, .. } => Some(password.clone()),
+        _ => None,
+    }
+}
+
 /// Puts the stored passwords back where a document sent [`KEEP_PASSWORD`]
 /// (matched by field-server name); refused naming the setting when there
 /// is no stored password to keep.
@@ -1168,22 +1182,12 @@ pub fn restore_secrets(new: &mut Config, stored: &Config) -> Result<(), ApiError
             if password != KEEP_PASSWORD {
                 continue;
             }
-            let kept = stored
-                .field_servers
-                .iter()
-                .find(|s| s.name == f.name)
-                .and_then(|s| match &s.identity {
-                    uagate_config::FieldIdentity::Username { password, .. } => {
-                        Some(password.clone())
-                    }
-                    _ => None,
-                })
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        format!("field_servers[{i}].identity.password"),
-                        "no stored password to keep; enter the password",
-                    )
-                })?;
+            let kept = stored_password(stored, &f.name).ok_or_else(|| {
+                ApiError::invalid(
+                    format!("field_servers[{i}].identity.password"),
+                    "no stored password to keep; enter the password",
+                )
+            })?;
             *password = kept;
         }
     }
@@ -1640,13 +1644,7 @@ fn with_kept_password(
     if let uagate_config::FieldIdentity::Username { password, .. } = &mut probed.identity {
         if password == KEEP_PASSWORD {
             *password = original
-                .and_then(|name| stored.field_servers.iter().find(|f| f.name == name))
-                .and_then(|f| match &f.identity {
-                    uagate_config::FieldIdentity::Username { password, .. } => {
-                        Some(password.clone())
-                    }
-                    _ => None,
-                })
+                .and_then(|name| stored_password(stored, name))
                 .ok_or_else(|| {
                     ApiError::invalid(
                         "identity.password",
