@@ -1068,7 +1068,8 @@ impl Store {
     ///
     /// Refused before anything is stored: a CRL whose issuer name is no
     /// certificate's on the trusted or issuer list (no CA of this
-    /// appliance), and one
+    /// appliance), one whose signature does not verify with such a
+    /// certificate's key, and one
     /// whose thisUpdate lies more than [`CRL_CLOCK_SKEW`] ahead. Either
     /// would replace a good CRL of that issuer name with one not in force,
     /// and every certificate of the CA would be refused meanwhile.
@@ -1089,18 +1090,32 @@ impl Store {
                 ),
             ));
         }
-        let issuer_listed: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM certs WHERE kind IN ('trusted', 'issuer') AND subject = ?1 LIMIT 1",
+        let issuers: Vec<Vec<u8>> = sqlx::query_scalar(
+            "SELECT der FROM certs WHERE kind IN ('trusted', 'issuer') AND subject = ?1",
         )
         .bind(&crl.issuer)
-        .fetch_optional(&self.pool)
+        .fetch_all(&self.pool)
         .await?;
-        if issuer_listed.is_none() {
+        if issuers.is_empty() {
             return Err(invalid(
                 "crl",
                 format!(
                     "its issuer {:?} is no certificate on the trusted or issuer list: \
                      add the CA's certificate first",
+                    crl.issuer
+                ),
+            ));
+        }
+        let mut signed = false;
+        for ca in &issuers {
+            signed = signed || x509::crl_signed_by(&der, ca)?;
+        }
+        if !signed {
+            return Err(invalid(
+                "crl",
+                format!(
+                    "its signature does not verify with the certificate of its issuer {:?} on \
+                     the trust lists: it is not that CA's CRL (another key with the same name?)",
                     crl.issuer
                 ),
             ));

@@ -152,6 +152,61 @@ pub(crate) fn is_ca(der: &[u8]) -> Result<bool, StoreError> {
     }
 }
 
+/// Whether the signature of the DER CRL `crl` verifies with the public key
+/// of the DER certificate `ca`: RSA PKCS#1 v1.5 and PSS with SHA-256/384/512,
+/// ECDSA P-256/P-384 and Ed25519, as the chain checks take them. Asked
+/// when a CRL is added, so that a CRL of another key with the CA's name
+/// never replaces the CA's own.
+pub(crate) fn crl_signed_by(crl: &[u8], ca: &[u8]) -> Result<bool, StoreError> {
+    use ring::signature as sig;
+    use x509_cert::der::Encode;
+    let list = CertificateList::from_der(crl)
+        .map_err(|e| invalid("crl", format!("not a DER-encoded X.509 CRL: {e}")))?;
+    let cert = Certificate::from_der(ca).map_err(|e| {
+        invalid(
+            "certificate",
+            format!("not a DER-encoded X.509 certificate: {e}"),
+        )
+    })?;
+    let tbs = list
+        .tbs_cert_list
+        .to_der()
+        .map_err(|e| invalid("crl", format!("cannot re-encode: {e}")))?;
+    let Some(signature) = list.signature.as_bytes() else {
+        return Ok(false);
+    };
+    let Some(key) = cert
+        .tbs_certificate
+        .subject_public_key_info
+        .subject_public_key
+        .as_bytes()
+    else {
+        return Ok(false);
+    };
+    let algorithms: &[&dyn sig::VerificationAlgorithm] =
+        match list.signature_algorithm.oid.to_string().as_str() {
+            "1.2.840.113549.1.1.11" => &[&sig::RSA_PKCS1_2048_8192_SHA256],
+            "1.2.840.113549.1.1.12" => &[&sig::RSA_PKCS1_2048_8192_SHA384],
+            "1.2.840.113549.1.1.13" => &[&sig::RSA_PKCS1_2048_8192_SHA512],
+            // RSASSA-PSS: the hash is in the parameters; one of them verifies.
+            "1.2.840.113549.1.1.10" => &[
+                &sig::RSA_PSS_2048_8192_SHA256,
+                &sig::RSA_PSS_2048_8192_SHA384,
+                &sig::RSA_PSS_2048_8192_SHA512,
+            ],
+            // ECDSA: the curve is the key's; one of them verifies.
+            "1.2.840.10045.4.3.2" => &[&sig::ECDSA_P256_SHA256_ASN1, &sig::ECDSA_P384_SHA256_ASN1],
+            "1.2.840.10045.4.3.3" => &[&sig::ECDSA_P384_SHA384_ASN1, &sig::ECDSA_P256_SHA384_ASN1],
+            "1.3.101.112" => &[&sig::ED25519],
+            _ => &[],
+        };
+    Ok(algorithms.iter().any(|alg| {
+        sig::UnparsedPublicKey::new(*alg, key)
+            .verify(&tbs, signature)
+            .is_ok()
+    }))
+}
+
 /// Decodes a DER X.509 CRL and extracts issuer and update times.
 pub(crate) fn parse_crl(der: &[u8]) -> Result<ParsedCrl, StoreError> {
     const WHAT: &str = "crl";

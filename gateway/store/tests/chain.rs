@@ -317,30 +317,49 @@ async fn outdated_crl_means_revocation_unknown() {
     );
 }
 
+/// Stores a CRL as a replicated change does, without the checks of
+/// `Store::add_crl` (as an older build or another appliance may have).
+async fn store_crl_unchecked(store: &Store, der: &[u8]) {
+    store
+        .apply(uagate_store::Proposal::now(
+            ACTOR,
+            uagate_store::Change::AddCrl { der: der.to_vec() },
+        ))
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
-async fn crl_with_bad_signature_is_ignored() {
+async fn crl_with_bad_signature_is_refused_and_ignored() {
     let (_dir, store) = open_temp().await;
     let ca = root("Root CA", 0);
     // Same name, different key: its CRL must not count for the real CA.
     let impostor = root("Root CA", 3);
     let leaf = leaf_by(&ca, 100, 2024, 2034);
     add(&store, &ca.der(), CertKind::Trusted).await;
-    store
-        .add_crl(ACTOR, &crl(&impostor, &[100], 2026, 2027))
+    store.add_crl(ACTOR, &empty_crl(&ca)).await.unwrap();
+    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
+    // Added, the impostor's CRL is refused: the CA's own stays in force.
+    let refused = store
+        .add_crl(ACTOR, &crl(&impostor, &[100], 2026, 2028))
         .await
-        .unwrap();
+        .unwrap_err();
+    assert!(refused.to_string().contains("does not verify"), "{refused}");
+    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
+    // So is a tampered genuine one.
+    let mut bad = crl(&ca, &[], 2026, 2028);
+    let last = bad.len() - 1;
+    bad[last] ^= 0x01;
+    assert!(store.add_crl(ACTOR, &bad).await.is_err());
+    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
+    // Stored without those checks (an older build's log), it is ignored:
+    // the CA then has no CRL that counts.
+    store_crl_unchecked(&store, &crl(&impostor, &[100], 2026, 2028)).await;
     assert_eq!(
         verdict(&store, &leaf).await,
         TrustVerdict::RevocationUnknown
     );
-    // A genuine CRL replaces it (same issuer name) and is honoured.
-    store.add_crl(ACTOR, &empty_crl(&ca)).await.unwrap();
-    assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
-    // Tampered genuine CRL: ignored again.
-    let mut bad = crl(&ca, &[], 2026, 2028);
-    let last = bad.len() - 1;
-    bad[last] ^= 0x01;
-    store.add_crl(ACTOR, &bad).await.unwrap();
+    store_crl_unchecked(&store, &bad).await;
     assert_eq!(
         verdict(&store, &leaf).await,
         TrustVerdict::RevocationUnknown
@@ -980,4 +999,34 @@ async fn revoked_intermediate_next_to_its_renewal() {
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::IssuerRevoked);
     add(&store, &pki.inter.der(), CertKind::Issuer).await;
     assert_eq!(verdict(&store, &leaf).await, TrustVerdict::Trusted);
+}
+
+/// A CRL is checked against its CA's key when added, for every key type
+/// the chain checks take: RSA, ECDSA P-256 and P-384, Ed25519.
+#[tokio::test]
+async fn crls_of_every_key_type_verify_when_added() {
+    let (_dir, store) = open_temp().await;
+    let keys = [
+        ("RSA CA", key(0)),
+        (
+            "P-256 CA",
+            KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap(),
+        ),
+        (
+            "P-384 CA",
+            KeyPair::generate_for(&PKCS_ECDSA_P384_SHA384).unwrap(),
+        ),
+        ("Ed25519 CA", KeyPair::generate_for(&PKCS_ED25519).unwrap()),
+    ];
+    for (name, key) in keys {
+        let ca = Ca {
+            cert: ca_params(name, 2024, 2036).self_signed(&key).unwrap(),
+            key,
+        };
+        add(&store, &ca.der(), CertKind::Trusted).await;
+        store
+            .add_crl(ACTOR, &empty_crl(&ca))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
 }
