@@ -68,7 +68,8 @@ pub enum ApiError {
         leader_console: Option<String>,
     },
     /// The pair did not acknowledge the change (this appliance is cut off
-    /// from a quorum); it did not happen.
+    /// from a quorum): not in force, but it may still commit if this
+    /// leader regains a quorum before another is elected.
     #[error("{0}")]
     NotAcknowledged(String),
     /// Something failed inside the gateway; details are in the log.

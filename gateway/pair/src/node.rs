@@ -1065,7 +1065,9 @@ impl PairNode {
         else {
             return Err(PairError::Store(StoreError::NotAcknowledged(format!(
                 "the change was not acknowledged by the pair within {WRITE_TIMEOUT:?} \
-                 (this appliance cannot reach the other members); it did not happen"
+                 (this appliance cannot reach the other members); it is not in force now, \
+                 and it may still come into force if this appliance reaches them again \
+                 while it leads: check the audit log before making it again"
             ))));
         };
         let written = match written {

@@ -89,7 +89,8 @@ pub enum StoreError {
         console: Option<String>,
     },
     /// The pair did not acknowledge the change in time (this appliance is
-    /// cut off from a quorum): it did not happen.
+    /// cut off from a quorum): not in force, but it may still commit if
+    /// this leader regains a quorum before another is elected.
     #[error("{0}")]
     NotAcknowledged(String),
 }
