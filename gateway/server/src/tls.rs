@@ -196,7 +196,6 @@ struct Conn {
     /// The connection's leases; taken by a WebSocket upgrade, which then
     /// owns the connection.
     admission: Mutex<Option<ConnectionAdmission>>,
-    cancel: CancellationToken,
     /// The verified TLS client certificate (mutual TLS), DER and parsed.
     client_cert: Option<(ByteString, X509)>,
     /// The accounting owner of that certificate, worked out once.
@@ -204,6 +203,13 @@ struct Conn {
     /// Counts the connection under opc.https until a WebSocket upgrade
     /// takes it over (it is then counted under opc.wss).
     open: Mutex<Option<crate::stats::OpenCount>>,
+    /// Cancelled when the trust list refuses the client certificate now
+    /// (a child of `cancel`); a WebSocket upgrade takes it along.
+    refused: CancellationToken,
+    /// The re-check registration of the client certificate (see
+    /// `Channels::certify`): closed when the HTTP connection ends, or by
+    /// the WebSocket that took it over when that ends.
+    certified: Mutex<Option<u32>>,
 }
 
 /// Checks a TLS client certificate against the trust list; an unknown one
@@ -309,7 +315,8 @@ async fn serve(
         caller: admitted.caller.clone(),
         peer: admitted.peer,
         admission: Mutex::new(Some(admitted)),
-        cancel: cancel.clone(),
+        refused: refused.clone(),
+        certified: Mutex::new(certified),
         application_owner: client_cert
             .as_ref()
             .and_then(|(_, c)| ChannelInfo::owner_of(c)),
@@ -325,6 +332,7 @@ async fn serve(
     // timeout; an HTTP/2 connection stays while it is used and answers
     // keep-alive pings).
     let started = Arc::new(tokio::sync::Notify::new());
+    let this = conn.clone();
     let service = {
         let started = started.clone();
         hyper::service::service_fn(move |req| {
@@ -373,7 +381,9 @@ async fn serve(
             tracing::debug!(%peer, "no HTTP request in time after the TLS handshake");
         }
     }
-    if let Some(id) = certified {
+    // Unless a WebSocket took the registration over.
+    let registered = this.certified.lock().take();
+    if let Some(id) = registered {
         engine.channels.close(id);
     }
 }
@@ -475,12 +485,19 @@ fn websocket(conn: &Arc<Conn>, mut req: Request<Incoming>) -> Response<Full<Byte
     let on_upgrade = hyper::upgrade::on(&mut req);
     let limit = engine.config.server.max_buffer_size as usize;
     let engine = engine.clone();
-    let cancel = conn.cancel.clone();
+    // The WebSocket ends when the trust list refuses the TLS client
+    // certificate, as the HTTP connection it came from would: it takes the
+    // certificate's re-check registration along.
+    let cancel = conn.refused.clone();
+    let certified = conn.certified.lock().take();
     tokio::spawn(async move {
         let upgraded = match on_upgrade.await {
             Ok(u) => u,
             Err(e) => {
                 tracing::debug!(error = %e, "WebSocket upgrade failed");
+                if let Some(id) = certified {
+                    engine.channels.close(id);
+                }
                 return;
             }
         };
@@ -496,7 +513,10 @@ fn websocket(conn: &Arc<Conn>, mut req: Request<Incoming>) -> Response<Full<Byte
                 .await;
         let ping_after = engine.config.server.websocket_ping_interval;
         let transport = crate::ws::WsTransport::with_keepalive(ws, ping_after);
-        crate::driver::drive_transport(engine, transport, cancel, admitted).await;
+        crate::driver::drive_transport(engine.clone(), transport, cancel, admitted).await;
+        if let Some(id) = certified {
+            engine.channels.close(id);
+        }
     });
     let mut r = Response::new(Full::new(Bytes::new()));
     *r.status_mut() = HttpStatus::SWITCHING_PROTOCOLS;

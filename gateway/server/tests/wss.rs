@@ -795,3 +795,51 @@ async fn a_websocket_client_that_never_answers_pings_is_closed_with_1001() {
     victim.close().await;
     gw.stop().await;
 }
+
+/// A WebSocket opened with a TLS client certificate ends when the trust
+/// list refuses that certificate, as its opc.https connection would: the
+/// upgrade takes the certificate's re-check along (before, the WebSocket
+/// went on and could open new sessions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_ends_when_its_client_certificate_is_removed() {
+    // Inside the harness's [listen] table; a long handshake deadline, so
+    // that only the refusal can end the idle WebSocket within the test.
+    let gw = TestGateway::start(
+        "tls_client_auth = \"optional\"\n\n[isolation]\nhandshake_timeout = \"90s\"\n",
+    )
+    .await;
+    let (cert, key) = tlsclient::client_identity();
+    let trusted = gw
+        .store
+        .trust_add("test", cert.as_ref(), uagate_store::CertKind::Trusted)
+        .await
+        .unwrap();
+    let tls = bounded(
+        "mTLS connect",
+        tlsclient::connect_with_client_cert(tls_addr(&gw), &leaf(&gw), vec![cert], key),
+    )
+    .await
+    .unwrap();
+    let (mut ws, _) = ws_upgrade(tls, tls_addr(&gw)).await;
+    // Open and idle: nothing arrives for a while.
+    let idle = tokio::time::timeout(Duration::from_millis(1500), ws.next()).await;
+    assert!(idle.is_err(), "the WebSocket ended by itself: {idle:?}");
+    gw.store
+        .trust_remove("test", &trusted.thumbprint)
+        .await
+        .unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => continue,
+            }
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the WebSocket of a removed client certificate is still open"
+    );
+    gw.stop().await;
+}
