@@ -1463,6 +1463,22 @@ impl PairNode {
                 return Response::Refused("this certificate is not a member of the pair".into());
             };
             if let Some(id) = member {
+                // A member speaks for itself only: the leader of an Append
+                // or a snapshot, or the candidate of a vote, is the member
+                // whose certificate carries the request (a witness or a
+                // standby cannot pass entries off as the leader's).
+                let speaks_for = match &request {
+                    Request::Append { rpc, .. } => Some(rpc.vote.leader_id.node_id),
+                    Request::Vote { rpc, .. } => Some(rpc.vote.leader_id.node_id),
+                    Request::Snapshot { rpc, .. } => Some(rpc.vote.leader_id.node_id),
+                    _ => None,
+                };
+                if speaks_for.is_some_and(|n| n != id) {
+                    self.log_refused(fp);
+                    return Response::Refused(
+                        "a member may send Raft messages for itself only".into(),
+                    );
+                }
                 self.contact.lock().insert(id, Instant::now());
             }
             // Fail closed: after an integrity fault this node takes nothing

@@ -265,16 +265,20 @@ impl StateMachine {
     }
 
     /// Checks that `signed` was signed by its proposer, a member of the
-    /// last membership applied. Called before every change is applied.
+    /// last membership applied that is no witness and is the leader that
+    /// appended the entry (`leader`: only a leader proposes changes).
+    /// Called before every change is applied.
     async fn verify(
         &self,
         signed: &Signed,
+        leader: crate::NodeId,
         membership_value: Option<serde_json::Value>,
     ) -> Result<(), PairError> {
         let members = membership(membership_value)?;
         let key = members
             .membership()
             .get_node(&signed.proposer)
+            .filter(|n| !n.witness && signed.proposer == leader)
             .map(|n| n.public_key.clone())
             .unwrap_or_default();
         let bytes = Signed::signed_bytes(&signed.proposal, signed.proposer, signed.epoch);
@@ -322,7 +326,8 @@ impl StateMachine {
                 if state.last_applied.is_some_and(|l| at.index <= l.index) {
                     return Ok(ApplyResponse::AlreadyApplied);
                 }
-                self.verify(&signed, state.membership).await?;
+                self.verify(&signed, entry.log_id.leader_id.node_id, state.membership)
+                    .await?;
                 let epoch = self.store.epoch().await?;
                 if signed.epoch < epoch {
                     // Proposed before a promotion moved the pair on: the

@@ -1445,3 +1445,136 @@ async fn a_refused_certificate_is_reported_after_the_standby_restarts() {
     a2.stop().await;
     b2.stop().await;
 }
+
+/// A member speaks for itself only: the witness, with its own valid
+/// certificate and key, sends the standby an Append in the leader's name
+/// carrying a change it signed. The standby refuses it (the message is not
+/// from the leader, and a witness proposes nothing); before, the change was
+/// applied on the standby.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_witness_cannot_pass_entries_off_as_the_leaders() {
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+    let a = appliance("a").await;
+    let b = appliance("b").await;
+    let w = witness("w").await;
+    let (code, _) = invite(&a).await;
+    join(&b, &a, &code).await.unwrap();
+    let (code, _) = invite(&a).await;
+    join(&w, &a, &code).await.unwrap();
+    wait_status(&a, "three voters", |st| {
+        st.members.len() == 3 && st.members.iter().all(|m| m.voter)
+    })
+    .await;
+    a.node.write(add_user("anna")).await.unwrap();
+    wait_user(&b.store, "anna").await;
+    let ma = a.node.raft_metrics().await;
+    let last = ma.last_applied.expect("applied");
+    wait_status(&b, "B caught up", |st| st.applied == last.index).await;
+
+    // Signed by the witness with its own key, as its own proposal.
+    let as_w = Identity::load_or_create(&w.pair_dir, "w").unwrap();
+    let proposal = add_user("mallory");
+    let epoch = a.store.epoch().await.unwrap();
+    let signature = as_w
+        .sign(&uagate_pair::Signed::signed_bytes(
+            &proposal,
+            w.node.id(),
+            epoch,
+        ))
+        .unwrap();
+    let forged = Entry::<uagate_pair::PairConfig> {
+        log_id: LogId::new(
+            CommittedLeaderId::new(ma.current_term, a.node.id()),
+            last.index + 1,
+        ),
+        payload: EntryPayload::Normal(uagate_pair::Signed {
+            proposal,
+            proposer: w.node.id(),
+            epoch,
+            signature,
+        }),
+    };
+    let rpc = openraft::raft::AppendEntriesRequest {
+        vote: ma.vote,
+        prev_log_id: Some(last),
+        leader_commit: Some(forged.log_id),
+        entries: vec![forged],
+    };
+    let connector = tokio_rustls::TlsConnector::from(as_w.client_config().unwrap());
+    let tcp = tokio::net::TcpStream::connect(b.node.local_addr())
+        .await
+        .unwrap();
+    let tls = connector
+        .connect(
+            tokio_rustls::rustls::pki_types::ServerName::try_from("uagate-pair").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let mut conn = Conn::new(tls);
+    let mark = uagate_pair::wire::EpochMark { epoch, since: 0 };
+    conn.send(&Request::Append { rpc, mark }).await.unwrap();
+    let answer = conn.recv::<Response>().await;
+    assert!(
+        matches!(answer, Ok(Some(Response::Refused(_)))),
+        "the witness's Append in the leader's name was taken: {answer:?}"
+    );
+    // The leader's next change arrives; mallory never does.
+    a.node.write(add_user("bert")).await.unwrap();
+    wait_user(&b.store, "bert").await;
+    assert!(!users(&b.store).await.contains(&"mallory".to_string()));
+    assert!(b.node.status().await.unwrap().integrity_fault.is_none());
+
+    // In the leader's own message (its certificate on the wire), an entry
+    // proposed and signed by the witness is no leader's change either: the
+    // standby stops on it (fail closed) instead of applying it.
+    let ma = a.node.raft_metrics().await;
+    let last = ma.last_applied.expect("applied");
+    wait_status(&b, "B caught up", |st| st.applied == last.index).await;
+    let proposal = add_user("mallory");
+    let signature = as_w
+        .sign(&uagate_pair::Signed::signed_bytes(
+            &proposal,
+            w.node.id(),
+            epoch,
+        ))
+        .unwrap();
+    let forged = Entry::<uagate_pair::PairConfig> {
+        log_id: LogId::new(
+            CommittedLeaderId::new(ma.current_term, a.node.id()),
+            last.index + 1,
+        ),
+        payload: EntryPayload::Normal(uagate_pair::Signed {
+            proposal,
+            proposer: w.node.id(),
+            epoch,
+            signature,
+        }),
+    };
+    let rpc = openraft::raft::AppendEntriesRequest {
+        vote: ma.vote,
+        prev_log_id: Some(last),
+        leader_commit: Some(forged.log_id),
+        entries: vec![forged],
+    };
+    let as_a = Identity::load_or_create(&a.pair_dir, "a").unwrap();
+    let connector = tokio_rustls::TlsConnector::from(as_a.client_config().unwrap());
+    let tcp = tokio::net::TcpStream::connect(b.node.local_addr())
+        .await
+        .unwrap();
+    let tls = connector
+        .connect(
+            tokio_rustls::rustls::pki_types::ServerName::try_from("uagate-pair").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let mut conn = Conn::new(tls);
+    conn.send(&Request::Append { rpc, mark }).await.unwrap();
+    let _ = conn.recv::<Response>().await;
+    wait_status(&b, "B reports the fault", |st| st.integrity_fault.is_some()).await;
+    assert!(!users(&b.store).await.contains(&"mallory".to_string()));
+    a.node.stop().await;
+    b.node.stop().await;
+    w.node.stop().await;
+}
