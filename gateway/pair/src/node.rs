@@ -60,8 +60,13 @@ pub const SNAPSHOT_DIR: &str = "snapshots";
 pub const NODE_FILE: &str = "node.json";
 
 /// How long a pair connection may take to connect and finish its TLS
-/// handshake.
+/// handshake, and then to send its first request.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Most pair connections served at once. Members keep a few each; anyone
+/// can finish a TLS handshake (joiners are strangers), so the listener
+/// must not let strangers hold descriptors and memory without bound.
+const MAX_CONNECTIONS: usize = 64;
 
 /// A leader whose voters acknowledged nothing for this long has lost its
 /// quorum (heartbeats go every 250 ms).
@@ -2708,6 +2713,7 @@ async fn serve(
     acceptor: TlsAcceptor,
     cancel: CancellationToken,
 ) {
+    let room = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (tcp, peer) = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -2723,9 +2729,15 @@ async fn serve(
         let Some(node) = node.upgrade() else {
             return;
         };
+        let Ok(place) = room.clone().try_acquire_owned() else {
+            // Closed at once: a member's dialer retries.
+            tracing::debug!(%peer, "pair connection refused: {MAX_CONNECTIONS} are open");
+            continue;
+        };
         let acceptor = acceptor.clone();
         let cancel = cancel.clone();
         tokio::spawn(async move {
+            let _place = place;
             tokio::select! {
                 _ = cancel.cancelled() => {}
                 r = connection(node, tcp, acceptor) => if let Err(e) = r {
@@ -2771,6 +2783,22 @@ async fn connection(
         local,
     };
     let mut conn = Conn::new(tls);
+    // The first request comes at once or the connection closes; a stranger
+    // (a joiner, anyone else) gets one answer per connection, members and
+    // this appliance's own CLI as many as they ask.
+    let first = tokio::time::timeout(CONNECT_TIMEOUT, conn.recv::<Request>())
+        .await
+        .map_err(|_| PairError::Refused("no request in time".into()))??;
+    let Some(request) = first else {
+        return Ok(());
+    };
+    let known =
+        peer.fingerprint == node.fingerprint() || node.peer(&peer.fingerprint).await.is_some();
+    let response = node.handle(&peer, request).await;
+    conn.send(&response).await?;
+    if !known {
+        return Ok(());
+    }
     while let Some(request) = conn.recv::<Request>().await? {
         let response = node.handle(&peer, request).await;
         conn.send(&response).await?;

@@ -389,18 +389,24 @@ async fn strangers_are_refused_on_the_pair_listener() {
     .to_string();
     assert!(e.contains("another certificate"), "{e}");
     // A Raft message from an unknown certificate (a forged vote).
+    // A stranger gets one answer per connection: each request on its own.
     let connector = tokio_rustls::TlsConnector::from(other.client_config().unwrap());
-    let tcp = tokio::net::TcpStream::connect(a.node.local_addr())
-        .await
-        .unwrap();
-    let tls = connector
-        .connect(
-            tokio_rustls::rustls::pki_types::ServerName::try_from("uagate-pair").unwrap(),
-            tcp,
-        )
-        .await
-        .unwrap();
-    let mut conn = Conn::new(tls);
+    let addr = a.node.local_addr();
+    let fresh = || {
+        let connector = connector.clone();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let tls = connector
+                .connect(
+                    tokio_rustls::rustls::pki_types::ServerName::try_from("uagate-pair").unwrap(),
+                    tcp,
+                )
+                .await
+                .unwrap();
+            Conn::new(tls)
+        }
+    };
+    let mut conn = fresh().await;
     let vote = openraft::raft::VoteRequest::new(
         openraft::Vote::new(99, 424242),
         Some(openraft::LogId::new(
@@ -419,6 +425,7 @@ async fn strangers_are_refused_on_the_pair_listener() {
         other => panic!("{other:?}"),
     }
     // A forged leave for A's own node id: refused.
+    let mut conn = fresh().await;
     conn.send(&Request::Leave {
         node_id: a.node.id(),
     })
@@ -430,6 +437,7 @@ async fn strangers_are_refused_on_the_pair_listener() {
     }
     // A forged take-over (as if this were A's leader): refused, no
     // election.
+    let mut conn = fresh().await;
     conn.send(&Request::TakeOver {
         leader: a.node.id(),
     })
@@ -441,6 +449,7 @@ async fn strangers_are_refused_on_the_pair_listener() {
     }
     // A forged announcement: A's own entry is not re-pointed to another
     // console.
+    let mut conn = fresh().await;
     conn.send(&Request::Announce {
         node_id: a.node.id(),
         console: "https://evil.example/".into(),
@@ -1577,4 +1586,62 @@ async fn a_witness_cannot_pass_entries_off_as_the_leaders() {
     a.node.stop().await;
     b.node.stop().await;
     w.node.stop().await;
+}
+
+/// Anyone can finish a TLS handshake with the pair listener (joiners are
+/// strangers), so it bounds what strangers hold: a connection that sends
+/// no request is closed after a few seconds, and at most 64 are served at
+/// once (before, idle connections stayed open for good, without limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_strangers_cannot_hold_the_pair_listener() {
+    let a = appliance("a").await;
+    let stranger = tempfile::tempdir().unwrap();
+    let other = Identity::load_or_create(stranger.path(), "stranger").unwrap();
+    let connector = tokio_rustls::TlsConnector::from(other.client_config().unwrap());
+    let addr = a.node.local_addr();
+    let connect = || {
+        let connector = connector.clone();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            connector
+                .connect(
+                    tokio_rustls::rustls::pki_types::ServerName::try_from("uagate-pair").unwrap(),
+                    tcp,
+                )
+                .await
+        }
+    };
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        held.push(Conn::new(connect().await.unwrap()));
+    }
+    // The 65th is closed at once: its TLS handshake does not complete, or
+    // the connection ends before any answer.
+    let refused = tokio::time::timeout(Duration::from_secs(3), async {
+        match connect().await {
+            Err(_) => true,
+            Ok(tls) => {
+                let mut c = Conn::new(tls);
+                matches!(c.recv::<Response>().await, Ok(None) | Err(_))
+            }
+        }
+    })
+    .await;
+    assert_eq!(refused, Ok(true), "a 65th connection was served");
+    // The idle ones are closed within seconds.
+    let t0 = Instant::now();
+    let closed = tokio::time::timeout(Duration::from_secs(12), async {
+        for c in &mut held {
+            let _ = c.recv::<Response>().await;
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "idle connections still open after {:?}",
+        t0.elapsed()
+    );
+    // Then the listener serves again: the CLI asks and is answered.
+    cli(&a, AdminRequest::Invite).await.unwrap();
+    a.node.stop().await;
 }
