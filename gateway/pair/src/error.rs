@@ -47,6 +47,10 @@ pub enum PairError {
     /// altered): replication stops on this node (fail closed).
     #[error("integrity fault: {0}")]
     Integrity(String),
+    /// A message larger than a pair frame takes ([`crate::wire::MAX_FRAME`]):
+    /// not sent (an AppendEntries is then sent in smaller batches).
+    #[error("a pair message of {0} bytes is larger than a frame takes")]
+    TooLarge(usize),
     /// This appliance's own pair node could not be reached by its CLI (no
     /// gateway runs on the data directory, or another process listens at
     /// the address it recorded): the request never got to the node.

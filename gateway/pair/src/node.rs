@@ -3102,10 +3102,16 @@ impl RaftNetwork<PairConfig> for Peer {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, PeerNode, RaftError<NodeId>>> {
         let mark = self.mark();
+        let entries = rpc.entries.len() as u64;
         match self
             .call(Request::Append { rpc, mark }, option.hard_ttl())
             .await
         {
+            // Too many large entries (CRLs) for one frame: openraft sends
+            // the next batches with half as many.
+            Err(PairError::TooLarge(_)) if entries > 1 => Err(RPCError::PayloadTooLarge(
+                openraft::error::PayloadTooLarge::new_entries_hint(entries / 2),
+            )),
             Ok(Response::Append(Ok(r))) => Ok(r),
             Ok(Response::Append(Err(e))) => {
                 Err(RPCError::RemoteError(RemoteError::new(self.target, e)))

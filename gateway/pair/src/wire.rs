@@ -265,6 +265,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// Sends one message.
     pub async fn send<T: Serialize>(&mut self, message: &T) -> Result<(), PairError> {
         let body = serde_json::to_vec(message)?;
+        if body.len() > MAX_FRAME {
+            return Err(PairError::TooLarge(body.len()));
+        }
         self.framed
             .send(tokio_util::bytes::Bytes::from(body))
             .await?;

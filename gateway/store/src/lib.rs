@@ -187,6 +187,12 @@ pub const LAST_SEEN_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 /// so a hostile peer cannot grow the table without bound.
 pub const REJECTED_CAP: i64 = 1000;
 
+/// Largest CRL [`Store::add_crl`] takes (about 10,000 revoked
+/// certificates): its change is replicated as one entry of the pair's log,
+/// whose bytes take up to four characters each there, and which must reach
+/// the standby within one heartbeat interval (250 ms) on a slow link.
+pub const MAX_CRL_ADDED: usize = 256 * 1024;
+
 /// How far ahead of this appliance's clock a CRL's thisUpdate may lie and
 /// still be added (clocks of a CA and an appliance differ a little).
 pub const CRL_CLOCK_SKEW: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
@@ -1076,6 +1082,15 @@ impl Store {
     pub async fn add_crl(&self, actor: &str, der_or_pem: &[u8]) -> Result<(), StoreError> {
         validate_actor(actor)?;
         let der = x509::pem_or_der(der_or_pem, "X509 CRL", "crl")?.into_owned();
+        if der.len() > MAX_CRL_ADDED {
+            return Err(invalid(
+                "crl",
+                format!(
+                    "larger than {} KiB: a CRL is replicated to the standby in one message",
+                    MAX_CRL_ADDED / 1024
+                ),
+            ));
+        }
         let crl = x509::parse_crl(&der)?;
         let ahead = (chrono::Utc::now() + CRL_CLOCK_SKEW)
             .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);

@@ -1142,3 +1142,40 @@ async fn a_retrying_client_refreshes_its_last_sighting_once_a_minute() {
     store.record_rejected(&der).await.unwrap();
     assert_eq!(last_seen(store.clone()).await, refreshed);
 }
+
+/// A CRL larger than a pair replicates in time is refused when added,
+/// before anything is stored.
+#[tokio::test]
+async fn a_crl_too_large_to_replicate_is_refused() {
+    let (_dir, _path, store) = open_temp().await;
+    let (ca, key) = make_ca();
+    store
+        .trust_add("alice", ca.der(), CertKind::Issuer)
+        .await
+        .unwrap();
+    let big = rcgen::CertificateRevocationListParams {
+        this_update: rcgen::date_time_ymd(2024, 1, 1),
+        next_update: rcgen::date_time_ymd(2024, 2, 1),
+        crl_number: rcgen::SerialNumber::from(1u64),
+        issuing_distribution_point: None,
+        revoked_certs: (1_000_000u64..1_012_000)
+            .map(|s| rcgen::RevokedCertParams {
+                serial_number: rcgen::SerialNumber::from(s),
+                revocation_time: rcgen::date_time_ymd(2023, 6, 1),
+                reason_code: None,
+                invalidity_date: None,
+            })
+            .collect(),
+        key_identifier_method: rcgen::KeyIdMethod::Sha256,
+    }
+    .signed_by(&ca, &key)
+    .unwrap();
+    assert!(
+        big.der().len() > uagate_store::MAX_CRL_ADDED,
+        "{}",
+        big.der().len()
+    );
+    let refused = store.add_crl("alice", big.der()).await.unwrap_err();
+    assert!(refused.to_string().contains("replicated"), "{refused}");
+    assert!(store.crls().await.unwrap().is_empty());
+}
