@@ -390,22 +390,8 @@ async fn strangers_are_refused_on_the_pair_listener() {
     assert!(e.contains("another certificate"), "{e}");
     // A Raft message from an unknown certificate (a forged vote).
     // A stranger gets one answer per connection: each request on its own.
-    let connector = tokio_rustls::TlsConnector::from(other.client_config().unwrap());
     let addr = a.node.local_addr();
-    let fresh = || {
-        let connector = connector.clone();
-        async move {
-            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let tls = connector
-                .connect(
-                    tokio_rustls::rustls::pki_types::ServerName::try_from("uagate-pair").unwrap(),
-                    tcp,
-                )
-                .await
-                .unwrap();
-            Conn::new(tls)
-        }
-    };
+    let fresh = || pair_conn(&other, addr);
     let mut conn = fresh().await;
     let vote = openraft::raft::VoteRequest::new(
         openraft::Vote::new(99, 424242),
@@ -739,9 +725,63 @@ async fn a_partitioned_leader_stops_acknowledging_and_the_others_go_on() {
 /// the leader's own pair certificate, but not signed with its key — is
 /// refused by the follower's state machine, which stops replicating (fail
 /// closed) and reports the fault; the leader is unaffected.
+/// An AppendEntries in the name of the leader of `ma` (its vote and term)
+/// carrying one change at the next index: `proposal`, by `proposer`,
+/// signed with `signer`'s key.
+fn forged_append(
+    ma: &openraft::RaftMetrics<uagate_pair::NodeId, uagate_pair::PeerNode>,
+    leader: uagate_pair::NodeId,
+    proposal: Proposal<Change>,
+    proposer: uagate_pair::NodeId,
+    epoch: i64,
+    signer: &Identity,
+) -> openraft::raft::AppendEntriesRequest<uagate_pair::PairConfig> {
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+    let last = ma.last_applied.expect("applied");
+    let signature = signer
+        .sign(&uagate_pair::Signed::signed_bytes(
+            &proposal, proposer, epoch,
+        ))
+        .unwrap();
+    let forged = Entry::<uagate_pair::PairConfig> {
+        log_id: LogId::new(
+            CommittedLeaderId::new(ma.current_term, leader),
+            last.index + 1,
+        ),
+        payload: EntryPayload::Normal(uagate_pair::Signed {
+            proposal,
+            proposer,
+            epoch,
+            signature,
+        }),
+    };
+    openraft::raft::AppendEntriesRequest {
+        vote: ma.vote,
+        prev_log_id: Some(last),
+        leader_commit: Some(forged.log_id),
+        entries: vec![forged],
+    }
+}
+
+/// A pair connection to `addr` with `identity`'s certificate.
+async fn pair_conn(
+    identity: &Identity,
+    addr: std::net::SocketAddr,
+) -> Conn<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let connector = tokio_rustls::TlsConnector::from(identity.client_config().unwrap());
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = connector
+        .connect(
+            tokio_rustls::rustls::pki_types::ServerName::try_from("uagate-pair").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    Conn::new(tls)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_entry_on_the_wire_stops_the_follower_not_the_leader() {
-    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
     let (a, b) = paired().await;
     a.node.write(add_user("anna")).await.unwrap();
     wait_user(&b.store, "anna").await;
@@ -753,46 +793,17 @@ async fn a_forged_entry_on_the_wire_stops_the_follower_not_the_leader() {
     // another key.
     let forger = tempfile::tempdir().unwrap();
     let other = Identity::load_or_create(forger.path(), "forger").unwrap();
-    let proposal = add_user("mallory");
     let epoch = a.store.epoch().await.unwrap();
-    let signature = other
-        .sign(&uagate_pair::Signed::signed_bytes(
-            &proposal,
-            a.node.id(),
-            epoch,
-        ))
-        .unwrap();
-    let forged = Entry::<uagate_pair::PairConfig> {
-        log_id: LogId::new(
-            CommittedLeaderId::new(ma.current_term, a.node.id()),
-            last.index + 1,
-        ),
-        payload: EntryPayload::Normal(uagate_pair::Signed {
-            proposal,
-            proposer: a.node.id(),
-            epoch,
-            signature,
-        }),
-    };
-    let rpc = openraft::raft::AppendEntriesRequest {
-        vote: ma.vote,
-        prev_log_id: Some(last),
-        leader_commit: Some(forged.log_id),
-        entries: vec![forged],
-    };
+    let rpc = forged_append(
+        &ma,
+        a.node.id(),
+        add_user("mallory"),
+        a.node.id(),
+        epoch,
+        &other,
+    );
     let as_a = Identity::load_or_create(&a.pair_dir, "a").unwrap();
-    let connector = tokio_rustls::TlsConnector::from(as_a.client_config().unwrap());
-    let tcp = tokio::net::TcpStream::connect(b.node.local_addr())
-        .await
-        .unwrap();
-    let tls = connector
-        .connect(
-            tokio_rustls::rustls::pki_types::ServerName::try_from("uagate-pair").unwrap(),
-            tcp,
-        )
-        .await
-        .unwrap();
-    let mut conn = Conn::new(tls);
+    let mut conn = pair_conn(&as_a, b.node.local_addr()).await;
     let mark = uagate_pair::wire::EpochMark { epoch, since: 0 };
     conn.send(&Request::Append { rpc, mark }).await.unwrap();
     let _ = conn.recv::<Response>().await;
@@ -1462,7 +1473,6 @@ async fn a_refused_certificate_is_reported_after_the_standby_restarts() {
 /// applied on the standby.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_witness_cannot_pass_entries_off_as_the_leaders() {
-    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
     let a = appliance("a").await;
     let b = appliance("b").await;
     let w = witness("w").await;
@@ -1476,52 +1486,24 @@ async fn a_witness_cannot_pass_entries_off_as_the_leaders() {
     .await;
     a.node.write(add_user("anna")).await.unwrap();
     wait_user(&b.store, "anna").await;
+    let caught_up = |ma: &openraft::RaftMetrics<_, _>| ma.last_applied.expect("applied").index;
     let ma = a.node.raft_metrics().await;
-    let last = ma.last_applied.expect("applied");
-    wait_status(&b, "B caught up", |st| st.applied == last.index).await;
+    wait_status(&b, "B caught up", |st| st.applied == caught_up(&ma)).await;
 
-    // Signed by the witness with its own key, as its own proposal.
+    // Signed by the witness with its own key, as its own proposal, on the
+    // witness's own certificate.
     let as_w = Identity::load_or_create(&w.pair_dir, "w").unwrap();
-    let proposal = add_user("mallory");
     let epoch = a.store.epoch().await.unwrap();
-    let signature = as_w
-        .sign(&uagate_pair::Signed::signed_bytes(
-            &proposal,
-            w.node.id(),
-            epoch,
-        ))
-        .unwrap();
-    let forged = Entry::<uagate_pair::PairConfig> {
-        log_id: LogId::new(
-            CommittedLeaderId::new(ma.current_term, a.node.id()),
-            last.index + 1,
-        ),
-        payload: EntryPayload::Normal(uagate_pair::Signed {
-            proposal,
-            proposer: w.node.id(),
-            epoch,
-            signature,
-        }),
-    };
-    let rpc = openraft::raft::AppendEntriesRequest {
-        vote: ma.vote,
-        prev_log_id: Some(last),
-        leader_commit: Some(forged.log_id),
-        entries: vec![forged],
-    };
-    let connector = tokio_rustls::TlsConnector::from(as_w.client_config().unwrap());
-    let tcp = tokio::net::TcpStream::connect(b.node.local_addr())
-        .await
-        .unwrap();
-    let tls = connector
-        .connect(
-            tokio_rustls::rustls::pki_types::ServerName::try_from("uagate-pair").unwrap(),
-            tcp,
-        )
-        .await
-        .unwrap();
-    let mut conn = Conn::new(tls);
     let mark = uagate_pair::wire::EpochMark { epoch, since: 0 };
+    let rpc = forged_append(
+        &ma,
+        a.node.id(),
+        add_user("mallory"),
+        w.node.id(),
+        epoch,
+        &as_w,
+    );
+    let mut conn = pair_conn(&as_w, b.node.local_addr()).await;
     conn.send(&Request::Append { rpc, mark }).await.unwrap();
     let answer = conn.recv::<Response>().await;
     assert!(
@@ -1538,47 +1520,17 @@ async fn a_witness_cannot_pass_entries_off_as_the_leaders() {
     // proposed and signed by the witness is no leader's change either: the
     // standby stops on it (fail closed) instead of applying it.
     let ma = a.node.raft_metrics().await;
-    let last = ma.last_applied.expect("applied");
-    wait_status(&b, "B caught up", |st| st.applied == last.index).await;
-    let proposal = add_user("mallory");
-    let signature = as_w
-        .sign(&uagate_pair::Signed::signed_bytes(
-            &proposal,
-            w.node.id(),
-            epoch,
-        ))
-        .unwrap();
-    let forged = Entry::<uagate_pair::PairConfig> {
-        log_id: LogId::new(
-            CommittedLeaderId::new(ma.current_term, a.node.id()),
-            last.index + 1,
-        ),
-        payload: EntryPayload::Normal(uagate_pair::Signed {
-            proposal,
-            proposer: w.node.id(),
-            epoch,
-            signature,
-        }),
-    };
-    let rpc = openraft::raft::AppendEntriesRequest {
-        vote: ma.vote,
-        prev_log_id: Some(last),
-        leader_commit: Some(forged.log_id),
-        entries: vec![forged],
-    };
+    wait_status(&b, "B caught up", |st| st.applied == caught_up(&ma)).await;
+    let rpc = forged_append(
+        &ma,
+        a.node.id(),
+        add_user("mallory"),
+        w.node.id(),
+        epoch,
+        &as_w,
+    );
     let as_a = Identity::load_or_create(&a.pair_dir, "a").unwrap();
-    let connector = tokio_rustls::TlsConnector::from(as_a.client_config().unwrap());
-    let tcp = tokio::net::TcpStream::connect(b.node.local_addr())
-        .await
-        .unwrap();
-    let tls = connector
-        .connect(
-            tokio_rustls::rustls::pki_types::ServerName::try_from("uagate-pair").unwrap(),
-            tcp,
-        )
-        .await
-        .unwrap();
-    let mut conn = Conn::new(tls);
+    let mut conn = pair_conn(&as_a, b.node.local_addr()).await;
     conn.send(&Request::Append { rpc, mark }).await.unwrap();
     let _ = conn.recv::<Response>().await;
     wait_status(&b, "B reports the fault", |st| st.integrity_fault.is_some()).await;
