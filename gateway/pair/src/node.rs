@@ -63,6 +63,11 @@ pub const NODE_FILE: &str = "node.json";
 /// handshake, and then to send its first request.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Largest snapshot a member takes, in bytes: far above what the
+/// configuration store holds, and a bound on what a member's chunks can
+/// make this appliance allocate.
+const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
+
 /// Most pair connections served at once. Members keep a few each; anyone
 /// can finish a TLS handshake (joiners are strangers), so the listener
 /// must not let strangers hold descriptors and memory without bound.
@@ -1520,6 +1525,16 @@ impl PairNode {
         match request {
             Request::Append { rpc, .. } => Response::Append(raft.append_entries(rpc).await),
             Request::Vote { rpc, .. } => Response::Vote(raft.vote(rpc).await),
+            // A chunk beyond any snapshot the store makes: openraft would
+            // grow its buffer to the offset (2^40 aborts the process).
+            Request::Snapshot { rpc, .. }
+                if rpc.offset.saturating_add(rpc.data.len() as u64) > MAX_SNAPSHOT_BYTES =>
+            {
+                Response::Refused(format!(
+                    "a snapshot chunk ending at byte {} is beyond the {MAX_SNAPSHOT_BYTES} a snapshot may take",
+                    rpc.offset.saturating_add(rpc.data.len() as u64)
+                ))
+            }
             Request::Snapshot { rpc, .. } => Response::Snapshot(raft.install_snapshot(rpc).await),
             Request::Join(hello) => match &peer.public_key {
                 Some(key) => Response::Welcome(self.welcome(peer, key, hello, &raft).await),

@@ -1597,3 +1597,40 @@ async fn idle_strangers_cannot_hold_the_pair_listener() {
     cli(&a, AdminRequest::Invite).await.unwrap();
     a.node.stop().await;
 }
+
+/// A member's snapshot chunk far beyond any snapshot (offset 2^40) is
+/// refused: openraft would grow its buffer to that offset, and the failed
+/// allocation aborted the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_chunk_beyond_any_snapshot_is_refused() {
+    let (a, b) = paired().await;
+    a.node.write(add_user("anna")).await.unwrap();
+    wait_user(&b.store, "anna").await;
+    let ma = a.node.raft_metrics().await;
+    let epoch = a.store.epoch().await.unwrap();
+    let rpc = openraft::raft::InstallSnapshotRequest::<uagate_pair::PairConfig> {
+        vote: ma.vote,
+        meta: openraft::SnapshotMeta {
+            last_log_id: ma.last_applied,
+            last_membership: Default::default(),
+            snapshot_id: "huge".into(),
+        },
+        offset: 1 << 40,
+        data: vec![0],
+        done: false,
+    };
+    let as_a = Identity::load_or_create(&a.pair_dir, "a").unwrap();
+    let mut conn = pair_conn(&as_a, b.node.local_addr()).await;
+    let mark = uagate_pair::wire::EpochMark { epoch, since: 0 };
+    conn.send(&Request::Snapshot { rpc, mark }).await.unwrap();
+    let answer = conn.recv::<Response>().await;
+    assert!(
+        matches!(answer, Ok(Some(Response::Refused(_)))),
+        "{answer:?}"
+    );
+    // B lives on and follows A.
+    a.node.write(add_user("bert")).await.unwrap();
+    wait_user(&b.store, "bert").await;
+    a.node.stop().await;
+    b.node.stop().await;
+}
