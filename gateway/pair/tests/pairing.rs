@@ -763,21 +763,29 @@ fn forged_append(
     }
 }
 
-/// A pair connection to `addr` with `identity`'s certificate.
-async fn pair_conn(
+/// A pair connection to `addr` with `identity`'s certificate (the TLS
+/// handshake's error when the listener does not serve it).
+async fn try_pair_conn(
     identity: &Identity,
     addr: std::net::SocketAddr,
-) -> Conn<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+) -> std::io::Result<Conn<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>> {
     let connector = tokio_rustls::TlsConnector::from(identity.client_config().unwrap());
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
     let tls = connector
         .connect(
             tokio_rustls::rustls::pki_types::ServerName::try_from("uagate-pair").unwrap(),
             tcp,
         )
-        .await
-        .unwrap();
-    Conn::new(tls)
+        .await?;
+    Ok(Conn::new(tls))
+}
+
+/// A pair connection to `addr` with `identity`'s certificate.
+async fn pair_conn(
+    identity: &Identity,
+    addr: std::net::SocketAddr,
+) -> Conn<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    try_pair_conn(identity, addr).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1549,33 +1557,17 @@ async fn idle_strangers_cannot_hold_the_pair_listener() {
     let a = appliance("a").await;
     let stranger = tempfile::tempdir().unwrap();
     let other = Identity::load_or_create(stranger.path(), "stranger").unwrap();
-    let connector = tokio_rustls::TlsConnector::from(other.client_config().unwrap());
     let addr = a.node.local_addr();
-    let connect = || {
-        let connector = connector.clone();
-        async move {
-            let tcp = tokio::net::TcpStream::connect(addr).await?;
-            connector
-                .connect(
-                    tokio_rustls::rustls::pki_types::ServerName::try_from("uagate-pair").unwrap(),
-                    tcp,
-                )
-                .await
-        }
-    };
     let mut held = Vec::new();
     for _ in 0..64 {
-        held.push(Conn::new(connect().await.unwrap()));
+        held.push(pair_conn(&other, addr).await);
     }
     // The 65th is closed at once: its TLS handshake does not complete, or
     // the connection ends before any answer.
     let refused = tokio::time::timeout(Duration::from_secs(3), async {
-        match connect().await {
+        match try_pair_conn(&other, addr).await {
             Err(_) => true,
-            Ok(tls) => {
-                let mut c = Conn::new(tls);
-                matches!(c.recv::<Response>().await, Ok(None) | Err(_))
-            }
+            Ok(mut c) => matches!(c.recv::<Response>().await, Ok(None) | Err(_)),
         }
     })
     .await;

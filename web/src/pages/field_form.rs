@@ -320,10 +320,7 @@ impl FieldFormView {
         };
         let input = input_of(field)?;
         let message = in_form_words(message);
-        let said = format!(
-            "Not saved: {}: {message} (marked below).",
-            label_of(&input)?
-        );
+        let said = super::not_saved_at(&label_of(&input)?, &message);
         self.error_at = Some((input, message));
         Some(said)
     }
@@ -514,10 +511,7 @@ fn label_of(input: &str) -> Option<String> {
 /// the settings it names (`reconnect.initial_delay`, `endpoints`) by
 /// their labels.
 fn in_form_words(message: &str) -> String {
-    let message = message
-        .strip_prefix("invalid setting `")
-        .and_then(|m| m.split_once("`: "))
-        .map_or(message, |(_, m)| m);
+    let message = super::limits_text::strip_setting(message);
     const WORDS: &[(&str, &str)] = &[
         ("reconnect.initial_delay", "the first delay"),
         ("reconnect.max_delay", "the longest delay"),

@@ -209,8 +209,10 @@ fn setting_input<'a>(setting: &'a str, input: &'a str) -> &'a str {
     }
 }
 
-/// The message without the plan's "invalid setting `x`: " in front.
-fn strip_setting(message: &str) -> &str {
+/// The message without the plan's or the configuration's "invalid setting
+/// `x`: " in front (see `ops::config_error`): what a page shows next to the
+/// input it names. Used by every page that names inputs by their labels.
+pub(crate) fn strip_setting(message: &str) -> &str {
     message
         .strip_prefix("invalid setting `")
         .and_then(|m| m.split_once("`: "))

@@ -440,6 +440,12 @@ fn number<T: std::str::FromStr>(setting: &str, v: &str) -> Result<Option<T>, Api
     })
 }
 
+/// What a page says above a form that was refused at one of its inputs:
+/// the input's label and the message (marked at the input too).
+fn not_saved_at(label: &str, message: &str) -> String {
+    format!("Not saved: {label}: {message} (marked below).")
+}
+
 /// What a stored change did, in words.
 fn change_notice(change: &ops::ConfigChange) -> String {
     match (change.live.is_empty(), change.restart.is_empty()) {

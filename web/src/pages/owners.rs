@@ -104,10 +104,7 @@ impl OwnerInput {
             message,
         } = error
         {
-            let message = message
-                .strip_prefix("invalid setting `")
-                .and_then(|m| m.split_once("`: "))
-                .map_or(message.as_str(), |(_, m)| m);
+            let message = super::limits_text::strip_setting(message);
             self.error = owner_input(field).map(|at| (at, message.to_string()));
         }
         self
@@ -124,7 +121,7 @@ impl OwnerInput {
             "ingress" => "Callers from",
             _ => return None,
         };
-        Some(format!("Not saved: {label}: {message} (marked below)."))
+        Some(super::not_saved_at(label, message))
     }
 }
 
@@ -544,11 +541,7 @@ pub async fn ingress_add(
             field: Some(field),
             message,
         } if field.ends_with(".cidr") => {
-            let message = message
-                .strip_prefix("invalid setting `")
-                .and_then(|m| m.split_once("`: "))
-                .map_or(message.as_str(), |(_, m)| m)
-                .to_string();
+            let message = super::limits_text::strip_setting(&message).to_string();
             ApiError::Invalid {
                 message: format!("Not saved: Address range: {message}."),
                 field: Some(field),
